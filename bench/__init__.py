@@ -1,0 +1,1 @@
+"""Benchmarks: `dockflow bench SCENARIO` (see docs/benchmarks.md)."""

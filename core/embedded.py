@@ -1,0 +1,197 @@
+"""The embedded database: an ``nx-27017`` child process (MongoDB wire protocol over SQLite).
+
+Started when ``DOCKFLOW_MONGODB_URL`` is unset. Its files live under ``DATA_DIR/mongo``, so data
+survives restarts. A second dockflow process on the same data directory (``dockflow admin`` while
+``dockflow serve`` runs) attaches to the running server instead of starting another one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+from pymongo import AsyncMongoClient
+
+from core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+# nx-27017 logs every command at INFO; keep its log to warnings so it costs nothing per request.
+_LAUNCHER = (
+    "import logging, sys;"
+    "logging.basicConfig(level=logging.WARNING);"
+    "logging.getLogger('nx_27017').setLevel(logging.WARNING);"
+    "from nx_27017.nx_27017 import main;"
+    "sys.exit(main())"
+)
+START_TIMEOUT_S = 30.0  # first start creates the SQLite files; generous for slow CI disks
+STOP_TIMEOUT_S = 10.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In the child: ask Linux to SIGTERM it if dockflow dies, even by SIGKILL."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def _answers_ping(url: str, timeout_s: float) -> bool:
+    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(
+        url, serverSelectionTimeoutMS=int(timeout_s * 1000), connectTimeoutMS=500
+    )
+    try:
+        await client.admin.command("ping")
+        return True
+    except Exception:
+        return False
+    finally:
+        await client.close()
+
+
+def _spawn(data_dir: Path, port: int, log_path: Path) -> subprocess.Popen[bytes]:
+    """Start nx-27017 on 127.0.0.1:`port`, its output appended to `log_path`."""
+    with log_path.open("ab") as log_file:
+        return subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+            [
+                sys.executable,
+                "-c",
+                _LAUNCHER,
+                "--data-dir",
+                str(data_dir),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-file",
+                str(log_path),
+                "--pid-file",
+                str(data_dir / "nx-27017.pid"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            start_new_session=True,  # Ctrl-C reaches dockflow, which stops the db in order
+            preexec_fn=_die_with_parent,  # runs before any thread starts in the child
+        )
+
+
+class EmbeddedMongo:
+    """Owns (or attaches to) the nx-27017 server for one data directory."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir).resolve() / "mongo"
+        self.url = ""
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._state_file = self.data_dir / "server.json"
+
+    @property
+    def owned(self) -> bool:
+        return self.process is not None
+
+    async def start(self) -> str:
+        """Start the server (or attach to a running one) and return its URL once it answers."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        attached = await self._attach()
+        if attached:
+            return attached
+        self.port = _free_port()
+        self.url = f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
+        log_path = self.data_dir / "nx-27017.log"
+        self.process = _spawn(self.data_dir, self.port, log_path)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = log_path.read_text(errors="replace")[-2000:]
+                self.process = None
+                raise ConfigError(
+                    f"embedded MongoDB (nx-27017) exited at start; see {log_path}:\n{tail}"
+                )
+            if await _answers_ping(self.url, 0.5):
+                self._state_file.write_text(json.dumps({"pid": self.process.pid, "url": self.url}))
+                log.info(
+                    "embedded MongoDB started", extra={"url": self.url, "pid": self.process.pid}
+                )
+                return self.url
+            await asyncio.sleep(0.1)
+        await self.stop()
+        raise ConfigError(f"embedded MongoDB did not answer ping within {START_TIMEOUT_S:.0f} s")
+
+    async def _attach(self) -> str | None:
+        try:
+            state = json.loads(self._state_file.read_text())
+        except (OSError, ValueError):
+            return None
+        if not _pid_alive(int(state.get("pid", 0))):
+            return None
+        url = str(state["url"])
+        if not await _answers_ping(url, 1.0):
+            return None
+        self.url = url
+        log.info("attached to running embedded MongoDB", extra={"url": url, "pid": state["pid"]})
+        return url
+
+    async def stop(self) -> None:
+        """Stop the server if this object started it. Idempotent."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()
+            try:
+                await asyncio.to_thread(process.wait, STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                await asyncio.to_thread(process.wait)
+        with contextlib.suppress(OSError):
+            self._state_file.unlink()
+        log.info("embedded MongoDB stopped", extra={"pid": process.pid})
+
+    def stop_now(self) -> None:
+        """Synchronous last resort (atexit, signal paths): never leave the child orphaned."""
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(STOP_TIMEOUT_S)
+            if process.poll() is None:
+                process.kill()
+
+    async def __aenter__(self) -> EmbeddedMongo:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()

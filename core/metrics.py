@@ -1,0 +1,31 @@
+"""Prometheus metrics shared by every part of the process (served at ``/metrics``)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+HTTP_REQUESTS = Counter(
+    "dockflow_http_requests_total", "HTTP requests answered", ["route", "method", "status"]
+)
+HTTP_LATENCY = Histogram(
+    "dockflow_http_request_seconds",
+    "HTTP request latency",
+    ["route"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+)
+READINGS = Counter("dockflow_readings_total", "Camera readings processed", ["status"])
+MESSAGES = Counter("dockflow_push_messages_total", "Push messages written", ["type"])
+DELIVERY_ATTEMPTS = Counter(
+    "dockflow_webhook_attempts_total", "Webhook delivery attempts", ["endpoint", "outcome"]
+)
+DELIVERY_LATENCY = Histogram(
+    "dockflow_webhook_attempt_seconds",
+    "Webhook attempt duration",
+    ["endpoint"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15),
+)
+DELIVERY_QUEUE = Gauge("dockflow_webhook_queue_depth", "Deliveries waiting", ["endpoint"])
+DELIVERY_OLDEST = Gauge(
+    "dockflow_webhook_oldest_pending_seconds", "Age of the oldest pending delivery", ["endpoint"]
+)
+SUBSCRIPTIONS = Gauge("dockflow_subscriptions", "Open pushMessage subscriptions")

@@ -1,0 +1,126 @@
+"""One frozen settings object: defaults, then an optional TOML file, then ``DOCKFLOW_*`` env."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from core.errors import ConfigError
+
+
+def _config_file() -> Path | None:
+    path = os.environ.get("DOCKFLOW_CONFIG_FILE")
+    return Path(path) if path else None
+
+
+class Settings(BaseSettings):
+    """Everything an operator can tune. Read once at start; never mutated."""
+
+    model_config = SettingsConfigDict(env_prefix="DOCKFLOW_", frozen=True, extra="forbid")
+
+    # Storage: unset MONGODB_URL means the embedded nx-27017 server under DATA_DIR.
+    mongodb_url: str | None = None
+    mongodb_db: str = "dockflow"
+    data_dir: Path = Path("./var")
+    # Listeners.
+    http_host: str = "0.0.0.0"
+    http_port: int = Field(8080, ge=0, le=65535)
+    grpc_host: str = "0.0.0.0"
+    grpc_port: int = Field(50051, ge=0, le=65535)
+    public_base_url: str = "http://localhost:8080"
+    dashboard_url: str = ""  # empty: {public_base_url}/dashboard
+    # TLS for both listeners: set both paths to enable.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["json", "console"] = "json"
+    # Seconds a graceful shutdown waits for streams and requests to finish.
+    shutdown_grace_s: float = Field(5.0, ge=0)
+
+    # Tokens: lifetime of an access token in seconds (RFC 6749 expires_in).
+    token_ttl_s: int = Field(86400, ge=60)
+    # Optional external identity provider, accepted beside the built-in issuer.
+    jwt_issuer: str | None = None
+    jwt_jwks_url: str | None = None
+    jwt_audience: str | None = None
+    jwt_business_claim: str = "business"
+    # Key for encrypting webhook credentials at rest (urlsafe base64, 32 bytes); derived from
+    # DATA_DIR's secret file when unset.
+    secret_key: str | None = None
+
+    # Request limits.
+    max_document_bytes: int = Field(1024 * 1024, ge=1024)
+    max_upload_bytes: int = Field(25 * 1024 * 1024, ge=1024)
+    grpc_max_message_bytes: int = Field(1024 * 1024, ge=1024)
+    # Longest a lone reading waits for others to share its database batch.
+    ingest_batch_wait_ms: float = Field(5.0, ge=0)
+    ingest_batch_max: int = Field(256, ge=1)
+
+    # Webhooks: attempt timeout, retry schedule (seconds after each failure), and egress rules.
+    webhook_timeout_s: float = Field(15.0, gt=0)
+    webhook_retry_schedule_s: tuple[float, ...] = (0, 5, 300, 1800, 7200, 18000, 36000, 36000)
+    webhook_lease_s: float = Field(60.0, gt=0)
+    webhook_poll_interval_s: float = Field(0.5, gt=0)
+    webhook_allow_hosts: tuple[str, ...] = ()
+    webhook_source_address: str | None = None
+    webhook_disable_after_s: float = Field(5 * 86400, gt=0)
+    webhook_endpoint_concurrency: int = Field(4, ge=1)
+    webhooks_enabled: bool = True
+
+    @field_validator("public_base_url")
+    @classmethod
+    def _strip_slash(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file must be set together")
+        return self
+
+    @property
+    def dashboard_base_url(self) -> str:
+        return (self.dashboard_url or f"{self.public_base_url}/dashboard").rstrip("/")
+
+    @property
+    def graphql_url(self) -> str:
+        return f"{self.public_base_url}/public_graphql"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = _config_file()
+        if path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build the settings, turning a validation failure into one line naming the setting."""
+    path = _config_file()
+    if path is not None and not path.is_file():
+        raise ConfigError(f"DOCKFLOW_CONFIG_FILE: no such file: {path}")
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = "DOCKFLOW_" + "_".join(str(p) for p in first["loc"]).upper()
+        raise ConfigError(f"invalid setting {name}: {first['msg']}") from None

@@ -1,0 +1,5 @@
+import sys
+
+from dockflow.cli import main
+
+sys.exit(main())

@@ -1,0 +1,112 @@
+"""The ``dockflow`` command: serve, the separate parts, admin, simulate, consume, bench."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from core.errors import ConfigError
+from core.logs import configure_logging
+from core.services import Services
+from core.settings import Settings, load_settings
+from dockflow import __version__, runtime
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {}
+    for name in ("http_port", "grpc_port", "data_dir", "mongodb_url", "log_format"):
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    settings = load_settings(**overrides)
+    configure_logging(settings.log_level, settings.log_format)
+    return settings
+
+
+def _add_server_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--http-port", type=int, help="HTTP port (DOCKFLOW_HTTP_PORT)")
+    parser.add_argument("--grpc-port", type=int, help="gRPC port (DOCKFLOW_GRPC_PORT)")
+    parser.add_argument("--data-dir", help="data directory (DOCKFLOW_DATA_DIR)")
+    parser.add_argument("--mongodb-url", help="MongoDB URL; unset: embedded (DOCKFLOW_MONGODB_URL)")
+    parser.add_argument("--log-format", choices=["json", "console"], help="DOCKFLOW_LOG_FORMAT")
+
+
+async def _print_started(services: Services, addresses: dict[str, str]) -> None:
+    settings = services.settings
+    lines = ["", "dockflow is running."]
+    if "http" in addresses:
+        lines.append(f"  HTTP API      http://{addresses['http']}  ({settings.public_base_url})")
+    if "grpc" in addresses:
+        lines.append(f"  gRPC edge     {addresses['grpc']}")
+    lines.append("  Press Ctrl-C to stop.")
+    print("\n".join(lines), flush=True)
+
+
+def _run_parts(args: argparse.Namespace, parts: tuple[str, ...]) -> int:
+    settings = _settings(args)
+    on_started = _print_started
+    if getattr(args, "demo", False):
+        from dockflow import demo
+
+        on_started = demo.on_started
+    asyncio.run(runtime.serve(settings, parts, on_started=on_started))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dockflow",
+        description="Integration service for warehouses with loading docks.",
+    )
+    parser.add_argument("--version", action="version", version=f"dockflow {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    serve = commands.add_parser("serve", help="run the gRPC edge, HTTP API and webhook worker")
+    _add_server_options(serve)
+    serve.add_argument("--demo", action="store_true", help="create a demo tenant and print it")
+    serve.set_defaults(func=lambda a: _run_parts(a, runtime.PARTS))
+    for name, help_text in (
+        ("edge", "run only the gRPC edge for cameras"),
+        ("api", "run only the HTTP API (REST, GraphQL, dashboard)"),
+        ("webhooks", "run only the webhook delivery worker"),
+    ):
+        part = commands.add_parser(name, help=help_text)
+        _add_server_options(part)
+        part.set_defaults(func=lambda a, parts=(name,): _run_parts(a, parts))
+
+    for register in _command_modules():
+        register(commands)
+    return parser
+
+
+def _command_modules() -> list[Callable[[Any], None]]:
+    """Feature commands (admin, simulate, consume, bench, post-document) register here."""
+    registers = []
+    for module_name in ("dockflow.admin", "dockflow.tools", "bench.cli"):
+        try:
+            module = __import__(module_name, fromlist=["register"])
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        registers.append(module.register)
+    return registers
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"dockflow: {exc.detail}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

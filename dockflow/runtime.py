@@ -1,0 +1,123 @@
+"""Process wiring: open the services, start the chosen listeners, stop them all in order."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import logging
+import signal
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from aiohttp import web
+
+from core.embedded import EmbeddedMongo
+from core.services import Services
+from core.settings import Settings
+from core.storage import Storage
+from edge.server import EdgeServer
+from public_api.app import create_app
+
+log = logging.getLogger(__name__)
+
+PARTS = ("api", "edge", "webhooks")
+
+
+@asynccontextmanager
+async def open_services(settings: Settings) -> AsyncIterator[Services]:
+    """Connect to MongoDB (starting the embedded server when no URL is set) and yield Services."""
+    embedded: EmbeddedMongo | None = None
+    url = settings.mongodb_url
+    try:
+        if url is None:
+            embedded = EmbeddedMongo(settings.data_dir)
+            atexit.register(embedded.stop_now)
+            url = await embedded.start()
+            log.info("using embedded MongoDB", extra={"data_dir": str(embedded.data_dir)})
+        else:
+            log.info("using MongoDB", extra={"url": _redact(url)})
+        storage = await Storage.connect(url, settings.mongodb_db)
+        try:
+            yield Services(settings=settings, storage=storage)
+        finally:
+            await storage.close()
+    finally:
+        if embedded is not None:
+            await embedded.stop()
+            atexit.unregister(embedded.stop_now)
+
+
+def _redact(url: str) -> str:
+    """Hide the password of a mongodb:// URL in logs."""
+    if "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://***@{rest.split('@', 1)[1]}"
+
+
+async def start_http(services: Services, host: str, port: int) -> tuple[web.AppRunner, str]:
+    """Start the aiohttp app; returns the runner and the bound address."""
+    settings = services.settings
+    app = create_app(services)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.shutdown_grace_s)
+    await runner.setup()
+    ssl_context = None
+    if settings.tls_cert_file and settings.tls_key_file:
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ssl_context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    await site.start()
+    bound = runner.addresses[-1][1] if runner.addresses else port
+    address = f"{host}:{bound}"
+    log.info("HTTP API listening", extra={"address": address})
+    return runner, address
+
+
+# Hooks other parts register to run once the services are open (the demo tenant, the
+# webhook worker); each returns an optional async stop callable.
+StartHook = Callable[[Services], Awaitable[Callable[[], Awaitable[None]] | None]]
+
+
+async def serve(
+    settings: Settings,
+    parts: tuple[str, ...] = PARTS,
+    *,
+    on_started: Callable[[Services, dict[str, str]], Awaitable[None]] | None = None,
+    stop_event: asyncio.Event | None = None,
+) -> None:
+    """Run the chosen parts until SIGINT/SIGTERM (or `stop_event`), then stop gracefully."""
+    stop = stop_event or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    async with AsyncExitStack() as stack:
+        services = await stack.enter_async_context(open_services(settings))
+        addresses: dict[str, str] = {}
+        if "edge" in parts:
+            edge = EdgeServer(services)
+            await edge.start()
+            stack.push_async_callback(edge.stop)
+            addresses["grpc"] = edge.address
+        if "api" in parts:
+            runner, address = await start_http(services, settings.http_host, settings.http_port)
+            stack.push_async_callback(runner.cleanup)
+            addresses["http"] = address
+        for hook in _start_hooks(parts):
+            stopper = await hook(services)
+            if stopper is not None:
+                stack.push_async_callback(stopper)
+        if on_started is not None:
+            await on_started(services, addresses)
+        await stop.wait()
+        log.info("shutting down")
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(sig)
+
+
+def _start_hooks(parts: tuple[str, ...]) -> list[StartHook]:
+    """Background parts started with the listeners (filled in as features land)."""
+    return []

@@ -1,0 +1,1 @@
+"""gRPC edge: the PalletIngest servicer for cameras, translating proto <-> core calls."""

@@ -1,0 +1,27 @@
+"""The aiohttp application factory: routes, middlewares, and the parts each feature adds."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from core.services import Services
+from public_api import health
+from public_api.keys import SERVICES, SETTINGS
+from public_api.problems import problem_middleware
+
+# Request bodies larger than this are refused before a handler reads them; the routes that
+# accept uploads check their own, larger limit.
+CLIENT_MAX_SIZE_SLACK = 64 * 1024
+
+
+def create_app(services: Services) -> web.Application:
+    """Build the HTTP application over the given services (the caller owns their lifecycle)."""
+    settings = services.settings
+    app = web.Application(
+        middlewares=[problem_middleware],
+        client_max_size=settings.max_upload_bytes + CLIENT_MAX_SIZE_SLACK,
+    )
+    app[SERVICES] = services
+    app[SETTINGS] = settings
+    health.setup(app)
+    return app

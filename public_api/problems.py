@@ -1,0 +1,125 @@
+"""RFC 9457 problem details: every REST error leaves through here, mapped once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from core import metrics
+from core.errors import DockflowError, RateLimited, Unauthenticated
+from core.logs import correlation_id
+from core.storage import UNAVAILABLE_ERRORS
+
+log = logging.getLogger(__name__)
+
+PROBLEM_TYPE = "application/problem+json"
+CORRELATION_HEADER = "Correlation-Id"
+MAX_CORRELATION_ID = 128
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def problem_response(
+    status: int,
+    title: str,
+    detail: str,
+    *,
+    errors: list[dict[str, str]] | None = None,
+    headers: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> web.Response:
+    body: dict[str, Any] = {
+        "type": "about:blank",
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }
+    if errors:
+        body["errors"] = errors
+    cid = correlation_id.get()
+    if cid:
+        body["correlationId"] = cid
+    if extra:
+        body.update(extra)
+    return web.Response(
+        status=status, text=json.dumps(body), content_type=PROBLEM_TYPE, headers=headers
+    )
+
+
+def problem_from_error(error: DockflowError) -> web.Response:
+    headers: dict[str, str] = {}
+    if isinstance(error, Unauthenticated):
+        headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
+    if isinstance(error, RateLimited):
+        headers["Retry-After"] = str(error.retry_after_s)
+    return problem_response(
+        error.status,
+        error.title,
+        error.detail,
+        errors=[{"path": e.path, "detail": e.detail} for e in error.errors] or None,
+        headers=headers or None,
+    )
+
+
+_HTTP_TITLES = {413: "Content Too Large", 404: "Not Found", 405: "Method Not Allowed"}
+
+
+@web.middleware
+async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Correlation id in and out, metrics, and every error as problem+json."""
+    cid = request.headers.get(CORRELATION_HEADER)
+    if cid is not None:
+        cid = cid[:MAX_CORRELATION_ID]
+    token = correlation_id.set(cid)
+    started = time.perf_counter()
+    route = request.match_info.route.resource
+    route_name = route.canonical if route is not None else "unmatched"
+    try:
+        response = await _handle(request, handler)
+        if cid is not None and not response.prepared:
+            response.headers[CORRELATION_HEADER] = cid
+        metrics.HTTP_REQUESTS.labels(route_name, request.method, str(response.status)).inc()
+        metrics.HTTP_LATENCY.labels(route_name).observe(time.perf_counter() - started)
+        return response
+    finally:
+        correlation_id.reset(token)
+
+
+async def _handle(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except DockflowError as error:
+        if error.status >= 500:
+            log.error("request failed", extra={"path": request.path, "code": error.code})
+        return problem_from_error(error)
+    except web.HTTPException as exc:
+        if exc.status < 400 or exc.content_type == PROBLEM_TYPE:
+            raise
+        title = _HTTP_TITLES.get(exc.status, exc.reason)
+        detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else title
+        return problem_response(exc.status, title, detail, headers=_passthrough_headers(exc))
+    except UNAVAILABLE_ERRORS:
+        log.warning("database unavailable", extra={"path": request.path})
+        return problem_response(
+            503,
+            "Service Unavailable",
+            "the database is unavailable; retry later",
+            headers={"Retry-After": "1"},
+        )
+    except Exception:
+        error_id = uuid.uuid4().hex
+        log.exception("unhandled error", extra={"path": request.path, "error_id": error_id})
+        return problem_response(
+            500, "Internal Server Error", f"an internal error occurred (id {error_id})"
+        )
+
+
+def _passthrough_headers(exc: web.HTTPException) -> dict[str, str]:
+    keep = ("Allow", "Retry-After", "WWW-Authenticate", "Location")
+    return {k: v for k, v in exc.headers.items() if k in keep}

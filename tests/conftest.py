@@ -1,0 +1,106 @@
+"""Shared fixtures: one embedded MongoDB per test session, a fresh database per test, and real
+aiohttp / grpc.aio servers on port 0 over it. Set DOCKFLOW_MONGODB_URL to run against MongoDB."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from core.embedded import EmbeddedMongo
+from core.services import Services
+from core.settings import Settings
+from core.storage import Storage
+from edge.server import EdgeServer
+from public_api.app import create_app
+
+
+@pytest.fixture(scope="session")
+async def mongo_url(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    """The database server for the whole session: DOCKFLOW_MONGODB_URL, or an embedded one."""
+    url = os.environ.get("DOCKFLOW_MONGODB_URL")
+    if url:
+        yield url
+        return
+    embedded = EmbeddedMongo(tmp_path_factory.mktemp("mongo"))
+    yield await embedded.start()
+    await embedded.stop()
+
+
+@pytest.fixture
+def db_name() -> str:
+    return f"dockflow_test_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def settings_factory(mongo_url: str, db_name: str, tmp_path: Path) -> Callable[..., Settings]:
+    """Settings for this test's database; keyword overrides win."""
+
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "mongodb_url": mongo_url,
+            "mongodb_db": db_name,
+            "data_dir": tmp_path / "var",
+            "http_host": "127.0.0.1",
+            "http_port": 0,
+            "grpc_host": "127.0.0.1",
+            "grpc_port": 0,
+            "public_base_url": "http://testserver",
+            "log_format": "console",
+            "shutdown_grace_s": 0.5,
+            "webhook_allow_hosts": ("127.0.0.1", "localhost"),
+            "secret_key": "kT0rKJ8D8k2m7aM5wXy3bq1c9Jw2s7QpVn0fHh4uLzE=",
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    return make
+
+
+@pytest.fixture
+def settings(settings_factory: Callable[..., Settings]) -> Settings:
+    return settings_factory()
+
+
+@pytest.fixture
+async def storage(settings: Settings) -> AsyncIterator[Storage]:
+    """A fresh database for this test, dropped afterwards."""
+    assert settings.mongodb_url is not None
+    store = await Storage.connect(settings.mongodb_url, settings.mongodb_db)
+    yield store
+    await store.client.drop_database(settings.mongodb_db)
+    await store.close()
+
+
+@pytest.fixture
+async def services(settings: Settings, storage: Storage) -> Services:
+    return Services(settings=settings, storage=storage)
+
+
+@pytest.fixture
+def make_app(services: Services) -> Callable[[], web.Application]:
+    return lambda: create_app(services)
+
+
+@pytest.fixture
+async def api(
+    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
+    make_app: Callable[[], web.Application],
+) -> TestClient[Any, Any]:
+    """A real aiohttp server on a free port, with a client pointed at it."""
+    return await aiohttp_client(make_app())
+
+
+@pytest.fixture
+async def edge_server(services: Services) -> AsyncIterator[EdgeServer]:
+    """The grpc.aio edge on 127.0.0.1:0."""
+    server = EdgeServer(services, host="127.0.0.1", port=0)
+    await server.start()
+    yield server
+    await server.stop(0)
