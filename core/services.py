@@ -7,6 +7,7 @@ from typing import Any
 
 from core.settings import Settings
 from core.storage import Storage
+from core.tokens import TokenService
 
 
 @dataclass
@@ -17,3 +18,7 @@ class Services:
     storage: Storage
     # Long-lived helpers registered by name (e.g. the feed hub); see `core.services.get`.
     extras: dict[str, Any] = field(default_factory=dict)
+    tokens: TokenService = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tokens = TokenService(self.storage, self.settings)

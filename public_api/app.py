@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from core.services import Services
-from public_api import health
+from public_api import health, oauth
 from public_api.keys import SERVICES, SETTINGS
 from public_api.problems import problem_middleware
 
@@ -24,4 +24,5 @@ def create_app(services: Services) -> web.Application:
     app[SERVICES] = services
     app[SETTINGS] = settings
     health.setup(app)
+    oauth.setup(app)
     return app

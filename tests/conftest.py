@@ -19,6 +19,7 @@ from core.settings import Settings
 from core.storage import Storage
 from edge.server import EdgeServer
 from public_api.app import create_app
+from tests.factories import Tenant, make_tenant
 
 
 @pytest.fixture(scope="session")
@@ -104,3 +105,15 @@ async def edge_server(services: Services) -> AsyncIterator[EdgeServer]:
     await server.start()
     yield server
     await server.stop(0)
+
+
+@pytest.fixture
+async def tenant(services: Services) -> Tenant:
+    """Business `acme`, facility `dc1` (docks D1-D4), an API client token and a camera per dock."""
+    return await make_tenant(services)
+
+
+@pytest.fixture
+async def other_tenant(services: Services) -> Tenant:
+    """A second business, `globex`, to prove tenants are kept apart."""
+    return await make_tenant(services, business="globex", facility="hub")

@@ -1,0 +1,33 @@
+"""Who is calling, and what they may touch. One rule used by REST, GraphQL, websockets, gRPC."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.errors import Forbidden, NotFound
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated API caller: a client (or an external-issuer subject) of one business."""
+
+    subject: str
+    business: str
+    # None: every facility of the business; otherwise only these.
+    facilities: frozenset[str] | None = None
+    token_id: str | None = None
+
+    def may_see_facility(self, facility: str) -> bool:
+        return self.facilities is None or facility in self.facilities
+
+
+def check_access(principal: Principal, business: str, facility: str | None = None) -> None:
+    """Raise unless `principal` may act on `business` (and `facility`).
+
+    Another business is 404, never 403: a caller must not learn that another tenant exists.
+    A facility outside a restricted client's list is 403 (it is the caller's own business).
+    """
+    if business != principal.business:
+        raise NotFound(f"business {business!r} not found")
+    if facility is not None and not principal.may_see_facility(facility):
+        raise Forbidden(f"this client may not access facility {facility!r}")

@@ -1,0 +1,75 @@
+"""Test data built through the real core functions (never inserted behind their back)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core import tenancy
+from core.services import Services
+from core.tenancy import ApiClient, LabelFieldMapping
+
+DEFAULT_LABELS = (
+    LabelFieldMapping("lpn", "licensePlate"),
+    LabelFieldMapping("sku", "skus", multiple=True),
+    LabelFieldMapping("lot", "lotNumber"),
+    LabelFieldMapping("expiry", "expirationDate"),
+)
+
+
+@dataclass
+class Tenant:
+    """A business with one facility, an API client with a token, and a camera per dock."""
+
+    business: str
+    facility: str
+    docks: tuple[str, ...]
+    client_id: str
+    client_secret: str
+    token: str
+    camera_ids: dict[str, str] = field(default_factory=dict)
+    camera_tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def camera_metadata(self, dock: str = "D1") -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.camera_tokens[dock]}"),)
+
+
+async def make_tenant(
+    services: Services,
+    business: str = "acme",
+    facility: str = "dc1",
+    docks: tuple[str, ...] = ("D1", "D2", "D3", "D4"),
+    *,
+    complete_on_all_lpns: bool = True,
+) -> Tenant:
+    storage = services.storage
+    await tenancy.create_business(storage, business, f"{business.title()} Inc.")
+    await tenancy.create_facility(
+        storage,
+        business,
+        facility,
+        name=f"{facility.upper()} warehouse",
+        docks=docks,
+        timezone="America/Chicago",
+        label_fields=DEFAULT_LABELS,
+        complete_on_all_lpns=complete_on_all_lpns,
+    )
+    created = await tenancy.create_client(storage, business, name="integration")
+    client: ApiClient = created.entity
+    issued = await services.tokens.issue(client)
+    tenant = Tenant(
+        business=business,
+        facility=facility,
+        docks=docks,
+        client_id=client.client_id,
+        client_secret=created.secret,
+        token=issued.access_token,
+    )
+    for dock in docks:
+        camera = await tenancy.create_camera(storage, business, facility, dock=dock)
+        tenant.camera_ids[dock] = camera.entity.camera_id
+        tenant.camera_tokens[dock] = camera.secret
+    return tenant
