@@ -1,0 +1,57 @@
+"""Encryption of credentials kept at rest (customers' webhook passwords), keyed by settings."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from pathlib import Path
+
+from cryptography.fernet import Fernet, InvalidToken
+
+from core.errors import ConfigError
+from core.settings import Settings
+
+
+def _data_dir_key(data_dir: Path) -> bytes:
+    """A key generated once per data directory, for single-machine installs without a setting."""
+    path = data_dir / "secret.key"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(Fernet.generate_key())
+        path.chmod(0o600)
+    return path.read_bytes().strip()
+
+
+class SecretBox:
+    """Encrypts and decrypts short strings with the service's secret key."""
+
+    def __init__(self, settings: Settings) -> None:
+        # Processes on several machines sharing one database must all set DOCKFLOW_SECRET_KEY;
+        # a single-machine install gets a key file in its data directory.
+        raw = (
+            settings.secret_key.encode()
+            if settings.secret_key
+            else _data_dir_key(settings.data_dir)
+        )
+        try:
+            self._fernet = Fernet(raw)
+        except ValueError:
+            raise ConfigError(
+                "invalid setting DOCKFLOW_SECRET_KEY: must be 32 url-safe base64-encoded bytes"
+            ) from None
+
+    def seal(self, plaintext: str) -> str:
+        return self._fernet.encrypt(plaintext.encode()).decode()
+
+    def open(self, sealed: str) -> str:
+        try:
+            return self._fernet.decrypt(sealed.encode()).decode()
+        except InvalidToken:
+            raise ConfigError(
+                "a stored credential cannot be decrypted with this secret key"
+            ) from None
+
+
+def new_signing_secret() -> str:
+    """A Standard Webhooks signing secret: ``whsec_`` + base64 of 24 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()

@@ -1,0 +1,168 @@
+"""Customers' webhook endpoints: where and how dockflow pushes their messages."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+from urllib.parse import urlsplit
+
+from core.crypto import SecretBox, new_signing_secret
+from core.errors import NotFound, ValidationFailed
+from core.storage import Doc, Storage
+from core.tenancy import Created, get_business, get_facility
+
+EVENTS = ("PALLET_EVENT", "SHIPMENT_COMPLETE")
+AuthKind = Literal["none", "basic", "token"]
+
+
+@dataclass(frozen=True)
+class EndpointAuth:
+    kind: AuthKind = "none"
+    username: str = ""
+    password_sealed: str = ""  # encrypted with SecretBox; never the plain password
+    login_url: str = ""
+    token_field: str = "access_token"  # noqa: S105 - a JSON field name
+    header_format: str = "Bearer {token}"
+
+
+@dataclass(frozen=True)
+class WebhookEndpoint:
+    endpoint_id: str
+    business: str
+    facility: str | None
+    base_url: str
+    events: tuple[str, ...]
+    auth: EndpointAuth
+    # Newest first; during a rotation every listed secret signs each request.
+    signing_secrets: tuple[str, ...]
+    enabled: bool = True
+    disabled_reason: str = ""
+
+    def route(self, event: str) -> str:
+        path = "/api/palletEvent" if event == "PALLET_EVENT" else "/api/shipmentComplete"
+        return self.base_url.rstrip("/") + path
+
+
+def endpoint_from_doc(doc: Doc) -> WebhookEndpoint:
+    auth = doc.get("auth") or {}
+    return WebhookEndpoint(
+        endpoint_id=doc["_id"],
+        business=doc["business"],
+        facility=doc.get("facility"),
+        base_url=doc["base_url"],
+        events=tuple(doc.get("events", EVENTS)),
+        auth=EndpointAuth(
+            kind=auth.get("kind", "none"),
+            username=auth.get("username", ""),
+            password_sealed=auth.get("password_sealed", ""),
+            login_url=auth.get("login_url", ""),
+            token_field=auth.get("token_field", "access_token"),
+            header_format=auth.get("header_format", "Bearer {token}"),
+        ),
+        signing_secrets=tuple(doc.get("signing_secrets", ())),
+        enabled=bool(doc.get("enabled", True)),
+        disabled_reason=doc.get("disabled_reason", ""),
+    )
+
+
+async def create_endpoint(
+    storage: Storage,
+    box: SecretBox,
+    business: str,
+    base_url: str,
+    *,
+    facility: str | None = None,
+    events: tuple[str, ...] = EVENTS,
+    auth_kind: AuthKind = "none",
+    username: str = "",
+    password: str = "",
+    login_url: str = "",
+    token_field: str = "access_token",  # noqa: S107 - a JSON field name
+    header_format: str = "Bearer {token}",
+) -> Created:
+    """A new endpoint; `Created.secret` is its signing secret (``whsec_…``), shown once."""
+    await get_business(storage, business)
+    if facility is not None:
+        await get_facility(storage, business, facility)
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationFailed("the webhook URL must be an absolute http(s) URL")
+    unknown = set(events) - set(EVENTS)
+    if unknown or not events:
+        raise ValidationFailed(f"events must be among {', '.join(EVENTS)}")
+    if auth_kind not in ("none", "basic", "token"):
+        raise ValidationFailed("auth must be none, basic or token")
+    if auth_kind in ("basic", "token") and not (username and password):
+        raise ValidationFailed(f"{auth_kind} auth needs a username and a password")
+    if auth_kind == "token" and not login_url:
+        raise ValidationFailed("token auth needs the customer's login URL")
+    if "{token}" not in header_format:
+        raise ValidationFailed("the header format must contain {token}")
+    signing_secret = new_signing_secret()
+    doc: Doc = {
+        "_id": f"whe_{secrets.token_hex(6)}",
+        "business": business,
+        "facility": facility,
+        "base_url": base_url.rstrip("/"),
+        "events": list(events),
+        "auth": {
+            "kind": auth_kind,
+            "username": username,
+            "password_sealed": box.seal(password) if password else "",
+            "login_url": login_url,
+            "token_field": token_field,
+            "header_format": header_format,
+        },
+        "signing_secrets": [signing_secret],
+        "enabled": True,
+        "disabled_reason": "",
+        "created_at": datetime.now(UTC),
+    }
+    await storage.webhook_endpoints.insert_one(doc)
+    return Created(endpoint_from_doc(doc), signing_secret)
+
+
+async def get_endpoint(storage: Storage, endpoint_id: str) -> WebhookEndpoint:
+    doc = await storage.webhook_endpoints.find_one({"_id": endpoint_id})
+    if doc is None:
+        raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
+    return endpoint_from_doc(doc)
+
+
+async def list_endpoints(storage: Storage, business: str | None = None) -> list[WebhookEndpoint]:
+    query = {} if business is None else {"business": business}
+    docs = await storage.webhook_endpoints.find(query).sort("_id", 1).to_list()
+    return [endpoint_from_doc(d) for d in docs]
+
+
+async def endpoints_for(
+    storage: Storage, business: str, facility: str, event: str
+) -> list[WebhookEndpoint]:
+    """The enabled endpoints that receive `event` for messages of this facility."""
+    docs = await storage.webhook_endpoints.find({"business": business, "enabled": True}).to_list()
+    endpoints = [endpoint_from_doc(d) for d in docs]
+    return [e for e in endpoints if event in e.events and e.facility in (None, facility)]
+
+
+async def set_endpoint_enabled(
+    storage: Storage, endpoint_id: str, enabled: bool, reason: str = ""
+) -> None:
+    result = await storage.webhook_endpoints.update_one(
+        {"_id": endpoint_id}, {"$set": {"enabled": enabled, "disabled_reason": reason}}
+    )
+    if result.matched_count == 0:
+        raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
+
+
+async def rotate_signing_secret(storage: Storage, endpoint_id: str) -> str:
+    """Add a new signing secret in front; the previous one keeps signing until removed, so
+    customers can switch verifiers without dropping a message."""
+    endpoint = await get_endpoint(storage, endpoint_id)
+    secret = new_signing_secret()
+    await storage.webhook_endpoints.update_one(
+        {"_id": endpoint_id},
+        {"$set": {"signing_secrets": [secret, endpoint.signing_secrets[0]]}},
+    )
+    return secret
