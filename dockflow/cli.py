@@ -85,7 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
 def _command_modules() -> list[Callable[[Any], None]]:
     """Feature commands (admin, simulate, consume, bench, post-document) register here."""
     registers = []
-    for module_name in ("dockflow.admin", "dockflow.tools", "bench.cli"):
+    for module_name in (
+        "dockflow.admin",
+        "dockflow.post_document",
+        "dockflow.simulate",
+        "dockflow.consume",
+        "bench.cli",
+    ):
         try:
             module = __import__(module_name, fromlist=["register"])
         except ModuleNotFoundError as exc:
