@@ -1,0 +1,205 @@
+"""What every benchmark scenario shares: a real `dockflow serve` process on loopback ports with a
+fresh data directory, a tenant made through core, and the figures (percentiles, RSS, tables)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import statistics
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core import tenancy
+from core.settings import Settings
+from core.tenancy import LabelFieldMapping
+from dockflow.runtime import open_services
+
+SIZES = ("tiny", "full")
+
+
+@dataclass
+class Server:
+    """A running `dockflow serve` child process and where it listens."""
+
+    process: asyncio.subprocess.Process
+    http: str
+    grpc: str
+    env: dict[str, str]
+    output: list[str] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.http}"
+
+    def settings(self) -> Settings:
+        """Settings for this process's database, for a driver that needs core directly."""
+        return Settings(
+            data_dir=Path(self.env["DOCKFLOW_DATA_DIR"]),
+            mongodb_url=self.env.get("DOCKFLOW_MONGODB_URL") or None,
+            public_base_url=self.env["DOCKFLOW_PUBLIC_BASE_URL"],
+            log_level="WARNING",
+        )
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@asynccontextmanager
+async def running_server(
+    parts: str = "serve", extra_env: dict[str, str] | None = None, data_dir: Path | None = None
+) -> AsyncIterator[Server]:
+    """Start `dockflow <parts>` with a fresh embedded database (or DOCKFLOW_MONGODB_URL)."""
+    with tempfile.TemporaryDirectory(prefix="dockflow-bench-") as tmp:
+        http_port = _free_port()
+        env = {
+            **os.environ,
+            "DOCKFLOW_DATA_DIR": str(data_dir or Path(tmp)),
+            "DOCKFLOW_HTTP_HOST": "127.0.0.1",
+            "DOCKFLOW_HTTP_PORT": str(http_port),
+            "DOCKFLOW_GRPC_HOST": "127.0.0.1",
+            "DOCKFLOW_GRPC_PORT": str(_free_port()),
+            "DOCKFLOW_PUBLIC_BASE_URL": f"http://127.0.0.1:{http_port}",
+            "DOCKFLOW_LOG_LEVEL": "WARNING",
+            "DOCKFLOW_LOG_FORMAT": "console",
+            "DOCKFLOW_WEBHOOK_ALLOW_HOSTS": '["127.0.0.1"]',
+            **(extra_env or {}),
+        }
+        if os.environ.get("DOCKFLOW_MONGODB_URL"):
+            env["DOCKFLOW_MONGODB_DB"] = f"bench_{os.getpid()}_{http_port}"
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "dockflow", parts,
+            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        assert process.stdout is not None
+        output: list[str] = []
+        try:
+            async with asyncio.timeout(60):
+                while not any("Press Ctrl-C" in line for line in output):
+                    line = (await process.stdout.readline()).decode()
+                    if not line:
+                        raise RuntimeError("dockflow exited at start:\n" + "".join(output))
+                    output.append(line)
+            text = "".join(output)
+            http = re.search(r"HTTP API\s+http://([\d.]+:\d+)", text)
+            grpc_addr = re.search(r"gRPC edge\s+([\d.]+:\d+)", text)
+            drain = asyncio.create_task(_drain(process.stdout, output))
+            yield Server(
+                process=process,
+                http=http.group(1) if http else "",
+                grpc=grpc_addr.group(1) if grpc_addr else "",
+                env=env,
+                output=output,
+            )
+        finally:
+            if process.returncode is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    await asyncio.wait_for(process.wait(), 30)
+                except TimeoutError:
+                    process.kill()
+                    await process.wait()
+            if "drain" in locals():
+                drain.cancel()
+
+
+async def _drain(stream: asyncio.StreamReader, into: list[str]) -> None:
+    while line := await stream.readline():
+        into.append(line.decode())
+        del into[:-200]  # keep the tail for error reports
+
+
+@dataclass
+class BenchTenant:
+    business: str
+    facility: str
+    docks: list[str]
+    client_id: str
+    client_secret: str
+    token: str
+    camera_tokens: list[str]
+
+
+async def make_tenant(
+    server: Server, docks: int = 8, webhook_url: str | None = None
+) -> BenchTenant:
+    """Create a business, facility, client and one camera per dock through core functions."""
+    from core.crypto import SecretBox
+    from core.webhook_endpoints import create_endpoint
+
+    settings = server.settings()
+    dock_slugs = [f"D{i + 1}" for i in range(docks)]
+    async with open_services(settings) as services:
+        storage = services.storage
+        await tenancy.create_business(storage, "bench", "Bench Co")
+        await tenancy.create_facility(
+            storage, "bench", "dc1", docks=dock_slugs,
+            label_fields=[LabelFieldMapping("lpn", "licensePlate"),
+                          LabelFieldMapping("sku", "skus", multiple=True)],
+        )  # fmt: skip
+        client = await tenancy.create_client(storage, "bench")
+        token = (await services.tokens.issue(client.entity)).access_token
+        cameras = [
+            (await tenancy.create_camera(storage, "bench", "dc1", dock=d)).secret
+            for d in dock_slugs
+        ]
+        if webhook_url:
+            await create_endpoint(storage, SecretBox(settings), "bench", webhook_url)
+    return BenchTenant(
+        "bench", "dc1", dock_slugs, client.entity.client_id, client.secret, token, cameras
+    )
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size of a process in MiB (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def summarize_ms(values: Sequence[float]) -> dict[str, float]:
+    """p50/p99/max of latencies given in seconds, in milliseconds."""
+    return {
+        "p50_ms": percentile(values, 50) * 1000,
+        "p99_ms": percentile(values, 99) * 1000,
+        "max_ms": max(values) * 1000 if values else float("nan"),
+        "mean_ms": statistics.fmean(values) * 1000 if values else float("nan"),
+    }
+
+
+def print_table(title: str, rows: list[tuple[str, Any]]) -> None:
+    width = max(len(name) for name, _ in rows)
+    print(f"\n{title}")
+    print("-" * (width + 24))
+    for name, value in rows:
+        shown = f"{value:,.1f}" if isinstance(value, float) else str(value)
+        print(f"{name:<{width}}  {shown:>20}")
+
+
+def final_line(scenario: str, **figures: Any) -> str:
+    parts = []
+    for key, value in figures.items():
+        parts.append(f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}")
+    line = f"{scenario}: " + " ".join(parts)
+    print(line, flush=True)
+    return line
