@@ -1,0 +1,118 @@
+"""`intake`: POST /documents with 20-item OVERWRITE documents from 16 concurrent clients.
+
+Figures: documents/s, latency p50/p99. Limit measured beside it: an authenticated no-op aiohttp
+handler (same token verification, same body) in its own process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+import aiohttp
+
+from bench.harness import final_line, make_tenant, print_table, running_server, summarize_ms
+
+CLIENTS = 16
+DURATION_S = {"tiny": 2.0, "full": 30.0}
+ORDERS_PER_CLIENT = 50  # each client cycles over its own orders, so clients do not serialize
+
+
+def document(client: int, sequence: int) -> bytes:
+    order = f"SO-{client:02d}-{sequence % ORDERS_PER_CLIENT:04d}"
+    return json.dumps(
+        {
+            "orderNumber": order,
+            "shipmentNumber": f"SH-{client:02d}-{sequence % ORDERS_PER_CLIENT:04d}",
+            "business": "bench",
+            "facility": "dc1",
+            "direction": "OUTBOUND",
+            "orderItemUpdateStrategy": "OVERWRITE",
+            "items": [
+                {
+                    "lpn": f"LPN-{client:02d}-{sequence:06d}-{item:02d}",
+                    "sku": f"SKU-{item:03d}",
+                    "quantity": 10 + item,
+                    "quantityUnit": "CASE",
+                }
+                for item in range(20)
+            ],
+        }
+    ).encode()
+
+
+async def hammer(url: str, token: str, duration_s: float) -> dict[str, Any]:
+    latencies: list[float] = []
+    statuses: Counter[int] = Counter()
+    deadline = time.perf_counter() + duration_s
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    connector = aiohttp.TCPConnector(limit=CLIENTS)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def client(number: int) -> None:
+            sequence = 0
+            while time.perf_counter() < deadline:
+                body = document(number, sequence)
+                sequence += 1
+                started = time.perf_counter()
+                async with session.post(url, data=body, headers=headers) as resp:
+                    await resp.read()
+                    statuses[resp.status] += 1
+                latencies.append(time.perf_counter() - started)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client(n) for n in range(CLIENTS)))
+        elapsed = time.perf_counter() - started
+    return {
+        "requests": len(latencies),
+        "rate": len(latencies) / elapsed,
+        "statuses": dict(statuses),
+        **summarize_ms(latencies),
+    }
+
+
+async def run(size: str) -> None:
+    duration = DURATION_S[size]
+    async with running_server("api") as server:
+        tenant = await make_tenant(server, docks=1)
+        await hammer(f"{server.base_url}/documents", tenant.token, min(duration, 2.0))  # warm-up
+        result = await hammer(f"{server.base_url}/documents", tenant.token, duration)
+        noop = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.noop_http", f"{server.base_url}/.well-known/jwks.json",
+            f"{server.base_url}/public_graphql", server.base_url,
+            stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert noop.stdout is not None
+        try:
+            port = int((await noop.stdout.readline()).decode())
+            limit = await hammer(f"http://127.0.0.1:{port}/documents", tenant.token, duration)
+        finally:
+            noop.kill()
+            await noop.wait()
+
+    print_table(
+        f"intake: 20-item OVERWRITE documents, {CLIENTS} clients, {duration:.0f} s",
+        [
+            ("documents/s", result["rate"]),
+            ("latency p50 ms", result["p50_ms"]),
+            ("latency p99 ms", result["p99_ms"]),
+            ("statuses", result["statuses"]),
+            ("no-op handler requests/s (limit)", limit["rate"]),
+            ("no-op latency p99 ms", limit["p99_ms"]),
+            ("ratio to limit", result["rate"] / limit["rate"]),
+        ],
+    )
+    final_line(
+        "intake",
+        documents=result["requests"],
+        documents_per_s=round(result["rate"], 1),
+        p50_ms=round(result["p50_ms"], 2),
+        p99_ms=round(result["p99_ms"], 2),
+        limit_per_s=round(limit["rate"], 1),
+        ratio=round(result["rate"] / limit["rate"], 3),
+        statuses=",".join(f"{k}:{v}" for k, v in sorted(result["statuses"].items())),
+    )

@@ -1,0 +1,118 @@
+"""`webhooks`: deliveries queued in the outbox, drained by a webhook worker to a local receiver.
+
+Figures: deliveries/s and the per-delivery overhead over a direct POST. Limit measured beside it:
+direct aiohttp POSTs of the same bodies to the same receiver, at the same concurrency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+import aiohttp
+
+from bench.harness import final_line, make_tenant, print_table, running_server
+from bench.receiver import running_receiver
+from core.feed import NewMessage, append_messages
+from dockflow.runtime import open_services
+
+TOTAL = {"tiny": 200, "full": 10_000}
+CONCURRENCY = 16  # per-endpoint concurrency given to the worker, and used by the direct POSTs
+ENQUEUE_BATCH = 500
+
+
+def payload(index: int) -> dict[str, Any]:
+    return {
+        "businessSlug": "bench",
+        "facilitySlug": "dc1",
+        "serviceShipmentId": "1",
+        "servicePalletId": f"plt_{index:08d}",
+        "occurredAt": "2026-11-21T12:00:00.000Z",
+        "url": f"http://127.0.0.1/dashboard/pallets/plt_{index:08d}",
+        "direction": "LOADING",
+        "orders": ["SO-1"],
+        "dockId": "D1",
+        "licensePlate": f"LPN{index:08d}",
+        "skus": ["SKU-1"],
+    }
+
+
+async def direct_posts(url: str, total: int) -> float:
+    """POST `total` bodies with CONCURRENCY workers; returns requests/s."""
+    bodies = [json.dumps(payload(i)).encode() for i in range(total)]
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+    for body in bodies:
+        queue.put_nowait(body)
+    async with aiohttp.ClientSession() as session:
+
+        async def worker() -> None:
+            while not queue.empty():
+                body = queue.get_nowait()
+                async with session.post(
+                    f"{url}/api/palletEvent", data=body,
+                    headers={"Content-Type": "application/json"},
+                ) as resp:  # fmt: skip
+                    await resp.read()
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+        return total / (time.perf_counter() - started)
+
+
+async def run(size: str) -> None:
+    total = TOTAL[size]
+    async with running_receiver() as receiver:
+        receiver.expected = total
+        env = {"DOCKFLOW_WEBHOOK_ENDPOINT_CONCURRENCY": str(CONCURRENCY)}
+        async with running_server("api", extra_env=env) as server:
+            await make_tenant(server, docks=1, webhook_url=receiver.url)
+            async with open_services(server.settings()) as services:
+                for first in range(0, total, ENQUEUE_BATCH):
+                    await append_messages(
+                        services.storage,
+                        [
+                            NewMessage("bench", "dc1", "PALLET_EVENT", payload(i), 1, f"plt_{i}")
+                            for i in range(first, min(first + ENQUEUE_BATCH, total))
+                        ],
+                    )
+            worker = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "dockflow", "webhooks",
+                env={**server.env, **env}, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            try:
+                await asyncio.wait_for(receiver.done.wait(), 600)
+            finally:
+                worker.terminate()
+                await worker.wait()
+        times = sorted(receiver.arrivals.values())
+        span = times[-1] - times[0]
+        rate = (len(times) - 1) / span if span > 0 else float("nan")
+        duplicates = receiver.posts - len(receiver.arrivals)
+        direct = await direct_posts(receiver.url, total)
+
+    overhead_ms = (1 / rate - 1 / direct) * 1000 * CONCURRENCY
+    print_table(
+        f"webhooks: {total:,} queued deliveries, concurrency {CONCURRENCY}",
+        [
+            ("deliveries/s (worker)", rate),
+            ("direct POSTs/s (limit)", direct),
+            ("ratio to direct", rate / direct),
+            ("overhead per delivery ms", overhead_ms),
+            ("delivered (unique webhook-id)", len(receiver.arrivals)),
+            ("posts received", receiver.posts),
+            ("duplicates", duplicates),
+        ],
+    )
+    final_line(
+        "webhooks",
+        deliveries=len(receiver.arrivals),
+        deliveries_per_s=round(rate, 1),
+        direct_per_s=round(direct, 1),
+        ratio=round(rate / direct, 3),
+        overhead_ms=round(overhead_ms, 2),
+        duplicates=duplicates,
+    )
