@@ -13,12 +13,11 @@ import sys
 import aiohttp
 import jwt
 from aiohttp import web
-from jwt.algorithms import RSAAlgorithm
 
 
 async def main(jwks_url: str, audience: str, issuer: str) -> None:
     async with aiohttp.ClientSession() as session, session.get(jwks_url) as resp:
-        keys = {k["kid"]: RSAAlgorithm.from_jwk(json.dumps(k)) for k in (await resp.json())["keys"]}
+        keys = {k["kid"]: jwt.PyJWK(k, algorithm="RS256") for k in (await resp.json())["keys"]}
 
     async def documents(request: web.Request) -> web.Response:
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
