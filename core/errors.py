@@ -73,6 +73,16 @@ class AlreadyExists(Conflict):
     code = "ALREADY_EXISTS"
 
 
+class OrderItemNotFound(Conflict):
+    """DELETE named an lpn + sku pair that is not on the matched order."""
+
+    code = "ORDER_ITEM_NOT_FOUND"
+
+
+class IdempotencyKeyInFlight(Conflict):
+    code = "IDEMPOTENCY_KEY_IN_FLIGHT"
+
+
 class PayloadTooLarge(DockflowError):
     code = "PAYLOAD_TOO_LARGE"
     status = 413
@@ -89,6 +99,10 @@ class ValidationFailed(DockflowError):
     code = "VALIDATION_FAILED"
     status = 422
     title = "Unprocessable Entity"
+
+
+class IdempotencyKeyReused(ValidationFailed):
+    code = "IDEMPOTENCY_KEY_REUSED"
 
 
 class RateLimited(DockflowError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from core.services import Services
-from public_api import health, oauth
+from public_api import documents, health, oauth, openapi
 from public_api.keys import SERVICES, SETTINGS
 from public_api.problems import problem_middleware
 
@@ -25,4 +25,6 @@ def create_app(services: Services) -> web.Application:
     app[SETTINGS] = settings
     health.setup(app)
     oauth.setup(app)
+    documents.setup(app)
+    openapi.setup(app)
     return app

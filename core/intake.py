@@ -1,0 +1,565 @@
+"""Document intake: find or create the shipment and orders a document names, then apply each
+order's item strategy (OVERWRITE, APPEND, MERGE, DELETE). DESIGN.md section 5 is the contract.
+
+A document is applied in two phases under locks on its order and shipment keys:
+plan (read the current state, compute every change, raise on any error: nothing written yet),
+then execute (the writes). So a rejected document writes nothing, and requests for the same order
+never interleave (20 identical concurrent documents leave one shipment, one order, one item set).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from pymongo import DESCENDING, UpdateOne
+
+from core import locks, tenancy
+from core.access import Principal, check_access
+from core.documents import (
+    ChangeEntry,
+    DocumentItem,
+    DocumentOrder,
+    IntakeDocument,
+    IntakeResponse,
+    ResponseItem,
+    ResponseOrder,
+    ResponseShipment,
+    effective_strategy,
+)
+from core.errors import (
+    DockflowError,
+    DuplicateItemInRequest,
+    DuplicateOrderItemKey,
+    FieldError,
+    NotFound,
+    OrderItemNotFound,
+    ValidationFailed,
+)
+from core.shipments import ELIGIBLE, is_eligible
+from core.storage import Doc, Storage
+
+SHIPMENT_STATUS_NEW = "SCHEDULED"
+ORDER_STATUS_NEW = "CREATED"
+HISTORY_SOURCE = "document"
+
+# Item fields of a document and their stored names (lpn and sku identify an item; not here).
+_ITEM_FIELDS = {
+    "quantity": "quantity",
+    "quantity_unit": "quantity_unit",
+    "identifier": "identifier",
+    "purchase_order": "purchase_order",
+    "description": "description",
+    "upc": "upc",
+    "lot": "lot",
+    "expiration_date": "expiration_date",
+    "weight_per_unit": "weight_per_unit",
+    "weight_unit": "weight_unit",
+    "case_serials": "case_serials",
+}
+# Shipment fields a document may set, kept under the shipment's `fields`.
+_SHIPMENT_FIELDS = (
+    "expected_arrival_at",
+    "trailer_number",
+    "carrier",
+    "seal_number",
+    "bol_number",
+    "additional_fields",
+)
+
+
+@dataclass(frozen=True)
+class IntakeResult:
+    """What `apply_document` did: the response body and the shipment's id."""
+
+    response: IntakeResponse
+    shipment_id: int
+
+    @property
+    def created(self) -> bool:
+        """True when anything was created (the REST status is 201 then, else 200)."""
+        return bool(self.response.created)
+
+
+def shipment_key(business: str, facility: str, direction: str, number: str) -> str:
+    return f"shipment:{business}/{facility}/{direction}/{number}"
+
+
+def order_key(business: str, facility: str, direction: str, number: str) -> str:
+    return f"order:{business}/{facility}/{direction}/{number}"
+
+
+async def apply_document(
+    storage: Storage, principal: Principal, document: IntakeDocument
+) -> IntakeResult:
+    """Apply a validated document for `principal`. Raises (and writes nothing) when any part of
+    it is rejected: 404/403 scope, 409 conflicts, 422 fields the current state requires."""
+    check_access(principal, document.business, document.facility)
+    facility = await tenancy.find_facility(storage, document.business, document.facility)
+    if facility is None:
+        raise NotFound(f"facility {document.business}/{document.facility} not found")
+    if document.dock_slug is not None and document.dock_slug not in {
+        d.slug for d in facility.docks
+    }:
+        raise ValidationFailed(
+            "the document has invalid fields",
+            errors=[FieldError("dockSlug", f"no dock {document.dock_slug!r} at this facility")],
+        )
+    orders = document.order_documents()
+    paths = document.order_paths()
+    _check_request_duplicates(orders, paths)
+    scope = (document.business, document.facility, document.direction)
+    keys = [shipment_key(*scope, document.shipment_reference)]
+    keys += [order_key(*scope, o.order_number) for o in orders]
+    async with locks.hold(storage, keys):
+        plan = await _plan(storage, document, orders, paths)
+        shipment_id = await _execute(storage, plan)
+        shipment = await _resulting_shipment(storage, shipment_id)
+    response = IntakeResponse(
+        created=plan.created, updated=plan.updated, removed=plan.removed, shipment=shipment
+    )
+    return IntakeResult(response=response, shipment_id=shipment_id)
+
+
+def _check_request_duplicates(orders: list[DocumentOrder], paths: list[str]) -> None:
+    """409 when one order of the request repeats an lpn + sku pair."""
+    duplicates: list[FieldError] = []
+    for prefix, order in zip(paths, orders, strict=True):
+        seen: dict[tuple[str | None, str | None], int] = {}
+        for index, item in enumerate(order.items or ()):
+            first = seen.setdefault((item.lpn, item.sku), index)
+            if first != index:
+                duplicates.append(
+                    FieldError(
+                        f"{prefix}items[{index}]",
+                        f"lpn={item.lpn}, sku={item.sku} repeats {prefix}items[{first}]",
+                    )
+                )
+    if duplicates:
+        lpn_sku = duplicates[0].detail.split(" repeats ")[0]
+        raise DuplicateItemInRequest(f"DUPLICATE_ITEM_IN_REQUEST: {lpn_sku}", errors=duplicates)
+
+
+# --- plan ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _OrderPlan:
+    number: str
+    existing: Doc | None  # None: the order is created
+    moves_from: int | None = None  # the eligible shipment it is remapped from
+    remove_ids: list[str] = field(default_factory=list)
+    updates: list[tuple[str, Doc]] = field(default_factory=list)  # item id, $set
+    inserts: list[Doc] = field(default_factory=list)  # items without ids and order/shipment ids
+
+    @property
+    def items_changed(self) -> bool:
+        return bool(self.remove_ids or self.updates or self.inserts)
+
+
+@dataclass
+class _Plan:
+    business: str
+    facility: str
+    direction: str
+    shipment_number: str
+    shipment: Doc | None  # None: the shipment is created
+    shipment_fields: Doc  # document values for the shipment's `fields`
+    dock: str | None
+    orders: list[_OrderPlan]
+    now: datetime
+    created: list[ChangeEntry] = field(default_factory=list)
+    updated: list[ChangeEntry] = field(default_factory=list)
+    removed: list[ChangeEntry] = field(default_factory=list)
+
+
+@dataclass
+class _Problems:
+    """State-dependent errors; the first kind found is raised with every instance of it."""
+
+    first: type[DockflowError] | None = None
+    detail: str = ""
+    errors: list[FieldError] = field(default_factory=list)
+
+    def add(self, kind: type[DockflowError], detail: str, path: str, message: str) -> None:
+        if self.first is None:
+            self.first, self.detail = kind, detail
+        if kind is self.first:
+            self.errors.append(FieldError(path, message))
+
+    def raise_if_any(self) -> None:
+        if self.first is not None:
+            raise self.first(self.detail, errors=self.errors)
+
+
+async def _plan(
+    storage: Storage, document: IntakeDocument, orders: list[DocumentOrder], paths: list[str]
+) -> _Plan:
+    scope = {
+        "business": document.business,
+        "facility": document.facility,
+        "direction": document.direction,
+    }
+    named = await storage.shipments.find_one(
+        {**scope, "number": document.shipment_reference, **ELIGIBLE}, sort=[("_id", DESCENDING)]
+    )
+    plan = _Plan(
+        business=document.business,
+        facility=document.facility,
+        direction=document.direction,
+        shipment_number=document.shipment_reference,
+        shipment=named,
+        shipment_fields=_shipment_fields(document),
+        dock=document.dock_slug,
+        orders=[],
+        now=datetime.now(UTC),
+    )
+    problems = _Problems()
+    for prefix, order in zip(paths, orders, strict=True):
+        existing = await _eligible_order(storage, scope, order.order_number)
+        order_plan = _OrderPlan(number=order.order_number, existing=existing)
+        current: list[Doc] = []
+        if existing is not None:
+            if named is None or existing["shipment_id"] != named["_id"]:
+                order_plan.moves_from = existing["shipment_id"]
+            current = await storage.order_items.find({"order_id": existing["_id"]}).to_list()
+        _plan_items(order, prefix, current, order_plan, problems)
+        plan.orders.append(order_plan)
+    problems.raise_if_any()
+    return plan
+
+
+async def _eligible_order(storage: Storage, scope: Doc, number: str) -> Doc | None:
+    """The most recently created order with this number whose shipment is eligible."""
+    candidates = (
+        await storage.orders.find({**scope, "number": number})
+        .sort("created_seq", DESCENDING)
+        .to_list()
+    )
+    if not candidates:
+        return None
+    shipment_ids = list({c["shipment_id"] for c in candidates})
+    shipments = await storage.shipments.find({"_id": {"$in": shipment_ids}}).to_list()
+    eligible = {s["_id"] for s in shipments if is_eligible(s)}
+    return next((c for c in candidates if c["shipment_id"] in eligible), None)
+
+
+def _plan_items(
+    order: DocumentOrder,
+    prefix: str,
+    current: list[Doc],
+    plan: _OrderPlan,
+    problems: _Problems,
+) -> None:
+    if order.items is None:
+        return  # no items: the order's items stay as they are
+    strategy = effective_strategy(order)
+    by_pair = {(i["lpn"], i["sku"]): i for i in current}
+    next_seq = max((i.get("seq", 0) for i in current), default=0) + 1
+    if strategy == "OVERWRITE":
+        plan.remove_ids = [i["_id"] for i in sorted(current, key=_item_order)]
+    for index, item in enumerate(order.items):
+        path = f"{prefix}items[{index}]"
+        pair = f"lpn={item.lpn}, sku={item.sku}"
+        match = by_pair.get((item.lpn, item.sku))
+        if strategy == "APPEND" and match is not None:
+            problems.add(
+                DuplicateOrderItemKey,
+                f"DUPLICATE_ORDER_ITEM_KEY: {pair}",
+                path,
+                f"{pair} is already on order {order.order_number}",
+            )
+        elif strategy == "DELETE":
+            if match is None:
+                problems.add(
+                    OrderItemNotFound,
+                    f"ORDER_ITEM_NOT_FOUND: {pair}",
+                    path,
+                    f"{pair} is not on order {order.order_number}",
+                )
+            else:
+                plan.remove_ids.append(match["_id"])
+        elif strategy == "MERGE" and match is not None:
+            plan.updates.append((match["_id"], _merged_fields(item, match)))
+        else:  # OVERWRITE, APPEND of a new pair, MERGE creating
+            if item.quantity is None or item.quantity_unit is None:
+                problems.add(
+                    ValidationFailed,
+                    "the document has invalid fields",
+                    f"{path}.{'quantity' if item.quantity is None else 'quantityUnit'}",
+                    f"Field required to create an item ({pair} is not on the order)",
+                )
+                continue
+            plan.inserts.append({**_new_item_fields(item), "seq": next_seq})
+            next_seq += 1
+
+
+def _item_values(item: DocumentItem) -> Doc:
+    """The stored values of the fields the item carries (null counts as absent)."""
+    values: Doc = {}
+    for name, stored in _ITEM_FIELDS.items():
+        value = getattr(item, name)
+        if value is None:
+            continue
+        if name in ("quantity", "weight_per_unit"):
+            value = _number(value)
+        elif name == "expiration_date":
+            value = value.isoformat()
+        elif name == "case_serials":
+            value = [
+                {"id": s.id, "quantity": None if s.quantity is None else _number(s.quantity)}
+                for s in value
+            ]
+        values[stored] = value
+    return values
+
+
+def _new_item_fields(item: DocumentItem) -> Doc:
+    return {
+        "lpn": item.lpn,
+        "sku": item.sku,
+        "identifier": None,
+        **_item_values(item),
+        "reference": item.reference,
+    }
+
+
+def _merged_fields(item: DocumentItem, current: Doc) -> Doc:
+    values = _item_values(item)
+    identifier = values.get("identifier", current.get("identifier"))
+    values["reference"] = identifier or current.get("lpn") or current.get("sku")
+    return values
+
+
+def _number(value: float) -> float | int:
+    """Integral quantities are kept (and answered) as integers."""
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def _shipment_fields(document: IntakeDocument) -> Doc:
+    fields: Doc = {}
+    for name in _SHIPMENT_FIELDS:
+        value = getattr(document, name)
+        if value is None:
+            continue
+        if name == "additional_fields":
+            value = [{"name": f.name, "value": f.value} for f in value]
+        fields[_camel(name)] = value
+    return fields
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _item_order(item: Doc) -> tuple[int, str]:
+    return (int(item.get("seq", 0)), str(item["_id"]))
+
+
+# --- execute -------------------------------------------------------------------------------
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+async def _execute(storage: Storage, plan: _Plan) -> int:
+    """Write the plan; returns the shipment id. Entries are recorded as the writes happen."""
+    now = plan.now
+    scope = {"business": plan.business, "facility": plan.facility, "direction": plan.direction}
+    shipment_ref = plan.shipment_number
+    if plan.shipment is None:
+        shipment_id = await storage.next_id("shipments")
+        await storage.shipments.insert_one(
+            {
+                "_id": shipment_id,
+                **scope,
+                "number": plan.shipment_number,
+                "status": SHIPMENT_STATUS_NEW,
+                "history": [{"status": SHIPMENT_STATUS_NEW, "at": now, "source": HISTORY_SOURCE}],
+                "dock": plan.dock,
+                "arrived_at": None,
+                "linked_to": None,
+                "completed_at": None,
+                "completion_reason": None,
+                "fields": plan.shipment_fields,
+                "created_at": now,
+                "updated_at": now,
+            }
+        )
+        plan.created.append(
+            ChangeEntry(type="SHIPMENT", id=str(shipment_id), reference=shipment_ref)
+        )
+        shipment_changed = False
+    else:
+        shipment_id = plan.shipment["_id"]
+        shipment_changed = await _update_shipment(storage, plan.shipment, plan, now)
+
+    item_created: list[ChangeEntry] = []
+    item_updated: list[ChangeEntry] = []
+    order_updated: list[ChangeEntry] = []
+    left_shipments: set[int] = set()
+    for order in plan.orders:
+        if order.existing is None:
+            order_id = _new_id("ord")
+            await storage.orders.insert_one(
+                {
+                    "_id": order_id,
+                    **scope,
+                    "number": order.number,
+                    "shipment_id": shipment_id,
+                    "status": ORDER_STATUS_NEW,
+                    "created_seq": await storage.next_id("orders"),
+                    "created_at": now,
+                }
+            )
+            plan.created.append(ChangeEntry(type="ORDER", id=order_id, reference=order.number))
+            shipment_changed = True
+        else:
+            order_id = order.existing["_id"]
+            if order.moves_from is not None:
+                await storage.orders.update_one(
+                    {"_id": order_id}, {"$set": {"shipment_id": shipment_id}}
+                )
+                await storage.order_items.update_many(
+                    {"order_id": order_id}, {"$set": {"shipment_id": shipment_id}}
+                )
+                left_shipments.add(order.moves_from)
+            if order.moves_from is not None or order.items_changed:
+                order_updated.append(ChangeEntry(type="ORDER", id=order_id, reference=order.number))
+                shipment_changed = True
+        await _write_items(storage, plan, order, order_id, shipment_id, item_created, item_updated)
+        if order.items_changed:
+            shipment_changed = True
+
+    for left in sorted(left_shipments - {shipment_id}):
+        old = await storage.shipments.find_one_and_update(
+            {"_id": left}, {"$set": {"updated_at": now}}
+        )
+        if old is not None:
+            plan.updated.append(
+                ChangeEntry(type="SHIPMENT", id=str(left), reference=old.get("number") or "")
+            )
+    if plan.shipment is not None and shipment_changed:
+        plan.updated.insert(
+            0, ChangeEntry(type="SHIPMENT", id=str(shipment_id), reference=shipment_ref)
+        )
+    plan.created.extend(item_created)
+    plan.updated.extend(order_updated)
+    plan.updated.extend(item_updated)
+    return shipment_id
+
+
+async def _update_shipment(storage: Storage, shipment: Doc, plan: _Plan, now: datetime) -> bool:
+    """Apply the document's shipment fields; True when something changed."""
+    update: Doc = {}
+    fields = {**(shipment.get("fields") or {}), **plan.shipment_fields}
+    if fields != (shipment.get("fields") or {}):
+        update["fields"] = fields
+    if plan.dock is not None and plan.dock != shipment.get("dock"):
+        update["dock"] = plan.dock
+    await storage.shipments.update_one(
+        {"_id": shipment["_id"]}, {"$set": {**update, "updated_at": now}}
+    )
+    return bool(update)
+
+
+async def _write_items(
+    storage: Storage,
+    plan: _Plan,
+    order: _OrderPlan,
+    order_id: str,
+    shipment_id: int,
+    created: list[ChangeEntry],
+    updated: list[ChangeEntry],
+) -> None:
+    if order.remove_ids:
+        removed = {
+            d["_id"]: d
+            for d in await storage.order_items.find({"_id": {"$in": order.remove_ids}}).to_list()
+        }
+        await storage.order_items.delete_many({"_id": {"$in": order.remove_ids}})
+        plan.removed.extend(
+            ChangeEntry(type="ORDER_ITEM", id=i, reference=_reference(removed.get(i)))
+            for i in order.remove_ids
+        )
+    if order.updates:
+        await storage.order_items.bulk_write(
+            [UpdateOne({"_id": item_id}, {"$set": values}) for item_id, values in order.updates]
+        )
+        ids = [item_id for item_id, _ in order.updates]
+        after = {
+            d["_id"]: d for d in await storage.order_items.find({"_id": {"$in": ids}}).to_list()
+        }
+        updated.extend(
+            ChangeEntry(type="ORDER_ITEM", id=i, reference=_reference(after.get(i))) for i in ids
+        )
+    if order.inserts:
+        docs = [
+            {
+                "_id": _new_id("itm"),
+                "order_id": order_id,
+                "shipment_id": shipment_id,
+                "business": plan.business,
+                "facility": plan.facility,
+                **values,
+            }
+            for values in order.inserts
+        ]
+        await storage.order_items.insert_many(docs)
+        created.extend(
+            ChangeEntry(type="ORDER_ITEM", id=d["_id"], reference=d["reference"]) for d in docs
+        )
+
+
+def _reference(item: Doc | None) -> str:
+    if item is None:
+        return ""
+    return str(item.get("reference") or item.get("identifier") or item.get("lpn") or item["sku"])
+
+
+# --- result --------------------------------------------------------------------------------
+
+
+async def _resulting_shipment(storage: Storage, shipment_id: int) -> ResponseShipment:
+    shipment = await storage.shipments.find_one({"_id": shipment_id})
+    assert shipment is not None
+    orders = (
+        await storage.orders.find({"shipment_id": shipment_id}).sort("created_seq", 1).to_list()
+    )
+    items_by_order: dict[str, list[Doc]] = {}
+    for item in await storage.order_items.find({"shipment_id": shipment_id}).to_list():
+        items_by_order.setdefault(item["order_id"], []).append(item)
+    return ResponseShipment(
+        id=shipment_id,
+        status=shipment["status"],
+        orders=[
+            ResponseOrder(
+                order_number=o["number"],
+                status=o["status"],
+                items=[
+                    _response_item(i)
+                    for i in sorted(items_by_order.get(o["_id"], []), key=_item_order)
+                ],
+            )
+            for o in orders
+        ],
+    )
+
+
+def _response_item(item: Doc) -> ResponseItem:
+    return ResponseItem(
+        lpn=item.get("lpn"),
+        sku=item.get("sku"),
+        quantity=item["quantity"],
+        quantity_unit=item["quantity_unit"],
+        id=item["_id"],
+    )
+
+
+async def order_items(storage: Storage, order_id: str) -> list[Doc]:
+    """An order's items in their order (used by tests and readers that need the item set)."""
+    items = await storage.order_items.find({"order_id": order_id}).to_list()
+    return sorted(items, key=_item_order)

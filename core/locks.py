@@ -1,0 +1,116 @@
+"""Named mutual exclusion across tasks and processes: a lock document per key in `order_locks`.
+
+A lock is taken by inserting ``{_id: key}`` (the unique `_id` makes exactly one insert win) and
+released by deleting it. `expires_at` bounds how long a crashed holder blocks others: an expired
+lock is taken over (and the TTL index removes leftovers). Within one process an asyncio lock per
+key queues contenders first, so only one task per process polls the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from pymongo.errors import DuplicateKeyError
+
+from core.errors import Unavailable
+from core.storage import Storage
+
+LOCK_TTL_S = 120.0  # a holder that crashed blocks its keys at most this long
+LOCK_WAIT_S = 30.0  # longest a caller waits for a busy key before answering 503
+POLL_MIN_S = 0.005  # first retry delay while another process holds the key
+POLL_MAX_S = 0.2  # retry delays grow up to this
+BUSY = "another request for the same order is still running; retry later"
+
+
+@dataclass
+class _LocalLock:
+    lock: asyncio.Lock
+    users: int = 0
+
+
+_local: dict[str, _LocalLock] = {}
+
+
+@asynccontextmanager
+async def _local_lock(key: str) -> AsyncIterator[None]:
+    entry = _local.get(key)
+    if entry is None:
+        entry = _local[key] = _LocalLock(asyncio.Lock())
+    entry.users += 1
+    try:
+        async with entry.lock:
+            yield
+    finally:
+        entry.users -= 1
+        if entry.users == 0:
+            _local.pop(key, None)
+
+
+@asynccontextmanager
+async def hold(
+    storage: Storage,
+    keys: Iterable[str],
+    *,
+    ttl_s: float = LOCK_TTL_S,
+    wait_s: float = LOCK_WAIT_S,
+) -> AsyncIterator[None]:
+    """Hold every key at once. Keys are taken in sorted order, so callers never deadlock."""
+    ordered = sorted(set(keys))
+    owner = secrets.token_hex(8)
+    deadline = asyncio.get_running_loop().time() + wait_s
+    async with AsyncExitStack() as stack:
+        try:
+            async with asyncio.timeout_at(deadline):
+                for key in ordered:
+                    await stack.enter_async_context(_local_lock(key))
+        except TimeoutError:
+            raise Unavailable(BUSY) from None
+        held: list[str] = []
+        try:
+            for key in ordered:
+                await _acquire(storage, key, owner, ttl_s, deadline)
+                held.append(key)
+            yield
+        finally:
+            for key in reversed(held):
+                # Shielded: a cancelled request still releases; if even this fails, the lock
+                # expires after ttl_s.
+                await asyncio.shield(storage.order_locks.delete_one({"_id": key, "owner": owner}))
+
+
+async def _acquire(storage: Storage, key: str, owner: str, ttl_s: float, deadline: float) -> None:
+    loop = asyncio.get_running_loop()
+    delay = POLL_MIN_S
+    while True:
+        now = datetime.now(UTC)
+        try:
+            await storage.order_locks.insert_one(
+                {
+                    "_id": key,
+                    "owner": owner,
+                    "acquired_at": now,
+                    "expires_at": now + timedelta(seconds=ttl_s),
+                }
+            )
+            return
+        except DuplicateKeyError:
+            pass
+        current = await storage.order_locks.find_one({"_id": key})
+        if current is not None and current["expires_at"] <= now:
+            # The holder crashed (or overran its lease): take the lock over.
+            await storage.order_locks.delete_one(
+                {"_id": key, "owner": current["owner"], "expires_at": current["expires_at"]}
+            )
+            continue
+        if current is None:
+            continue
+        if loop.time() >= deadline:
+            raise Unavailable(BUSY)
+        await asyncio.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, POLL_MAX_S)

@@ -1,0 +1,117 @@
+"""``POST /documents`` (and ``/v1/documents``): the order-document intake endpoint.
+
+Translation only: authenticate (401 before the body is read), check the content type (415) and
+size (413), decode JSON or XML (400), validate (422), then `core.intake.apply_document` does the
+rest. Errors leave through the problem+json middleware.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from aiohttp import web
+
+from core import idempotency, intake
+from core.documents import parse_document
+from core.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+from public_api.auth import authenticate
+from public_api.keys import SERVICES
+from public_api.xml_documents import document_from_xml
+
+PATHS = ("/documents", "/v1/documents")
+JSON_TYPES = ("application/json",)
+XML_TYPES = ("application/xml", "text/xml")
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+READ_CHUNK = 64 * 1024
+
+
+def setup(app: web.Application) -> None:
+    for path in PATHS:
+        app.router.add_post(path, post_document)
+
+
+def body_kind(content_type: str) -> str:
+    """``json`` or ``xml`` for an accepted media type (``+json``/``+xml`` suffixes too)."""
+    media = content_type.lower()
+    if media in JSON_TYPES or media.endswith("+json"):
+        return "json"
+    if media in XML_TYPES or media.endswith("+xml"):
+        return "xml"
+    raise UnsupportedMediaType(
+        f"content type {content_type or '(none)'!r} is not accepted; "
+        "send application/json, application/xml or text/xml"
+    )
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole body, or 413 as soon as it is known to exceed `limit` bytes."""
+    too_large = PayloadTooLarge(f"the document is larger than {limit} bytes")
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.read(READ_CHUNK):
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def decode(kind: str, body: bytes) -> object:
+    if kind == "xml":
+        return document_from_xml(body)
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(
+            f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+    except UnicodeDecodeError:
+        raise BadRequest("the JSON body is not valid UTF-8") from None
+    except RecursionError:
+        raise BadRequest("the JSON body is nested too deeply") from None
+
+
+async def post_document(request: web.Request) -> web.Response:
+    """Create or update the shipment, orders and items of one document."""
+    principal = await authenticate(request)
+    services = request.app[SERVICES]
+    storage = services.storage
+    kind = body_kind(request.content_type)
+    body = await read_body(request, services.settings.max_document_bytes)
+
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is not None:
+        fingerprint = hashlib.sha256(kind.encode() + b"\0" + body).hexdigest()
+        stored = await idempotency.begin(storage, principal.subject, key, fingerprint)
+        if stored is not None:
+            return web.Response(
+                status=stored.status,
+                text=stored.body,
+                content_type="application/json",
+                headers={**stored.headers, REPLAYED_HEADER: "true"},
+            )
+    try:
+        document = parse_document(decode(kind, body))
+        result = await intake.apply_document(storage, principal, document)
+    except BaseException:
+        if key is not None:
+            await idempotency.abandon(storage, principal.subject, key)
+        raise
+    status = 201 if result.created else 200
+    headers = {}
+    if status == 201:
+        dashboard = services.settings.dashboard_base_url
+        headers["Location"] = f"{dashboard}/shipments/{result.shipment_id}"
+    text = result.response.model_dump_json(by_alias=True)
+    if key is not None:
+        await idempotency.finish(
+            storage,
+            principal.subject,
+            key,
+            idempotency.StoredResponse(status=status, body=text, headers=headers),
+        )
+    return web.Response(status=status, text=text, content_type="application/json", headers=headers)
