@@ -2,20 +2,29 @@
 
 Message ids are integers reserved from a sequence before the write, so a message may commit
 after one with a higher id; readers of the feed must allow for that.
+
+Writes are idempotent: a delivery's id is derived from its message id and endpoint id, and a
+message's id is reserved once and kept by its caller (the pallet or the shipment stores it), so
+writing the same messages again after a crash completes a half-written batch instead of doubling
+it (duplicate-key errors of such a rewrite are ignored).
 """
 
 from __future__ import annotations
 
-import secrets
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from pymongo.errors import BulkWriteError
+
 from core import metrics
-from core.storage import Doc, Storage
+from core.storage import Doc, IdBlock, Storage
 from core.webhook_endpoints import endpoints_for
 
 MessageType = Literal["PALLET_EVENT", "SHIPMENT_COMPLETE"]
+SEQUENCE = "push_messages"
+DUPLICATE_KEY = 11000
 
 
 @dataclass(frozen=True)
@@ -39,18 +48,56 @@ class WrittenMessages:
     def ids(self) -> list[int]:
         return [int(m["_id"]) for m in self.messages]
 
+    def extend(self, other: WrittenMessages) -> None:
+        self.messages += other.messages
+        self.deliveries += other.deliveries
+
+
+class EndpointCache:
+    """Endpoint ids per (business, facility, event), looked up once per batch."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self._ids: dict[tuple[str, str, str], list[str]] = {}
+
+    async def endpoint_ids(self, business: str, facility: str, event: str) -> list[str]:
+        key = (business, facility, event)
+        if key not in self._ids:
+            endpoints = await endpoints_for(self.storage, business, facility, event)
+            self._ids[key] = [e.endpoint_id for e in endpoints]
+        return self._ids[key]
+
+
+def delivery_id(message_id: int, endpoint_id: str) -> str:
+    """Deterministic, so rewriting a message's deliveries never doubles them."""
+    return f"dlv_{message_id}_{endpoint_id.removeprefix('whe_')}"
+
+
+async def reserve_message_ids(storage: Storage, count: int) -> IdBlock:
+    """Reserve `count` consecutive message ids (one database round trip for a whole batch)."""
+    return await storage.next_ids(SEQUENCE, count)
+
 
 async def build_messages(
-    storage: Storage, new: list[NewMessage], *, sent_at: datetime | None = None
+    storage: Storage,
+    new: Sequence[NewMessage],
+    *,
+    ids: Iterable[int] | None = None,
+    sent_at: datetime | None = None,
+    endpoints: EndpointCache | None = None,
 ) -> WrittenMessages:
-    """Reserve ids and build message and delivery documents, without writing them."""
+    """Build message and delivery documents without writing them; reserves ids unless given."""
     out = WrittenMessages()
     if not new:
         return out
-    block = await storage.next_ids("push_messages", len(new))
+    message_ids = (
+        list(ids) if ids is not None else list(await reserve_message_ids(storage, len(new)))
+    )
+    if len(message_ids) != len(new):
+        raise ValueError("one message id per message")
     sent_at = sent_at or datetime.now(UTC)
-    endpoint_cache: dict[tuple[str, str, str], list[str]] = {}
-    for message_id, item in zip(block, new, strict=True):
+    endpoints = endpoints or EndpointCache(storage)
+    for message_id, item in zip(message_ids, new, strict=True):
         out.messages.append(
             {
                 "_id": message_id,
@@ -63,14 +110,10 @@ async def build_messages(
                 "pallet_id": item.pallet_id,
             }
         )
-        key = (item.business, item.facility, item.type)
-        if key not in endpoint_cache:
-            endpoints = await endpoints_for(storage, *key)
-            endpoint_cache[key] = [e.endpoint_id for e in endpoints]
-        for endpoint_id in endpoint_cache[key]:
+        for endpoint_id in await endpoints.endpoint_ids(item.business, item.facility, item.type):
             out.deliveries.append(
                 {
-                    "_id": f"dlv_{secrets.token_hex(8)}",
+                    "_id": delivery_id(message_id, endpoint_id),
                     "message_id": message_id,
                     "endpoint_id": endpoint_id,
                     "business": item.business,
@@ -81,18 +124,36 @@ async def build_messages(
                     "next_attempt_at": sent_at,
                     "lease_owner": None,
                     "lease_until": None,
+                    "last_status": None,
+                    "last_error": None,
                     "created_at": sent_at,
+                    "delivered_at": None,
                 }
             )
     return out
 
 
+async def insert_ignoring_duplicates(storage: Storage, collection: str, docs: list[Doc]) -> int:
+    """Insert `docs`; documents whose id already exists are kept as they are. Returns how many
+    were new. The building block of every idempotent rewrite after a crash."""
+    if not docs:
+        return 0
+    try:
+        result = await storage[collection].insert_many(docs, ordered=False)
+    except BulkWriteError as exc:
+        errors = exc.details.get("writeErrors", [])
+        if any(e.get("code") != DUPLICATE_KEY for e in errors):
+            raise
+        return len(docs) - len(errors)
+    return len(result.inserted_ids)
+
+
 async def write_messages(storage: Storage, written: WrittenMessages) -> None:
-    """Store deliveries first, then messages: a message that is visible has its deliveries."""
-    if written.deliveries:
-        await storage.webhook_deliveries.insert_many(written.deliveries, ordered=False)
-    if written.messages:
-        await storage.push_messages.insert_many(written.messages, ordered=False)
+    """Store deliveries first, then messages: a message that is visible has its deliveries.
+    Idempotent: what already exists is left alone."""
+    await insert_ignoring_duplicates(storage, "webhook_deliveries", written.deliveries)
+    inserted = await insert_ignoring_duplicates(storage, "push_messages", written.messages)
+    if inserted:
         for message in written.messages:
             metrics.MESSAGES.labels(message["type"]).inc()
 

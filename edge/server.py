@@ -10,6 +10,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from core.services import Services
+from dockflow.edge.v1 import edge_pb2_grpc
+from edge.servicer import SERVICE_NAME as PALLET_INGEST
+from edge.servicer import PalletIngestServicer, make_batcher
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,7 @@ class EdgeServer:
         self.port = 0
         self.health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
+        self.batcher = make_batcher(services)
 
     @property
     def address(self) -> str:
@@ -71,7 +75,9 @@ class EdgeServer:
 
     def _add_servicers(self, server: grpc.aio.Server) -> list[str]:
         """Register the camera services; returns their full names for reflection and health."""
-        return []
+        servicer = PalletIngestServicer(self.services, self.batcher)
+        edge_pb2_grpc.add_PalletIngestServicer_to_server(servicer, server)
+        return [PALLET_INGEST]
 
     async def stop(self, grace: float | None = None) -> None:
         """Report NOT_SERVING, then let in-flight calls finish for `grace` seconds. Idempotent."""
@@ -80,6 +86,7 @@ class EdgeServer:
             return
         await self.health.enter_graceful_shutdown()
         await server.stop(self.services.settings.shutdown_grace_s if grace is None else grace)
+        await self.batcher.stop()
         log.info("gRPC edge stopped")
 
     async def __aenter__(self) -> EdgeServer:

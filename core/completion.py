@@ -1,0 +1,237 @@
+"""Shipment completion: exactly once per shipment, with its SHIPMENT_COMPLETE push message.
+
+Triggers (the first one wins): DOOR_CLOSED or TRAILER_DEPARTED at the shipment's dock
+(`core.dock_events`), every expected LPN observed in the expected direction when the facility's
+`complete_on_all_lpns` is on (`check_all_lpns_observed`, run after each pallet batch), or an
+explicit request (`complete_shipment`, used by GraphQL and the dashboard).
+
+Exactly once: a message id is reserved, then one compare-and-set on ``completed_at: None`` stores
+the completion together with that id (`completion_message_id`). Only the writer whose update
+matched writes the message; a racing trigger finds ``completed_at`` set and writes nothing. If
+the process dies between the two writes, the next `complete_shipment` call for the shipment
+(any trigger) finds the message missing and writes it under the stored id — so the message
+exists at most once, and at least once after any later completion call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pymongo import ASCENDING
+
+from core import feed, lifecycle
+from core.errors import NotFound
+from core.settings import Settings
+from core.storage import Doc, Storage
+from core.tenancy import find_facility
+
+REQUESTED = "REQUESTED"
+DOOR_CLOSED = "DOOR_CLOSED"
+TRAILER_DEPARTED = "TRAILER_DEPARTED"
+ALL_LPNS_OBSERVED = "ALL_LPNS_OBSERVED"
+
+
+@dataclass(frozen=True)
+class Completion:
+    shipment_id: int
+    message_id: int
+    reason: str
+    completed_at: datetime
+    # False when the shipment had already been completed (by this or another trigger).
+    completed_now: bool
+
+
+def shipment_url(settings: Settings, shipment_id: int) -> str:
+    return f"{settings.dashboard_base_url}/shipments/{shipment_id}"
+
+
+def opposite(direction: str) -> str:
+    return "UNLOADING" if direction == "LOADING" else "LOADING"
+
+
+def pallet_key(pallet: Doc) -> str:
+    """What makes two readings the same physical pallet: its LPNs, else the pallet itself."""
+    lpns = sorted(pallet.get("lpns") or [])
+    return "lpn:" + "|".join(lpns) if lpns else "plt:" + str(pallet["_id"])
+
+
+def net_pallets(pallets: Iterable[Doc]) -> list[Doc]:
+    """The pallets that stayed: a load and a later unload of the same pallet (or the reverse)
+    cancel each other. Keeps the order of `occurred_at`."""
+    ordered = sorted(pallets, key=lambda p: (p["occurred_at"], str(p["_id"])))
+    stacks: dict[str, list[Doc]] = {}
+    for pallet in ordered:
+        stack = stacks.setdefault(pallet_key(pallet), [])
+        if stack and stack[-1]["direction"] == opposite(pallet["direction"]):
+            stack.pop()
+        else:
+            stack.append(pallet)
+    kept = {id(p) for stack in stacks.values() for p in stack}
+    return [p for p in ordered if id(p) in kept]
+
+
+async def shipment_order_numbers(storage: Storage, shipment_id: int) -> list[str]:
+    orders = (
+        await storage.orders.find({"shipment_id": shipment_id}, {"number": 1, "created_seq": 1})
+        .sort("created_seq", ASCENDING)
+        .to_list()
+    )
+    return [str(o["number"]) for o in orders]
+
+
+async def build_completion_payload(settings: Settings, storage: Storage, shipment: Doc) -> Doc:
+    """The spec's shipment completion payload: its pallets net of load/unload pairs, each a
+    pallet payload without occurredAt."""
+    shipment_id = int(shipment["_id"])
+    pallets = await storage.pallets.find(
+        {"shipment_id": shipment_id},
+        {"payload": 1, "occurred_at": 1, "direction": 1, "lpns": 1, "dock": 1},
+    ).to_list()
+    kept = net_pallets(pallets)
+    dock = shipment.get("dock") or (kept[-1]["dock"] if kept else "") or ""
+    return {
+        "serviceShipmentId": str(shipment_id),
+        "orders": await shipment_order_numbers(storage, shipment_id),
+        "url": shipment_url(settings, shipment_id),
+        "dockId": dock,
+        "pallets": [{k: v for k, v in p["payload"].items() if k != "occurredAt"} for p in kept],
+    }
+
+
+async def _write_completion_message(
+    settings: Settings, storage: Storage, shipment: Doc, message_id: int
+) -> None:
+    payload = await build_completion_payload(settings, storage, shipment)
+    written = await feed.build_messages(
+        storage,
+        [
+            feed.NewMessage(
+                business=shipment["business"],
+                facility=shipment["facility"],
+                type="SHIPMENT_COMPLETE",
+                payload=payload,
+                shipment_id=int(shipment["_id"]),
+            )
+        ],
+        ids=[message_id],
+    )
+    await feed.write_messages(storage, written)
+
+
+async def complete_shipment(
+    storage: Storage,
+    settings: Settings,
+    shipment_id: int,
+    source: str,
+    *,
+    reason: str = REQUESTED,
+    status: str | None = None,
+    at: datetime | None = None,
+) -> Completion:
+    """Complete the shipment once and write its SHIPMENT_COMPLETE message with deliveries.
+
+    `source` names who asked (``operator:alice``, ``client:dfc_…``, ``dock:DOOR_CLOSED``); it
+    goes into the history. `status` overrides the final status (default LOADED/UNLOADED by
+    direction; TRAILER_DEPARTED passes DEPARTED). Completing a completed shipment changes
+    nothing and answers ``completed_now=False`` (after repairing a missing message).
+    """
+    at = at or lifecycle.now_ms()
+    shipment = await storage.shipments.find_one({"_id": shipment_id})
+    if shipment is None:
+        raise NotFound(f"shipment {shipment_id} not found")
+    if shipment.get("completed_at") is None:
+        message_id = (await feed.reserve_message_ids(storage, 1)).first
+        final = status or lifecycle.DONE_STATUS.get(shipment["direction"], "LOADED")
+        written = await lifecycle.update_with_history(
+            storage,
+            shipment_id,
+            status=final,
+            at=at,
+            source=source,
+            fields={
+                "completed_at": at,
+                "completion_reason": reason,
+                "completion_message_id": message_id,
+            },
+            condition={"completed_at": None},
+            shipment=shipment,
+        )
+        if written is not None:
+            await storage.orders.update_many(
+                {"shipment_id": shipment_id}, {"$set": {"status": "COMPLETED"}}
+            )
+            await _write_completion_message(settings, storage, written, message_id)
+            return Completion(shipment_id, message_id, reason, at, completed_now=True)
+        shipment = await storage.shipments.find_one({"_id": shipment_id})
+        assert shipment is not None
+    return await _repair(settings, storage, shipment)
+
+
+async def _repair(settings: Settings, storage: Storage, shipment: Doc) -> Completion:
+    """A completed shipment: make sure its completion message exists (a crash may have come
+    between the completion and the message)."""
+    message_id = shipment.get("completion_message_id")
+    if message_id is None:  # completed by an older code path: nothing to repair
+        message_id = 0
+    elif await storage.push_messages.count_documents({"_id": message_id}) == 0:
+        await _write_completion_message(settings, storage, shipment, int(message_id))
+    return Completion(
+        int(shipment["_id"]),
+        int(message_id),
+        shipment.get("completion_reason") or REQUESTED,
+        shipment["completed_at"],
+        completed_now=False,
+    )
+
+
+async def check_all_lpns_observed(
+    storage: Storage, settings: Settings, shipment_ids: Iterable[int]
+) -> list[Completion]:
+    """Complete each shipment whose expected LPNs were all observed in its direction (net of
+    load/unload pairs), if its facility's policy says so."""
+    done: list[Completion] = []
+    ids = sorted(set(shipment_ids))
+    if not ids:
+        return done
+    shipments = await storage.shipments.find(
+        {"_id": {"$in": ids}, "completed_at": None},
+        {"business": 1, "facility": 1, "direction": 1},
+    ).to_list()
+    policies: dict[tuple[str, str], bool] = {}
+    for shipment in shipments:
+        site = (shipment["business"], shipment["facility"])
+        if site not in policies:
+            facility = await find_facility(storage, *site)
+            policies[site] = facility is not None and facility.complete_on_all_lpns
+        if not policies[site]:
+            continue
+        if await _all_lpns_observed(storage, shipment):
+            done.append(
+                await complete_shipment(
+                    storage,
+                    settings,
+                    int(shipment["_id"]),
+                    "pallet",
+                    reason=ALL_LPNS_OBSERVED,
+                )
+            )
+    return done
+
+
+async def _all_lpns_observed(storage: Storage, shipment: Doc) -> bool:
+    items = await storage.order_items.find({"shipment_id": shipment["_id"]}, {"lpn": 1}).to_list()
+    expected = {i["lpn"] for i in items if i.get("lpn")}
+    if not expected:
+        return False
+    want = "LOADING" if shipment["direction"] == "OUTBOUND" else "UNLOADING"
+    pallets: list[Any] = await storage.pallets.find(
+        {"shipment_id": shipment["_id"]},
+        {"lpns": 1, "direction": 1, "occurred_at": 1},
+    ).to_list()
+    observed = {
+        lpn for p in net_pallets(pallets) if p["direction"] == want for lpn in p.get("lpns") or []
+    }
+    return expected <= observed

@@ -1,0 +1,171 @@
+"""Shipment lifecycle at the docks: statuses with a timestamped history, ad-hoc shipments, the
+shipment currently at a dock, and dock events (DESIGN.md section 7).
+
+Statuses: NEW, SCHEDULED, AT_FACILITY, DOOR_ASSIGNED, LOADING, UNLOADING, LOADED, UNLOADED,
+DEPARTED. A shipment is *at a dock* while it is not completed, its `dock` is that dock and its
+status is DOOR_ASSIGNED, LOADING or UNLOADING (its door was assigned, or it received a pallet
+there). History entries are ``{status, at, source}``; the whole array is rewritten with ``$set``
+(``$push`` of sub-documents is not portable) under a compare-and-set on the history length, so
+concurrent writers never lose an entry.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+from pymongo import DESCENDING
+
+from core.errors import Conflict, NotFound
+from core.storage import Doc, Storage
+
+ReadingDirection = Literal["LOADING", "UNLOADING"]
+ShipmentDirection = Literal["OUTBOUND", "INBOUND"]
+DockEventType = Literal["TRAILER_ARRIVED", "DOOR_OPENED", "DOOR_CLOSED", "TRAILER_DEPARTED"]
+DOCK_EVENT_TYPES: tuple[str, ...] = (
+    "TRAILER_ARRIVED",
+    "DOOR_OPENED",
+    "DOOR_CLOSED",
+    "TRAILER_DEPARTED",
+)
+
+# A pallet LOADING pairs with OUTBOUND orders, UNLOADING with INBOUND.
+SHIPMENT_DIRECTION: dict[str, ShipmentDirection] = {"LOADING": "OUTBOUND", "UNLOADING": "INBOUND"}
+ARRIVED_STATUS = {"OUTBOUND": "LOADING", "INBOUND": "UNLOADING"}
+DONE_STATUS = {"OUTBOUND": "LOADED", "INBOUND": "UNLOADED"}
+AT_DOCK_STATUSES = ["DOOR_ASSIGNED", "LOADING", "UNLOADING"]
+# Shipments planned for a door; TRAILER_ARRIVED there moves the oldest one to DOOR_ASSIGNED.
+PLANNED_STATUSES = ["NEW", "SCHEDULED", "AT_FACILITY"]
+# Readings and events further ahead of the server clock than this are refused (camera clocks).
+MAX_FUTURE_SKEW = timedelta(minutes=5)
+_CAS_ATTEMPTS = 20  # history writers racing on one shipment retry this often before giving up
+
+
+def now_ms() -> datetime:
+    """Now, truncated to what the database stores (milliseconds)."""
+    return truncate_ms(datetime.now(UTC))
+
+
+def truncate_ms(at: datetime) -> datetime:
+    return at.astimezone(UTC).replace(microsecond=at.microsecond // 1000 * 1000)
+
+
+def history_entry(status: str, at: datetime, source: str) -> Doc:
+    return {"status": status, "at": at, "source": source}
+
+
+async def current_shipment_at_dock(
+    storage: Storage, business: str, facility: str, dock: str
+) -> Doc | None:
+    """The not completed shipment at `dock` (the most recent one, if several)."""
+    docs = (
+        await storage.shipments.find(
+            {
+                "business": business,
+                "facility": facility,
+                "dock": dock,
+                "status": {"$in": AT_DOCK_STATUSES},
+                "completed_at": None,
+            }
+        )
+        .sort("_id", DESCENDING)
+        .limit(1)
+        .to_list()
+    )
+    return docs[0] if docs else None
+
+
+async def create_adhoc_shipment(
+    storage: Storage,
+    business: str,
+    facility: str,
+    dock: str,
+    direction: ShipmentDirection,
+    at: datetime,
+) -> Doc:
+    """A shipment without a number, opened at `dock` by a pallet nobody announced."""
+    shipment_id = await storage.next_id("shipments")
+    doc: Doc = {
+        "_id": shipment_id,
+        "business": business,
+        "facility": facility,
+        "direction": direction,
+        "number": None,
+        "status": "NEW",
+        "history": [history_entry("NEW", at, "pallet")],
+        "dock": dock,
+        "arrived_at": None,
+        "linked_to": None,
+        "completed_at": None,
+        "completion_reason": None,
+        "completion_message_id": None,
+        "fields": {},
+        "created_at": at,
+        "updated_at": at,
+    }
+    await storage.shipments.insert_one(doc)
+    return doc
+
+
+async def update_with_history(
+    storage: Storage,
+    shipment_id: int,
+    *,
+    status: str | None,
+    at: datetime,
+    source: str,
+    fields: Doc | None = None,
+    condition: Doc | None = None,
+    shipment: Doc | None = None,
+) -> Doc | None:
+    """Append a history entry (and set `status` and `fields`) atomically.
+
+    `condition` is an extra filter the shipment must still match (e.g. ``{"arrived_at": None}``
+    for a first arrival): when it stops matching, nothing is written and None is returned. The
+    history length is the compare-and-set token, so a concurrent append makes this one retry.
+    Returns the shipment as written.
+    """
+    for _ in range(_CAS_ATTEMPTS):
+        if shipment is None:
+            shipment = await storage.shipments.find_one({"_id": shipment_id, **(condition or {})})
+            if shipment is None:
+                if await storage.shipments.count_documents({"_id": shipment_id}) == 0:
+                    raise NotFound(f"shipment {shipment_id} not found")
+                return None
+        history = list(shipment.get("history") or [])
+        entry_status = status or shipment.get("status") or "NEW"
+        changes: Doc = {
+            **(fields or {}),
+            "history": [*history, history_entry(entry_status, at, source)],
+            "updated_at": at,
+        }
+        if status is not None:
+            changes["status"] = status
+        result = await storage.shipments.update_one(
+            {"_id": shipment_id, "history": {"$size": len(history)}, **(condition or {})},
+            {"$set": changes},
+        )
+        if result.modified_count == 1:
+            return {**shipment, **changes}
+        shipment = None  # changed under us: read again
+    raise Conflict(f"shipment {shipment_id} is being changed by too many writers; retry")
+
+
+async def mark_arrived(
+    storage: Storage, shipment: Doc, *, dock: str, at: datetime, source: str = "pallet"
+) -> bool:
+    """The shipment's first pallet: LOADING/UNLOADING, `arrived_at`, its dock. Exactly once."""
+    if shipment.get("arrived_at") is not None:
+        return False
+    status = ARRIVED_STATUS[shipment["direction"]]
+    written = await update_with_history(
+        storage,
+        shipment["_id"],
+        status=status,
+        at=at,
+        source=source,
+        fields={"arrived_at": at, "dock": shipment.get("dock") or dock},
+        condition={"arrived_at": None},
+        shipment=shipment,
+    )
+    return written is not None

@@ -1,0 +1,587 @@
+"""Pallet readings from dock cameras: validation, matching, pallet messages (DESIGN.md 7).
+
+`record_pallets` takes a batch of readings (from one or many cameras and streams) and answers
+one `ReadingResult` per reading, in order. A result is returned only once the pallet, its push
+message and the message's webhook deliveries are durably stored.
+
+Crash safety and idempotency, per (camera, reading id):
+
+- The pallet id is derived from the camera and reading id (`pallet_id_for`), so a resend finds
+  the pallet of the first attempt, if any was written.
+- Writes go in this order, each an insert that ignores already existing ids:
+  1. pallets (each holding its reserved `message_id`, `shipment_id` and finished `payload`),
+  2. webhook deliveries (ids derived from message id + endpoint id),
+  3. push messages,
+  4. `readings` claims ``{camera_id}:{reading_id}`` — written last, they mean "all done".
+- A resend whose claim exists answers DUPLICATE with the stored ids. A resend whose pallet exists
+  but whose claim does not (the process or the database died mid-batch) *repairs*: the message
+  and deliveries are rebuilt from the stored pallet — same message id, same payload — and
+  written again (what exists is kept), then the claim; the answer is ACCEPTED with the first ids.
+- So, after the camera resends what was not acked, every pallet has exactly one message and
+  every message its pallet; a message never exists without its pallet (pallets go first).
+
+Matching (per reading, in the reading's facility): the shipment — not completed, eligible or
+arrived, of the paired direction (LOADING <-> OUTBOUND) — whose order items carry an LPN read on
+the label; else the shipment at the reading's dock; else a new ad-hoc shipment (NEW, no number)
+at the dock, which later pallets there join. Orders: those of the shipment whose items carry a
+read LPN, else a read SKU. The shipment becomes arrived on its first pallet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pymongo import DESCENDING
+
+from core import completion, feed, lifecycle, metrics
+from core.dock_events import resolve_dock
+from core.errors import DockflowError, ValidationFailed
+from core.settings import Settings
+from core.storage import Doc, Storage
+from core.tenancy import Camera, Facility, find_facility
+
+AckStatus = Literal["ACCEPTED", "DUPLICATE", "REJECTED"]
+LPN_LABEL = "lpn"  # canonical camera label names that matching reads
+SKU_LABEL = "sku"
+# Fixed payload fields; a label may not overwrite one of them.
+FIXED_FIELDS = (
+    "businessSlug",
+    "facilitySlug",
+    "serviceShipmentId",
+    "servicePalletId",
+    "occurredAt",
+    "url",
+    "direction",
+    "orders",
+    "dockId",
+)
+MAX_LABELS = 200  # per reading; a camera sending more is broken
+MAX_READING_ID = 200  # characters
+
+
+@dataclass(frozen=True)
+class Label:
+    name: str
+    value: str
+    confidence: float = 0.0
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One completed pallet reading as a camera reports it."""
+
+    reading_id: str
+    dock: str  # empty: the camera's dock
+    direction: str  # LOADING / UNLOADING; empty when the camera sent none
+    occurred_at: datetime | None
+    labels: tuple[Label, ...]
+    image_urls: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReadingResult:
+    reading_id: str
+    status: AckStatus
+    pallet_id: str = ""
+    shipment_id: int | None = None
+    message_id: int | None = None
+    error: str = ""
+
+
+def pallet_id_for(camera_id: str, reading_id: str) -> str:
+    """Deterministic: a resend of a half-written reading finds its pallet."""
+    digest = hashlib.sha256(f"{camera_id}\x00{reading_id}".encode()).hexdigest()
+    return f"plt_{digest[:20]}"
+
+
+def pallet_url(settings: Settings, pallet_id: str) -> str:
+    return f"{settings.dashboard_base_url}/pallets/{pallet_id}"
+
+
+def iso_utc(at: datetime) -> str:
+    """UTC ISO 8601 with milliseconds and a Z: ``2026-05-01T12:30:15.123Z``."""
+    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def label_fields(facility: Facility, labels: Sequence[Label]) -> dict[str, Any]:
+    """Labels renamed by the facility's mapping. A field marked multiple is always a list; a
+    repeated single field keeps its most confident value; unmapped labels keep their camera name
+    (a list when repeated) unless that name is a fixed field."""
+    mapping = facility.label_mapping()
+    grouped: dict[str, list[Label]] = {}
+    for label in labels:
+        grouped.setdefault(label.name, []).append(label)
+    out: dict[str, Any] = {}
+    for name, group in grouped.items():
+        rule = mapping.get(name)
+        target = rule.field if rule else name
+        if target in FIXED_FIELDS:
+            continue
+        if rule is not None and rule.multiple:
+            out[target] = [label.value for label in group]
+        elif rule is not None or len(group) == 1:
+            out[target] = max(group, key=lambda label: label.confidence).value
+        else:
+            out[target] = [label.value for label in group]
+    return out
+
+
+def _values(labels: Sequence[Label], name: str) -> list[str]:
+    seen: dict[str, None] = {}
+    for label in labels:
+        if label.name == name and label.value:
+            seen.setdefault(label.value, None)
+    return list(seen)
+
+
+def validate_reading(camera: Camera, facility: Facility, reading: Reading, now: datetime) -> str:
+    """The reading's dock, or a typed error (its message becomes the REJECTED reason)."""
+    if not reading.reading_id:
+        raise ValidationFailed("reading_id is required")
+    if len(reading.reading_id) > MAX_READING_ID:
+        raise ValidationFailed(f"reading_id is longer than {MAX_READING_ID} characters")
+    if reading.direction not in lifecycle.SHIPMENT_DIRECTION:
+        raise ValidationFailed("direction must be LOADING or UNLOADING")
+    if reading.occurred_at is None:
+        raise ValidationFailed("occurred_at is required")
+    if reading.occurred_at > now + lifecycle.MAX_FUTURE_SKEW:
+        raise ValidationFailed("occurred_at is in the future")
+    if not any(label.name and label.value for label in reading.labels):
+        raise ValidationFailed("a reading needs at least one label with a value")
+    if len(reading.labels) > MAX_LABELS:
+        raise ValidationFailed(f"a reading has at most {MAX_LABELS} labels")
+    dock = resolve_dock(camera, reading.dock)
+    if facility.dock(dock) is None:
+        raise ValidationFailed(f"unknown dock {dock!r} in facility {facility.key}")
+    return dock
+
+
+def rejection(error: DockflowError) -> str:
+    return f"{error.code}: {error.detail}"
+
+
+@dataclass
+class _Item:
+    """One reading on its way through a batch."""
+
+    index: int
+    camera: Camera
+    reading: Reading
+    key: str
+    pallet_id: str
+    facility: Facility | None = None
+    dock: str = ""
+    occurred_at: datetime | None = None
+    lpns: list[str] = field(default_factory=list)
+    skus: list[str] = field(default_factory=list)
+    shipment: Doc | None = None
+    order_ids: list[str] = field(default_factory=list)
+    orders: list[str] = field(default_factory=list)
+    message_id: int = 0
+
+
+@dataclass
+class BatchPlan:
+    """The documents of one batch and the order they are written in (see the module doc).
+
+    `writes` is public so a test can run only the first steps, as a crash would."""
+
+    pallets: list[Doc] = field(default_factory=list)
+    messages: feed.WrittenMessages = field(default_factory=feed.WrittenMessages)
+    claims: list[Doc] = field(default_factory=list)
+    results: list[ReadingResult | None] = field(default_factory=list)
+    # Shipments touched by this batch: checked for completion afterwards.
+    shipment_ids: set[int] = field(default_factory=set)
+
+    def writes(self, storage: Storage) -> list[Any]:
+        """The write steps in order, each a zero-argument coroutine function."""
+
+        async def pallets() -> None:
+            await feed.insert_ignoring_duplicates(storage, "pallets", self.pallets)
+
+        async def deliveries() -> None:
+            await feed.insert_ignoring_duplicates(
+                storage, "webhook_deliveries", self.messages.deliveries
+            )
+
+        async def messages() -> None:
+            await feed.write_messages(storage, feed.WrittenMessages(self.messages.messages, []))
+
+        async def claims() -> None:
+            await feed.insert_ignoring_duplicates(storage, "readings", self.claims)
+
+        return [pallets, deliveries, messages, claims]
+
+
+async def record_pallets(
+    storage: Storage,
+    settings: Settings,
+    batch: Sequence[tuple[Camera, Reading]],
+) -> list[ReadingResult]:
+    """Store a batch of readings and answer one result per reading, in order."""
+    plan = await plan_batch(storage, settings, batch)
+    for write in plan.writes(storage):
+        await write()
+    await after_batch(storage, settings, plan)
+    results = [r for r in plan.results if r is not None]
+    assert len(results) == len(batch)
+    for result in results:
+        metrics.READINGS.labels(result.status).inc()
+    return results
+
+
+async def after_batch(storage: Storage, settings: Settings, plan: BatchPlan) -> None:
+    """Effects that follow a stored batch: the all-LPNs-observed completion rule."""
+    if plan.shipment_ids:
+        await completion.check_all_lpns_observed(storage, settings, plan.shipment_ids)
+
+
+async def plan_batch(
+    storage: Storage, settings: Settings, batch: Sequence[tuple[Camera, Reading]]
+) -> BatchPlan:
+    """Validate, deduplicate and match a batch, and build every document it writes.
+
+    Shipment changes (ad-hoc creation, arrival) happen here, before the pallet writes; they are
+    idempotent, so a crash after them leaves nothing a resend cannot finish."""
+    plan = BatchPlan(results=[None] * len(batch))
+    now = lifecycle.now_ms()
+    facilities = await _facilities(storage, {(c.business, c.facility) for c, _ in batch})
+
+    # 1. validate; duplicates inside the batch follow their first occurrence
+    items: list[_Item] = []
+    first_by_key: dict[str, _Item] = {}
+    followers: list[tuple[int, _Item]] = []
+    for index, (camera, reading) in enumerate(batch):
+        facility = facilities.get((camera.business, camera.facility))
+        key = f"{camera.camera_id}:{reading.reading_id}"
+        try:
+            if facility is None:
+                raise ValidationFailed(f"facility {camera.business}/{camera.facility} not found")
+            dock = validate_reading(camera, facility, reading, now)
+        except DockflowError as error:
+            plan.results[index] = ReadingResult(
+                reading.reading_id, "REJECTED", error=rejection(error)
+            )
+            continue
+        if key in first_by_key:
+            followers.append((index, first_by_key[key]))
+            continue
+        assert reading.occurred_at is not None
+        item = _Item(
+            index=index,
+            camera=camera,
+            reading=reading,
+            key=key,
+            pallet_id=pallet_id_for(camera.camera_id, reading.reading_id),
+            facility=facility,
+            dock=dock,
+            occurred_at=lifecycle.truncate_ms(reading.occurred_at),
+            lpns=_values(reading.labels, LPN_LABEL),
+            skus=_values(reading.labels, SKU_LABEL),
+        )
+        first_by_key[key] = item
+        items.append(item)
+
+    # 2. already done (DUPLICATE) or half-written (repair from the stored pallet)
+    endpoints = feed.EndpointCache(storage)
+    fresh = await _answer_known(storage, plan, items, endpoints)
+
+    # 3. match, 4. arrive, 5. build
+    if fresh:
+        await _match(storage, fresh, now)
+        await _arrive(storage, fresh)
+        block = list(await feed.reserve_message_ids(storage, len(fresh)))
+        new_messages = []
+        for item, message_id in zip(fresh, block, strict=True):
+            item.message_id = message_id
+            pallet = _pallet_doc(settings, item, now)
+            plan.pallets.append(pallet)
+            new_messages.append(_message_for(pallet))
+            plan.claims.append(_claim(item.key, pallet))
+            plan.shipment_ids.add(int(pallet["shipment_id"]))
+            plan.results[item.index] = ReadingResult(
+                item.reading.reading_id, "ACCEPTED", item.pallet_id, pallet["shipment_id"],
+                message_id,
+            )  # fmt: skip
+        plan.messages.extend(
+            await feed.build_messages(
+                storage, new_messages, ids=block, sent_at=now, endpoints=endpoints
+            )
+        )
+        order_ids = sorted({o for item in fresh for o in item.order_ids})
+        if order_ids:
+            await storage.orders.update_many(
+                {"_id": {"$in": order_ids}, "status": "CREATED"},
+                {"$set": {"status": "IN_PROGRESS"}},
+            )
+
+    for index, first in followers:
+        answer = plan.results[first.index]
+        assert answer is not None
+        plan.results[index] = ReadingResult(
+            answer.reading_id, "DUPLICATE", answer.pallet_id, answer.shipment_id,
+            answer.message_id,
+        )  # fmt: skip
+    return plan
+
+
+async def _facilities(
+    storage: Storage, keys: set[tuple[str, str]]
+) -> dict[tuple[str, str], Facility]:
+    out: dict[tuple[str, str], Facility] = {}
+    for business, slug in keys:
+        facility = await find_facility(storage, business, slug)
+        if facility is not None:
+            out[(business, slug)] = facility
+    return out
+
+
+def _claim(key: str, pallet: Doc) -> Doc:
+    return {
+        "_id": key,
+        "pallet_id": pallet["_id"],
+        "shipment_id": pallet["shipment_id"],
+        "message_id": pallet["message_id"],
+        "created_at": pallet["created_at"],
+    }
+
+
+def _message_for(pallet: Doc) -> feed.NewMessage:
+    return feed.NewMessage(
+        business=pallet["business"],
+        facility=pallet["facility"],
+        type="PALLET_EVENT",
+        payload=pallet["payload"],
+        shipment_id=int(pallet["shipment_id"]),
+        pallet_id=pallet["_id"],
+    )
+
+
+async def _answer_known(
+    storage: Storage, plan: BatchPlan, items: list[_Item], endpoints: feed.EndpointCache
+) -> list[_Item]:
+    """Answer readings seen before; returns the ones never seen."""
+    if not items:
+        return []
+    claims = {
+        c["_id"]: c
+        for c in await storage.readings.find({"_id": {"$in": [i.key for i in items]}}).to_list()
+    }
+    unclaimed = [i for i in items if i.key not in claims]
+    for item in items:
+        claim = claims.get(item.key)
+        if claim is not None:
+            plan.results[item.index] = ReadingResult(
+                item.reading.reading_id, "DUPLICATE", claim["pallet_id"], claim["shipment_id"],
+                claim["message_id"],
+            )  # fmt: skip
+    if not unclaimed:
+        return []
+    pallets = {
+        p["_id"]: p
+        for p in await storage.pallets.find(
+            {"_id": {"$in": [i.pallet_id for i in unclaimed]}}
+        ).to_list()
+    }
+    fresh = []
+    repairs = []
+    for item in unclaimed:
+        pallet = pallets.get(item.pallet_id)
+        if pallet is None:
+            fresh.append(item)
+            continue
+        repairs.append(pallet)
+        plan.claims.append(_claim(item.key, pallet))
+        plan.shipment_ids.add(int(pallet["shipment_id"]))
+        plan.results[item.index] = ReadingResult(
+            item.reading.reading_id, "ACCEPTED", pallet["_id"], pallet["shipment_id"],
+            pallet["message_id"],
+        )  # fmt: skip
+    if repairs:
+        plan.messages.extend(
+            await feed.build_messages(
+                storage,
+                [_message_for(p) for p in repairs],
+                ids=[int(p["message_id"]) for p in repairs],
+                endpoints=endpoints,
+            )
+        )
+    return fresh
+
+
+async def _match(storage: Storage, items: list[_Item], now: datetime) -> None:
+    """Assign each item its shipment and orders (see the module doc)."""
+    by_site: dict[tuple[str, str], list[_Item]] = {}
+    for item in items:
+        by_site.setdefault((item.camera.business, item.camera.facility), []).append(item)
+    for (business, facility), site_items in by_site.items():
+        await _match_site(storage, business, facility, site_items, now)
+
+
+async def _match_site(
+    storage: Storage, business: str, facility: str, items: list[_Item], now: datetime
+) -> None:
+    lpns = sorted({lpn for item in items for lpn in item.lpns})
+    lpn_items: list[Doc] = []
+    if lpns:
+        lpn_items = await storage.order_items.find(
+            {"business": business, "facility": facility, "lpn": {"$in": lpns}},
+            {"order_id": 1, "shipment_id": 1, "lpn": 1, "sku": 1},
+        ).to_list()
+    shipments: dict[int, Doc] = {}
+    candidate_ids = sorted({int(i["shipment_id"]) for i in lpn_items if i.get("shipment_id")})
+    if candidate_ids:
+        for doc in await storage.shipments.find(
+            {"_id": {"$in": candidate_ids}, "completed_at": None}
+        ).to_list():
+            if doc.get("arrived_at") is not None or doc.get("linked_to") is None:
+                shipments[int(doc["_id"])] = doc
+    shipments_by_lpn: dict[str, set[int]] = {}
+    for order_item in lpn_items:
+        shipment_id = order_item.get("shipment_id")
+        if shipment_id is not None and int(shipment_id) in shipments:
+            shipments_by_lpn.setdefault(order_item["lpn"], set()).add(int(shipment_id))
+
+    at_dock: dict[str, Doc | None] = {}
+    for item in items:
+        want = lifecycle.SHIPMENT_DIRECTION[item.reading.direction]
+        candidates = {s for lpn in item.lpns for s in shipments_by_lpn.get(lpn, ())}
+        paired = [shipments[s] for s in candidates if shipments[s]["direction"] == want]
+        chosen = _best(paired, item.dock)
+        if chosen is None and candidates:
+            # An LPN of a shipment already being worked at this dock in the other direction:
+            # a correction (loaded, then unloaded again) that belongs to that shipment.
+            here = [
+                shipments[s]
+                for s in candidates
+                if shipments[s].get("dock") == item.dock
+                and shipments[s].get("arrived_at") is not None
+            ]
+            chosen = _best(here, item.dock)
+        if chosen is None:
+            if item.dock not in at_dock:
+                at_dock[item.dock] = await lifecycle.current_shipment_at_dock(
+                    storage, business, facility, item.dock
+                )
+            chosen = at_dock[item.dock]
+        if chosen is None:
+            chosen = await lifecycle.create_adhoc_shipment(
+                storage, business, facility, item.dock, want, item.occurred_at or now
+            )
+            at_dock[item.dock] = chosen
+        shipments[int(chosen["_id"])] = chosen
+        item.shipment = chosen
+
+    # Orders: items of the chosen shipments that carry a read LPN, else a read SKU.
+    chosen_ids = sorted({int(item.shipment["_id"]) for item in items if item.shipment})
+    shipment_items = await storage.order_items.find(
+        {"shipment_id": {"$in": chosen_ids}}, {"order_id": 1, "shipment_id": 1, "lpn": 1, "sku": 1}
+    ).to_list()
+    if not shipment_items:
+        return
+    order_ids = sorted({i["order_id"] for i in shipment_items})
+    numbers = {
+        o["_id"]: str(o["number"])
+        for o in await storage.orders.find({"_id": {"$in": order_ids}}, {"number": 1}).to_list()
+    }
+    by_shipment: dict[int, list[Doc]] = {}
+    for order_item in shipment_items:
+        by_shipment.setdefault(int(order_item["shipment_id"]), []).append(order_item)
+    for item in items:
+        assert item.shipment is not None
+        mine = by_shipment.get(int(item.shipment["_id"]), [])
+        hits = [i for i in mine if i.get("lpn") in item.lpns] or [
+            i for i in mine if i.get("sku") in item.skus
+        ]
+        seen: dict[str, None] = {}
+        for hit in hits:
+            seen.setdefault(hit["order_id"], None)
+        item.order_ids = [o for o in seen if o in numbers]
+        item.orders = [numbers[o] for o in item.order_ids]
+
+
+def _best(shipments: list[Doc], dock: str) -> Doc | None:
+    """Prefer the shipment at this dock, then an arrived one, then the most recent."""
+    if not shipments:
+        return None
+    return max(
+        shipments,
+        key=lambda s: (s.get("dock") == dock, s.get("arrived_at") is not None, int(s["_id"])),
+    )
+
+
+async def _arrive(storage: Storage, items: list[_Item]) -> None:
+    """Each shipment's first pallet makes it arrived (LOADING/UNLOADING, `arrived_at`)."""
+    first: dict[int, _Item] = {}
+    for item in items:
+        assert item.shipment is not None
+        assert item.occurred_at is not None
+        shipment_id = int(item.shipment["_id"])
+        if item.shipment.get("arrived_at") is None:
+            earliest = first.get(shipment_id)
+            if earliest is None or (earliest.occurred_at or item.occurred_at) > item.occurred_at:
+                first[shipment_id] = item
+    for shipment_id, item in first.items():
+        assert item.shipment is not None
+        assert item.occurred_at is not None
+        await lifecycle.mark_arrived(storage, item.shipment, dock=item.dock, at=item.occurred_at)
+        fresh = await storage.shipments.find_one({"_id": shipment_id})
+        if fresh is not None:
+            for other in items:
+                if other.shipment is not None and int(other.shipment["_id"]) == shipment_id:
+                    other.shipment = fresh
+
+
+def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
+    assert item.shipment is not None
+    assert item.facility is not None
+    assert item.occurred_at is not None
+    shipment_id = int(item.shipment["_id"])
+    payload: dict[str, Any] = {
+        "businessSlug": item.camera.business,
+        "facilitySlug": item.camera.facility,
+        "serviceShipmentId": str(shipment_id),
+        "servicePalletId": item.pallet_id,
+        "occurredAt": iso_utc(item.occurred_at),
+        "url": pallet_url(settings, item.pallet_id),
+        "direction": item.reading.direction,
+        "orders": list(item.orders),
+        "dockId": item.dock,
+        **label_fields(item.facility, item.reading.labels),
+    }
+    return {
+        "_id": item.pallet_id,
+        "camera_id": item.camera.camera_id,
+        "reading_id": item.reading.reading_id,
+        "business": item.camera.business,
+        "facility": item.camera.facility,
+        "dock": item.dock,
+        "direction": item.reading.direction,
+        "occurred_at": item.occurred_at,
+        "labels": [
+            {"name": label.name, "value": label.value, "confidence": label.confidence}
+            for label in item.reading.labels
+        ],
+        "image_urls": list(item.reading.image_urls),
+        "lpns": list(item.lpns),
+        "skus": list(item.skus),
+        "shipment_id": shipment_id,
+        "order_ids": list(item.order_ids),
+        "orders": list(item.orders),
+        "payload": payload,
+        "message_id": item.message_id,
+        "created_at": now,
+    }
+
+
+async def pallets_of_shipment(storage: Storage, shipment_id: int) -> list[Doc]:
+    """The shipment's pallets, newest first (dashboard, GraphQL)."""
+    return (
+        await storage.pallets.find({"shipment_id": shipment_id})
+        .sort("occurred_at", DESCENDING)
+        .to_list()
+    )

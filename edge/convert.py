@@ -1,0 +1,80 @@
+"""Conversions between the camera protocol (``dockflow.edge.v1``) and core types, in one place."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from core.dock_events import DockEventInput, DockEventResult
+from core.pallets import Label, Reading, ReadingResult
+from dockflow.edge.v1 import edge_pb2
+
+_DIRECTIONS = {edge_pb2.LOADING: "LOADING", edge_pb2.UNLOADING: "UNLOADING"}
+_EVENT_TYPES = {
+    edge_pb2.TRAILER_ARRIVED: "TRAILER_ARRIVED",
+    edge_pb2.DOOR_OPENED: "DOOR_OPENED",
+    edge_pb2.DOOR_CLOSED: "DOOR_CLOSED",
+    edge_pb2.TRAILER_DEPARTED: "TRAILER_DEPARTED",
+}
+_ACK_STATUSES = {
+    "ACCEPTED": edge_pb2.ACCEPTED,
+    "DUPLICATE": edge_pb2.DUPLICATE,
+    "REJECTED": edge_pb2.REJECTED,
+}
+
+
+def _timestamp(message: edge_pb2.PalletReading | edge_pb2.DockEvent) -> datetime | None:
+    if not message.HasField("occurred_at"):
+        return None
+    return message.occurred_at.ToDatetime(tzinfo=UTC)
+
+
+def reading_from_proto(message: edge_pb2.PalletReading) -> Reading:
+    """A reading as core sees it; what is missing stays empty for core to reject."""
+    return Reading(
+        reading_id=message.reading_id.strip(),
+        dock=message.dock_id.strip(),
+        direction=_DIRECTIONS.get(message.direction, ""),
+        occurred_at=_timestamp(message),
+        labels=tuple(
+            # float32 on the wire: keep 4 digits, not 0.8999999761581421
+            Label(label.name.strip(), label.value.strip(), round(label.confidence, 4))
+            for label in message.labels
+        ),
+        image_urls=tuple(message.image_urls),
+    )
+
+
+def ack_to_proto(result: ReadingResult) -> edge_pb2.ReadingAck:
+    return edge_pb2.ReadingAck(
+        reading_id=result.reading_id,
+        status=_ACK_STATUSES[result.status],
+        pallet_id=result.pallet_id,
+        shipment_id="" if result.shipment_id is None else str(result.shipment_id),
+        message_id="" if result.message_id is None else str(result.message_id),
+        error=result.error,
+    )
+
+
+def rejected_ack(reading_id: str, error: str) -> edge_pb2.ReadingAck:
+    return edge_pb2.ReadingAck(reading_id=reading_id, status=edge_pb2.REJECTED, error=error)
+
+
+def dock_event_from_proto(message: edge_pb2.DockEvent) -> DockEventInput:
+    return DockEventInput(
+        event_id=message.event_id.strip(),
+        dock=message.dock_id.strip(),
+        type=_EVENT_TYPES.get(message.type, ""),
+        occurred_at=_timestamp(message),
+    )
+
+
+def dock_event_ack_to_proto(result: DockEventResult) -> edge_pb2.DockEventAck:
+    return edge_pb2.DockEventAck(
+        event_id=result.event_id,
+        status=_ACK_STATUSES[result.status],
+        shipment_id="" if result.shipment_id is None else str(result.shipment_id),
+    )
+
+
+def dock_event_rejected(event_id: str, error: str) -> edge_pb2.DockEventAck:
+    return edge_pb2.DockEventAck(event_id=event_id, status=edge_pb2.REJECTED, error=error)

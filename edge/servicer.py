@@ -1,0 +1,131 @@
+"""The PalletIngest servicer: camera RPCs translated to core calls.
+
+`StreamReadings` answers one ack per reading, in order, for as long as the camera keeps the
+stream open. Each stream has one reader task (never a task per reading): it hands readings to
+the process-wide `Batcher`, which stores readings of all streams together, and it stops reading
+while this stream's batch is being stored, so a fast camera is held back by HTTP/2 flow control
+instead of filling memory. The RPC itself writes the acks as the results come in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+
+from core import dock_events
+from core.batcher import Batcher, Ticket
+from core.errors import Forbidden, Unauthenticated, ValidationFailed
+from core.pallets import Reading, ReadingResult, record_pallets, rejection
+from core.services import Services
+from core.storage import Storage
+from core.tenancy import Camera, authenticate_camera
+from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
+from edge import convert
+from edge.status import mapped_errors
+
+Item = tuple[Camera, Reading]
+_END = None  # end of the request stream, in the ack queue
+
+
+async def camera_for(context: grpc.aio.ServicerContext[Any, Any], storage: Storage) -> Camera:
+    """The camera named by ``authorization: Bearer <token>`` (until edge/auth.py lands)."""
+    metadata = dict(context.invocation_metadata() or ())
+    header = str(metadata.get("authorization", ""))
+    scheme, _, token = header.partition(" ")
+    camera = None
+    if scheme.lower() == "bearer" and token.strip():
+        camera = await authenticate_camera(storage, token.strip())
+    if camera is None:
+        raise Unauthenticated("a valid camera token is required (authorization: Bearer ...)")
+    return camera
+
+
+def make_batcher(services: Services) -> Batcher[Item, ReadingResult]:
+    settings = services.settings
+
+    async def process(batch: Sequence[Item]) -> list[ReadingResult]:
+        return await record_pallets(services.storage, settings, batch)
+
+    return Batcher(
+        process,
+        max_wait_s=settings.ingest_batch_wait_ms / 1000,
+        max_items=settings.ingest_batch_max,
+        name="pallet-batcher",
+    )
+
+
+class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
+    def __init__(self, services: Services, batcher: Batcher[Item, ReadingResult]) -> None:
+        self.services = services
+        self.batcher = batcher
+
+    @mapped_errors
+    async def StreamReadings(
+        self,
+        request_iterator: AsyncIterator[edge_pb2.PalletReading],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[edge_pb2.ReadingAck]:
+        camera = await camera_for(context, self.services.storage)
+        tickets: asyncio.Queue[Ticket[Item, ReadingResult] | None] = asyncio.Queue()
+        reader = asyncio.create_task(self._read(camera, request_iterator, tickets))
+        try:
+            while True:
+                ticket = await tickets.get()
+                if ticket is _END:
+                    break
+                yield convert.ack_to_proto(await ticket.future)
+            await reader  # surfaces a failed read
+        finally:
+            if not reader.done():
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
+
+    async def _read(
+        self,
+        camera: Camera,
+        request_iterator: AsyncIterator[edge_pb2.PalletReading],
+        tickets: asyncio.Queue[Ticket[Item, ReadingResult] | None],
+    ) -> None:
+        try:
+            async for message in request_iterator:
+                ticket = self.batcher.submit((camera, convert.reading_from_proto(message)))
+                tickets.put_nowait(ticket)
+                if ticket.batch.sealed:
+                    # Backpressure: read on only once this stream's batch is stored.
+                    await ticket.wait_stored()
+        finally:
+            tickets.put_nowait(_END)
+
+    @mapped_errors
+    async def SubmitReading(
+        self,
+        request: edge_pb2.PalletReading,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> edge_pb2.ReadingAck:
+        camera = await camera_for(context, self.services.storage)
+        ticket = self.batcher.submit((camera, convert.reading_from_proto(request)))
+        return convert.ack_to_proto(await ticket.future)
+
+    @mapped_errors
+    async def ReportDockEvent(
+        self,
+        request: edge_pb2.DockEvent,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> edge_pb2.DockEventAck:
+        camera = await camera_for(context, self.services.storage)
+        event = convert.dock_event_from_proto(request)
+        try:
+            result = await dock_events.record_dock_event(
+                self.services.storage, self.services.settings, camera, event
+            )
+        except (ValidationFailed, Forbidden) as error:
+            return convert.dock_event_rejected(event.event_id, rejection(error))
+        return convert.dock_event_ack_to_proto(result)
+
+
+SERVICE_NAME = edge_pb2.DESCRIPTOR.services_by_name["PalletIngest"].full_name
