@@ -53,6 +53,20 @@ class Settings(BaseSettings):
     jwt_jwks_url: str | None = None
     jwt_audience: str | None = None
     jwt_business_claim: str = "business"
+    # Seconds between JWKS fetches when an external token names an unknown key (and the most
+    # a fetched JWKS is trusted before it is fetched again).
+    jwt_jwks_min_refresh_s: float = Field(30.0, ge=0)
+    jwt_jwks_max_age_s: float = Field(3600.0, gt=0)
+    # Failed token requests for one client id: after `auth_failure_limit` failures within
+    # `auth_failure_window_s`, the client id is locked for `auth_lockout_s` (doubling on each
+    # further failure, up to `auth_lockout_max_s`); 429 with Retry-After meanwhile.
+    auth_failure_limit: int = Field(10, ge=1)
+    auth_failure_window_s: float = Field(900.0, gt=0)
+    auth_lockout_s: float = Field(60.0, gt=0)
+    auth_lockout_max_s: float = Field(3600.0, gt=0)
+    # How long a verified camera token, and a client's enabled state, are cached per process:
+    # disabling a camera or client takes effect within this time.
+    auth_cache_s: float = Field(30.0, ge=0)
     # Key for encrypting webhook credentials at rest (urlsafe base64, 32 bytes); derived from
     # DATA_DIR's secret file when unset.
     secret_key: str | None = None
@@ -87,6 +101,12 @@ class Settings(BaseSettings):
     def _tls_pair(self) -> Settings:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("tls_cert_file and tls_key_file must be set together")
+        return self
+
+    @model_validator(mode="after")
+    def _external_issuer_pair(self) -> Settings:
+        if bool(self.jwt_issuer) != bool(self.jwt_jwks_url):
+            raise ValueError("jwt_issuer and jwt_jwks_url must be set together")
         return self
 
     @property

@@ -16,15 +16,19 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
+from core import tenancy
 from core.access import Principal
 from core.errors import Unauthenticated
+from core.external_issuer import ExternalIssuer, JwksFetcher
 from core.settings import Settings
 from core.storage import Doc, Storage
 from core.tenancy import ApiClient
+from core.throttle import AuthThrottle, ThrottlePolicy
 
 ALGORITHM = "RS256"  # pinned: tokens claiming any other algorithm are refused
 LEEWAY_S = 30  # clock skew tolerated on exp/iat between dockflow processes and clients
 KEY_RELOAD_MIN_INTERVAL_S = 1.0  # an unknown kid reloads keys at most this often
+CLIENT_CACHE_MAX = 10_000  # client states cached per process before the cache starts over
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,15 @@ class TokenService:
         self._public_keys: dict[str, Any] = {}
         self._loaded_at = 0.0
         self._lock = asyncio.Lock()
+        # client id -> (enabled, monotonic time the answer expires)
+        self._client_states: dict[str, tuple[bool, float]] = {}
+        self.throttle = AuthThrottle(storage, ThrottlePolicy.from_settings(settings))
+        self.external = ExternalIssuer.from_settings(settings)
+
+    def use_jwks_fetcher(self, fetcher: JwksFetcher) -> None:
+        """Fetch the external issuer's JWKS with `fetcher` (the API supplies an aiohttp one)."""
+        if self.external is not None:
+            self.external.fetcher = fetcher
 
     @property
     def issuer(self) -> str:
@@ -115,10 +128,15 @@ class TokenService:
         """Add a new signing key and retire the others; they stay in the JWKS until the tokens
         they signed expire."""
         doc = _new_key_doc()
-        await self.storage.signing_keys.update_many(
-            {"retired_at": None}, {"$set": {"retired_at": doc["created_at"]}}
-        )
         await self.storage.signing_keys.insert_one(doc)
+        # Whole-document replace: the embedded server stores a datetime written by `$set` as a
+        # string. Two concurrent rotations each retire the other's key; the newest still signs.
+        for active in await self.storage.signing_keys.find({"retired_at": None}).to_list():
+            if active["_id"] != doc["_id"]:
+                await self.storage.signing_keys.replace_one(
+                    {"_id": active["_id"], "retired_at": None},
+                    {**active, "retired_at": doc["created_at"]},
+                )
         async with self._lock:
             await self._load()
         return str(doc["_id"])
@@ -140,6 +158,21 @@ class TokenService:
         token = jwt.encode(claims, key.private_pem, algorithm=ALGORITHM, headers={"kid": key.kid})
         return IssuedToken(access_token=token, expires_in=ttl)
 
+    async def issue_for_credentials(self, client_id: str, client_secret: str) -> IssuedToken:
+        """A token for the client these credentials authenticate.
+
+        Raises `RateLimited` while the client id is locked out after repeated failures (also for
+        the right secret, so a lockout reveals nothing), `Unauthenticated` for bad credentials.
+        """
+        key = f"client:{client_id[:200]}"
+        await self.throttle.check(key)
+        client = await tenancy.authenticate_client(self.storage, client_id, client_secret)
+        if client is None:
+            await self.throttle.record_failure(key)
+            raise Unauthenticated("client authentication failed")
+        await self.throttle.reset(key)
+        return await self.issue(client)
+
     async def jwks(self) -> dict[str, Any]:
         """Public keys of every key whose tokens may still be valid."""
         async with self._lock:
@@ -153,19 +186,48 @@ class TokenService:
         return {"keys": keys}
 
     async def _public_key(self, kid: str) -> Any:
+        # A key another process just added (rotation) is loaded at once; an unknown kid costs
+        # one indexed lookup, never a reload of every key.
         if kid not in self._public_keys and (
             time.monotonic() - self._loaded_at > KEY_RELOAD_MIN_INTERVAL_S
+            or await self.storage.signing_keys.find_one({"_id": kid}, {"_id": 1})
         ):
             async with self._lock:
                 await self._load()
         return self._public_keys.get(kid)
 
     async def verify(self, token: str) -> Principal:
-        """The principal a bearer token stands for; `Unauthenticated` for any defect."""
+        """The principal a bearer token stands for; `Unauthenticated` for any defect.
+
+        Tokens whose (still unverified) ``iss`` is the configured external issuer are checked
+        against that issuer's keys; every other token against the built-in keys.
+        """
         try:
             header = jwt.get_unverified_header(token)
+            unverified = jwt.decode(token, options={"verify_signature": False})
         except jwt.PyJWTError:
             raise Unauthenticated("the bearer token is malformed") from None
+        if self.external is not None and unverified.get("iss") == self.external.issuer:
+            return await self.external.verify(token, header)
+        principal = await self._verify_builtin(token, header)
+        if not await self._client_enabled(principal.subject):
+            raise Unauthenticated("the client of this bearer token is disabled")
+        return principal
+
+    async def _client_enabled(self, client_id: str) -> bool:
+        """Whether the client still exists and is enabled, cached for ``auth_cache_s``."""
+        now = time.monotonic()
+        cached = self._client_states.get(client_id)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        doc = await self.storage.api_clients.find_one({"_id": client_id}, {"disabled": 1})
+        enabled = doc is not None and not doc.get("disabled")
+        if len(self._client_states) > CLIENT_CACHE_MAX:
+            self._client_states.clear()
+        self._client_states[client_id] = (enabled, now + self.settings.auth_cache_s)
+        return enabled
+
+    async def _verify_builtin(self, token: str, header: dict[str, Any]) -> Principal:
         if header.get("alg") != ALGORITHM:
             raise Unauthenticated("the bearer token uses an algorithm that is not accepted")
         kid = header.get("kid")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from core.services import Services
-from public_api import documents, health, oauth, openapi
+from public_api import auth, documents, health, oauth, openapi
 from public_api.keys import SERVICES, SETTINGS
 from public_api.problems import problem_middleware
 
@@ -25,6 +25,7 @@ def create_app(services: Services) -> web.Application:
     app[SETTINGS] = settings
     health.setup(app)
     oauth.setup(app)
+    auth.setup(app)
     documents.setup(app)
     openapi.setup(app)
     return app

@@ -10,7 +10,7 @@ from urllib.parse import unquote_plus
 
 from aiohttp import web
 
-from core import tenancy
+from core.errors import RateLimited, Unauthenticated
 from public_api.keys import SERVICES
 
 MAX_TOKEN_REQUEST_BYTES = 8 * 1024
@@ -98,15 +98,19 @@ async def token(request: web.Request) -> web.Response:
         return oauth_error(
             400, "invalid_target", f"audience must be {services.settings.graphql_url}"
         )
-    client = await tenancy.authenticate_client(services.storage, client_id, client_secret)
-    if client is None:
+    try:
+        issued = await services.tokens.issue_for_credentials(client_id, client_secret)
+    except RateLimited as exc:
+        # RFC 6749 names no error for this; `slow_down` is the registered OAuth code closest
+        # to it (RFC 8628), and 429 + Retry-After is what HTTP clients honour.
+        return oauth_error(429, "slow_down", exc.detail, **{"Retry-After": str(exc.retry_after_s)})
+    except Unauthenticated:
         return oauth_error(
             401,
             "invalid_client",
             "client authentication failed",
             **{"WWW-Authenticate": 'Basic realm="dockflow"'},
         )
-    issued = await services.tokens.issue(client)
     return web.json_response(
         {
             "access_token": issued.access_token,

@@ -152,3 +152,23 @@ async def test_exists_and_or(storage: Storage):
     )
     assert await storage.shipments.count_documents({"linked_to": {"$exists": False}}) == 2
     assert await storage.shipments.count_documents({"$or": [{"_id": 1}, {"x": 1}]}) == 2
+
+
+async def test_replace_one_compare_and_set_keeps_datetimes(storage: Storage):
+    # core/throttle.py and core/tokens.py (key rotation) write times with whole-document
+    # replaces: the embedded server stores a top-level datetime written by `$set` as a string.
+    # Times in the future: the collection has a TTL index on `until`.
+    now = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    await storage.auth_failures.insert_one({"_id": "k", "failures": 1, "until": now})
+    later = now + timedelta(minutes=15)
+    won = await storage.auth_failures.replace_one(
+        {"_id": "k", "failures": 1}, {"_id": "k", "failures": 2, "until": later}
+    )
+    lost = await storage.auth_failures.replace_one(
+        {"_id": "k", "failures": 1}, {"_id": "k", "failures": 2, "until": later}
+    )
+    assert (won.matched_count, lost.matched_count) == (1, 0)
+    doc = await storage.auth_failures.find_one({"_id": "k", "until": {"$gt": now}})
+    assert doc == {"_id": "k", "failures": 2, "until": later}
+    await storage.auth_failures.delete_one({"_id": "k", "until": {"$lte": later}})
+    assert await storage.auth_failures.find_one({"_id": "k"}) is None
