@@ -121,8 +121,10 @@ async def update_with_history(
     """Append a history entry (and set `status` and `fields`) atomically.
 
     `condition` is an extra filter the shipment must still match (e.g. ``{"arrived_at": None}``
-    for a first arrival): when it stops matching, nothing is written and None is returned. The
-    history length is the compare-and-set token, so a concurrent append makes this one retry.
+    for a first arrival): when it stops matching, nothing is written and None is returned.
+    The write is a whole-document replace under a compare-and-set on the history length and
+    `updated_at` — a concurrent writer makes this one read again and retry — because the
+    embedded server stores a top-level datetime written by ``$set`` as a string.
     Returns the shipment as written.
     """
     for _ in range(_CAS_ATTEMPTS):
@@ -134,19 +136,25 @@ async def update_with_history(
                 return None
         history = list(shipment.get("history") or [])
         entry_status = status or shipment.get("status") or "NEW"
-        changes: Doc = {
+        written: Doc = {
+            **shipment,
             **(fields or {}),
             "history": [*history, history_entry(entry_status, at, source)],
             "updated_at": at,
         }
         if status is not None:
-            changes["status"] = status
-        result = await storage.shipments.update_one(
-            {"_id": shipment_id, "history": {"$size": len(history)}, **(condition or {})},
-            {"$set": changes},
+            written["status"] = status
+        result = await storage.shipments.replace_one(
+            {
+                "_id": shipment_id,
+                "history": {"$size": len(history)},
+                "updated_at": shipment.get("updated_at"),
+                **(condition or {}),
+            },
+            {k: v for k, v in written.items() if k != "_id"},
         )
         if result.modified_count == 1:
-            return {**shipment, **changes}
+            return written
         shipment = None  # changed under us: read again
     raise Conflict(f"shipment {shipment_id} is being changed by too many writers; retry")
 

@@ -62,7 +62,7 @@ def dock_event(
 
 
 def stub(channel: grpc.aio.Channel) -> edge_pb2_grpc.PalletIngestStub:
-    return edge_pb2_grpc.PalletIngestStub(channel)  # type: ignore[no-untyped-call]
+    return edge_pb2_grpc.PalletIngestStub(channel)
 
 
 async def stream(
