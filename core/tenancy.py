@@ -397,6 +397,12 @@ async def authenticate_camera(storage: Storage, token: str) -> Camera | None:
     return _camera_from_doc(doc)
 
 
+async def set_camera_disabled(storage: Storage, camera_id: str, disabled: bool = True) -> None:
+    result = await storage.cameras.update_one({"_id": camera_id}, {"$set": {"disabled": disabled}})
+    if result.matched_count == 0:
+        raise NotFound(f"camera {camera_id!r} not found")
+
+
 async def list_cameras(storage: Storage, business: str | None = None) -> list[Camera]:
     query = {} if business is None else {"business": business}
     docs = await storage.cameras.find(query).sort("_id", 1).to_list()

@@ -11,6 +11,7 @@ from grpc_reflection.v1alpha import reflection
 
 from core.services import Services
 from dockflow.edge.v1 import edge_pb2_grpc
+from edge.auth import CameraAuthInterceptor
 from edge.servicer import SERVICE_NAME as PALLET_INGEST
 from edge.servicer import PalletIngestServicer, make_batcher
 
@@ -71,7 +72,9 @@ class EdgeServer:
         log.info("gRPC edge listening", extra={"address": self.address})
 
     def _interceptors(self) -> list[grpc.aio.ServerInterceptor]:
-        return []
+        # Camera tokens are checked before any servicer runs; health and reflection stay open.
+        settings = self.services.settings
+        return [CameraAuthInterceptor(self.services.storage, settings.auth_cache_s)]
 
     def _add_servicers(self, server: grpc.aio.Server) -> list[str]:
         """Register the camera services; returns their full names for reflection and health."""
