@@ -80,14 +80,28 @@ class Settings(BaseSettings):
     ingest_batch_max: int = Field(256, ge=1)
 
     # Webhooks: attempt timeout, retry schedule (seconds after each failure), and egress rules.
+    # An attempt succeeds on a 2xx answered within this many seconds.
     webhook_timeout_s: float = Field(15.0, gt=0)
+    # Delay before attempt 1, 2, ... (the first is "immediately"); after the last, DEAD.
     webhook_retry_schedule_s: tuple[float, ...] = (0, 5, 300, 1800, 7200, 18000, 36000, 36000)
+    # Each delay is stretched or shrunk by up to this fraction so retries do not stampede.
+    webhook_retry_jitter: float = Field(0.1, ge=0, le=1)
+    # A 429/503 Retry-After is honoured up to this many seconds.
+    webhook_retry_after_max_s: float = Field(3600.0, ge=0)
+    # A claimed delivery is retried by any worker after this; keep it above 3x the timeout.
     webhook_lease_s: float = Field(60.0, gt=0)
     webhook_poll_interval_s: float = Field(0.5, gt=0)
+    # Hosts exempt from the SSRF guard (private addresses and plain http allowed), e.g. 127.0.0.1.
     webhook_allow_hosts: tuple[str, ...] = ()
+    # Local address every webhook connection is made from (the IP customers allow-list).
     webhook_source_address: str | None = None
+    # An endpoint failing without a single success for this long is disabled.
     webhook_disable_after_s: float = Field(5 * 86400, gt=0)
+    # Per worker: requests in flight to one endpoint, and requests per second to it (0: no limit).
     webhook_endpoint_concurrency: int = Field(4, ge=1)
+    webhook_endpoint_rate_per_s: float = Field(50.0, ge=0)
+    # Per worker: deliveries in flight across all endpoints (and pooled connections).
+    webhook_max_in_flight: int = Field(64, ge=1)
     webhooks_enabled: bool = True
 
     @field_validator("public_base_url")

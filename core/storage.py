@@ -84,6 +84,9 @@ INDEXES: dict[str, list[IndexModel]] = {
     ],
     "webhook_deliveries": [
         IndexModel([("status", ASCENDING), ("next_attempt_at", ASCENDING)]),
+        # claims: due deliveries by status, in message id order (core/deliveries.py)
+        IndexModel([("status", ASCENDING), ("message_id", ASCENDING)]),
+        IndexModel([("status", ASCENDING), ("due_ms", ASCENDING)]),
         IndexModel([("endpoint_id", ASCENDING), ("status", ASCENDING)]),
         IndexModel([("message_id", ASCENDING)]),
     ],

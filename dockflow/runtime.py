@@ -19,6 +19,7 @@ from core.settings import Settings
 from core.storage import Storage
 from edge.server import EdgeServer
 from public_api.app import create_app
+from webhooks.worker import WebhookWorker
 
 log = logging.getLogger(__name__)
 
@@ -120,4 +121,16 @@ async def serve(
 
 def _start_hooks(parts: tuple[str, ...]) -> list[StartHook]:
     """Background parts started with the listeners (filled in as features land)."""
-    return []
+    hooks: list[StartHook] = []
+    if "webhooks" in parts:
+        hooks.append(_start_webhooks)
+    return hooks
+
+
+async def _start_webhooks(services: Services) -> Callable[[], Awaitable[None]] | None:
+    """The webhook outbox worker (unless DOCKFLOW_WEBHOOKS_ENABLED=false); returns its stop."""
+    if not services.settings.webhooks_enabled:
+        return None
+    worker = WebhookWorker(services.settings, services.storage)
+    await worker.start()
+    return worker.stop

@@ -154,6 +154,101 @@ async def test_exists_and_or(storage: Storage):
     assert await storage.shipments.count_documents({"$or": [{"_id": 1}, {"x": 1}]}) == 2
 
 
+async def test_claim_with_or_exists_nin_returns_the_document_before_the_update(storage: Storage):
+    # core/deliveries.py: claim the next due delivery (no `due_ms` yet, or due), lowest message
+    # id first, skipping endpoints the worker has no room for.
+    await storage.webhook_deliveries.insert_many(
+        [
+            {"_id": "a", "endpoint_id": "e1", "status": "PENDING", "message_id": 1},
+            {"_id": "b", "endpoint_id": "e2", "status": "FAILED", "message_id": 3, "due_ms": 5},
+            {"_id": "c", "endpoint_id": "e2", "status": "PENDING", "message_id": 2},
+            {"_id": "d", "endpoint_id": "e2", "status": "FAILED", "message_id": 0, "due_ms": 99},
+        ]
+    )
+    query = {
+        "status": {"$in": ["PENDING", "FAILED", "DELIVERING"]},
+        "$or": [{"due_ms": {"$exists": False}}, {"due_ms": {"$lte": 10}}],
+        "endpoint_id": {"$nin": ["e1"]},
+    }
+    claimed = []
+    for _ in range(3):
+        before = await storage.webhook_deliveries.find_one_and_update(
+            query,
+            {"$set": {"status": "DELIVERING", "lease_owner": "w1", "due_ms": 1000}},
+            sort=[("message_id", 1)],
+            return_document=ReturnDocument.BEFORE,
+        )
+        claimed.append(before and (before["_id"], before.get("lease_owner")))
+    assert claimed == [("c", None), ("b", None), None]
+    after = await storage.webhook_deliveries.find_one({"_id": "b"})
+    assert after is not None
+    assert (after["status"], after["due_ms"]) == ("DELIVERING", 1000)
+
+
+async def test_numbers_set_by_update_compare_as_numbers(storage: Storage):
+    # The embedded server stores a top-level datetime written by $set as a string, which then
+    # no longer compares as a date; fields queried after an update hold epoch milliseconds.
+    await storage.webhook_deliveries.insert_one({"_id": "a", "due_ms": None})
+    await storage.webhook_deliveries.update_one({"_id": "a"}, {"$set": {"due_ms": 1_700_000}})
+    assert await storage.webhook_deliveries.count_documents({"due_ms": {"$lte": 1_700_000}}) == 1
+    assert await storage.webhook_deliveries.count_documents({"due_ms": {"$lt": 1_700_000}}) == 0
+
+
+async def test_null_matches_a_missing_field_and_ne_null_does_not(storage: Storage):
+    # core/deliveries.py: the endpoint's failure clock starts only when it is not running.
+    # (the embedded server matches a missing field with a bare $ne null; add $exists)
+    await storage.webhook_endpoints.insert_one({"_id": "e"})
+    unset = await storage.webhook_endpoints.update_one(
+        {"_id": "e", "failing_since_ms": {"$exists": True, "$ne": None}},
+        {"$set": {"failing_since_ms": None}},
+    )
+    started = await storage.webhook_endpoints.update_one(
+        {"_id": "e", "failing_since_ms": None}, {"$set": {"failing_since_ms": 1}}
+    )
+    again = await storage.webhook_endpoints.update_one(
+        {"_id": "e", "failing_since_ms": None}, {"$set": {"failing_since_ms": 1}}
+    )
+    assert (unset.matched_count, started.modified_count, again.matched_count) == (0, 1, 0)
+    running = await storage.webhook_endpoints.update_one(
+        {"_id": "e", "failing_since_ms": {"$exists": True, "$ne": None}},
+        {"$set": {"failing_since_ms": None}},
+    )
+    stopped = await storage.webhook_endpoints.update_one(
+        {"_id": "e", "failing_since_ms": {"$exists": True, "$ne": None}},
+        {"$set": {"failing_since_ms": None}},
+    )
+    assert (running.modified_count, stopped.matched_count) == (1, 0)
+
+
+async def test_update_many_with_in_and_range(storage: Storage):
+    # core/deliveries.py: recover re-queues every failed/dead delivery since a time.
+    now = datetime.now(UTC)
+    await storage.webhook_deliveries.insert_many(
+        [
+            {"_id": "1", "endpoint_id": "e", "status": "DEAD", "created_at": now},
+            {"_id": "2", "endpoint_id": "e", "status": "FAILED", "created_at": now},
+            {"_id": "3", "endpoint_id": "e", "status": "SUCCEEDED", "created_at": now},
+            {"_id": "4", "endpoint_id": "e", "status": "DEAD", "created_at": now - timedelta(1)},
+        ]
+    )
+    result = await storage.webhook_deliveries.update_many(
+        {
+            "endpoint_id": "e",
+            "status": {"$in": ["FAILED", "DEAD"]},
+            "created_at": {"$gte": now - timedelta(hours=1)},
+        },
+        {"$set": {"status": "PENDING", "attempts": 0}},
+    )
+    assert result.modified_count == 2
+    pending = await storage.webhook_deliveries.find({"status": "PENDING"}).to_list()
+    assert sorted(d["_id"] for d in pending) == ["1", "2"]
+    oldest = await storage.webhook_deliveries.find_one(
+        {"endpoint_id": "e"}, {"created_at": 1}, sort=[("created_at", 1)]
+    )
+    assert oldest is not None
+    assert oldest["_id"] == "4"
+
+
 async def test_replace_one_compare_and_set_keeps_datetimes(storage: Storage):
     # core/throttle.py and core/tokens.py (key rotation) write times with whole-document
     # replaces: the embedded server stores a top-level datetime written by `$set` as a string.

@@ -1,0 +1,497 @@
+"""The webhook outbox: claiming due deliveries, recording attempts, retries, operator actions.
+
+Transport-free: `webhooks/` makes the HTTP calls and hands each outcome to `record_attempt`.
+A delivery moves PENDING -> DELIVERING (claimed with a lease) -> SUCCEEDED, or FAILED (waiting
+to retry) -> ... -> DEAD after the last attempt of the schedule, or DISABLED when its endpoint is
+disabled. Any number of workers share the outbox: a claim is one find-and-modify, and a claim
+whose lease ran out (its worker died) is claimed again by anyone.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pymongo import ReturnDocument
+
+from core import metrics
+from core.errors import Conflict, NotFound
+from core.settings import Settings
+from core.storage import Doc, Storage
+
+PENDING = "PENDING"
+DELIVERING = "DELIVERING"
+FAILED = "FAILED"  # waiting for its next attempt
+SUCCEEDED = "SUCCEEDED"
+DEAD = "DEAD"
+DISABLED = "DISABLED"
+STATUSES = (PENDING, DELIVERING, FAILED, SUCCEEDED, DEAD, DISABLED)
+
+# Statuses a worker may claim: waiting ones when due, DELIVERING ones when their lease ran out
+# (while claimed, `due_ms` holds the lease's end, so one query and one index serve both).
+_CLAIMABLE = [PENDING, FAILED, DELIVERING]
+_WAITING = [PENDING, FAILED]
+# How long a delivery waits for its push message to become visible (the feed writes deliveries
+# first) before it is given up as DEAD.
+MESSAGE_GRACE = timedelta(minutes=10)
+SNIPPET_CHARS = 500  # of the customer's response body kept per attempt
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """What one POST to a customer produced. Built by the transport; never an exception."""
+
+    at: datetime
+    status_code: int | None = None
+    duration_s: float = 0.0
+    # Empty on an HTTP answer; otherwise why there was none ("timeout", "connect", "egress",
+    # "auth") with a human-readable detail after a colon.
+    error: str = ""
+    response_snippet: str = ""
+    retry_after_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.status_code is not None and 200 <= self.status_code < 300
+
+    @property
+    def outcome(self) -> str:
+        """A short label for metrics: success, http_<code>, or the error kind."""
+        if self.ok:
+            return "success"
+        if self.error:
+            return self.error.split(":", 1)[0]
+        return f"http_{self.status_code}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A delivery held by one worker until `lease_until`."""
+
+    delivery_id: str
+    message_id: int
+    endpoint_id: str
+    event: str
+    attempts: int  # attempts made before this one
+    lease_owner: str
+    lease_until: datetime
+    created_at: datetime
+
+
+def epoch_ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def _schedule(moment: datetime | None) -> Doc:
+    """When the delivery is next due. `due_ms` (epoch milliseconds) is what claims query:
+    the embedded server stores a datetime written by `$set` as a string, which no longer
+    compares as a date; `next_attempt_at` is kept for people reading the document."""
+    return {"next_attempt_at": moment, "due_ms": None if moment is None else epoch_ms(moment)}
+
+
+def max_attempts(settings: Settings) -> int:
+    return max(1, len(settings.webhook_retry_schedule_s))
+
+
+def retry_delay(
+    settings: Settings, attempts_made: int, retry_after_s: float | None = None
+) -> float:
+    """Seconds before the next attempt after `attempts_made` attempts, with jitter; a
+    Retry-After from the customer is honoured up to `webhook_retry_after_max_s`."""
+    schedule = settings.webhook_retry_schedule_s
+    base = schedule[min(attempts_made, len(schedule) - 1)] if schedule else 0.0
+    jitter = settings.webhook_retry_jitter
+    delay = base * (1 + random.uniform(-jitter, jitter))
+    if retry_after_s is not None:
+        delay = max(delay, min(retry_after_s, settings.webhook_retry_after_max_s))
+    return max(0.0, delay)
+
+
+def new_lease_owner(worker_id: str) -> str:
+    """A token unique to one claim, so a worker never completes a claim it has lost."""
+    return f"{worker_id}/{secrets.token_hex(4)}"
+
+
+async def claim_due(
+    storage: Storage,
+    worker_id: str,
+    lease_s: float,
+    *,
+    exclude_endpoints: list[str] | tuple[str, ...] = (),
+    now: datetime | None = None,
+) -> tuple[Claim | None, Doc | None]:
+    """Claim the next due delivery (oldest due first, then lowest message id).
+
+    Returns the claim and the delivery as it was before the claim (its `status` says whether a
+    dead worker's lease is being taken over), or (None, None) when nothing is due.
+    """
+    now = now or datetime.now(UTC)
+    owner = new_lease_owner(worker_id)
+    lease_until = now + timedelta(seconds=lease_s)
+    # A delivery the feed has just written has no `due_ms` yet: it is due at once.
+    query: Doc = {
+        "status": {"$in": _CLAIMABLE},
+        "$or": [{"due_ms": {"$exists": False}}, {"due_ms": {"$lte": epoch_ms(now)}}],
+    }
+    if exclude_endpoints:
+        query["endpoint_id"] = {"$nin": list(exclude_endpoints)}
+    before = await storage.webhook_deliveries.find_one_and_update(
+        query,
+        {
+            "$set": {
+                "status": DELIVERING,
+                "lease_owner": owner,
+                "lease_until": lease_until,
+                **_schedule(lease_until),
+            }
+        },
+        # Best effort in message id order (per endpoint, too); consumers order by occurredAt.
+        sort=[("message_id", 1)],
+        return_document=ReturnDocument.BEFORE,
+    )
+    if before is None:
+        return None, None
+    claim = Claim(
+        delivery_id=before["_id"],
+        message_id=int(before["message_id"]),
+        endpoint_id=before["endpoint_id"],
+        event=before["event"],
+        attempts=int(before.get("attempts", 0)),
+        lease_owner=owner,
+        lease_until=lease_until,
+        created_at=before.get("created_at") or now,
+    )
+    return claim, before
+
+
+async def claim_next(
+    storage: Storage,
+    settings: Settings,
+    worker_id: str,
+    *,
+    exclude_endpoints: list[str] | tuple[str, ...] = (),
+) -> Claim | None:
+    """The next due delivery, claimed for `webhook_lease_s`; None when nothing is due.
+    A delivery whose lease ran out is taken over (see `take_over`)."""
+    while True:
+        claim, before = await claim_due(
+            storage, worker_id, settings.webhook_lease_s, exclude_endpoints=exclude_endpoints
+        )
+        if claim is None or before is None:
+            return None
+        if before["status"] != DELIVERING:
+            return claim
+        taken = await take_over(storage, settings, claim)
+        if taken is not None:
+            return taken
+
+
+async def claim_batch(
+    storage: Storage,
+    settings: Settings,
+    worker_id: str,
+    limit: int,
+    *,
+    exclude_endpoints: list[str] | tuple[str, ...] = (),
+) -> list[Claim]:
+    """Up to `limit` claims, one find-and-modify each: the portable subset has no atomic
+    multi-document claim, and one at a time lets several workers share a batch fairly."""
+    claims: list[Claim] = []
+    while len(claims) < limit:
+        claim = await claim_next(storage, settings, worker_id, exclude_endpoints=exclude_endpoints)
+        if claim is None:
+            break
+        claims.append(claim)
+    return claims
+
+
+async def take_over(storage: Storage, settings: Settings, claim: Claim) -> Claim | None:
+    """A delivery whose worker vanished mid-attempt: count that attempt (its outcome is unknown;
+    the customer may have received it) so a message that kills workers ends up DEAD."""
+    now = datetime.now(UTC)
+    await storage.delivery_attempts.insert_one(
+        _attempt_doc(
+            claim,
+            AttemptResult(at=now, error="lease: the worker stopped before the attempt finished"),
+        )
+    )
+    attempts = claim.attempts + 1
+    if attempts >= max_attempts(settings):
+        await _finish(
+            storage,
+            claim,
+            {
+                "status": DEAD,
+                "attempts": attempts,
+                "last_error": "lease expired",
+                **_schedule(None),
+            },
+        )
+        return None
+    await storage.webhook_deliveries.update_one(
+        {"_id": claim.delivery_id, "lease_owner": claim.lease_owner},
+        {"$set": {"attempts": attempts, "last_error": "lease expired"}},
+    )
+    return replace(claim, attempts=attempts)
+
+
+def _attempt_doc(claim: Claim, result: AttemptResult) -> Doc:
+    return {
+        "_id": f"att_{secrets.token_hex(8)}",
+        "delivery_id": claim.delivery_id,
+        "message_id": claim.message_id,
+        "endpoint_id": claim.endpoint_id,
+        "at": result.at,
+        "status_code": result.status_code,
+        "duration_ms": round(result.duration_s * 1000, 1),
+        "error": result.error,
+        "response_snippet": result.response_snippet[:SNIPPET_CHARS],
+    }
+
+
+async def _finish(storage: Storage, claim: Claim, fields: Doc) -> bool:
+    """Release the claim with `fields`; False when the claim was lost (lease taken over)."""
+    result = await storage.webhook_deliveries.update_one(
+        {"_id": claim.delivery_id, "lease_owner": claim.lease_owner, "status": DELIVERING},
+        {"$set": {**fields, "lease_owner": None, "lease_until": None}},
+    )
+    return result.modified_count == 1
+
+
+async def record_attempt(
+    storage: Storage, settings: Settings, claim: Claim, result: AttemptResult
+) -> str:
+    """Store the attempt as its own record and move the delivery on; returns its new status.
+
+    2xx: SUCCEEDED. 410 Gone: the endpoint is disabled and its waiting deliveries with it.
+    Otherwise FAILED with the next attempt scheduled, or DEAD after the last attempt; an
+    endpoint that has failed without a success for `webhook_disable_after_s` is disabled.
+    """
+    await storage.delivery_attempts.insert_one(_attempt_doc(claim, result))
+    attempts = claim.attempts + 1
+    common: Doc = {
+        "attempts": attempts,
+        "last_status": result.status_code,
+        "last_error": result.error,
+    }
+    metrics.DELIVERY_ATTEMPTS.labels(claim.endpoint_id, result.outcome).inc()
+    metrics.DELIVERY_LATENCY.labels(claim.endpoint_id).observe(result.duration_s)
+    if result.ok:
+        await _finish(
+            storage,
+            claim,
+            {**common, "status": SUCCEEDED, "delivered_at": result.at, **_schedule(None)},
+        )
+        await storage.webhook_endpoints.update_one(
+            {"_id": claim.endpoint_id, "failing_since_ms": {"$exists": True, "$ne": None}},
+            {"$set": {"failing_since_ms": None}},
+        )
+        return SUCCEEDED
+    if result.status_code == 410:
+        await _finish(storage, claim, {**common, "status": DISABLED, **_schedule(None)})
+        await disable_endpoint(storage, claim.endpoint_id, "the endpoint answered 410 Gone")
+        return DISABLED
+    enabled = await _note_failure(storage, settings, claim.endpoint_id, result.at)
+    if not enabled:
+        status = DISABLED
+        fields: Doc = {"status": DISABLED, **_schedule(None)}
+    elif attempts >= max_attempts(settings):
+        status = DEAD
+        fields = {"status": DEAD, **_schedule(None)}
+    else:
+        status = FAILED
+        delay = retry_delay(settings, attempts, result.retry_after_s)
+        fields = {"status": FAILED, **_schedule(result.at + timedelta(seconds=delay))}
+    await _finish(storage, claim, {**common, **fields})
+    return status
+
+
+async def _note_failure(
+    storage: Storage, settings: Settings, endpoint_id: str, at: datetime
+) -> bool:
+    """Start the endpoint's failure clock if it is not running; disable the endpoint once it
+    has run for `webhook_disable_after_s`. Returns whether the endpoint is still enabled."""
+    await storage.webhook_endpoints.update_one(
+        {"_id": endpoint_id, "failing_since_ms": None},
+        {"$set": {"failing_since_ms": epoch_ms(at)}},
+    )
+    doc = await storage.webhook_endpoints.find_one(
+        {"_id": endpoint_id}, {"enabled": 1, "failing_since_ms": 1}
+    )
+    if doc is None or not doc.get("enabled", True):
+        return False
+    since_ms = doc.get("failing_since_ms")
+    if since_ms is not None and epoch_ms(at) - since_ms >= settings.webhook_disable_after_s * 1000:
+        since = datetime.fromtimestamp(since_ms / 1000, UTC)
+        await disable_endpoint(
+            storage,
+            endpoint_id,
+            f"every delivery failed since {since:%Y-%m-%d %H:%M:%S} UTC",
+        )
+        return False
+    return True
+
+
+async def release(storage: Storage, claim: Claim, delay_s: float = 0.0, error: str = "") -> None:
+    """Give a claim back without counting an attempt (worker stopping, message not visible)."""
+    fields: Doc = {
+        "status": FAILED if claim.attempts else PENDING,
+        **_schedule(datetime.now(UTC) + timedelta(seconds=delay_s)),
+    }
+    if error:
+        fields["last_error"] = error
+    await _finish(storage, claim, fields)
+
+
+async def message_missing(storage: Storage, claim: Claim, retry_s: float) -> None:
+    """The push message is not visible yet (deliveries are written first): try again shortly,
+    and give up after `MESSAGE_GRACE` (the message write never happened)."""
+    if datetime.now(UTC) - claim.created_at > MESSAGE_GRACE:
+        await _finish(
+            storage,
+            claim,
+            {"status": DEAD, "last_error": "push message not found", **_schedule(None)},
+        )
+        return
+    await release(storage, claim, retry_s, "push message not visible yet")
+
+
+async def mark_disabled(storage: Storage, claim: Claim) -> None:
+    """The endpoint was disabled after this delivery was written."""
+    await _finish(storage, claim, {"status": DISABLED, **_schedule(None)})
+
+
+async def load_message(storage: Storage, message_id: int) -> Doc | None:
+    return await storage.push_messages.find_one({"_id": message_id})
+
+
+# -- Endpoint state ------------------------------------------------------------------------
+
+
+async def disable_endpoint(storage: Storage, endpoint_id: str, reason: str) -> int:
+    """Disable the endpoint and mark its waiting deliveries DISABLED; returns how many.
+    Deliveries in flight become DISABLED when their attempt fails (a success still counts)."""
+    result = await storage.webhook_endpoints.update_one(
+        {"_id": endpoint_id}, {"$set": {"enabled": False, "disabled_reason": reason}}
+    )
+    if result.matched_count == 0:
+        raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
+    updated = await storage.webhook_deliveries.update_many(
+        {"endpoint_id": endpoint_id, "status": {"$in": _WAITING}},
+        {"$set": {"status": DISABLED, **_schedule(None), "last_error": reason}},
+    )
+    return updated.modified_count
+
+
+async def enable_endpoint(storage: Storage, endpoint_id: str) -> int:
+    """Enable the endpoint again and re-queue its DISABLED deliveries; returns how many.
+    Messages written while it was disabled have no deliveries (customers can read them with
+    the pushMessages query)."""
+    result = await storage.webhook_endpoints.update_one(
+        {"_id": endpoint_id},
+        {"$set": {"enabled": True, "disabled_reason": "", "failing_since_ms": None}},
+    )
+    if result.matched_count == 0:
+        raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
+    return await _requeue(storage, {"endpoint_id": endpoint_id, "status": DISABLED})
+
+
+async def _requeue(storage: Storage, query: Doc) -> int:
+    """Back to PENDING with a fresh schedule; the attempt records keep the history."""
+    result = await storage.webhook_deliveries.update_many(
+        query,
+        {
+            "$set": {
+                "status": PENDING,
+                "attempts": 0,
+                **_schedule(datetime.now(UTC)),
+                "lease_owner": None,
+                "lease_until": None,
+            }
+        },
+    )
+    return result.modified_count
+
+
+# -- Operator views and actions ------------------------------------------------------------
+
+
+async def list_deliveries(
+    storage: Storage,
+    *,
+    statuses: tuple[str, ...] = (FAILED, DEAD),
+    endpoint_id: str | None = None,
+    limit: int = 100,
+) -> list[Doc]:
+    """Deliveries in the given statuses, newest first."""
+    query: Doc = {"status": {"$in": list(statuses)}}
+    if endpoint_id is not None:
+        query["endpoint_id"] = endpoint_id
+    cursor = storage.webhook_deliveries.find(query).sort("created_at", -1).limit(limit)
+    return await cursor.to_list()
+
+
+async def list_attempts(storage: Storage, delivery_id: str) -> list[Doc]:
+    cursor = storage.delivery_attempts.find({"delivery_id": delivery_id}).sort("at", 1)
+    return await cursor.to_list()
+
+
+async def resend_delivery(storage: Storage, delivery_id: str) -> Doc:
+    """Queue one delivery again now, whatever its outcome was (same message, same webhook-id)."""
+    doc = await storage.webhook_deliveries.find_one({"_id": delivery_id})
+    if doc is None:
+        raise NotFound(f"delivery {delivery_id!r} not found")
+    if doc["status"] == DELIVERING:
+        raise Conflict(f"delivery {delivery_id} is being delivered right now")
+    endpoint = await storage.webhook_endpoints.find_one({"_id": doc["endpoint_id"]})
+    if endpoint is not None and not endpoint.get("enabled", True):
+        raise Conflict(
+            f"endpoint {doc['endpoint_id']} is disabled; enable it first (enable-endpoint)"
+        )
+    await _requeue(storage, {"_id": delivery_id, "status": doc["status"]})
+    updated = await storage.webhook_deliveries.find_one({"_id": delivery_id})
+    assert updated is not None
+    return updated
+
+
+async def recover_endpoint(storage: Storage, endpoint_id: str, since: datetime) -> int:
+    """Queue again every FAILED or DEAD delivery of the endpoint created at or after `since`."""
+    if await storage.webhook_endpoints.find_one({"_id": endpoint_id}) is None:
+        raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
+    return await _requeue(
+        storage,
+        {
+            "endpoint_id": endpoint_id,
+            "status": {"$in": [FAILED, DEAD]},
+            "created_at": {"$gte": since},
+        },
+    )
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    endpoint_id: str
+    depth: int
+    oldest_age_s: float
+
+
+async def queue_stats(storage: Storage, endpoint_ids: list[str]) -> list[QueueStats]:
+    """Deliveries not yet finished per endpoint, and the age of the oldest; sets the gauges."""
+    now = datetime.now(UTC)
+    stats: list[QueueStats] = []
+    for endpoint_id in endpoint_ids:
+        query: Doc = {"endpoint_id": endpoint_id, "status": {"$in": _CLAIMABLE}}
+        depth = await storage.webhook_deliveries.count_documents(query)
+        oldest: Any = None
+        if depth:
+            oldest = await storage.webhook_deliveries.find_one(
+                query, {"created_at": 1}, sort=[("created_at", 1)]
+            )
+        age = (now - oldest["created_at"]).total_seconds() if oldest else 0.0
+        metrics.DELIVERY_QUEUE.labels(endpoint_id).set(depth)
+        metrics.DELIVERY_OLDEST.labels(endpoint_id).set(age)
+        stats.append(QueueStats(endpoint_id, depth, age))
+    return stats

@@ -1,0 +1,134 @@
+"""How dockflow authenticates to a customer's webhook server: none, basic, or token.
+
+Token: POST the customer's login URL with ``{"username", "password"}``, read the token from the
+configured JSON field, and cache it per endpoint until its ``expires_in`` runs out or the
+customer answers 401; then log in again once. Passwords are decrypted only when used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import aiohttp
+
+from core.crypto import SecretBox
+from core.webhook_endpoints import WebhookEndpoint
+from webhooks.egress import check_url
+from webhooks.transport import describe_error
+
+# A cached token is dropped this many seconds before the expiry the customer announced.
+_EXPIRY_MARGIN_S = 30.0
+_MAX_ERROR_BODY = 200
+
+
+class LoginFailed(Exception):
+    """The customer's login endpoint did not hand out a token; `str()` says why."""
+
+
+@dataclass(frozen=True)
+class _CachedToken:
+    token: str
+    expires_at: float | None  # time.monotonic(); None: until the customer answers 401
+
+
+class CustomerAuth:
+    """Authorization headers per endpoint, with one token cache shared by a worker's tasks."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        box: SecretBox,
+        *,
+        timeout_s: float,
+        allow_hosts: tuple[str, ...],
+        user_agent: str,
+    ) -> None:
+        self._session = session
+        self._box = box
+        self._timeout_s = timeout_s
+        self._allow_hosts = allow_hosts
+        self._user_agent = user_agent
+        self._tokens: dict[str, _CachedToken] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.logins = 0  # successful logins, for operators' curiosity and tests
+
+    async def headers(self, endpoint: WebhookEndpoint) -> Mapping[str, str]:
+        """The Authorization header for the endpoint (empty for none). Raises LoginFailed."""
+        auth = endpoint.auth
+        if auth.kind == "basic":
+            password = self._box.open(auth.password_sealed)
+            pair = base64.b64encode(f"{auth.username}:{password}".encode()).decode()
+            return {"Authorization": f"Basic {pair}"}
+        if auth.kind == "token":
+            token = await self._token(endpoint)
+            return {"Authorization": auth.header_format.format(token=token)}
+        return {}
+
+    def rejected(self, endpoint: WebhookEndpoint, headers: Mapping[str, str]) -> bool:
+        """The customer answered 401 to `headers`: forget that token (unless another task has
+        already replaced it). True when a fresh login may help (token auth)."""
+        if endpoint.auth.kind != "token":
+            return False
+        cached = self._tokens.get(endpoint.endpoint_id)
+        sent = headers.get("Authorization")
+        if cached is not None and sent == endpoint.auth.header_format.format(token=cached.token):
+            del self._tokens[endpoint.endpoint_id]
+        return True
+
+    def forget(self, endpoint_id: str) -> None:
+        self._tokens.pop(endpoint_id, None)
+
+    async def _token(self, endpoint: WebhookEndpoint) -> str:
+        lock = self._locks.setdefault(endpoint.endpoint_id, asyncio.Lock())
+        async with lock:  # concurrent deliveries to one endpoint share one login
+            cached = self._tokens.get(endpoint.endpoint_id)
+            if cached is not None and (
+                cached.expires_at is None or time.monotonic() < cached.expires_at
+            ):
+                return cached.token
+            fresh = await self._login(endpoint)
+            self._tokens[endpoint.endpoint_id] = fresh
+            self.logins += 1
+            return fresh.token
+
+    async def _login(self, endpoint: WebhookEndpoint) -> _CachedToken:
+        auth = endpoint.auth
+        body = {"username": auth.username, "password": self._box.open(auth.password_sealed)}
+        try:
+            check_url(auth.login_url, self._allow_hosts)
+            async with self._session.post(
+                auth.login_url,
+                json=body,
+                headers={"User-Agent": self._user_agent, "Accept": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+                allow_redirects=False,
+            ) as response:
+                text = await response.text(errors="replace")
+                status = response.status
+        except Exception as exc:  # reported on the attempt, like any failed call
+            raise LoginFailed(
+                f"auth: login failed: {describe_error(exc, self._timeout_s)}"
+            ) from exc
+        if not 200 <= status < 300:
+            raise LoginFailed(f"auth: login answered {status}: {text[:_MAX_ERROR_BODY]}")
+        try:
+            data = json.loads(text)
+            token = data[auth.token_field]
+        except (ValueError, KeyError, TypeError):
+            raise LoginFailed(
+                f"auth: login answer has no {auth.token_field!r} field: {text[:_MAX_ERROR_BODY]}"
+            ) from None
+        if not isinstance(token, str) or not token:
+            raise LoginFailed(f"auth: login answer's {auth.token_field!r} is not a token")
+        expires_in = data.get("expires_in") if isinstance(data, dict) else None
+        expires_at = None
+        if isinstance(expires_in, int | float) and not isinstance(expires_in, bool):
+            lifetime = float(expires_in)
+            margin = min(_EXPIRY_MARGIN_S, lifetime / 10)
+            expires_at = time.monotonic() + lifetime - margin
+        return _CachedToken(token, expires_at)
