@@ -58,19 +58,28 @@ def pallet_key(pallet: Doc) -> str:
     return "lpn:" + "|".join(lpns) if lpns else "plt:" + str(pallet["_id"])
 
 
-def net_pallets(pallets: Iterable[Doc]) -> list[Doc]:
-    """The pallets that stayed: a load and a later unload of the same pallet (or the reverse)
-    cancel each other. Keeps the order of `occurred_at`."""
+def net_pallets(pallets: Iterable[Doc], expected: str | None = None) -> list[Doc]:
+    """The pallets that stayed, in `occurred_at` order: a movement in the `expected` direction
+    (LOADING for an outbound shipment) and a later one of the same pallet in the other
+    direction cancel each other. A movement against the direction with nothing to cancel stays.
+    Without `expected`, any two opposite movements in a row cancel."""
     ordered = sorted(pallets, key=lambda p: (p["occurred_at"], str(p["_id"])))
     stacks: dict[str, list[Doc]] = {}
     for pallet in ordered:
         stack = stacks.setdefault(pallet_key(pallet), [])
-        if stack and stack[-1]["direction"] == opposite(pallet["direction"]):
+        cancels = stack and stack[-1]["direction"] == opposite(pallet["direction"])
+        if cancels and expected is not None:
+            cancels = stack[-1]["direction"] == expected
+        if cancels:
             stack.pop()
         else:
             stack.append(pallet)
     kept = {id(p) for stack in stacks.values() for p in stack}
     return [p for p in ordered if id(p) in kept]
+
+
+def expected_direction(shipment: Doc) -> str:
+    return "LOADING" if shipment.get("direction") == "OUTBOUND" else "UNLOADING"
 
 
 async def shipment_order_numbers(storage: Storage, shipment_id: int) -> list[str]:
@@ -90,7 +99,7 @@ async def build_completion_payload(settings: Settings, storage: Storage, shipmen
         {"shipment_id": shipment_id},
         {"payload": 1, "occurred_at": 1, "direction": 1, "lpns": 1, "dock": 1},
     ).to_list()
-    kept = net_pallets(pallets)
+    kept = net_pallets(pallets, expected_direction(shipment))
     dock = shipment.get("dock") or (kept[-1]["dock"] if kept else "") or ""
     return {
         "serviceShipmentId": str(shipment_id),
@@ -226,12 +235,15 @@ async def _all_lpns_observed(storage: Storage, shipment: Doc) -> bool:
     expected = {i["lpn"] for i in items if i.get("lpn")}
     if not expected:
         return False
-    want = "LOADING" if shipment["direction"] == "OUTBOUND" else "UNLOADING"
+    want = expected_direction(shipment)
     pallets: list[Any] = await storage.pallets.find(
         {"shipment_id": shipment["_id"]},
         {"lpns": 1, "direction": 1, "occurred_at": 1},
     ).to_list()
     observed = {
-        lpn for p in net_pallets(pallets) if p["direction"] == want for lpn in p.get("lpns") or []
+        lpn
+        for p in net_pallets(pallets, want)
+        if p["direction"] == want
+        for lpn in p.get("lpns") or []
     }
     return expected <= observed
