@@ -104,6 +104,22 @@ class Settings(BaseSettings):
     webhook_max_in_flight: int = Field(64, ge=1)
     webhooks_enabled: bool = True
 
+    # GraphQL (/public_graphql): a websocket must send connection_init within this many seconds
+    # (else close 4408); keep-alive pings every `graphql_keepalive_s`; operations per connection.
+    graphql_init_timeout_s: float = Field(10.0, gt=0)
+    graphql_keepalive_s: float = Field(15.0, gt=0)
+    graphql_max_subscriptions: int = Field(100, ge=1)
+    # Largest query nesting depth and token count a GraphQL document may have.
+    graphql_max_depth: int = Field(12, ge=2)
+    graphql_max_tokens: int = Field(2000, ge=50)
+    # Push message feed (one tailer per API process): poll interval; how long an id reserved
+    # but not yet written holds back the ids above it before it is treated as abandoned; how
+    # long an abandoned id is still watched for a late commit; messages a subscriber may lag.
+    feed_poll_interval_s: float = Field(0.1, gt=0)
+    feed_gap_grace_s: float = Field(5.0, ge=0)
+    feed_late_window_s: float = Field(300.0, ge=0)
+    feed_subscriber_buffer: int = Field(10000, ge=1)
+
     @field_validator("public_base_url")
     @classmethod
     def _strip_slash(cls, value: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from core.services import Services
-from public_api import auth, documents, health, oauth, openapi
+from public_api import auth, documents, graphql, health, oauth, openapi
 from public_api.keys import SERVICES, SETTINGS
 from public_api.problems import problem_middleware
 
@@ -28,4 +28,5 @@ def create_app(services: Services) -> web.Application:
     auth.setup(app)
     documents.setup(app)
     openapi.setup(app)
+    graphql.setup(app)
     return app

@@ -1,0 +1,449 @@
+"""The read side of the push message feed: paged queries and the live per-process hub.
+
+Message ids are reserved before the write (`core.feed`), so id 7 may commit before id 6. A
+reader that hands out 7 and then moves past it would never see 6. The hub therefore keeps a
+*low watermark*: the highest id at or below which every id is committed (and released, in id
+order) or abandoned. Messages above a gap wait until the gap fills, or until the gap is older
+than `feed_gap_grace_s` — then its id is treated as abandoned (a writer that reserved ids and
+crashed) so one crash never stalls the feed.
+
+Decision for an abandoned id that commits later anyway (within `feed_late_window_s`): it is
+delivered late, out of id order, to the live subscribers, still exactly once (it was never
+delivered before). After the late window the hub stops looking for it; `pushMessages` still
+returns it.
+
+`list_messages` answers only up to the watermark too, so a consumer paging with `afterId`
+never steps over an id that commits later, and `pushMessages` followed by a subscription from
+the last id seen (`afterId`) misses nothing.
+
+One `FeedHub` per process runs one polling task for every business; subscribers get messages
+from memory (no database query per subscriber). Each subscriber's buffer is bounded: one that
+falls behind is ended with `SlowConsumer`, and resumes from its last id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pymongo import ASCENDING, DESCENDING
+
+from core.access import Principal
+from core.errors import DockflowError, ErrorList, Forbidden
+from core.settings import Settings
+from core.storage import UNAVAILABLE_ERRORS, Doc, Storage
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PAGE = 1000  # pushMessages `first` when not given
+MAX_PAGE = 10000  # largest `first` accepted
+POLL_BATCH = 1000  # messages read per tailer query; a full batch polls again at once
+START_WINDOW = 1000  # ids below the newest at start that the hub still watches for late commits
+REPLAY_PAGE = 1000  # messages per database read when a subscription replays from `after_id`
+POLL_ERROR_BACKOFF_S = 1.0  # pause after a failed poll (database down) before trying again
+
+
+class SlowConsumer(DockflowError):
+    """A subscriber fell further behind than its buffer allows; it resumes from its last id."""
+
+    code = "SLOW_CONSUMER"
+    status = 503
+    title = "Subscriber too slow"
+
+
+class FeedStopped(DockflowError):
+    code = "UNAVAILABLE"
+    status = 503
+    title = "Service Unavailable"
+
+
+@dataclass(frozen=True)
+class FeedFilter:
+    """Which messages a reader sees: one business, optionally some of its facilities."""
+
+    business: str
+    # None: every facility; otherwise only these (a facility filter, or a restricted client).
+    facilities: frozenset[str] | None = None
+
+    def matches(self, message: Doc) -> bool:
+        if message["business"] != self.business:
+            return False
+        return self.facilities is None or message["facility"] in self.facilities
+
+    def query(self) -> Doc:
+        query: Doc = {"business": self.business}
+        if self.facilities is not None:
+            query["facility"] = {"$in": sorted(self.facilities)}
+        return query
+
+
+def feed_filter(
+    business: str, facility: str | None, allowed: Collection[str] | None = None
+) -> FeedFilter:
+    """The filter for a business and an optional facility, narrowed to `allowed` facilities."""
+    facilities: frozenset[str] | None = None
+    if facility is not None:
+        facilities = frozenset([facility])
+    if allowed is not None:
+        facilities = frozenset(allowed) if facilities is None else facilities & frozenset(allowed)
+    return FeedFilter(business, facilities)
+
+
+def check_scope(principal: Principal, business: str, facility: str | None = None) -> None:
+    """GraphQL's scope rule: a business slug other than the caller's is FORBIDDEN.
+
+    (REST answers 404 for it; here the slug is a filter, not an address, and every other slug
+    gets the same answer, so nothing about other tenants is revealed.)
+    """
+    if business != principal.business:
+        raise Forbidden(f"this client may not access business {business!r}")
+    if facility is not None and not principal.may_see_facility(facility):
+        raise Forbidden(f"this client may not access facility {facility!r}")
+
+
+def validate_page(since: datetime | None, first: int | None) -> int:
+    """`first` with its default; `since` must carry a UTC offset."""
+    errors = ErrorList()
+    if since is not None and (since.tzinfo is None or since.utcoffset() is None):
+        errors.add("since", "must carry a UTC offset, e.g. 2026-05-01T00:00:00Z")
+    page = DEFAULT_PAGE if first is None else first
+    if not 1 <= page <= MAX_PAGE:
+        errors.add("first", f"must be between 1 and {MAX_PAGE}")
+    errors.raise_if_any("invalid pushMessages input")
+    return page
+
+
+async def list_messages(
+    storage: Storage,
+    business: str,
+    facility: str | None,
+    since: datetime,
+    after_id: int | None = None,
+    first: int | None = None,
+    *,
+    allowed: Collection[str] | None = None,
+    up_to: int | None = None,
+) -> list[Doc]:
+    """Messages with sent_at >= since (and id > after_id), by id, at most `first`.
+
+    `up_to` (the hub's watermark) holds back ids above a gap that may still fill.
+    """
+    page = validate_page(since, first)
+    query = feed_filter(business, facility, allowed).query()
+    query["sent_at"] = {"$gte": since}
+    id_range: Doc = {}
+    if after_id is not None:
+        id_range["$gt"] = after_id
+    if up_to is not None:
+        id_range["$lte"] = up_to
+    if id_range:
+        query["_id"] = id_range
+    cursor = storage.push_messages.find(query).sort("_id", ASCENDING).limit(page)
+    return await cursor.to_list()
+
+
+class Subscriber:
+    """One live reader: a bounded buffer the hub fills, iterated by the transport."""
+
+    def __init__(self, hub: FeedHub, selector: FeedFilter, start_id: int, limit: int) -> None:
+        self.hub = hub
+        self.selector = selector
+        self.start_id = start_id  # live delivery covers ids above this (the watermark then)
+        self.limit = limit
+        self._items: deque[Doc] = deque()
+        self._wake = asyncio.Event()
+        self._error: DockflowError | None = None
+
+    def offer(self, message: Doc) -> None:
+        if self._error is not None:
+            return
+        if len(self._items) >= self.limit:
+            self.fail(
+                SlowConsumer(
+                    f"the subscriber fell more than {self.limit} messages behind; resume with "
+                    "pushMessages or a subscription from the last id received (afterId)"
+                )
+            )
+            return
+        self._items.append(message)
+        self._wake.set()
+
+    def fail(self, error: DockflowError) -> None:
+        if self._error is None:
+            self._error = error
+        self.hub.remove(self)
+        self._wake.set()
+
+    async def next_message(self) -> Doc:
+        while True:
+            if self._error is not None:
+                raise self._error
+            if self._items:
+                return self._items.popleft()
+            self._wake.clear()
+            await self._wake.wait()
+
+    def close(self) -> None:
+        self.hub.remove(self)
+
+
+class FeedHub:
+    """Follows new push messages with one polling task and fans them out to subscribers."""
+
+    def __init__(self, storage: Storage, settings: Settings) -> None:
+        self.storage = storage
+        self.poll_interval_s = settings.feed_poll_interval_s
+        self.gap_grace_s = settings.feed_gap_grace_s
+        self.late_window_s = settings.feed_late_window_s
+        self.buffer_limit = settings.feed_subscriber_buffer
+        self.watermark = 0  # every id <= this is released or abandoned
+        self._highest = 0  # highest id seen
+        self._pending: dict[int, Doc] = {}  # seen above the watermark, waiting for a gap
+        self._historic: set[int] = set()  # committed before start: released to nobody
+        self._gaps: dict[int, float] = {}  # missing id -> monotonic time first noticed
+        self._abandoned: dict[int, float] = {}  # id -> monotonic time given up on
+        self._subscribers: dict[str, set[Subscriber]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._stopped = False
+        self._poll_lock = asyncio.Lock()  # one poll at a time, also when called directly
+
+    async def __aenter__(self) -> FeedHub:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Read the feed's current end, then follow it in the background."""
+        if self._task is not None:
+            return
+        await self._initialise()
+        self._ready.set()
+        self._task = asyncio.create_task(self.run(), name="feed-hub")
+
+    async def stop(self) -> None:
+        """Stop following; current subscribers end with an UNAVAILABLE error. Idempotent."""
+        self._stopped = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for subscribers in list(self._subscribers.values()):
+            for subscriber in list(subscribers):
+                subscriber.fail(FeedStopped("the server is shutting down; reconnect"))
+
+    def nudge(self) -> None:
+        """Poll now instead of at the next interval (after a local write, in tests)."""
+        self._wake.set()
+
+    async def _initialise(self) -> None:
+        newest = await self.storage.push_messages.find_one({}, {"_id": 1}, sort=[("_id", -1)])
+        highest = int(newest["_id"]) if newest else 0
+        low = max(0, highest - START_WINDOW)
+        recent = await (
+            self.storage.push_messages.find(
+                {"_id": {"$gt": low, "$lte": highest}}, {"_id": 1, "sent_at": 1}
+            )
+            .sort("_id", DESCENDING)
+            .to_list()
+        )
+        self.watermark = self._highest = low
+        now_mono, now_wall = time.monotonic(), time.time()
+        next_sent: float | None = None
+        present = {int(doc["_id"]): doc for doc in recent}
+        # Newest first: a gap is at least as old as the message sent above it.
+        for message_id in range(highest, low, -1):
+            found = present.get(message_id)
+            if found is not None:
+                self._historic.add(message_id)
+                sent = found.get("sent_at")
+                next_sent = sent.timestamp() if isinstance(sent, datetime) else now_wall
+            else:
+                # Reserved before the message above it was sent: at least that old already.
+                age = max(0.0, now_wall - next_sent) if next_sent is not None else 0.0
+                self._gaps[message_id] = now_mono - age
+        self._highest = highest
+        self._advance(now_mono)
+
+    async def run(self) -> None:
+        """The tailer loop: poll, release, fan out; database errors pause and retry."""
+        while not self._stopped:
+            try:
+                full = await self.poll()
+            except asyncio.CancelledError:
+                raise
+            except UNAVAILABLE_ERRORS:
+                log.warning("feed poll failed: database unavailable")
+                await asyncio.sleep(POLL_ERROR_BACKOFF_S)
+                continue
+            except Exception:
+                log.exception("feed poll failed")
+                await asyncio.sleep(POLL_ERROR_BACKOFF_S)
+                continue
+            if full:
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_interval_s)
+
+    async def poll(self) -> bool:
+        """One round: read new messages and gap fillers, release what is in order.
+
+        Returns True when a full batch was read (more may be waiting).
+        """
+        async with self._poll_lock:
+            return await self._poll()
+
+    async def _poll(self) -> bool:
+        new = await (
+            self.storage.push_messages.find({"_id": {"$gt": self._highest}})
+            .sort("_id", ASCENDING)
+            .limit(POLL_BATCH)
+            .to_list()
+        )
+        watched = list(self._gaps) + list(self._abandoned)
+        fillers: list[Doc] = []
+        if watched:
+            fillers = await self.storage.push_messages.find(
+                {"_id": {"$in": sorted(watched)}}
+            ).to_list()
+        now = time.monotonic()
+        late: list[Doc] = []
+        for doc in fillers:
+            message_id = int(doc["_id"])
+            if self._gaps.pop(message_id, None) is not None:
+                self._pending[message_id] = doc
+            elif self._abandoned.pop(message_id, None) is not None:
+                late.append(doc)
+        for doc in new:
+            message_id = int(doc["_id"])
+            for missing in range(self._highest + 1, message_id):
+                self._gaps[missing] = now
+            self._pending[message_id] = doc
+            self._highest = message_id
+        for doc in sorted(late, key=lambda d: int(d["_id"])):
+            log.warning("feed: abandoned id committed late", extra={"message_id": doc["_id"]})
+            self._fan_out(doc)
+        self._advance(now)
+        self._forget_abandoned(now)
+        return len(new) >= POLL_BATCH
+
+    def _advance(self, now: float) -> None:
+        while self.watermark < self._highest:
+            candidate = self.watermark + 1
+            doc = self._pending.pop(candidate, None)
+            if doc is not None:
+                self._fan_out(doc)
+            elif candidate in self._historic:
+                self._historic.discard(candidate)
+            else:
+                noticed = self._gaps.get(candidate)
+                if noticed is None or now - noticed < self.gap_grace_s:
+                    break  # still in flight: everything above waits
+                del self._gaps[candidate]
+                self._abandoned[candidate] = now
+                log.warning("feed: id abandoned after grace", extra={"message_id": candidate})
+            self.watermark = candidate
+
+    def _forget_abandoned(self, now: float) -> None:
+        expired = [i for i, at in self._abandoned.items() if now - at > self.late_window_s]
+        for message_id in expired:
+            del self._abandoned[message_id]
+
+    def _fan_out(self, message: Doc) -> None:
+        for subscriber in list(self._subscribers.get(message["business"], ())):
+            if subscriber.selector.matches(message):
+                subscriber.offer(message)
+
+    def add(self, selector: FeedFilter) -> Subscriber:
+        """Register a live subscriber from the current watermark on."""
+        if self._stopped:
+            raise FeedStopped("the server is shutting down; reconnect")
+        subscriber = Subscriber(self, selector, self.watermark, self.buffer_limit)
+        self._subscribers.setdefault(selector.business, set()).add(subscriber)
+        return subscriber
+
+    def remove(self, subscriber: Subscriber) -> None:
+        subscribers = self._subscribers.get(subscriber.selector.business)
+        if subscribers is not None:
+            subscribers.discard(subscriber)
+            if not subscribers:
+                del self._subscribers[subscriber.selector.business]
+
+    @property
+    def subscriber_count(self) -> int:
+        return sum(len(s) for s in self._subscribers.values())
+
+    async def subscribe(
+        self, selector: FeedFilter, *, after_id: int | None = None, since: datetime | None = None
+    ) -> AsyncGenerator[Doc, None]:
+        """Every matching message released from now on, in id order, each once.
+
+        With `after_id` (or `since`), stored messages after that point come first, then the
+        live ones, without a gap or a repeat between the two.
+        """
+        await self._ready.wait()
+        subscriber = self.add(selector)
+        # Ids given up on before this start may still commit; they then arrive live, late.
+        late_candidates = set(self._abandoned)
+        replayed_late: set[int] = set()
+        try:
+            if after_id is not None or since is not None:
+                async for doc in self._replay(selector, subscriber.start_id, after_id, since):
+                    if int(doc["_id"]) in late_candidates:
+                        replayed_late.add(int(doc["_id"]))
+                    yield doc
+            while True:
+                doc = await subscriber.next_message()
+                message_id = int(doc["_id"])
+                if message_id in replayed_late:
+                    continue
+                if after_id is not None and subscriber.start_id < message_id <= after_id:
+                    continue  # the caller already has these (it read past our watermark)
+                yield doc
+        finally:
+            subscriber.close()
+
+    async def _replay(
+        self, selector: FeedFilter, up_to: int, after_id: int | None, since: datetime | None
+    ) -> AsyncIterator[Doc]:
+        cursor_id = after_id or 0
+        while cursor_id < up_to:
+            query = selector.query()
+            query["_id"] = {"$gt": cursor_id, "$lte": up_to}
+            if since is not None:
+                query["sent_at"] = {"$gte": since}
+            page = await (
+                self.storage.push_messages.find(query)
+                .sort("_id", ASCENDING)
+                .limit(REPLAY_PAGE)
+                .to_list()
+            )
+            for doc in page:
+                yield doc
+            if len(page) < REPLAY_PAGE:
+                return
+            cursor_id = int(page[-1]["_id"])
+
+
+def message_view(doc: Doc) -> dict[str, Any]:
+    """The fields of a push message record, as the spec names them."""
+    return {
+        "id": int(doc["_id"]),
+        "businessSlug": doc["business"],
+        "facilitySlug": doc["facility"],
+        "messageType": doc["type"],
+        "message": doc["message"],
+        "sentAt": doc["sent_at"],
+    }

@@ -1,0 +1,113 @@
+"""Files attached to a shipment (BOL scans, photos, PDFs): contents in GridFS, metadata beside.
+
+Contents go to the GridFS bucket `fs` chunk by chunk while the size is counted; a file over
+`max_upload_bytes` is aborted (its chunks deleted) and nothing is listed. The metadata
+document in `shipment_documents` is written last, so a listed document always has contents.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import IO
+
+from bson import ObjectId
+from gridfs.asynchronous import AsyncGridFSBucket
+from gridfs.errors import NoFile
+
+from core.access import Principal, check_access
+from core.errors import NotFound, PayloadTooLarge, ValidationFailed
+from core.storage import Doc, Storage
+
+BUCKET = "fs"
+READ_CHUNK = 256 * 1024  # bytes read from the upload (and streamed on download) at a time
+MAX_NAME = 255  # longest file name kept
+MAX_TYPE = 64  # longest document type label
+
+
+@dataclass(frozen=True)
+class NewDocument:
+    shipment_id: int
+    name: str
+    content_type: str
+    type: str | None
+    source: IO[bytes]  # the uploaded file, read in chunks
+
+
+def _bucket(storage: Storage) -> AsyncGridFSBucket:
+    return AsyncGridFSBucket(storage.db, bucket_name=BUCKET)
+
+
+def _chunks(source: IO[bytes]) -> Iterator[bytes]:
+    while chunk := source.read(READ_CHUNK):
+        yield chunk
+
+
+async def upload_document(
+    storage: Storage, principal: Principal, new: NewDocument, *, max_bytes: int
+) -> Doc:
+    """Store an uploaded file for a shipment the caller may see; returns its metadata."""
+    shipment = await storage.shipments.find_one({"_id": new.shipment_id})
+    if shipment is None or shipment.get("business") != principal.business:
+        raise NotFound(f"shipment {new.shipment_id} not found")
+    check_access(principal, shipment["business"], shipment["facility"])
+    name = (new.name or "upload").strip()[:MAX_NAME] or "upload"
+    if new.type is not None and len(new.type) > MAX_TYPE:
+        raise ValidationFailed(f"type must be at most {MAX_TYPE} characters")
+    document_id = f"sdoc_{secrets.token_hex(8)}"
+    stream = _bucket(storage).open_upload_stream(
+        name, metadata={"document_id": document_id, "contentType": new.content_type}
+    )
+    size = 0
+    try:
+        for chunk in _chunks(new.source):
+            size += len(chunk)
+            if size > max_bytes:
+                raise PayloadTooLarge(f"the file is larger than the {max_bytes} byte limit")
+            await stream.write(chunk)
+    except BaseException:
+        await stream.abort()
+        raise
+    await stream.close()
+    doc: Doc = {
+        "_id": document_id,
+        "shipment_id": new.shipment_id,
+        "business": shipment["business"],
+        "facility": shipment["facility"],
+        "name": name,
+        "size": size,
+        "content_type": new.content_type or "application/octet-stream",
+        "type": new.type,
+        "gridfs_id": stream._id,
+        "uploaded_by": principal.subject,
+        "created_at": datetime.now(UTC),
+    }
+    await storage.shipment_documents.insert_one(doc)
+    return doc
+
+
+async def get_document(storage: Storage, principal: Principal, document_id: str) -> Doc:
+    """A document's metadata; NOT_FOUND unless the caller may see its shipment."""
+    doc = await storage.shipment_documents.find_one({"_id": document_id})
+    if doc is None or doc.get("business") != principal.business:
+        raise NotFound(f"document {document_id!r} not found")
+    check_access(principal, doc["business"], doc["facility"])
+    return doc
+
+
+async def read_contents(storage: Storage, doc: Doc) -> AsyncIterator[bytes]:
+    """The stored bytes of a document, chunk by chunk."""
+    gridfs_id = doc["gridfs_id"]
+    try:
+        stream = await _bucket(storage).open_download_stream(
+            gridfs_id if isinstance(gridfs_id, ObjectId) else ObjectId(str(gridfs_id))
+        )
+    except NoFile:
+        raise NotFound(f"the contents of document {doc['_id']!r} are missing") from None
+    try:
+        while chunk := await stream.read(READ_CHUNK):
+            yield chunk
+    finally:
+        await stream.close()

@@ -1,0 +1,210 @@
+"""Read models for shipments: orders, items, expected vs observed LPNs, pallets, documents.
+
+Every read is batched: a page of shipments costs one query per collection (shipments, orders,
+order items, pallets, documents), never one per shipment or per item. Joins happen in Python
+(the portable subset has no `$lookup`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pymongo import ASCENDING, DESCENDING
+
+from core.access import Principal, check_access
+from core.errors import ErrorList, NotFound
+from core.feed_reader import check_scope
+from core.storage import Doc, Storage
+from core.tenancy import Facility, get_facility
+
+DEFAULT_SHIPMENTS_PAGE = 100  # shipments(filter) answers this many when `first` is not given
+MAX_SHIPMENTS_PAGE = 1000
+# Statuses of a shipment standing at a dock door (its dock's "current shipment").
+AT_DOCK_STATUSES = ("DOOR_ASSIGNED", "LOADING", "UNLOADING", "LOADED", "UNLOADED")
+# Pallet direction that counts as progress for each shipment direction.
+EXPECTED_PALLET_DIRECTION = {"OUTBOUND": "LOADING", "INBOUND": "UNLOADING"}
+
+
+@dataclass
+class OrderView:
+    order: Doc
+    items: list[Doc] = field(default_factory=list)
+
+
+@dataclass
+class ShipmentView:
+    """A shipment with everything a dashboard or API client shows about it."""
+
+    shipment: Doc
+    orders: list[OrderView] = field(default_factory=list)
+    pallets: list[Doc] = field(default_factory=list)
+    documents: list[Doc] = field(default_factory=list)
+
+    @property
+    def id(self) -> int:
+        return int(self.shipment["_id"])
+
+    @property
+    def expected_lpns(self) -> list[str]:
+        """LPNs named on the shipment's order items, in order of appearance."""
+        seen: dict[str, None] = {}
+        for order in self.orders:
+            for item in order.items:
+                if item.get("lpn"):
+                    seen.setdefault(item["lpn"], None)
+        return list(seen)
+
+    @property
+    def observed_lpns(self) -> list[str]:
+        """LPNs read on the shipment's pallets in its direction, net of reversing readings
+        (a pallet loaded then unloaded is no longer observed on an outbound shipment)."""
+        forward = EXPECTED_PALLET_DIRECTION.get(self.shipment.get("direction", ""), "LOADING")
+        balance: Counter[str] = Counter()
+        order: dict[str, None] = {}
+        for pallet in sorted(self.pallets, key=_pallet_sort_key):
+            step = 1 if pallet.get("direction") == forward else -1
+            for lpn in pallet.get("lpns") or []:
+                balance[lpn] += step
+                order.setdefault(lpn, None)
+        return [lpn for lpn in order if balance[lpn] > 0]
+
+    @property
+    def missing_lpns(self) -> list[str]:
+        observed = set(self.observed_lpns)
+        return [lpn for lpn in self.expected_lpns if lpn not in observed]
+
+    @property
+    def unexpected_lpns(self) -> list[str]:
+        expected = set(self.expected_lpns)
+        return [lpn for lpn in self.observed_lpns if lpn not in expected]
+
+
+def _pallet_sort_key(pallet: Doc) -> tuple[Any, str]:
+    return (pallet.get("occurred_at") or pallet.get("created_at"), str(pallet["_id"]))
+
+
+async def load_views(storage: Storage, shipments: list[Doc]) -> list[ShipmentView]:
+    """Attach orders, items, pallets and documents to shipments: four queries in all."""
+    if not shipments:
+        return []
+    ids = [int(s["_id"]) for s in shipments]
+    in_ids = {"shipment_id": {"$in": ids}}
+    orders = await storage.orders.find(in_ids).sort("created_seq", ASCENDING).to_list()
+    items = await storage.order_items.find(in_ids).to_list()
+    pallets = await storage.pallets.find(in_ids).to_list()
+    documents = await storage.shipment_documents.find(in_ids).sort("created_at", 1).to_list()
+
+    items_by_order: dict[str, list[Doc]] = {}
+    for item in items:
+        items_by_order.setdefault(item["order_id"], []).append(item)
+    views = {int(s["_id"]): ShipmentView(s) for s in shipments}
+    for order in orders:
+        view = views.get(int(order["shipment_id"]))
+        if view is not None:
+            view.orders.append(OrderView(order, items_by_order.get(order["_id"], [])))
+    for pallet in pallets:
+        views[int(pallet["shipment_id"])].pallets.append(pallet)
+    for document in documents:
+        views[int(document["shipment_id"])].documents.append(document)
+    for view in views.values():
+        view.pallets.sort(key=_pallet_sort_key)
+    return [views[i] for i in ids]
+
+
+async def get_shipment(storage: Storage, principal: Principal, shipment_id: int) -> ShipmentView:
+    """One shipment the caller may see; NOT_FOUND for an unknown id or another tenant's."""
+    doc = await storage.shipments.find_one({"_id": shipment_id})
+    if doc is None or doc.get("business") != principal.business:
+        raise NotFound(f"shipment {shipment_id} not found")
+    check_access(principal, doc["business"], doc["facility"])
+    return (await load_views(storage, [doc]))[0]
+
+
+@dataclass(frozen=True)
+class ShipmentFilter:
+    business: str
+    facility: str | None = None
+    status: str | None = None
+    dock: str | None = None
+    since: datetime | None = None  # created at or after
+    before: datetime | None = None  # created before
+    first: int | None = None
+
+
+async def list_shipments(
+    storage: Storage, principal: Principal, selector: ShipmentFilter
+) -> list[ShipmentView]:
+    """The newest shipments matching the filter (by id, descending), with their details."""
+    check_scope(principal, selector.business, selector.facility)
+    errors = ErrorList()
+    for name, value in (("since", selector.since), ("before", selector.before)):
+        if value is not None and value.utcoffset() is None:
+            errors.add(name, "must carry a UTC offset")
+    page = DEFAULT_SHIPMENTS_PAGE if selector.first is None else selector.first
+    if not 1 <= page <= MAX_SHIPMENTS_PAGE:
+        errors.add("first", f"must be between 1 and {MAX_SHIPMENTS_PAGE}")
+    errors.raise_if_any("invalid shipments filter")
+    query: Doc = {"business": selector.business}
+    if selector.facility is not None:
+        query["facility"] = selector.facility
+    elif principal.facilities is not None:
+        query["facility"] = {"$in": sorted(principal.facilities)}
+    if selector.status is not None:
+        query["status"] = selector.status
+    if selector.dock is not None:
+        query["dock"] = selector.dock
+    created: Doc = {}
+    if selector.since is not None:
+        created["$gte"] = selector.since
+    if selector.before is not None:
+        created["$lt"] = selector.before
+    if created:
+        query["created_at"] = created
+    docs = await storage.shipments.find(query).sort("_id", DESCENDING).limit(page).to_list()
+    return await load_views(storage, docs)
+
+
+@dataclass
+class DockView:
+    slug: str
+    name: str
+    current: ShipmentView | None
+
+
+@dataclass
+class FacilityView:
+    facility: Facility
+    docks: list[DockView]
+
+
+async def get_facility_view(
+    storage: Storage, principal: Principal, business: str, facility_slug: str
+) -> FacilityView:
+    """A facility with each dock's current shipment (the newest one standing at the door)."""
+    check_scope(principal, business, facility_slug)
+    facility = await get_facility(storage, business, facility_slug)
+    slugs = [dock.slug for dock in facility.docks]
+    candidates = await (
+        storage.shipments.find(
+            {
+                "business": business,
+                "facility": facility_slug,
+                "dock": {"$in": slugs},
+                "status": {"$in": list(AT_DOCK_STATUSES)},
+            }
+        )
+        .sort("_id", DESCENDING)
+        .to_list()
+    )
+    current: dict[str, Doc] = {}
+    for doc in candidates:
+        if doc.get("completed_at") is None and doc.get("linked_to") is None:
+            current.setdefault(doc["dock"], doc)
+    views = {v.shipment["dock"]: v for v in await load_views(storage, list(current.values()))}
+    return FacilityView(
+        facility=facility,
+        docks=[DockView(d.slug, d.name, views.get(d.slug)) for d in facility.docks],
+    )

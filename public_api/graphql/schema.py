@@ -1,0 +1,508 @@
+"""The GraphQL schema (DESIGN.md section 8): types translate core read models; resolvers call
+core and hold no rules. Errors are mapped once, in `public_api.graphql.errors`."""
+
+import datetime as dt
+from collections.abc import AsyncGenerator
+from enum import Enum
+from typing import Any
+
+import strawberry
+from graphql import GraphQLError
+from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
+from strawberry.file_uploads import Upload
+from strawberry.scalars import JSON
+from strawberry.types import Info
+
+from core import feed_reader, scheduling, shipment_documents, shipment_queries
+from core.settings import Settings
+from core.storage import Doc
+from public_api.graphql.context import GraphQLContext
+from public_api.graphql.errors import ErrorCodes
+
+GQLInfo = Info[GraphQLContext, None]
+MAX_ALIASES = 30  # aliases per document: a cheap guard against fan-out queries
+
+
+@strawberry.enum
+class MessageType(Enum):
+    PALLET_EVENT = "PALLET_EVENT"
+    SHIPMENT_COMPLETE = "SHIPMENT_COMPLETE"
+
+
+@strawberry.enum
+class ShipmentStatus(Enum):
+    NEW = "NEW"
+    SCHEDULED = "SCHEDULED"
+    AT_FACILITY = "AT_FACILITY"
+    DOOR_ASSIGNED = "DOOR_ASSIGNED"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+    LOADED = "LOADED"
+    UNLOADED = "UNLOADED"
+    DEPARTED = "DEPARTED"
+
+
+@strawberry.enum
+class SchedulingEvent(Enum):
+    AT_FACILITY = "AT_FACILITY"
+    DOOR_ASSIGNED = "DOOR_ASSIGNED"
+    CHECKED_OUT = "CHECKED_OUT"
+
+
+@strawberry.type(description="One push message: a pallet event or a shipment completion.")
+class PushMessage:
+    id: int = strawberry.field(description="Unique, increasing; store it to drop duplicates.")
+    business_slug: str
+    facility_slug: str
+    message_type: MessageType
+    message: JSON = strawberry.field(description="The payload object, as webhooks send it.")
+    sent_at: dt.datetime = strawberry.field(description="ISO 8601 with UTC offset.")
+
+    @classmethod
+    def from_doc(cls, doc: Doc) -> "PushMessage":
+        return cls(
+            id=int(doc["_id"]),
+            business_slug=doc["business"],
+            facility_slug=doc["facility"],
+            message_type=MessageType(doc["type"]),
+            message=doc["message"],
+            sent_at=doc["sent_at"],
+        )
+
+
+@strawberry.input
+class PushMessageFilter:
+    business_slug: str
+    since: dt.datetime = strawberry.field(description="Messages sent at or after; needs an offset.")
+    facility_slug: str | None = None
+    after_id: int | None = strawberry.field(default=None, description="Only ids above this.")
+    first: int | None = strawberry.field(
+        default=None, description=f"Page size, default {feed_reader.DEFAULT_PAGE}, max 10000."
+    )
+
+
+@strawberry.input
+class PushMessageSubscriptionFilter:
+    business_slug: str
+    facility_slug: str | None = None
+    after_id: int | None = strawberry.field(
+        default=None,
+        description="Replay stored messages above this id first (the last id you processed), "
+        "then follow live: nothing missed, nothing repeated.",
+    )
+    since: dt.datetime | None = strawberry.field(
+        default=None, description="Replay stored messages sent at or after this first."
+    )
+
+
+@strawberry.type
+class AdditionalField:
+    name: str
+    value: str | None
+
+
+@strawberry.type
+class StatusChange:
+    status: str
+    at: dt.datetime
+    source: str | None
+
+
+@strawberry.type
+class OrderItem:
+    id: str
+    lpn: str | None
+    sku: str | None
+    quantity: float | None
+    quantity_unit: str | None
+    identifier: str | None
+    reference: str | None
+    observed: bool = strawberry.field(description="Its LPN was read in the expected direction.")
+
+    @classmethod
+    def from_doc(cls, doc: Doc, observed: set[str]) -> "OrderItem":
+        return cls(
+            id=doc["_id"],
+            lpn=doc.get("lpn"),
+            sku=doc.get("sku"),
+            quantity=doc.get("quantity"),
+            quantity_unit=doc.get("quantity_unit"),
+            identifier=doc.get("identifier"),
+            reference=doc.get("reference"),
+            observed=bool(doc.get("lpn")) and doc.get("lpn") in observed,
+        )
+
+
+@strawberry.type
+class Order:
+    id: str
+    order_number: str
+    status: str
+    direction: str | None
+    items: list[OrderItem]
+
+
+@strawberry.type
+class LabelField:
+    name: str
+    value: JSON | None
+    confidence: float | None
+
+
+@strawberry.type
+class Pallet:
+    id: str
+    dock_slug: str | None
+    direction: str | None
+    occurred_at: dt.datetime | None
+    lpns: list[str]
+    skus: list[str]
+    orders: list[str]
+    labels: list[LabelField]
+    image_urls: list[str]
+    message_id: int | None
+    url: str
+
+    @classmethod
+    def from_doc(cls, doc: Doc, settings: Settings) -> "Pallet":
+        return cls(
+            id=str(doc["_id"]),
+            dock_slug=doc.get("dock"),
+            direction=doc.get("direction"),
+            occurred_at=doc.get("occurred_at"),
+            lpns=list(doc.get("lpns") or []),
+            skus=list(doc.get("skus") or []),
+            orders=[str(o) for o in doc.get("orders") or []],
+            labels=[
+                LabelField(
+                    name=lbl["name"], value=lbl.get("value"), confidence=lbl.get("confidence")
+                )
+                for lbl in doc.get("labels") or []
+            ],
+            image_urls=list(doc.get("image_urls") or []),
+            message_id=doc.get("message_id"),
+            url=f"{settings.dashboard_base_url}/pallets/{doc['_id']}",
+        )
+
+
+@strawberry.type
+class ShipmentDocument:
+    id: str
+    name: str
+    size: int
+    content_type: str
+    type: str | None
+    created_at: dt.datetime
+    download_url: str = strawberry.field(description="GET with the same bearer token.")
+
+    @classmethod
+    def from_doc(cls, doc: Doc, settings: Settings) -> "ShipmentDocument":
+        return cls(
+            id=doc["_id"],
+            name=doc["name"],
+            size=int(doc["size"]),
+            content_type=doc["content_type"],
+            type=doc.get("type"),
+            created_at=doc["created_at"],
+            download_url=f"{settings.public_base_url}/shipment-documents/{doc['_id']}",
+        )
+
+
+@strawberry.type
+class LpnProgress:
+    expected: list[str]
+    observed: list[str]
+    missing: list[str]
+    unexpected: list[str]
+
+
+@strawberry.type
+class Shipment:
+    id: int
+    business_slug: str
+    facility_slug: str
+    direction: str | None
+    shipment_number: str | None
+    status: str
+    dock_slug: str | None
+    arrived_at: dt.datetime | None
+    completed_at: dt.datetime | None
+    completion_reason: str | None
+    linked_to: int | None
+    created_at: dt.datetime | None
+    updated_at: dt.datetime | None
+    expected_arrival_at: str | None
+    trailer_number: str | None
+    carrier: str | None
+    seal_number: str | None
+    bol_number: str | None
+    additional_fields: list[AdditionalField]
+    orders: list[Order]
+    lpns: LpnProgress = strawberry.field(description="Expected vs observed LPNs.")
+    pallets: list[Pallet]
+    status_history: list[StatusChange]
+    documents: list[ShipmentDocument]
+    url: str
+
+    @classmethod
+    def from_view(cls, view: shipment_queries.ShipmentView, settings: Settings) -> "Shipment":
+        doc = view.shipment
+        fields: dict[str, Any] = doc.get("fields") or {}
+        observed = view.observed_lpns
+        observed_set = set(observed)
+        arrival = fields.get("expectedArrivalAt")
+        return cls(
+            id=view.id,
+            business_slug=doc["business"],
+            facility_slug=doc["facility"],
+            direction=doc.get("direction"),
+            shipment_number=doc.get("number"),
+            status=doc.get("status") or "NEW",
+            dock_slug=doc.get("dock"),
+            arrived_at=doc.get("arrived_at"),
+            completed_at=doc.get("completed_at"),
+            completion_reason=doc.get("completion_reason"),
+            linked_to=doc.get("linked_to"),
+            created_at=doc.get("created_at"),
+            updated_at=doc.get("updated_at"),
+            expected_arrival_at=arrival.isoformat()
+            if isinstance(arrival, dt.datetime)
+            else arrival,
+            trailer_number=fields.get("trailerNumber"),
+            carrier=fields.get("carrier"),
+            seal_number=fields.get("sealNumber"),
+            bol_number=fields.get("bolNumber"),
+            additional_fields=[
+                AdditionalField(name=f.get("name", ""), value=f.get("value"))
+                for f in fields.get("additionalFields") or []
+            ],
+            orders=[
+                Order(
+                    id=o.order["_id"],
+                    order_number=o.order.get("number", ""),
+                    status=o.order.get("status", "CREATED"),
+                    direction=o.order.get("direction"),
+                    items=[OrderItem.from_doc(i, observed_set) for i in o.items],
+                )
+                for o in view.orders
+            ],
+            lpns=LpnProgress(
+                expected=view.expected_lpns,
+                observed=observed,
+                missing=view.missing_lpns,
+                unexpected=view.unexpected_lpns,
+            ),
+            pallets=[Pallet.from_doc(p, settings) for p in view.pallets],
+            status_history=[
+                StatusChange(status=h.get("status", ""), at=h["at"], source=h.get("source"))
+                for h in doc.get("history") or []
+            ],
+            documents=[ShipmentDocument.from_doc(d, settings) for d in view.documents],
+            url=f"{settings.dashboard_base_url}/shipments/{view.id}",
+        )
+
+
+@strawberry.type
+class Dock:
+    slug: str
+    name: str
+    current_shipment: Shipment | None
+
+
+@strawberry.type
+class Facility:
+    business_slug: str
+    slug: str
+    name: str
+    timezone: str
+    docks: list[Dock]
+
+
+@strawberry.input
+class ShipmentFilter:
+    business_slug: str
+    facility_slug: str | None = None
+    status: ShipmentStatus | None = None
+    dock_slug: str | None = None
+    since: dt.datetime | None = strawberry.field(default=None, description="Created at or after.")
+    before: dt.datetime | None = strawberry.field(default=None, description="Created before.")
+    first: int | None = strawberry.field(default=None, description="Default 100, max 1000.")
+
+
+@strawberry.input
+class UpdateShipmentInput:
+    id: int
+    event: SchedulingEvent
+    dock_slug: str | None = strawberry.field(default=None, description="For DOOR_ASSIGNED.")
+    at: dt.datetime | None = strawberry.field(default=None, description="When; default now.")
+
+
+@strawberry.input
+class UploadShipmentDocumentInput:
+    shipment_id: int
+    file: Upload
+    type: str | None = strawberry.field(default=None, description="e.g. BOL, PHOTO, POD.")
+
+
+def _settings(info: GQLInfo) -> Settings:
+    return info.context.services.settings
+
+
+@strawberry.type
+class Query:
+    @strawberry.field
+    def ping(self) -> str:
+        return "pong"
+
+    @strawberry.field(description="Stored messages, by id; page with afterId.")
+    async def push_messages(self, info: GQLInfo, input: PushMessageFilter) -> list[PushMessage]:
+        context = info.context
+        principal = context.require_principal()
+        feed_reader.check_scope(principal, input.business_slug, input.facility_slug)
+        docs = await feed_reader.list_messages(
+            context.services.storage,
+            input.business_slug,
+            input.facility_slug,
+            input.since,
+            input.after_id,
+            input.first,
+            allowed=principal.facilities,
+            up_to=context.hub.watermark,
+        )
+        return [PushMessage.from_doc(d) for d in docs]
+
+    @strawberry.field
+    async def shipment(self, info: GQLInfo, id: int) -> Shipment:
+        context = info.context
+        view = await shipment_queries.get_shipment(
+            context.services.storage, context.require_principal(), id
+        )
+        return Shipment.from_view(view, _settings(info))
+
+    @strawberry.field(description="Newest first.")
+    async def shipments(self, info: GQLInfo, filter: ShipmentFilter) -> list[Shipment]:
+        context = info.context
+        views = await shipment_queries.list_shipments(
+            context.services.storage,
+            context.require_principal(),
+            shipment_queries.ShipmentFilter(
+                business=filter.business_slug,
+                facility=filter.facility_slug,
+                status=filter.status.value if filter.status else None,
+                dock=filter.dock_slug,
+                since=filter.since,
+                before=filter.before,
+                first=filter.first,
+            ),
+        )
+        return [Shipment.from_view(v, _settings(info)) for v in views]
+
+    @strawberry.field
+    async def facility(self, info: GQLInfo, business_slug: str, facility_slug: str) -> Facility:
+        context = info.context
+        view = await shipment_queries.get_facility_view(
+            context.services.storage, context.require_principal(), business_slug, facility_slug
+        )
+        settings = _settings(info)
+        return Facility(
+            business_slug=view.facility.business,
+            slug=view.facility.slug,
+            name=view.facility.name,
+            timezone=view.facility.timezone,
+            docks=[
+                Dock(
+                    slug=d.slug,
+                    name=d.name,
+                    current_shipment=Shipment.from_view(d.current, settings) if d.current else None,
+                )
+                for d in view.docks
+            ],
+        )
+
+
+@strawberry.type
+class Mutation:
+    @strawberry.mutation(description="Scheduling events: AT_FACILITY, DOOR_ASSIGNED, CHECKED_OUT.")
+    async def update_shipment(self, info: GQLInfo, input: UpdateShipmentInput) -> Shipment:
+        context = info.context
+        principal = context.require_principal()
+        storage = context.services.storage
+        await scheduling.update_shipment(
+            storage,
+            principal,
+            scheduling.ShipmentUpdate(
+                shipment_id=input.id,
+                event=input.event.value,
+                dock=input.dock_slug,
+                at=input.at,
+            ),
+        )
+        view = await shipment_queries.get_shipment(storage, principal, input.id)
+        return Shipment.from_view(view, _settings(info))
+
+    @strawberry.mutation(description="Store a file for the shipment (GraphQL multipart request).")
+    async def upload_shipment_document(
+        self, info: GQLInfo, input: UploadShipmentDocumentInput
+    ) -> ShipmentDocument:
+        context = info.context
+        settings = _settings(info)
+        upload: Any = input.file
+        doc = await shipment_documents.upload_document(
+            context.services.storage,
+            context.require_principal(),
+            shipment_documents.NewDocument(
+                shipment_id=input.shipment_id,
+                name=getattr(upload, "filename", None) or "upload",
+                content_type=getattr(upload, "content_type", None) or "application/octet-stream",
+                type=input.type,
+                source=getattr(upload, "file", upload),
+            ),
+            max_bytes=settings.max_upload_bytes,
+        )
+        return ShipmentDocument.from_doc(doc, settings)
+
+
+@strawberry.type
+class Subscription:
+    @strawberry.subscription(
+        description="Every message committed after the subscription starts (or after afterId),"
+        " in id order, each once."
+    )
+    async def push_message(
+        self, info: GQLInfo, filter: PushMessageSubscriptionFilter
+    ) -> AsyncGenerator[PushMessage, None]:
+        context = info.context
+        principal = context.require_principal()
+        feed_reader.check_scope(principal, filter.business_slug, filter.facility_slug)
+        if filter.since is not None:
+            feed_reader.validate_page(filter.since, None)
+        selector = feed_reader.feed_filter(
+            filter.business_slug, filter.facility_slug, principal.facilities
+        )
+        stream = context.hub.subscribe(selector, after_id=filter.after_id, since=filter.since)
+        try:
+            async for doc in stream:
+                yield PushMessage.from_doc(doc)
+        finally:
+            await stream.aclose()
+
+
+class DockflowSchema(strawberry.Schema):
+    def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
+        """Expected errors (FORBIDDEN, NOT_FOUND, ...) are answers, not incidents: the
+        `ErrorCodes` extension logs internal ones with an id instead of every one here."""
+
+
+def build_schema(settings: Settings) -> strawberry.Schema:
+    """The schema with its limits: depth, tokens, aliases; every error carries a code."""
+    return DockflowSchema(
+        query=Query,
+        mutation=Mutation,
+        subscription=Subscription,
+        extensions=[
+            lambda: QueryDepthLimiter(max_depth=settings.graphql_max_depth),
+            lambda: MaxTokensLimiter(max_token_count=settings.graphql_max_tokens),
+            lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
+            ErrorCodes,
+        ],
+    )

@@ -1,0 +1,180 @@
+"""The feed's read side against the real database: paging, the watermark, gaps that fill late,
+abandoned ids, replay and slow subscribers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from core.errors import ValidationFailed
+from core.feed import NewMessage, append_messages, build_messages, write_messages
+from core.feed_reader import FeedHub, SlowConsumer, feed_filter, list_messages
+from core.settings import Settings
+from core.storage import Doc, Storage
+
+SINCE = datetime(2020, 1, 1, tzinfo=UTC)
+
+
+def message(facility: str = "dc1", business: str = "acme", n: int = 0) -> NewMessage:
+    return NewMessage(business, facility, "PALLET_EVENT", {"n": n}, shipment_id=1)
+
+
+async def take(stream: AsyncIterator[Doc], count: int, wait_s: float = 20) -> list[int]:
+    async def collect() -> list[int]:
+        return [int((await anext(stream))["_id"]) for _ in range(count)]
+
+    return await asyncio.wait_for(collect(), wait_s)
+
+
+@pytest.fixture
+async def hub_factory(
+    storage: Storage, settings_factory: Callable[..., Settings]
+) -> AsyncIterator[Callable[..., Any]]:
+    hubs: list[FeedHub] = []
+
+    async def make(**overrides: Any) -> FeedHub:
+        hub = FeedHub(storage, settings_factory(**overrides))
+        await hub.start()
+        hubs.append(hub)
+        return hub
+
+    yield make
+    for hub in hubs:
+        await hub.stop()
+
+
+async def test_list_messages_pages_by_id_with_facility_filter(storage: Storage):
+    await append_messages(storage, [message("dc1", n=i) for i in range(3)])
+    await append_messages(storage, [message("dc2", n=9), message(business="globex")])
+
+    everything = await list_messages(storage, "acme", None, SINCE)
+    dc1 = await list_messages(storage, "acme", "dc1", SINCE, after_id=1, first=1)
+
+    assert [m["_id"] for m in everything] == [1, 2, 3, 4]
+    assert [m["_id"] for m in dc1] == [2]
+    assert await list_messages(storage, "acme", None, SINCE, up_to=2) == everything[:2]
+    later = datetime.now(UTC) + timedelta(hours=1)
+    assert await list_messages(storage, "acme", None, later) == []
+
+
+async def test_list_messages_refuses_a_since_without_offset_and_a_huge_page(storage: Storage):
+    with pytest.raises(ValidationFailed) as naive:
+        await list_messages(storage, "acme", None, datetime(2026, 1, 1))  # noqa: DTZ001
+    with pytest.raises(ValidationFailed) as huge:
+        await list_messages(storage, "acme", None, SINCE, first=10001)
+
+    assert naive.value.errors[0].path == "since"
+    assert huge.value.errors[0].path == "first"
+
+
+async def test_a_message_committed_after_a_higher_id_is_released_first(
+    storage: Storage, hub_factory: Callable[..., Any]
+):
+    hub = await hub_factory(feed_poll_interval_s=0.05)
+    stream = hub.subscribe(feed_filter("acme", None))
+    first_task = asyncio.ensure_future(anext(stream))
+    low = await build_messages(storage, [message(n=1)])
+    high = await build_messages(storage, [message(n=2)])
+
+    await write_messages(storage, high)  # id 2 commits while id 1 is in flight
+    await hub.poll()
+    held_back = hub.watermark
+    await write_messages(storage, low)
+    first = await asyncio.wait_for(first_task, 10)
+    rest = await take(stream, 1)
+
+    assert held_back == 0
+    assert [int(first["_id"]), *rest] == [1, 2]
+    await stream.aclose()
+
+
+async def test_an_abandoned_id_stops_blocking_after_the_grace_and_is_delivered_once_if_late(
+    storage: Storage, hub_factory: Callable[..., Any]
+):
+    hub = await hub_factory(feed_poll_interval_s=0.05, feed_gap_grace_s=0.3)
+    stream = hub.subscribe(feed_filter("acme", None))
+    pending = asyncio.ensure_future(anext(stream))
+    crashed = await build_messages(storage, [message(n=1)])  # reserved, not written (yet)
+    await append_messages(storage, [message(n=2)])
+
+    after_grace = int((await asyncio.wait_for(pending, 10))["_id"])
+    await write_messages(storage, crashed)  # the "crashed" writer commits after all
+    late = await take(stream, 1)
+    await append_messages(storage, [message(n=3)])
+    after = await take(stream, 1)
+
+    assert after_grace == 2
+    assert late == [1]
+    assert after == [3]
+    await stream.aclose()
+
+
+async def test_replay_from_after_id_then_live_without_gap_or_repeat(
+    storage: Storage, hub_factory: Callable[..., Any]
+):
+    await append_messages(storage, [message(n=i) for i in range(5)])
+    hub = await hub_factory(feed_poll_interval_s=0.05)
+    await hub.poll()
+
+    stream = hub.subscribe(feed_filter("acme", "dc1"), after_id=2)
+    replayed = await take(stream, 3)
+    await append_messages(storage, [message("dc2"), message("dc1")])
+    live = await take(stream, 1)
+
+    assert replayed == [3, 4, 5]
+    assert live == [7]  # 6 is another facility
+    await stream.aclose()
+
+
+async def test_messages_from_before_the_start_are_not_sent_to_new_subscribers(
+    storage: Storage, hub_factory: Callable[..., Any]
+):
+    await append_messages(storage, [message(n=i) for i in range(3)])
+    hub = await hub_factory(feed_poll_interval_s=0.05)
+
+    stream = hub.subscribe(feed_filter("acme", None))
+    pending = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0.2)
+    await append_messages(storage, [message(n=9)])
+
+    assert int((await asyncio.wait_for(pending, 10))["_id"]) == 4
+    await stream.aclose()
+
+
+async def test_a_slow_subscriber_is_ended_with_a_clear_reason(
+    storage: Storage, hub_factory: Callable[..., Any]
+):
+    hub = await hub_factory(feed_poll_interval_s=0.05, feed_subscriber_buffer=3)
+    stream = hub.subscribe(feed_filter("acme", None))
+    pending = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0.1)  # registered
+    first = await build_messages(storage, [message(n=0)])
+    rest = await build_messages(storage, [message(n=i) for i in range(1, 8)])
+    await write_messages(storage, rest)  # 7 messages wait above the gap at id 1 ...
+    await hub.poll()
+    await write_messages(storage, first)  # ... and are released at once: 8 > buffer of 3
+
+    with pytest.raises(SlowConsumer) as ended:
+        await asyncio.wait_for(pending, 10)
+
+    assert "afterId" in ended.value.detail
+    assert hub.subscriber_count == 0
+
+
+async def test_hub_stop_is_idempotent_and_ends_subscribers(
+    storage: Storage, hub_factory: Callable[..., Any]
+):
+    hub = await hub_factory()
+    stream = hub.subscribe(feed_filter("acme", None))
+    pending = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0.05)
+
+    await hub.stop()
+    await hub.stop()
+
+    with pytest.raises(Exception, match="shutting down"):
+        await asyncio.wait_for(pending, 5)

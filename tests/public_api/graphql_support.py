@@ -1,0 +1,145 @@
+"""Helpers shared by the GraphQL tests: queries over HTTP, raw websocket sessions, messages."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import ClientWebSocketResponse, WSMsgType
+from aiohttp.test_utils import TestClient
+
+from core.feed import NewMessage, WrittenMessages, append_messages
+from core.storage import Storage
+
+GRAPHQL = "/public_graphql"
+TRANSPORT_WS = "graphql-transport-ws"
+LEGACY_WS = "graphql-ws"
+SINCE = "2020-01-01T00:00:00Z"
+
+SUBSCRIPTION = """
+subscription Feed($filter: PushMessageSubscriptionFilter!) {
+  pushMessage(filter: $filter) { id businessSlug facilitySlug messageType message sentAt }
+}
+"""
+
+PUSH_MESSAGES = """
+query Page($input: PushMessageFilter!) {
+  pushMessages(input: $input) { id businessSlug facilitySlug messageType message sentAt }
+}
+"""
+
+
+async def gql(
+    api: TestClient[Any, Any],
+    query: str,
+    variables: dict[str, Any] | None = None,
+    *,
+    token: str | None,
+) -> tuple[int, dict[str, Any]]:
+    """POST one operation; returns the status and the JSON body."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = await api.post(
+        GRAPHQL, json={"query": query, "variables": variables or {}}, headers=headers
+    )
+    return response.status, await response.json(content_type=None)
+
+
+async def produce(
+    storage: Storage,
+    business: str = "acme",
+    facility: str = "dc1",
+    count: int = 1,
+    message_type: str = "PALLET_EVENT",
+) -> WrittenMessages:
+    """Write push messages through the real feed write path."""
+    new = [
+        NewMessage(
+            business,
+            facility,
+            message_type,  # type: ignore[arg-type]
+            {
+                "businessSlug": business,
+                "facilitySlug": facility,
+                "serviceShipmentId": "1",
+                "servicePalletId": f"plt_{i}",
+                "occurredAt": "2026-05-01T12:00:00Z",
+                "direction": "LOADING",
+                "orders": ["SO-1"],
+                "dockId": "D1",
+            },
+            shipment_id=1,
+        )
+        for i in range(count)
+    ]
+    return await append_messages(storage, new)
+
+
+class WsSession:
+    """A raw websocket client speaking either protocol, for exact wire-level assertions."""
+
+    def __init__(self, ws: ClientWebSocketResponse, protocol: str) -> None:
+        self.ws = ws
+        self.protocol = protocol
+
+    @classmethod
+    async def open(
+        cls, api: TestClient[Any, Any], protocol: str = TRANSPORT_WS, **kwargs: Any
+    ) -> WsSession:
+        ws = await api.ws_connect(GRAPHQL, protocols=[protocol], **kwargs)
+        return cls(ws, protocol)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.ws.send_str(json.dumps(message))
+
+    async def receive(self, wait_s: float = 15) -> dict[str, Any]:
+        """The next protocol message, skipping legacy keep-alives."""
+        while True:
+            msg = await asyncio.wait_for(self.ws.receive(), wait_s)
+            if msg.type == WSMsgType.TEXT:
+                data: dict[str, Any] = json.loads(msg.data)
+                if data.get("type") == "ka":
+                    continue
+                return data
+            raise AssertionError(f"expected a text frame, got {msg.type} {msg.data!r}")
+
+    async def closed_with(self, wait_s: float = 15) -> int | None:
+        """Wait for the server to close; returns the close code (frames before it ignored)."""
+        while True:
+            msg = await asyncio.wait_for(self.ws.receive(), wait_s)
+            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
+                return self.ws.close_code
+
+    async def init(self, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+        message: dict[str, Any] = {"type": "connection_init"}
+        if payload is not None:
+            message["payload"] = payload
+        await self.send(message)
+        return await self.receive()
+
+    async def subscribe(self, op_id: str, query: str, variables: dict[str, Any]) -> None:
+        kind = "subscribe" if self.protocol == TRANSPORT_WS else "start"
+        await self.send(
+            {"id": op_id, "type": kind, "payload": {"query": query, "variables": variables}}
+        )
+
+    async def stop(self, op_id: str) -> None:
+        kind = "complete" if self.protocol == TRANSPORT_WS else "stop"
+        await self.send({"id": op_id, "type": kind})
+
+    @property
+    def data_type(self) -> str:
+        return "next" if self.protocol == TRANSPORT_WS else "data"
+
+    async def next_data(self, op_id: str, wait_s: float = 15) -> dict[str, Any]:
+        """The payload of the next data message for `op_id`."""
+        while True:
+            message = await self.receive(wait_s)
+            if message.get("id") == op_id and message["type"] == self.data_type:
+                payload: dict[str, Any] = message["payload"]
+                return payload
+            if message.get("id") == op_id and message["type"] in ("error", "complete"):
+                raise AssertionError(f"operation ended: {message}")
+
+    async def close(self) -> None:
+        await self.ws.close()
