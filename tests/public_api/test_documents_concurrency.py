@@ -1,0 +1,203 @@
+"""Serialization of intake per order, the database lock itself, and Idempotency-Key."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from core import intake, locks
+from core.errors import Unavailable
+from core.services import Services
+from tests.factories import Tenant
+
+BASE = {"business": "acme", "facility": "dc1", "direction": "OUTBOUND"}
+ITEMS = [
+    {"lpn": "L1", "sku": "S1", "quantity": 1, "quantityUnit": "CASE"},
+    {"lpn": "L2", "sku": "S2", "quantity": 2, "quantityUnit": "UNIT"},
+    {"lpn": "L3", "sku": "S3", "quantity": 3, "quantityUnit": "PALLET"},
+]
+
+
+async def test_twenty_identical_concurrent_documents_leave_one_of_everything(
+    api: TestClient[Any, Any], services: Services, tenant: Tenant
+):
+    document = {**BASE, "orderNumber": "O1", "shipmentNumber": "SH1", "items": ITEMS}
+
+    responses = await asyncio.gather(
+        *(api.post("/documents", json=document, headers=tenant.auth) for _ in range(20))
+    )
+
+    assert [r.status for r in responses] == [201] * 20
+    storage = services.storage
+    assert await storage.shipments.count_documents({}) == 1
+    assert await storage.orders.count_documents({}) == 1
+    items = await storage.order_items.find().to_list()
+    assert sorted(i["lpn"] for i in items) == ["L1", "L2", "L3"]
+    # Exactly one request created the shipment and the order; the others overwrote items.
+    bodies = [await r.json() for r in responses]
+    creators = [b for b in bodies if any(e["type"] == "SHIPMENT" for e in b["created"])]
+    assert len(creators) == 1
+    assert await storage.order_locks.count_documents({}) == 0
+
+
+async def test_concurrent_appends_of_different_items_all_land(
+    api: TestClient[Any, Any], services: Services, tenant: Tenant
+):
+    documents = [
+        {
+            **BASE,
+            "orderNumber": "O1",
+            "orderItemUpdateStrategy": "APPEND",
+            "items": [{"lpn": f"L{n}", "sku": "S", "quantity": n + 1, "quantityUnit": "UNIT"}],
+        }
+        for n in range(12)
+    ]
+
+    responses = await asyncio.gather(
+        *(api.post("/documents", json=d, headers=tenant.auth) for d in documents)
+    )
+
+    assert [r.status for r in responses] == [201] * 12
+    assert await services.storage.orders.count_documents({}) == 1
+    items = await services.storage.order_items.find().to_list()
+    assert sorted(i["lpn"] for i in items) == sorted(f"L{n}" for n in range(12))
+
+
+async def test_a_lock_held_by_another_process_is_waited_for_then_taken(services: Services):
+    storage = services.storage
+    now = datetime.now(UTC)
+    # Another process holds the key (its lock document exists; this process's asyncio lock
+    # knows nothing about it).
+    await storage.order_locks.insert_one(
+        {
+            "_id": "order:k",
+            "owner": "other",
+            "acquired_at": now,
+            "expires_at": now + timedelta(minutes=1),
+        }
+    )
+    with pytest.raises(Unavailable):
+        async with locks.hold(storage, ["order:k"], wait_s=0.2):
+            pass
+
+    async def release_soon() -> None:
+        await asyncio.sleep(0.1)
+        await storage.order_locks.delete_one({"_id": "order:k", "owner": "other"})
+
+    releaser = asyncio.create_task(release_soon())
+    async with locks.hold(storage, ["order:k"], wait_s=10):
+        holder = await storage.order_locks.find_one({"_id": "order:k"})
+        assert holder is not None
+        assert holder["owner"] != "other"
+    await releaser
+    assert await storage.order_locks.count_documents({}) == 0
+
+
+async def test_an_expired_lock_of_a_crashed_holder_is_taken_over(services: Services):
+    storage = services.storage
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    await storage.order_locks.insert_one(
+        {"_id": "order:k", "owner": "crashed", "acquired_at": past, "expires_at": past}
+    )
+
+    async with locks.hold(storage, ["order:k"], wait_s=1):
+        holder = await storage.order_locks.find_one({"_id": "order:k"})
+        assert holder is not None
+        assert holder["owner"] != "crashed"
+
+
+# --- Idempotency-Key ----------------------------------------------------------------------
+
+
+async def test_same_key_replays_the_first_response(
+    api: TestClient[Any, Any], services: Services, tenant: Tenant
+):
+    document = {**BASE, "orderNumber": "O1", "items": ITEMS}
+    headers = {**tenant.auth, "Idempotency-Key": "k-1"}
+
+    first = await api.post("/documents", json=document, headers=headers)
+    again = await api.post("/documents", json=document, headers=headers)
+
+    assert first.status == again.status == 201
+    assert "Idempotent-Replayed" not in first.headers
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.headers["Location"] == first.headers["Location"]
+    assert await again.json() == await first.json()
+    # Replayed, not re-applied: an OVERWRITE would have replaced the item ids.
+    stored = await services.storage.order_items.find().to_list()
+    created = {e["id"] for e in (await first.json())["created"] if e["type"] == "ORDER_ITEM"}
+    assert {i["_id"] for i in stored} == created
+    key = await services.storage.idempotency_keys.find_one({"_id": f"{tenant.client_id}:k-1"})
+    assert key is not None
+    ttl = key["expires_at"] - key["started_at"]
+    assert ttl == timedelta(hours=24)
+
+
+async def test_same_key_with_another_body_is_422(api: TestClient[Any, Any], tenant: Tenant):
+    headers = {**tenant.auth, "Idempotency-Key": "k-2"}
+    await api.post(
+        "/documents", json={**BASE, "orderNumber": "O1", "items": ITEMS}, headers=headers
+    )
+
+    resp = await api.post(
+        "/documents", json={**BASE, "orderNumber": "O2", "items": ITEMS}, headers=headers
+    )
+
+    assert resp.status == 422
+    body = await resp.json()
+    assert body["detail"] == "this Idempotency-Key was already used with a different request body"
+
+
+async def test_same_key_while_the_first_runs_is_409(
+    api: TestClient[Any, Any], services: Services, tenant: Tenant
+):
+    document = {**BASE, "orderNumber": "O1", "items": ITEMS}
+    headers = {**tenant.auth, "Idempotency-Key": "k-3"}
+    key = intake.order_key("acme", "dc1", "OUTBOUND", "O1")
+
+    async with locks.hold(services.storage, [key]):  # the first request will wait on this
+        first = asyncio.create_task(api.post("/documents", json=document, headers=headers))
+        while await services.storage.idempotency_keys.count_documents({}) == 0:
+            await asyncio.sleep(0.01)
+        second = await api.post("/documents", json=document, headers=headers)
+    first_resp = await first
+
+    assert second.status == 409
+    assert (await second.json())["detail"].startswith("a request with this Idempotency-Key")
+    assert first_resp.status == 201
+
+
+async def test_a_rejected_request_frees_its_key(api: TestClient[Any, Any], tenant: Tenant):
+    headers = {**tenant.auth, "Idempotency-Key": "k-4"}
+    bad = await api.post(
+        "/documents", json={**BASE, "orderNumber": "O1", "items": [{}]}, headers=headers
+    )
+    fixed = await api.post(
+        "/documents", json={**BASE, "orderNumber": "O1", "items": ITEMS}, headers=headers
+    )
+
+    assert bad.status == 422
+    assert fixed.status == 201
+    assert "Idempotent-Replayed" not in fixed.headers
+
+
+async def test_keys_belong_to_their_client(
+    api: TestClient[Any, Any], tenant: Tenant, other_tenant: Tenant
+):
+    mine = await api.post(
+        "/documents",
+        json={**BASE, "orderNumber": "O1", "items": ITEMS},
+        headers={**tenant.auth, "Idempotency-Key": "shared"},
+    )
+    theirs = await api.post(
+        "/documents",
+        json={**BASE, "business": "globex", "facility": "hub", "orderNumber": "O1", "items": ITEMS},
+        headers={**other_tenant.auth, "Idempotency-Key": "shared"},
+    )
+
+    assert mine.status == theirs.status == 201
+    assert "Idempotent-Replayed" not in theirs.headers
