@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import hmac
 import json
@@ -60,6 +61,12 @@ async def _signing_key(services: Services) -> tuple[str, bytes, bytes]:
     return doc["_id"], doc["private_pem"].encode(), public_pem
 
 
+@functools.cache
+def _stranger_key() -> rsa.RSAPrivateKey:
+    """An RSA key the service does not know (generated once: key generation is slow)."""
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
 async def _bad_tokens(services: Services, tenant: Tenant) -> dict[str, str]:
     kid, private_pem, public_pem = await _signing_key(services)
 
@@ -81,7 +88,7 @@ async def _bad_tokens(services: Services, tenant: Tenant) -> dict[str, str]:
     tampered_payload = _b64(json.dumps(_claims(tenant, business="globex")).encode())
     tampered = f"{head}.{tampered_payload}.{signature}"
 
-    stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    stranger = _stranger_key()
     unknown_kid = jwt.encode(
         _claims(tenant), stranger, algorithm="RS256", headers={"kid": "not-a-known-kid"}
     )
@@ -155,19 +162,34 @@ async def test_missing_or_malformed_header_is_401(
     _assert_unauthorized(resp.status, resp.headers, await resp.json(content_type=None))
 
 
+@pytest.mark.parametrize("path", ["/documents", "/v1/documents", "/v1/whoami"])
+async def test_bad_tokens_are_401_even_with_a_body_that_cannot_parse(
+    api: TestClient[Any, Any], services: Services, tenant: Tenant, path: str
+):
+    for case, token in (await _bad_tokens(services, tenant)).items():
+        resp = await api.post(
+            path,
+            data=b'{"orderNumber": <<not json',
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        assert resp.status == 401, case
+        _assert_unauthorized(resp.status, resp.headers, await resp.json(content_type=None))
+
+
+@pytest.mark.parametrize("path", ["/documents", "/v1/documents", "/v1/whoami"])
 async def test_401_is_answered_before_the_body_is_read(
-    api: TestClient[Any, Any], services: Services, tenant: Tenant
+    api: TestClient[Any, Any], services: Services, tenant: Tenant, path: str
 ):
     """The request announces a 1 MiB body that is never sent: a server that read the body
     first would wait forever; this one answers 401 from the headers alone."""
     bad = await _bad_tokens(services, tenant)
     host, port = api.server.host, api.server.port
-    for token in (bad["expired"], bad["alg none"], bad["tampered"]):
+    for token in (bad["expired"], bad["alg none"], bad["tampered"], ""):
         reader, writer = await asyncio.open_connection(host, port)
         try:
             writer.write(
                 (
-                    "POST /v1/whoami HTTP/1.1\r\n"
+                    f"POST {path} HTTP/1.1\r\n"
                     f"Host: {host}:{port}\r\n"
                     f"Authorization: Bearer {token}\r\n"
                     "Content-Type: application/json\r\n"
