@@ -56,7 +56,7 @@ class Provider:
             entries.append({**jwk, "kid": kid, "use": "sig"})
         return {"keys": entries}
 
-    def token(self, kid: str, key: Any = None, alg: str = "RS256", **overrides: Any) -> str:
+    def token(self, kid: str, key: Any = None, alg: Any = "RS256", **overrides: Any) -> str:
         now = int(time.time())
         claims = {
             "iss": IDP,
