@@ -267,3 +267,19 @@ async def test_replace_one_compare_and_set_keeps_datetimes(storage: Storage):
     assert doc == {"_id": "k", "failures": 2, "until": later}
     await storage.auth_failures.delete_one({"_id": "k", "until": {"$lte": later}})
     assert await storage.auth_failures.find_one({"_id": "k"}) is None
+
+
+async def test_booleans_set_by_update_still_match_boolean_queries(storage: Storage):
+    # Endpoints are disabled and enabled with $set; `endpoints_for` queries enabled: True. (The
+    # embedded server stores a $set boolean as 0/1: read it with bool(), query it with True.)
+    await storage.webhook_endpoints.insert_many(
+        [{"_id": "a", "enabled": True}, {"_id": "b", "enabled": True}]
+    )
+    await storage.webhook_endpoints.update_one({"_id": "a"}, {"$set": {"enabled": False}})
+    assert [
+        d["_id"] for d in await storage.webhook_endpoints.find({"enabled": True}).to_list()
+    ] == ["b"]
+    await storage.webhook_endpoints.update_one({"_id": "a"}, {"$set": {"enabled": True}})
+    enabled = await storage.webhook_endpoints.find({"enabled": True}).sort("_id", 1).to_list()
+    assert [d["_id"] for d in enabled] == ["a", "b"]
+    assert all(bool(d["enabled"]) for d in enabled)

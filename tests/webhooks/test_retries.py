@@ -1,0 +1,337 @@
+"""Failures and what follows: the retry schedule, Retry-After, 410, DEAD, disabling, and the
+operator's resend / recover / enable."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+from aiohttp import web
+
+from core import deliveries
+from core.services import Services
+from core.settings import Settings
+from core.storage import Storage
+from tests.factories import Tenant
+from tests.webhooks.conftest import (
+    Received,
+    Receiver,
+    all_finished,
+    append_pallets,
+    deliveries_of,
+    make_endpoint,
+    wait_until,
+)
+from webhooks.worker import WebhookWorker
+
+StartWorker = Callable[..., Awaitable[WebhookWorker]]
+
+
+def answers(*statuses: int, then: int = 200) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """A responder answering the given statuses in turn, then `then` forever."""
+    queue = list(statuses)
+
+    async def respond(request: web.Request, received: Received) -> web.StreamResponse:
+        status = queue.pop(0) if queue else then
+        return web.Response(status=status, text=f"answer {status}")
+
+    return respond
+
+
+async def attempts_of(storage: Storage, delivery_id: str) -> list[dict]:
+    return await deliveries.list_attempts(storage, delivery_id)
+
+
+async def test_a_500_is_retried_with_the_same_webhook_id(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    receiver.respond = answers(500)
+    await make_endpoint(services, tenant, receiver.base_url)
+    [message_id] = await append_pallets(storage, tenant, 1)
+
+    await start_worker(fast_settings())
+    await wait_until(lambda: all_finished(storage))
+
+    assert receiver.ids() == [str(message_id), str(message_id)]
+    [delivery] = await deliveries_of(storage)
+    assert (delivery["status"], delivery["attempts"]) == ("SUCCEEDED", 2)
+    attempts = await attempts_of(storage, delivery["_id"])
+    assert [a["status_code"] for a in attempts] == [500, 200]
+    assert attempts[0]["response_snippet"] == "answer 500"
+
+
+async def test_a_timeout_is_a_failed_attempt_and_is_retried(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    async def slow_first(request: web.Request, received: Received) -> web.StreamResponse:
+        if len(receiver.requests) == 1:
+            await asyncio.sleep(1.5)
+        return web.Response(text="ok")
+
+    receiver.respond = slow_first
+    await make_endpoint(services, tenant, receiver.base_url)
+    await append_pallets(storage, tenant, 1)
+
+    await start_worker(fast_settings(webhook_timeout_s=0.3))
+    await wait_until(lambda: all_finished(storage))
+
+    [delivery] = await deliveries_of(storage)
+    assert delivery["status"] == "SUCCEEDED"
+    attempts = await attempts_of(storage, delivery["_id"])
+    assert [a["status_code"] for a in attempts] == [None, 200]
+    assert attempts[0]["error"] == "timeout: no answer within 0.3 s"
+    assert attempts[0]["duration_ms"] >= 300
+    assert len(receiver.requests) == 2
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_connection_refused_is_retried_then_dead_after_the_last_attempt(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    await make_endpoint(services, tenant, f"http://127.0.0.1:{_closed_port()}")
+    await append_pallets(storage, tenant, 1)
+
+    await start_worker(fast_settings())
+    await wait_until(lambda: all_finished(storage))
+
+    [delivery] = await deliveries_of(storage)
+    assert (delivery["status"], delivery["attempts"]) == ("DEAD", 3)  # the 3-step schedule
+    attempts = await attempts_of(storage, delivery["_id"])
+    assert len(attempts) == 3
+    assert all(a["error"].startswith("connect: ") for a in attempts)
+    assert all(a["status_code"] is None for a in attempts)
+
+
+async def test_dead_after_the_last_attempt_and_no_more_requests(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    receiver.respond = answers(then=500)
+    await make_endpoint(services, tenant, receiver.base_url)
+    [message_id] = await append_pallets(storage, tenant, 1)
+
+    await start_worker(fast_settings(webhook_retry_schedule_s=(0, 0.05, 0.05, 0.05)))
+    await wait_until(lambda: all_finished(storage))
+    await asyncio.sleep(0.3)  # several poll intervals: nothing else may be sent
+
+    assert receiver.ids() == [str(message_id)] * 4
+    [delivery] = await deliveries_of(storage)
+    assert (delivery["status"], delivery["attempts"], delivery["last_status"]) == ("DEAD", 4, 500)
+    [listed] = await deliveries.list_deliveries(storage, statuses=("DEAD",))
+    assert listed["_id"] == delivery["_id"]
+
+
+async def test_retry_after_is_honoured(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    async def busy_once(request: web.Request, received: Received) -> web.StreamResponse:
+        if len(receiver.requests) == 1:
+            return web.Response(status=503, headers={"Retry-After": "1"})
+        return web.Response(text="ok")
+
+    receiver.respond = busy_once
+    await make_endpoint(services, tenant, receiver.base_url)
+    await append_pallets(storage, tenant, 1)
+
+    await start_worker(fast_settings())
+    await wait_until(lambda: len(receiver.requests) == 1)
+    await wait_until(lambda: _failed(storage))
+    [waiting] = await deliveries_of(storage)
+    [first] = await attempts_of(storage, waiting["_id"])
+    # The schedule says 50 ms; the customer asked for 1 s.
+    assert waiting["due_ms"] - deliveries.epoch_ms(first["at"]) >= 1000
+    await wait_until(lambda: all_finished(storage))
+
+    assert receiver.ids() == [str(waiting["message_id"])] * 2
+    assert receiver.requests[1].at - receiver.requests[0].at >= 1.0
+
+
+async def _failed(storage: Storage) -> bool:
+    return await storage.webhook_deliveries.count_documents({"status": "FAILED"}) == 1
+
+
+async def test_retry_after_is_capped(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    async def busy(request: web.Request, received: Received) -> web.StreamResponse:
+        return web.Response(status=429, headers={"Retry-After": "86400"})
+
+    receiver.respond = busy
+    await make_endpoint(services, tenant, receiver.base_url)
+    await append_pallets(storage, tenant, 1)
+
+    await start_worker(fast_settings(webhook_retry_after_max_s=0.2))
+    await wait_until(lambda: all_finished(storage))
+
+    assert len(receiver.requests) == 3  # retried after 0.2 s, not after a day
+    [delivery] = await deliveries_of(storage)
+    assert (delivery["status"], delivery["last_status"]) == ("DEAD", 429)
+
+
+async def test_410_disables_the_endpoint_and_its_waiting_deliveries_until_enabled(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    receiver.respond = answers(410)
+    created = await make_endpoint(services, tenant, receiver.base_url)
+    endpoint_id = created.entity.endpoint_id
+    ids = await append_pallets(storage, tenant, 3)
+
+    await start_worker(fast_settings(webhook_endpoint_concurrency=1))
+    await wait_until(lambda: all_finished(storage))
+    await asyncio.sleep(0.2)
+
+    assert receiver.ids() == [str(ids[0])]  # nothing more after the 410
+    endpoint = await storage.webhook_endpoints.find_one({"_id": endpoint_id})
+    assert endpoint is not None
+    assert not endpoint["enabled"]  # 0 on the embedded server
+    assert "410" in endpoint["disabled_reason"]
+    assert [d["status"] for d in await deliveries_of(storage)] == ["DISABLED"] * 3
+
+    requeued = await deliveries.enable_endpoint(storage, endpoint_id)
+    await wait_until(lambda: all_finished(storage))
+
+    assert requeued == 3
+    assert receiver.ids() == [str(ids[0])] + [str(i) for i in ids]
+    assert [d["status"] for d in await deliveries_of(storage)] == ["SUCCEEDED"] * 3
+
+
+async def test_an_endpoint_failing_continuously_is_disabled(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    receiver.respond = answers(then=500)
+    created = await make_endpoint(services, tenant, receiver.base_url)
+    await append_pallets(storage, tenant, 1)
+
+    schedule = (0, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1)
+    await start_worker(
+        fast_settings(webhook_retry_schedule_s=schedule, webhook_disable_after_s=0.25)
+    )
+    await wait_until(lambda: all_finished(storage))
+
+    endpoint = await storage.webhook_endpoints.find_one({"_id": created.entity.endpoint_id})
+    assert endpoint is not None
+    assert not endpoint["enabled"]  # 0 on the embedded server
+    assert endpoint["disabled_reason"].startswith("every delivery failed since")
+    [delivery] = await deliveries_of(storage)
+    assert delivery["status"] == "DISABLED"
+    assert 2 <= delivery["attempts"] < len(schedule)
+
+
+async def test_a_success_stops_the_failure_clock(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    receiver.respond = answers(500)
+    created = await make_endpoint(services, tenant, receiver.base_url)
+    await append_pallets(storage, tenant, 1)
+
+    await start_worker(fast_settings())
+    await wait_until(lambda: all_finished(storage))
+
+    endpoint = await storage.webhook_endpoints.find_one({"_id": created.entity.endpoint_id})
+    assert endpoint is not None
+    assert endpoint["enabled"]
+    assert endpoint["failing_since_ms"] is None
+
+
+async def test_resend_delivers_again_with_the_same_webhook_id(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    await make_endpoint(services, tenant, receiver.base_url)
+    [message_id] = await append_pallets(storage, tenant, 1)
+    await start_worker(fast_settings())
+    await wait_until(lambda: all_finished(storage))
+    [delivery] = await deliveries_of(storage)
+
+    resent = await deliveries.resend_delivery(storage, delivery["_id"])
+    assert resent["status"] == "PENDING"
+    await wait_until(lambda: len(receiver.requests) == 2)
+    await wait_until(lambda: all_finished(storage))
+
+    assert receiver.ids() == [str(message_id)] * 2
+    assert receiver.requests[0].body == receiver.requests[1].body
+    assert len(await attempts_of(storage, delivery["_id"])) == 2
+
+
+async def test_recover_requeues_failed_and_dead_deliveries_since_a_time(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    receiver.respond = answers(then=500)
+    created = await make_endpoint(services, tenant, receiver.base_url)
+    [old_id] = await append_pallets(storage, tenant, 1)
+    await asyncio.sleep(0.01)
+    since = datetime.now(UTC)
+    new_ids = await append_pallets(storage, tenant, 2, start=1)
+    await start_worker(fast_settings(webhook_retry_schedule_s=(0,)))
+    await wait_until(lambda: all_finished(storage))
+    assert [d["status"] for d in await deliveries_of(storage)] == ["DEAD"] * 3
+    before = len(receiver.requests)
+
+    receiver.respond = answers(then=200)
+    count = await deliveries.recover_endpoint(storage, created.entity.endpoint_id, since)
+    await wait_until(lambda: all_finished(storage))
+
+    assert count == 2
+    assert sorted(receiver.ids()[before:]) == sorted(str(i) for i in new_ids)
+    statuses = {d["message_id"]: d["status"] for d in await deliveries_of(storage)}
+    assert statuses == {old_id: "DEAD", new_ids[0]: "SUCCEEDED", new_ids[1]: "SUCCEEDED"}
