@@ -38,6 +38,10 @@ class Settings(BaseSettings):
     grpc_port: int = Field(50051, ge=0, le=65535)
     public_base_url: str = "http://localhost:8080"
     dashboard_url: str = ""  # empty: {public_base_url}/dashboard
+    # Dashboard operator sessions end after this many seconds without a request.
+    dashboard_session_idle_s: float = Field(8 * 3600.0, gt=0)
+    # ...and after this many seconds in any case (log in again once per shift).
+    dashboard_session_max_s: float = Field(24 * 3600.0, gt=0)
     # TLS for both listeners: set both paths to enable.
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None

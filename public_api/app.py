@@ -6,6 +6,7 @@ from aiohttp import web
 
 from core.services import Services
 from public_api import auth, documents, graphql, health, oauth, openapi
+from public_api.dashboard import setup as setup_dashboard
 from public_api.keys import SERVICES, SETTINGS
 from public_api.problems import problem_middleware
 
@@ -29,4 +30,5 @@ def create_app(services: Services) -> web.Application:
     documents.setup(app)
     openapi.setup(app)
     graphql.setup(app)
+    setup_dashboard(app)
     return app

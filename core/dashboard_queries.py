@@ -1,0 +1,465 @@
+"""Reads behind the operator dashboard, each limited to the operator's businesses.
+
+Every function answers one page with a fixed number of queries (joins happen in Python, never a
+query per row). A record outside the operator's scope is reported as not found, so the dashboard
+does not reveal that it exists.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from core.errors import NotFound
+from core.shipment_queries import ShipmentView, load_views
+from core.storage import Doc, Storage
+from core.tenancy import Facility, Operator, facility_key, find_facility, list_facilities
+
+SHIPMENT_STATUSES = (
+    "NEW",
+    "SCHEDULED",
+    "AT_FACILITY",
+    "DOOR_ASSIGNED",
+    "LOADING",
+    "UNLOADING",
+    "LOADED",
+    "UNLOADED",
+    "DEPARTED",
+)
+# A dock's current shipment: the latest uncompleted shipment at it in one of these statuses.
+AT_DOCK_STATUSES = ("DOOR_ASSIGNED", "LOADING", "UNLOADING")
+# The pallet direction that counts toward a shipment of each direction.
+EXPECTED_PALLET_DIRECTION = {"OUTBOUND": "LOADING", "INBOUND": "UNLOADING"}
+PROBLEM_DELIVERY_STATUSES = ("FAILED", "DEAD")
+# Most rows one page of a list shows.
+MAX_PAGE_SIZE = 200
+
+
+def scope_filter(operator: Operator) -> Doc:
+    """The query fragment limiting a collection with a `business` field to the operator."""
+    if operator.businesses is None:
+        return {}
+    return {"business": {"$in": sorted(operator.businesses)}}
+
+
+def _check_scope(operator: Operator, doc: Doc | None, what: str) -> Doc:
+    if doc is None or not operator.may_see_business(str(doc.get("business"))):
+        raise NotFound(f"{what} not found")
+    return doc
+
+
+async def facilities_in_scope(storage: Storage, operator: Operator) -> list[Facility]:
+    return [f for f in await list_facilities(storage) if operator.may_see_business(f.business)]
+
+
+# --- facilities overview --------------------------------------------------------------------
+
+
+@dataclass
+class DockOverview:
+    slug: str
+    name: str
+    shipment: Doc | None  # the shipment currently at the dock
+
+
+@dataclass
+class FacilityOverview:
+    facility: Facility
+    docks: list[DockOverview]
+    day: date  # "today" in the facility's timezone
+    pallets_per_hour: list[int]  # 24 counts, local hours of `day`
+    latest_message_id: int
+
+    @property
+    def pallets_today(self) -> int:
+        return sum(self.pallets_per_hour)
+
+
+def local_day_bounds(timezone: str, now: datetime) -> tuple[date, datetime, datetime]:
+    """The facility's current local day and its start and end as aware datetimes."""
+    zone = ZoneInfo(timezone)
+    day = now.astimezone(zone).date()
+    start = datetime.combine(day, time(0), tzinfo=zone)
+    end = datetime.combine(day + timedelta(days=1), time(0), tzinfo=zone)
+    return day, start, end
+
+
+async def facilities_overview(
+    storage: Storage, operator: Operator, now: datetime
+) -> list[FacilityOverview]:
+    """Per facility in scope: docks with their current shipment, and today's pallets per hour."""
+    facilities = await facilities_in_scope(storage, operator)
+    if not facilities:
+        return []
+    scope = scope_filter(operator)
+    at_docks = await (
+        storage.shipments.find(
+            {
+                **scope,
+                "status": {"$in": list(AT_DOCK_STATUSES)},
+                "completed_at": None,
+            },
+            {"history": 0},
+        )
+        .sort("updated_at", -1)
+        .to_list()
+    )
+    current: dict[tuple[str, str, str], Doc] = {}
+    for shipment in at_docks:  # newest first: the first seen per dock wins
+        dock_key = (shipment["business"], shipment["facility"], shipment.get("dock") or "")
+        current.setdefault(dock_key, shipment)
+    bounds = {f.key: local_day_bounds(f.timezone, now) for f in facilities}
+    earliest = min(start for _, start, _ in bounds.values())
+    pallets = await storage.pallets.find(
+        {**scope, "occurred_at": {"$gte": earliest}},
+        {"business": 1, "facility": 1, "occurred_at": 1},
+    ).to_list()
+    hours: dict[str, Counter[int]] = defaultdict(Counter)
+    for pallet in pallets:
+        key = facility_key(pallet["business"], pallet["facility"])
+        if key not in bounds:
+            continue
+        _, start, end = bounds[key]
+        occurred = pallet["occurred_at"]
+        if start <= occurred < end:
+            hours[key][occurred.astimezone(start.tzinfo).hour] += 1
+    latest = await latest_message_id(storage, operator)
+    out = []
+    for facility in facilities:
+        day = bounds[facility.key][0]
+        docks = [
+            DockOverview(d.slug, d.name, current.get((facility.business, facility.slug, d.slug)))
+            for d in facility.docks
+        ]
+        counts = [hours[facility.key][h] for h in range(24)]
+        out.append(FacilityOverview(facility, docks, day, counts, latest))
+    return out
+
+
+# --- shipments list -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShipmentFilter:
+    business: str | None = None
+    facility: str | None = None
+    status: str | None = None
+    dock: str | None = None
+    direction: str | None = None
+    created_from: datetime | None = None  # inclusive
+    created_until: datetime | None = None  # exclusive
+
+
+@dataclass
+class ShipmentPage:
+    shipments: list[Doc]
+    orders: dict[int, list[str]]  # order numbers per shipment id
+    page: int
+    has_next: bool
+
+
+async def list_shipments(
+    storage: Storage,
+    operator: Operator,
+    where: ShipmentFilter,
+    *,
+    page: int = 1,
+    page_size: int = 50,
+) -> ShipmentPage:
+    """One page of shipments, newest first, with their order numbers."""
+    page = max(1, page)
+    page_size = max(1, min(page_size, MAX_PAGE_SIZE))
+    query: Doc = scope_filter(operator)
+    if where.business is not None:
+        if not operator.may_see_business(where.business):
+            return ShipmentPage([], {}, page, False)
+        query["business"] = where.business
+    for name in ("facility", "status", "dock", "direction"):
+        value = getattr(where, name)
+        if value is not None:
+            query[name] = value
+    created: Doc = {}
+    if where.created_from is not None:
+        created["$gte"] = where.created_from
+    if where.created_until is not None:
+        created["$lt"] = where.created_until
+    if created:
+        query["created_at"] = created
+    rows = await (
+        storage.shipments.find(query, {"history": 0})
+        .sort("_id", -1)
+        .skip((page - 1) * page_size)
+        .limit(page_size + 1)
+        .to_list()
+    )
+    has_next = len(rows) > page_size
+    rows = rows[:page_size]
+    orders: dict[int, list[str]] = defaultdict(list)
+    if rows:
+        docs = await (
+            storage.orders.find(
+                {"shipment_id": {"$in": [r["_id"] for r in rows]}}, {"shipment_id": 1, "number": 1}
+            )
+            .sort("created_seq", 1)
+            .to_list()
+        )
+        for order in docs:
+            orders[order["shipment_id"]].append(order["number"])
+    return ShipmentPage(rows, dict(orders), page, has_next)
+
+
+# --- shipment page ------------------------------------------------------------------------
+
+
+@dataclass
+class LpnProgress:
+    """Expected LPNs (from order items) against those observed on pallets."""
+
+    expected: list[str]
+    observed: list[str]  # observed in the shipment's direction, net of removals
+    missing: list[str]  # expected, not observed
+    unexpected: list[str]  # observed, not expected
+    removed: list[str]  # observed, then read in the opposite direction (net zero)
+
+    @property
+    def observed_expected(self) -> int:
+        return len(set(self.expected) & set(self.observed))
+
+    @property
+    def percent(self) -> int:
+        if not self.expected:
+            return 0
+        return round(100 * self.observed_expected / len(self.expected))
+
+
+def lpn_progress(direction: str, items: list[Doc], pallets: list[Doc]) -> LpnProgress:
+    """Compare expected and observed LPNs; a load and an unload of the same LPN cancel out."""
+    expected = sorted({str(i["lpn"]) for i in items if i.get("lpn")})
+    towards = EXPECTED_PALLET_DIRECTION.get(direction, "LOADING")
+    net: Counter[str] = Counter()
+    reversed_seen: set[str] = set()
+    for pallet in pallets:
+        for lpn in pallet.get("lpns") or []:
+            if pallet.get("direction") == towards:
+                net[lpn] += 1
+            else:
+                net[lpn] -= 1
+                reversed_seen.add(lpn)
+    observed = sorted(lpn for lpn, count in net.items() if count > 0)
+    removed = sorted(lpn for lpn in reversed_seen if net[lpn] <= 0)
+    return LpnProgress(
+        expected=expected,
+        observed=observed,
+        missing=sorted(set(expected) - set(observed)),
+        unexpected=sorted(set(observed) - set(expected)),
+        removed=removed,
+    )
+
+
+@dataclass
+class ShipmentDetail:
+    view: ShipmentView  # the shipment with orders, items, pallets and documents
+    facility: Facility | None
+    progress: LpnProgress
+    completion_message: Doc | None
+    latest_message_id: int
+    linked: list[Doc] = field(default_factory=list)
+
+    @property
+    def shipment(self) -> Doc:
+        return self.view.shipment
+
+    @property
+    def completed(self) -> bool:
+        return self.shipment.get("completed_at") is not None
+
+
+async def shipment_detail(storage: Storage, operator: Operator, shipment_id: int) -> ShipmentDetail:
+    """A shipment in scope with everything its page shows."""
+    shipment = _check_scope(
+        operator, await storage.shipments.find_one({"_id": shipment_id}), "shipment"
+    )
+    view = (await load_views(storage, [shipment]))[0]
+    completion = await storage.push_messages.find_one(
+        {"shipment_id": shipment_id, "type": "SHIPMENT_COMPLETE"}
+    )
+    linked = await storage.shipments.find({"linked_to": shipment_id}, {"history": 0}).to_list()
+    facility = await find_facility(storage, shipment["business"], shipment["facility"])
+    latest = await latest_message_id(
+        storage, operator, business=shipment["business"], facility=shipment["facility"]
+    )
+    items = [item for order in view.orders for item in order.items]
+    return ShipmentDetail(
+        view=view,
+        facility=facility,
+        progress=lpn_progress(shipment.get("direction", "OUTBOUND"), items, view.pallets),
+        completion_message=completion,
+        latest_message_id=latest,
+        linked=linked,
+    )
+
+
+async def shipment_document(
+    storage: Storage, operator: Operator, shipment_id: int, document_id: Any
+) -> Doc:
+    """A shipment document's metadata, if the operator may see its shipment."""
+    shipment = _check_scope(
+        operator,
+        await storage.shipments.find_one({"_id": shipment_id}, {"business": 1}),
+        "shipment",
+    )
+    doc = await storage.shipment_documents.find_one(
+        {"_id": document_id, "shipment_id": shipment["_id"]}
+    )
+    if doc is None:
+        raise NotFound("document not found")
+    return doc
+
+
+# --- pallet page --------------------------------------------------------------------------
+
+
+@dataclass
+class DeliveryView:
+    delivery: Doc
+    endpoint: Doc | None
+    attempts: list[Doc]
+
+
+@dataclass
+class PalletDetail:
+    pallet: Doc
+    facility: Facility | None
+    camera: Doc | None
+    message: Doc | None
+    deliveries: list[DeliveryView]
+    shipment: Doc | None
+
+
+async def _deliveries_with_attempts(storage: Storage, deliveries: list[Doc]) -> list[DeliveryView]:
+    if not deliveries:
+        return []
+    attempts = await (
+        storage.delivery_attempts.find({"delivery_id": {"$in": [d["_id"] for d in deliveries]}})
+        .sort("at", 1)
+        .to_list()
+    )
+    per_delivery: dict[str, list[Doc]] = defaultdict(list)
+    for attempt in attempts:
+        per_delivery[attempt["delivery_id"]].append(attempt)
+    endpoint_ids = sorted({d["endpoint_id"] for d in deliveries})
+    endpoints = {
+        e["_id"]: e
+        for e in await storage.webhook_endpoints.find(
+            {"_id": {"$in": endpoint_ids}},
+            {"business": 1, "facility": 1, "base_url": 1, "enabled": 1, "disabled_reason": 1},
+        ).to_list()
+    }
+    return [
+        DeliveryView(d, endpoints.get(d["endpoint_id"]), per_delivery.get(d["_id"], []))
+        for d in deliveries
+    ]
+
+
+async def pallet_detail(storage: Storage, operator: Operator, pallet_id: str) -> PalletDetail:
+    pallet = _check_scope(operator, await storage.pallets.find_one({"_id": pallet_id}), "pallet")
+    message = None
+    deliveries: list[Doc] = []
+    if pallet.get("message_id") is not None:
+        message = await storage.push_messages.find_one({"_id": pallet["message_id"]})
+        deliveries = await (
+            storage.webhook_deliveries.find({"message_id": pallet["message_id"]})
+            .sort("created_at", 1)
+            .to_list()
+        )
+    camera = None
+    if pallet.get("camera_id"):
+        camera = await storage.cameras.find_one({"_id": pallet["camera_id"]}, {"token_hash": 0})
+    shipment = None
+    if pallet.get("shipment_id") is not None:
+        shipment = await storage.shipments.find_one({"_id": pallet["shipment_id"]}, {"history": 0})
+    facility = await find_facility(storage, pallet["business"], pallet["facility"])
+    return PalletDetail(
+        pallet=pallet,
+        facility=facility,
+        camera=camera,
+        message=message,
+        deliveries=await _deliveries_with_attempts(storage, deliveries),
+        shipment=shipment,
+    )
+
+
+# --- deliveries page ----------------------------------------------------------------------
+
+
+@dataclass
+class EndpointDeliveries:
+    endpoint_id: str
+    endpoint: Doc | None
+    deliveries: list[DeliveryView]
+
+    @property
+    def counts(self) -> Counter[str]:
+        return Counter(v.delivery["status"] for v in self.deliveries)
+
+
+async def problem_deliveries(
+    storage: Storage, operator: Operator, *, limit: int = 500
+) -> list[EndpointDeliveries]:
+    """Failed (waiting to retry) and dead deliveries in scope, grouped per endpoint."""
+    deliveries = await (
+        storage.webhook_deliveries.find(
+            {**scope_filter(operator), "status": {"$in": list(PROBLEM_DELIVERY_STATUSES)}}
+        )
+        .sort("created_at", -1)
+        .limit(limit)
+        .to_list()
+    )
+    views = await _deliveries_with_attempts(storage, deliveries)
+    groups: dict[str, EndpointDeliveries] = {}
+    for view in views:
+        endpoint_id = view.delivery["endpoint_id"]
+        if endpoint_id not in groups:
+            groups[endpoint_id] = EndpointDeliveries(endpoint_id, view.endpoint, [])
+        groups[endpoint_id].deliveries.append(view)
+    return sorted(groups.values(), key=lambda g: g.endpoint_id)
+
+
+async def delivery_in_scope(storage: Storage, operator: Operator, delivery_id: str) -> Doc:
+    return _check_scope(
+        operator, await storage.webhook_deliveries.find_one({"_id": delivery_id}), "delivery"
+    )
+
+
+async def endpoint_in_scope(storage: Storage, operator: Operator, endpoint_id: str) -> Doc:
+    return _check_scope(
+        operator,
+        await storage.webhook_endpoints.find_one({"_id": endpoint_id}, {"business": 1}),
+        "webhook endpoint",
+    )
+
+
+# --- live updates -------------------------------------------------------------------------
+
+
+async def latest_message_id(
+    storage: Storage,
+    operator: Operator,
+    *,
+    business: str | None = None,
+    facility: str | None = None,
+) -> int:
+    """The highest push message id the operator may see (0 for none): pages poll it to know
+    when to refresh."""
+    query: Doc = scope_filter(operator)
+    if business is not None:
+        if not operator.may_see_business(business):
+            return 0
+        query["business"] = business
+        if facility is not None:
+            query["facility"] = facility
+    doc = await storage.push_messages.find_one(query, {"_id": 1}, sort=[("_id", -1)])
+    return 0 if doc is None else int(doc["_id"])

@@ -1,0 +1,48 @@
+// Live updates: a page marked data-live listens to the server's event stream and, when a new
+// push message arrives, fetches itself again and swaps in the new <main>. No other script.
+(function () {
+  "use strict";
+  var main = document.getElementById("main");
+  var status = document.getElementById("live-status");
+  if (!main || !main.dataset.live || !window.EventSource) {
+    if (status) status.textContent = "Live updates unavailable: reload to refresh";
+    return;
+  }
+  var busy = false;
+  var again = false;
+
+  function refresh() {
+    if (busy) { again = true; return; }
+    busy = true;
+    fetch(window.location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+      .then(function (response) {
+        if (response.redirected || !response.ok) throw new Error("reload");
+        return response.text();
+      })
+      .then(function (html) {
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        var fresh = doc.getElementById("main");
+        if (!fresh) return;
+        var focused = document.activeElement && document.activeElement.id;
+        main.innerHTML = fresh.innerHTML;
+        if (focused) { var el = document.getElementById(focused); if (el) el.focus(); }
+        if (status) status.textContent = "Live: updated " + new Date().toLocaleTimeString();
+        document.dispatchEvent(new CustomEvent("dockflow:refreshed"));
+      })
+      .catch(function () { window.location.reload(); })
+      .then(function () {
+        busy = false;
+        if (again) { again = false; refresh(); }
+      });
+  }
+
+  var source = new EventSource(main.dataset.live);
+  source.addEventListener("refresh", refresh);
+  source.addEventListener("open", function () {
+    if (status) status.textContent = "Live updates on";
+  });
+  source.addEventListener("error", function () {
+    if (status) status.textContent = "Live updates reconnecting…";
+  });
+  window.addEventListener("pagehide", function () { source.close(); });
+})();
