@@ -215,6 +215,8 @@ class FeedHub:
         self._wake = asyncio.Event()
         self._stopped = False
         self._poll_lock = asyncio.Lock()  # one poll at a time, also when called directly
+        self.gaps_seen = 0  # ids seen missing below a committed one (out-of-order commits)
+        self.abandoned_total = 0  # ids given up on after the grace
 
     async def __aenter__(self) -> FeedHub:
         await self.start()
@@ -330,6 +332,7 @@ class FeedHub:
             message_id = int(doc["_id"])
             for missing in range(self._highest + 1, message_id):
                 self._gaps[missing] = now
+                self.gaps_seen += 1
             self._pending[message_id] = doc
             self._highest = message_id
         for doc in sorted(late, key=lambda d: int(d["_id"])):
@@ -353,6 +356,7 @@ class FeedHub:
                     break  # still in flight: everything above waits
                 del self._gaps[candidate]
                 self._abandoned[candidate] = now
+                self.abandoned_total += 1
                 log.warning("feed: id abandoned after grace", extra={"message_id": candidate})
             self.watermark = candidate
 
