@@ -22,34 +22,53 @@ def _zone(timezone: str | None) -> ZoneInfo:
         return ZoneInfo("UTC")
 
 
-def local_time(value: datetime | None, timezone: str | None = "UTC") -> str:
+def as_datetime(value: Any) -> datetime | None:
+    """An aware datetime from a stored value (a datetime, or ISO 8601 text some backends
+    return for values written with ``$set``); None when it is neither."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    if isinstance(value, str) and value:
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    return None
+
+
+def local_time(raw: Any, timezone: str | None = "UTC") -> str:
     """``Tue 4 Mar 2025, 14:05:09 CST`` in the facility's timezone."""
+    value = as_datetime(raw)
     if value is None:
         return "—"
     local = value.astimezone(_zone(timezone))
     return f"{local:%a} {local.day} {local:%b %Y, %H:%M:%S} {local.tzname()}"
 
 
-def short_time(value: datetime | None, timezone: str | None = "UTC") -> str:
+def short_time(raw: Any, timezone: str | None = "UTC") -> str:
     """``4 Mar, 14:05`` in the facility's timezone (tables)."""
+    value = as_datetime(raw)
     if value is None:
         return "—"
     local = value.astimezone(_zone(timezone))
     return f"{local.day} {local:%b, %H:%M}"
 
 
-def utc_time(value: datetime | None) -> str:
+def utc_time(raw: Any) -> str:
+    value = as_datetime(raw)
     if value is None:
         return "—"
     return f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}"[:-3] + " UTC"
 
 
-def iso(value: datetime | None) -> str:
+def iso(raw: Any) -> str:
+    value = as_datetime(raw)
     return "" if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def ago(value: datetime | None, now: datetime | None = None) -> str:
+def ago(raw: Any, now: datetime | None = None) -> str:
     """``just now``, ``5 min ago``, ``3 h ago``, ``2 days ago``."""
+    value = as_datetime(raw)
     if value is None:
         return "never"
     seconds = ((now or datetime.now(UTC)) - value).total_seconds()
