@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint proto clean
+.PHONY: run test lint proto clean browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy core edge public_api webhooks dockflow bench tests
 
-test: lint
+# Debian's Chromium for the dashboard's browser tests; without it (no root, no network) those
+# tests skip and say why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update && apt-get install -y chromium) || true
+
+test: lint browser
 	$(BIN)/pytest
 
 proto: $(STAMP)
