@@ -71,13 +71,17 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
     ) -> AsyncIterator[edge_pb2.ReadingAck]:
         camera = await camera_for(context, self.services.storage)
         tickets: asyncio.Queue[Ticket[Item, ReadingResult] | None] = asyncio.Queue()
-        reader = asyncio.create_task(self._read(camera, request_iterator, tickets))
+        # Acks not yet written: the reader stops at this many, so a camera that does not read
+        # its acks stops being read too.
+        window = asyncio.Semaphore(self.services.settings.ingest_batch_max)
+        reader = asyncio.create_task(self._read(camera, request_iterator, tickets, window))
         try:
             while True:
                 ticket = await tickets.get()
                 if ticket is _END:
                     break
                 yield convert.ack_to_proto(await ticket.future)
+                window.release()
             await reader  # surfaces a failed read
         finally:
             if not reader.done():
@@ -90,14 +94,17 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         camera: Camera,
         request_iterator: AsyncIterator[edge_pb2.PalletReading],
         tickets: asyncio.Queue[Ticket[Item, ReadingResult] | None],
+        window: asyncio.Semaphore,
     ) -> None:
         try:
             async for message in request_iterator:
                 ticket = self.batcher.submit((camera, convert.reading_from_proto(message)))
                 tickets.put_nowait(ticket)
                 if ticket.batch.sealed:
-                    # Backpressure: read on only once this stream's batch is stored.
+                    # Backpressure: read on only once this stream's batch is stored...
                     await ticket.wait_stored()
+                # ...and while fewer than ingest_batch_max acks wait to be written.
+                await window.acquire()
         finally:
             tickets.put_nowait(_END)
 

@@ -1,0 +1,86 @@
+"""The database goes away in the middle of a stream: the RPC ends UNAVAILABLE, and once it is
+back the camera's resend leaves every pallet with its message and every message with its pallet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import grpc
+import pytest
+
+from core.embedded import EmbeddedMongo
+from core.services import Services
+from core.settings import Settings
+from core.storage import Storage
+from dockflow.edge.v1 import edge_pb2
+from edge.server import EdgeServer
+from tests.core.test_pallets_crash import assert_pallets_and_messages_pair_up
+from tests.edge.helpers import reading, stream, stub
+from tests.factories import make_tenant
+
+TOTAL = 1500
+
+
+@pytest.mark.skipif("DOCKFLOW_MONGODB_URL" in __import__("os").environ, reason="embedded only")
+async def test_stopping_the_database_mid_stream_then_resending_repairs_everything(
+    tmp_path: Path, settings_factory: Callable[..., Settings]
+):
+    mongo = EmbeddedMongo(tmp_path / "db")
+    url = await mongo.start()
+    try:
+        settings = settings_factory(mongodb_url=url, mongodb_db="outage")
+        storage = await Storage.connect(url, "outage", timeout_ms=1000)
+        services = Services(settings=settings, storage=storage)
+        tenant = await make_tenant(services)
+        readings = [reading(f"O-{i}", reading_id=f"o-{i}") for i in range(TOTAL)]
+        acked: dict[str, edge_pb2.ReadingAck] = {}
+        stopper: asyncio.Task[None] | None = None
+
+        async def requests() -> AsyncIterator[edge_pb2.PalletReading]:
+            for message in readings:
+                yield message
+
+        async with EdgeServer(services, host="127.0.0.1", port=0) as server:
+            async with grpc.aio.insecure_channel(server.address) as channel:
+                call = stub(channel).StreamReadings(requests(), metadata=tenant.camera_metadata())
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    async for ack in call:
+                        acked[ack.reading_id] = ack
+                        if len(acked) == 300:
+                            # the database dies while later batches are being written
+                            stopper = asyncio.create_task(mongo.stop())
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert stopper is not None
+        await stopper
+        await storage.close()
+        assert 300 <= len(acked) < TOTAL
+
+        # the database is back (same files); the camera resends everything it sent
+        url = await mongo.start()
+        storage = await Storage.connect(url, "outage")
+        services = Services(
+            settings=settings_factory(mongodb_url=url, mongodb_db="outage"), storage=storage
+        )
+        half_written = await storage.pallets.count_documents(
+            {}
+        ) - await storage.readings.count_documents({})
+        async with EdgeServer(services, host="127.0.0.1", port=0) as server:
+            async with grpc.aio.insecure_channel(server.address) as channel:
+                resent = await stream(channel, tenant.camera_metadata(), readings)
+
+        for ack in resent:
+            first = acked.get(ack.reading_id)
+            if first is None:
+                assert ack.status == edge_pb2.ACCEPTED
+            else:
+                assert ack.status == edge_pb2.DUPLICATE
+                assert (ack.pallet_id, ack.message_id) == (first.pallet_id, first.message_id)
+        assert await storage.pallets.count_documents({}) == TOTAL
+        print(f"pallets written without their claim at the outage: {half_written}")
+        await assert_pallets_and_messages_pair_up(storage, endpoints=0)
+        await storage.close()
+    finally:
+        await mongo.stop()
