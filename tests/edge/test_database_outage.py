@@ -46,13 +46,16 @@ async def test_stopping_the_database_mid_stream_then_resending_repairs_everythin
         async with EdgeServer(services, host="127.0.0.1", port=0) as server:
             async with grpc.aio.insecure_channel(server.address) as channel:
                 call = stub(channel).StreamReadings(requests(), metadata=tenant.camera_metadata())
-                with pytest.raises(grpc.aio.AioRpcError) as info:
+                code = None
+                try:
                     async for ack in call:
                         acked[ack.reading_id] = ack
                         if len(acked) == 300:
                             # the database dies while later batches are being written
                             stopper = asyncio.create_task(mongo.stop())
-            assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+                except grpc.aio.AioRpcError as error:
+                    code = error.code()
+            assert code == grpc.StatusCode.UNAVAILABLE
         assert stopper is not None
         await stopper
         await storage.close()
@@ -79,7 +82,9 @@ async def test_stopping_the_database_mid_stream_then_resending_repairs_everythin
                 assert ack.status == edge_pb2.DUPLICATE
                 assert (ack.pallet_id, ack.message_id) == (first.pallet_id, first.message_id)
         assert await storage.pallets.count_documents({}) == TOTAL
-        print(f"pallets written without their claim at the outage: {half_written}")
+        # (how many pallets the outage left without their claim varies from run to run; the
+        # deterministic cut-offs are in tests/core/test_pallets_crash.py)
+        assert 0 <= half_written <= TOTAL - len(acked)
         await assert_pallets_and_messages_pair_up(storage, endpoints=0)
         await storage.close()
     finally:
