@@ -1,0 +1,277 @@
+"""``dockflow simulate``: a dock camera over gRPC, for demos, load checks and tests.
+
+Streams pallet readings to an edge (``--target host:port``) with a camera token, optionally for
+the LPNs of an intake document, over several streams at a given rate; can add load/unload pairs,
+dock events around the run, and a resend of everything (which must answer DUPLICATE). Shows a
+progress bar on stderr and prints the acks per status (and readings/s) on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
+
+STATUS_NAMES = {
+    edge_pb2.ACCEPTED: "ACCEPTED",
+    edge_pb2.DUPLICATE: "DUPLICATE",
+    edge_pb2.REJECTED: "REJECTED",
+}
+
+
+@dataclass
+class SimulateOptions:
+    target: str
+    camera_token: str
+    pallets: int = 10
+    rate: float = 0.0  # readings per second over all streams; 0: as fast as acks come
+    streams: int = 1
+    direction: str = "LOADING"
+    dock: str = ""
+    lpns: list[str] = field(default_factory=list)
+    unload_pairs: int = 0
+    dock_events: bool = False
+    resend: bool = False
+    run_id: str = ""
+    ca_file: Path | None = None
+    progress: bool = True
+
+
+@dataclass
+class SimulateReport:
+    acks: Counter[str] = field(default_factory=Counter)
+    dock_events: Counter[str] = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def readings(self) -> int:
+        return sum(self.acks.values())
+
+
+def lpns_from_document(path: Path) -> tuple[list[str], str | None]:
+    """The LPNs of an intake document (JSON) and the reading direction its direction implies."""
+    document: dict[str, Any] = json.loads(path.read_text())
+    orders = document.get("orders") or [document]
+    lpns: list[str] = []
+    for order in orders:
+        for item in order.get("items") or []:
+            if item.get("lpn") and item["lpn"] not in lpns:
+                lpns.append(item["lpn"])
+    direction = {"OUTBOUND": "LOADING", "INBOUND": "UNLOADING"}.get(document.get("direction", ""))
+    return lpns, direction
+
+
+def _now() -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(datetime.now(UTC))
+    return stamp
+
+
+def build_readings(options: SimulateOptions) -> list[edge_pb2.PalletReading]:
+    run_id = options.run_id or secrets.token_hex(4)
+    lpns = list(options.lpns[: options.pallets])
+    lpns += [f"SIM-{run_id}-{i:06d}" for i in range(len(lpns), options.pallets)]
+    direction = edge_pb2.LOADING if options.direction == "LOADING" else edge_pb2.UNLOADING
+    opposite = edge_pb2.UNLOADING if direction == edge_pb2.LOADING else edge_pb2.LOADING
+    moves = [(lpn, direction) for lpn in lpns]
+    moves += [(lpn, opposite) for lpn in lpns[: options.unload_pairs]]
+    readings = []
+    for number, (lpn, move) in enumerate(moves):
+        readings.append(
+            edge_pb2.PalletReading(
+                reading_id=f"sim-{run_id}-{number}",
+                dock_id=options.dock,
+                direction=move,
+                labels=[
+                    edge_pb2.LabelField(name="lpn", value=lpn, confidence=0.99),
+                    edge_pb2.LabelField(name="sku", value=f"SKU-{lpn}", confidence=0.95),
+                ],
+            )
+        )
+    return readings
+
+
+class _Progress:
+    def __init__(self, total: int, out: TextIO | None) -> None:
+        self.total, self.out, self.done = total, out, 0
+        self.started = self.shown = time.monotonic()
+
+    def step(self, force: bool = False) -> None:
+        self.done += 1
+        now = time.monotonic()
+        if self.out is None or (not force and now - self.shown < 0.2 and self.done < self.total):
+            return
+        self.shown = now
+        width = 30
+        filled = int(width * self.done / max(self.total, 1))
+        rate = self.done / max(now - self.started, 1e-6)
+        self.out.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} acks "
+            f"{rate:,.0f}/s"
+        )
+        if self.done >= self.total:
+            self.out.write("\n")
+        self.out.flush()
+
+
+async def _stream(
+    stub: edge_pb2_grpc.PalletIngestStub,
+    metadata: tuple[tuple[str, str], ...],
+    readings: Sequence[edge_pb2.PalletReading],
+    interval_s: float,
+    report: SimulateReport,
+    progress: _Progress,
+) -> None:
+    async def requests() -> AsyncIterator[edge_pb2.PalletReading]:
+        for reading in readings:
+            reading.occurred_at.CopyFrom(_now())
+            yield reading
+            if interval_s:
+                await asyncio.sleep(interval_s)
+
+    try:
+        async for ack in stub.StreamReadings(requests(), metadata=metadata):
+            report.acks[STATUS_NAMES.get(ack.status, "UNKNOWN")] += 1
+            progress.step()
+    except grpc.aio.AioRpcError as error:
+        report.errors.append(f"{error.code().name}: {error.details()}")
+
+
+async def _dock_event(
+    stub: edge_pb2_grpc.PalletIngestStub,
+    metadata: tuple[tuple[str, str], ...],
+    options: SimulateOptions,
+    kind: int,
+    report: SimulateReport,
+) -> None:
+    event = edge_pb2.DockEvent(
+        event_id=f"sim-{options.run_id}-{edge_pb2.DockEventType.Name(kind)}",  # type: ignore[arg-type]
+        dock_id=options.dock,
+        type=kind,  # type: ignore[arg-type]
+        occurred_at=_now(),
+    )
+    try:
+        ack = await stub.ReportDockEvent(event, metadata=metadata)
+        report.dock_events[STATUS_NAMES.get(ack.status, "UNKNOWN")] += 1
+    except grpc.aio.AioRpcError as error:
+        report.errors.append(f"{error.code().name}: {error.details()}")
+
+
+async def simulate(options: SimulateOptions, out: TextIO | None = None) -> SimulateReport:
+    """Run the simulation; `out` receives the progress bar (None: quiet)."""
+    options.run_id = options.run_id or secrets.token_hex(4)
+    readings = build_readings(options)
+    metadata = (("authorization", f"Bearer {options.camera_token}"),)
+    report = SimulateReport()
+    rounds = [readings, readings] if options.resend else [readings]
+    progress = _Progress(sum(len(r) for r in rounds), out if options.progress else None)
+    streams = max(1, options.streams)
+    interval_s = streams / options.rate if options.rate > 0 else 0.0
+    if options.ca_file is not None:
+        credentials = grpc.ssl_channel_credentials(options.ca_file.read_bytes())
+        channel = grpc.aio.secure_channel(options.target, credentials)
+    else:
+        channel = grpc.aio.insecure_channel(options.target)
+    started = time.monotonic()
+    async with channel:
+        stub = edge_pb2_grpc.PalletIngestStub(channel)
+        if options.dock_events:
+            for kind in (edge_pb2.TRAILER_ARRIVED, edge_pb2.DOOR_OPENED):
+                await _dock_event(stub, metadata, options, kind, report)
+        for batch in rounds:
+            await asyncio.gather(
+                *(
+                    _stream(stub, metadata, batch[n::streams], interval_s, report, progress)
+                    for n in range(streams)
+                )
+            )
+        if options.dock_events:
+            for kind in (edge_pb2.DOOR_CLOSED, edge_pb2.TRAILER_DEPARTED):
+                await _dock_event(stub, metadata, options, kind, report)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _run(args: argparse.Namespace) -> int:
+    token = args.camera_token or os.environ.get("DOCKFLOW_CAMERA_TOKEN", "")
+    if not token:
+        print(
+            "dockflow simulate: --camera-token (or DOCKFLOW_CAMERA_TOKEN) is required",
+            file=sys.stderr,
+        )
+        return 2
+    lpns: list[str] = []
+    direction = args.direction
+    document = args.shipment or args.lpns_from
+    if document is not None:
+        lpns, implied = lpns_from_document(Path(document))
+        direction = direction or implied
+    pallets = args.pallets if args.pallets is not None else (len(lpns) or 10)
+    options = SimulateOptions(
+        target=args.target,
+        camera_token=token,
+        pallets=pallets,
+        rate=args.rate,
+        streams=args.streams,
+        direction=direction or "LOADING",
+        dock=args.dock,
+        lpns=lpns,
+        unload_pairs=args.unload_pairs,
+        dock_events=args.dock_events,
+        resend=args.resend,
+        run_id=args.run_id,
+        ca_file=Path(args.ca_file) if args.ca_file else None,
+        progress=not args.quiet,
+    )
+    report = asyncio.run(simulate(options, sys.stderr))
+    for status in ("ACCEPTED", "DUPLICATE", "REJECTED"):
+        print(f"{status} {report.acks.get(status, 0)}")
+    if options.dock_events:
+        events = ", ".join(f"{k} {v}" for k, v in sorted(report.dock_events.items()))
+        print(f"dock events: {events}")
+    rate = report.readings / report.seconds if report.seconds else 0.0
+    print(f"{report.readings} readings in {report.seconds:.2f} s ({rate:,.0f} readings/s)")
+    for error in report.errors:
+        print(f"error: {error}", file=sys.stderr)
+    return 1 if report.errors else 0
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("simulate", help="simulate a dock camera streaming pallets")
+    parser.add_argument("--target", default="localhost:50051", help="edge address host:port")
+    parser.add_argument("--camera-token", help="camera bearer token (DOCKFLOW_CAMERA_TOKEN)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--shipment", metavar="FILE", help="intake document (JSON): its LPNs")
+    source.add_argument("--lpns-from", metavar="FILE", help="same as --shipment")
+    parser.add_argument("--pallets", type=int, help="pallets to load (default: the LPNs, or 10)")
+    parser.add_argument("--rate", type=float, default=0.0, help="readings/s in all (0: no limit)")
+    parser.add_argument("--streams", type=int, default=1, help="concurrent streams")
+    parser.add_argument("--direction", choices=["LOADING", "UNLOADING"], help="default: LOADING")
+    parser.add_argument("--dock", default="", help="dock id (default: the camera's dock)")
+    parser.add_argument(
+        "--unload-pairs", type=int, default=0, metavar="N", help="unload N pallets again after"
+    )
+    parser.add_argument(
+        "--dock-events", action="store_true", help="trailer arrival/door open before, close after"
+    )
+    parser.add_argument("--resend", action="store_true", help="send every reading twice")
+    parser.add_argument("--run-id", default="", help="reading id prefix (default: random)")
+    parser.add_argument("--ca-file", help="CA certificate for a TLS edge")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=_run)
