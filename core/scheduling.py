@@ -6,20 +6,23 @@
 | DOOR_ASSIGNED (+ dock) | DOOR_ASSIGNED, `dock` set | NEW, SCHEDULED, AT_FACILITY, DOOR_ASSIGNED |
 | CHECKED_OUT | DEPARTED | any status but DEPARTED |
 
-Each change appends `{status, at, source}` to the shipment's history (the whole array is
-rewritten with `$set`: portable subset). Writes are conditional on the version read, so two
-concurrent events never lose a history entry. Checking out does not complete the shipment:
-completion has its own triggers (`core.completion`).
+Each change appends `{status, at, source}` to the shipment's history through
+`core.lifecycle.update_with_history` (a compare-and-set on the version read), conditional on the
+status the rule was checked against, so a concurrent change makes the event re-check.
+Checking out does not complete the shipment: completion has its own triggers
+(`core.completion`; `request_completion` below is the customer's).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
+from core import completion, lifecycle
 from core.access import Principal, check_access
 from core.errors import Conflict, NotFound, ValidationFailed
+from core.settings import Settings
 from core.storage import Doc, Storage
 from core.tenancy import get_facility
 
@@ -66,8 +69,8 @@ async def update_shipment(storage: Storage, principal: Principal, update: Shipme
         raise ValidationFailed("DOOR_ASSIGNED needs dockSlug")
     if update.event != "DOOR_ASSIGNED" and update.dock:
         raise ValidationFailed(f"dockSlug applies to DOOR_ASSIGNED only, not {update.event}")
-    at = update.at or datetime.now(UTC)
-    if at.utcoffset() is None:
+    at = lifecycle.truncate_ms(update.at) if update.at else lifecycle.now_ms()
+    if update.at is not None and update.at.utcoffset() is None:
         raise ValidationFailed("`at` must carry a UTC offset")
     status, allowed_from = _TRANSITIONS[update.event]
     for _ in range(WRITE_ATTEMPTS):
@@ -79,20 +82,36 @@ async def update_shipment(storage: Storage, principal: Principal, update: Shipme
             raise Conflict(
                 f"{update.event} is not allowed for a shipment in status {doc.get('status')}"
             )
-        changes: Doc = {"status": status}
+        fields: Doc = {}
         if update.dock:
             facility = await get_facility(storage, doc["business"], doc["facility"])
             if facility.dock(update.dock) is None:
                 raise NotFound(f"dock {update.dock!r} not found in facility {facility.slug!r}")
-            changes["dock"] = update.dock
-        history = list(doc.get("history") or [])
-        history.append({"status": status, "at": at, "source": f"client:{principal.subject}"})
-        now = datetime.now(UTC)
-        changes.update({"history": history, "updated_at": now})
-        result = await storage.shipments.update_one(
-            {"_id": doc["_id"], "status": doc.get("status"), "updated_at": doc.get("updated_at")},
-            {"$set": changes},
+            fields["dock"] = update.dock
+        written = await lifecycle.update_with_history(
+            storage,
+            update.shipment_id,
+            status=status,
+            at=at,
+            source=f"client:{principal.subject}",
+            fields=fields,
+            condition={"status": doc.get("status")},
+            shipment=doc,
         )
-        if result.modified_count == 1:
-            return {**doc, **changes}
+        if written is not None:
+            return written
     raise Conflict(f"shipment {update.shipment_id} is changing too fast; retry")
+
+
+async def request_completion(
+    storage: Storage, settings: Settings, principal: Principal, shipment_id: int
+) -> completion.Completion:
+    """A customer says the shipment is complete (GraphQL `completeShipment`): exactly once,
+    through `core.completion`; completing a completed shipment changes nothing."""
+    doc = await storage.shipments.find_one({"_id": shipment_id}, {"business": 1, "facility": 1})
+    if doc is None or doc.get("business") != principal.business:
+        raise NotFound(f"shipment {shipment_id} not found")
+    check_access(principal, doc["business"], doc["facility"])
+    return await completion.complete_shipment(
+        storage, settings, shipment_id, f"client:{principal.subject}", reason=completion.REQUESTED
+    )

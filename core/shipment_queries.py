@@ -14,6 +14,7 @@ from typing import Any
 
 from pymongo import ASCENDING, DESCENDING
 
+from core import lifecycle
 from core.access import Principal, check_access
 from core.errors import ErrorList, NotFound
 from core.feed_reader import check_scope
@@ -22,8 +23,6 @@ from core.tenancy import Facility, get_facility
 
 DEFAULT_SHIPMENTS_PAGE = 100  # shipments(filter) answers this many when `first` is not given
 MAX_SHIPMENTS_PAGE = 1000
-# Statuses of a shipment standing at a dock door (its dock's "current shipment").
-AT_DOCK_STATUSES = ("DOOR_ASSIGNED", "LOADING", "UNLOADING", "LOADED", "UNLOADED")
 # Pallet direction that counts as progress for each shipment direction.
 EXPECTED_PALLET_DIRECTION = {"OUTBOUND": "LOADING", "INBOUND": "UNLOADING"}
 
@@ -183,7 +182,8 @@ class FacilityView:
 async def get_facility_view(
     storage: Storage, principal: Principal, business: str, facility_slug: str
 ) -> FacilityView:
-    """A facility with each dock's current shipment (the newest one standing at the door)."""
+    """A facility with each dock's current shipment: the newest not completed one at the door
+    (`core.lifecycle.current_shipment_at_dock`, for every dock in one query)."""
     check_scope(principal, business, facility_slug)
     facility = await get_facility(storage, business, facility_slug)
     slugs = [dock.slug for dock in facility.docks]
@@ -193,7 +193,7 @@ async def get_facility_view(
                 "business": business,
                 "facility": facility_slug,
                 "dock": {"$in": slugs},
-                "status": {"$in": list(AT_DOCK_STATUSES)},
+                "status": {"$in": lifecycle.AT_DOCK_STATUSES},
             }
         )
         .sort("_id", DESCENDING)
@@ -201,7 +201,7 @@ async def get_facility_view(
     )
     current: dict[str, Doc] = {}
     for doc in candidates:
-        if doc.get("completed_at") is None and doc.get("linked_to") is None:
+        if doc.get("completed_at") is None:
             current.setdefault(doc["dock"], doc)
     views = {v.shipment["dock"]: v for v in await load_views(storage, list(current.values()))}
     return FacilityView(

@@ -422,6 +422,18 @@ class Query:
 
 @strawberry.type
 class Mutation:
+    @strawberry.mutation(
+        description="Complete the shipment now (exactly once): its SHIPMENT_COMPLETE message "
+        "goes out to webhooks and the feed. Completing it again changes nothing."
+    )
+    async def complete_shipment(self, info: GQLInfo, id: int) -> Shipment:
+        context = info.context
+        principal = context.require_principal()
+        storage = context.services.storage
+        await scheduling.request_completion(storage, _settings(info), principal, id)
+        view = await shipment_queries.get_shipment(storage, principal, id)
+        return Shipment.from_view(view, _settings(info))
+
     @strawberry.mutation(description="Scheduling events: AT_FACILITY, DOOR_ASSIGNED, CHECKED_OUT.")
     async def update_shipment(self, info: GQLInfo, input: UpdateShipmentInput) -> Shipment:
         context = info.context

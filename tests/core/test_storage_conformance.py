@@ -283,3 +283,48 @@ async def test_booleans_set_by_update_still_match_boolean_queries(storage: Stora
     enabled = await storage.webhook_endpoints.find({"enabled": True}).sort("_id", 1).to_list()
     assert [d["_id"] for d in enabled] == ["a", "b"]
     assert all(bool(d["enabled"]) for d in enabled)
+
+
+async def test_gridfs_upload_in_chunks_download_and_delete(storage: Storage):
+    # core/shipment_documents.py: open_upload_stream + write per chunk + close, download by id
+    # in chunks, delete. (The embedded server keeps GridFS files its own way: query fs.files,
+    # not fs.chunks, and do not abort a file that was never closed.)
+    from gridfs.asynchronous import AsyncGridFSBucket
+    from gridfs.errors import NoFile
+
+    bucket = AsyncGridFSBucket(storage.db, bucket_name="fs")
+    content = bytes(range(256)) * 1200  # 300 KiB: more than one 255 KiB chunk
+    upload = bucket.open_upload_stream("bol.pdf", metadata={"document_id": "sdoc_1"})
+    for start in range(0, len(content), 100_000):
+        await upload.write(content[start : start + 100_000])
+    await upload.close()
+    file_id = upload._id
+
+    stored = await storage["fs.files"].find({"_id": file_id}).to_list()
+    download = await bucket.open_download_stream(file_id)
+    chunks = []
+    while chunk := await download.read(64 * 1024):
+        chunks.append(chunk)
+    await download.close()
+    await bucket.delete(file_id)
+
+    assert stored[0]["length"] == len(content)
+    assert stored[0]["filename"] == "bol.pdf"
+    assert b"".join(chunks) == content
+    with pytest.raises(NoFile):
+        await bucket.open_download_stream(file_id)
+
+
+async def test_feed_tailer_reads_by_integer_id_ranges_and_sets(storage: Storage):
+    # core/feed_reader.py: the newest id, ids above a mark in order, the ids of known gaps.
+    await storage.push_messages.insert_many([{"_id": i, "business": "b"} for i in (1, 2, 4, 7)])
+
+    newest = await storage.push_messages.find_one({}, {"_id": 1}, sort=[("_id", -1)])
+    above = await storage.push_messages.find({"_id": {"$gt": 2}}).sort("_id", 1).limit(1).to_list()
+    window = await storage.push_messages.find({"_id": {"$gt": 1, "$lte": 4}}, {"_id": 1}).to_list()
+    gaps = await storage.push_messages.find({"_id": {"$in": [3, 5, 7]}}).to_list()
+
+    assert newest == {"_id": 7}
+    assert [d["_id"] for d in above] == [4]
+    assert sorted(d["_id"] for d in window) == [2, 4]
+    assert [d["_id"] for d in gaps] == [7]
