@@ -18,30 +18,17 @@ import grpc
 
 from core import dock_events
 from core.batcher import Batcher, Ticket
-from core.errors import Forbidden, Unauthenticated, ValidationFailed
+from core.errors import Forbidden, ValidationFailed
 from core.pallets import Reading, ReadingResult, record_pallets, rejection
 from core.services import Services
-from core.storage import Storage
-from core.tenancy import Camera, authenticate_camera
+from core.tenancy import Camera
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 from edge import convert
+from edge.auth import camera_for
 from edge.status import mapped_errors
 
 Item = tuple[Camera, Reading]
 _END = None  # end of the request stream, in the ack queue
-
-
-async def camera_for(context: grpc.aio.ServicerContext[Any, Any], storage: Storage) -> Camera:
-    """The camera named by ``authorization: Bearer <token>`` (until edge/auth.py lands)."""
-    metadata = dict(context.invocation_metadata() or ())
-    header = str(metadata.get("authorization", ""))
-    scheme, _, token = header.partition(" ")
-    camera = None
-    if scheme.lower() == "bearer" and token.strip():
-        camera = await authenticate_camera(storage, token.strip())
-    if camera is None:
-        raise Unauthenticated("a valid camera token is required (authorization: Bearer ...)")
-    return camera
 
 
 def make_batcher(services: Services) -> Batcher[Item, ReadingResult]:
