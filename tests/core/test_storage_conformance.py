@@ -328,3 +328,38 @@ async def test_feed_tailer_reads_by_integer_id_ranges_and_sets(storage: Storage)
     assert [d["_id"] for d in above] == [4]
     assert sorted(d["_id"] for d in window) == [2, 4]
     assert [d["_id"] for d in gaps] == [7]
+
+
+async def test_dashboard_paging_date_ranges_and_field_exclusion(storage: Storage):
+    # core/dashboard_queries.py: newest-first pages with skip/limit, a created_at range, a
+    # projection that leaves out one field, and "not completed" as equality with null.
+    base = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    await storage.shipments.insert_many(
+        [
+            {
+                "_id": i,
+                "business": "b" if i != 3 else "other",
+                "created_at": base + timedelta(hours=i),
+                "completed_at": None if i % 2 else base,
+                "history": [{"status": "NEW"}],
+            }
+            for i in range(1, 7)
+        ]
+    )
+
+    page = await (
+        storage.shipments.find({"business": {"$in": ["b"]}}, {"history": 0})
+        .sort("_id", -1)
+        .skip(1)
+        .limit(2)
+        .to_list()
+    )
+    in_range = await storage.shipments.find(
+        {"created_at": {"$gte": base + timedelta(hours=2), "$lt": base + timedelta(hours=5)}}
+    ).to_list()
+    open_ones = await storage.shipments.find({"completed_at": None}, {"_id": 1}).to_list()
+
+    assert [d["_id"] for d in page] == [5, 4]
+    assert all("history" not in d and "created_at" in d for d in page)
+    assert sorted(d["_id"] for d in in_range) == [2, 3, 4]
+    assert sorted(d["_id"] for d in open_ones) == [1, 3, 5]
