@@ -363,3 +363,20 @@ async def test_dashboard_paging_date_ranges_and_field_exclusion(storage: Storage
     assert all("history" not in d and "created_at" in d for d in page)
     assert sorted(d["_id"] for d in in_range) == [2, 3, 4]
     assert sorted(d["_id"] for d in open_ones) == [1, 3, 5]
+
+
+async def test_history_length_compare_and_set_with_size_and_null_conditions(storage: Storage):
+    # core.lifecycle: replace a shipment only while its history has the length that was read
+    # and a condition field is still null (arrival, completion happen exactly once).
+    moment = datetime(2026, 5, 1, tzinfo=UTC)
+    entry = {"status": "NEW", "at": moment}
+    await storage.shipments.insert_one({"_id": 1, "history": [entry], "completed_at": None})
+    filter_ = {"_id": 1, "history": {"$size": 1}, "completed_at": None}
+    replacement = {"history": [entry, entry], "completed_at": moment}
+    won = await storage.shipments.replace_one(filter_, replacement)
+    lost = await storage.shipments.replace_one(filter_, replacement)
+    assert (won.modified_count, lost.modified_count) == (1, 0)
+    doc = await storage.shipments.find_one({"_id": 1})
+    assert doc is not None
+    assert doc["completed_at"] == moment
+    assert len(doc["history"]) == 2
