@@ -461,3 +461,101 @@ async def list_operators(storage: Storage) -> list[Operator]:
 
 
 _DUMMY_HASH = hash_password("dockflow-dummy-password")
+
+
+# --- updates (declarative apply) ----------------------------------------------------------
+
+
+async def update_business(storage: Storage, slug: str, *, name: str) -> None:
+    await get_business(storage, slug)
+    await storage.businesses.update_one({"_id": slug}, {"$set": {"name": name or slug}})
+
+
+async def update_facility(storage: Storage, facility: Facility) -> None:
+    """Store `facility` (built with `build_facility`) over the existing one."""
+    await get_facility(storage, facility.business, facility.slug)
+    fields = {k: v for k, v in facility_to_doc(facility).items() if k != "_id"}
+    await storage.facilities.update_one({"_id": facility.key}, {"$set": fields})
+
+
+async def update_client(
+    storage: Storage,
+    client_id: str,
+    *,
+    facilities: list[str] | None,
+    name: str,
+    client_secret: str | None = None,
+) -> None:
+    """Change a client's facility restriction and name (and its secret, when given)."""
+    client = await get_client(storage, client_id)
+    for facility in facilities or []:
+        await get_facility(storage, client.business, facility)
+    fields: Doc = {"facilities": None if facilities is None else sorted(facilities), "name": name}
+    if client_secret is not None:
+        fields["secret_hash"] = hash_secret(client_secret)
+    await storage.api_clients.update_one({"_id": client_id}, {"$set": fields})
+
+
+async def client_secret_is(storage: Storage, client_id: str, secret: str) -> bool:
+    doc = await storage.api_clients.find_one({"_id": client_id}, {"secret_hash": 1})
+    return doc is not None and secret_matches(secret, doc["secret_hash"])
+
+
+async def get_camera(storage: Storage, camera_id: str) -> Camera:
+    doc = await storage.cameras.find_one({"_id": camera_id})
+    if doc is None:
+        raise NotFound(f"camera {camera_id!r} not found")
+    return _camera_from_doc(doc)
+
+
+async def update_camera(
+    storage: Storage,
+    camera_id: str,
+    *,
+    facility: str,
+    dock: str,
+    kind: CameraKind,
+    token: str | None = None,
+) -> None:
+    """Move a camera to another dock (of its business) or kind (and set its token, when given)."""
+    camera = await get_camera(storage, camera_id)
+    site = await get_facility(storage, camera.business, facility)
+    if site.dock(dock) is None:
+        raise NotFound(f"dock {dock!r} not found in facility {camera.business}/{facility}")
+    if kind not in ("TOWER", "LIFT"):
+        raise ValidationFailed("camera kind must be TOWER or LIFT")
+    fields: Doc = {"facility": facility, "dock": dock, "kind": kind}
+    if token is not None:
+        if not token.startswith(f"{camera_id}."):
+            raise ValidationFailed("a camera token starts with its camera id and a dot")
+        fields["token_hash"] = hash_secret(token)
+    await storage.cameras.update_one({"_id": camera_id}, {"$set": fields})
+
+
+async def camera_token_is(storage: Storage, camera_id: str, token: str) -> bool:
+    doc = await storage.cameras.find_one({"_id": camera_id}, {"token_hash": 1})
+    return doc is not None and secret_matches(token, doc["token_hash"])
+
+
+async def update_operator(
+    storage: Storage,
+    username: str,
+    *,
+    businesses: list[str] | None,
+    password: str | None = None,
+) -> None:
+    """Change an operator's scope (and password, when given)."""
+    await get_operator(storage, username)
+    for business in businesses or []:
+        await get_business(storage, business)
+    fields: Doc = {"businesses": None if not businesses else sorted(businesses)}
+    if password is not None:
+        if len(password) < 8:
+            raise ValidationFailed("an operator password needs at least 8 characters")
+        fields["password_hash"] = hash_password(password)
+    await storage.operators.update_one({"_id": username}, {"$set": fields})
+
+
+async def operator_password_is(storage: Storage, username: str, password: str) -> bool:
+    doc = await storage.operators.find_one({"_id": username}, {"password_hash": 1})
+    return doc is not None and password_matches(password, doc["password_hash"])

@@ -28,6 +28,7 @@ from core.throttle import AuthThrottle, ThrottlePolicy
 ALGORITHM = "RS256"  # pinned: tokens claiming any other algorithm are refused
 LEEWAY_S = 30  # clock skew tolerated on exp/iat between dockflow processes and clients
 KEY_RELOAD_MIN_INTERVAL_S = 1.0  # an unknown kid reloads keys at most this often
+SIGNING_KEY_REFRESH_S = 10.0  # how often the signing key is re-read (rotations elsewhere)
 CLIENT_CACHE_MAX = 10_000  # client states cached per process before the cache starts over
 
 
@@ -87,6 +88,7 @@ class TokenService:
         self._public_keys: dict[str, Any] = {}
         self._loaded_at = 0.0
         self._lock = asyncio.Lock()
+        self.key_refresh_s = SIGNING_KEY_REFRESH_S
         # client id -> (enabled, monotonic time the answer expires)
         self._client_states: dict[str, tuple[bool, float]] = {}
         self.throttle = AuthThrottle(storage, ThrottlePolicy.from_settings(settings))
@@ -115,7 +117,9 @@ class TokenService:
 
     async def _current_key(self) -> SigningKey:
         async with self._lock:
-            if not self._keys:
+            # Reloaded now and then: a rotation made by another process (`dockflow admin
+            # rotate-signing-key`) takes over signing here within `key_refresh_s`.
+            if not self._keys or time.monotonic() - self._loaded_at > self.key_refresh_s:
                 await self._load()
             if not self._keys:
                 # Two processes may both create a first key: harmless, the newest one signs.

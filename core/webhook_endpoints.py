@@ -67,6 +67,49 @@ def endpoint_from_doc(doc: Doc) -> WebhookEndpoint:
     )
 
 
+def _endpoint_fields(
+    box: SecretBox,
+    base_url: str,
+    *,
+    facility: str | None,
+    events: tuple[str, ...],
+    auth_kind: AuthKind,
+    username: str,
+    password: str,
+    login_url: str,
+    token_field: str,
+    header_format: str,
+) -> Doc:
+    """The validated, configurable fields of an endpoint (what create and update write)."""
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationFailed("the webhook URL must be an absolute http(s) URL")
+    unknown = set(events) - set(EVENTS)
+    if unknown or not events:
+        raise ValidationFailed(f"events must be among {', '.join(EVENTS)}")
+    if auth_kind not in ("none", "basic", "token"):
+        raise ValidationFailed("auth must be none, basic or token")
+    if auth_kind in ("basic", "token") and not (username and password):
+        raise ValidationFailed(f"{auth_kind} auth needs a username and a password")
+    if auth_kind == "token" and not login_url:
+        raise ValidationFailed("token auth needs the customer's login URL")
+    if "{token}" not in header_format:
+        raise ValidationFailed("the header format must contain {token}")
+    return {
+        "facility": facility,
+        "base_url": base_url.rstrip("/"),
+        "events": list(events),
+        "auth": {
+            "kind": auth_kind,
+            "username": username,
+            "password_sealed": box.seal(password) if password else "",
+            "login_url": login_url,
+            "token_field": token_field,
+            "header_format": header_format,
+        },
+    }
+
+
 async def create_endpoint(
     storage: Storage,
     box: SecretBox,
@@ -86,35 +129,23 @@ async def create_endpoint(
     await get_business(storage, business)
     if facility is not None:
         await get_facility(storage, business, facility)
-    parts = urlsplit(base_url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValidationFailed("the webhook URL must be an absolute http(s) URL")
-    unknown = set(events) - set(EVENTS)
-    if unknown or not events:
-        raise ValidationFailed(f"events must be among {', '.join(EVENTS)}")
-    if auth_kind not in ("none", "basic", "token"):
-        raise ValidationFailed("auth must be none, basic or token")
-    if auth_kind in ("basic", "token") and not (username and password):
-        raise ValidationFailed(f"{auth_kind} auth needs a username and a password")
-    if auth_kind == "token" and not login_url:
-        raise ValidationFailed("token auth needs the customer's login URL")
-    if "{token}" not in header_format:
-        raise ValidationFailed("the header format must contain {token}")
+    fields = _endpoint_fields(
+        box,
+        base_url,
+        facility=facility,
+        events=events,
+        auth_kind=auth_kind,
+        username=username,
+        password=password,
+        login_url=login_url,
+        token_field=token_field,
+        header_format=header_format,
+    )
     signing_secret = new_signing_secret()
     doc: Doc = {
         "_id": f"whe_{secrets.token_hex(6)}",
         "business": business,
-        "facility": facility,
-        "base_url": base_url.rstrip("/"),
-        "events": list(events),
-        "auth": {
-            "kind": auth_kind,
-            "username": username,
-            "password_sealed": box.seal(password) if password else "",
-            "login_url": login_url,
-            "token_field": token_field,
-            "header_format": header_format,
-        },
+        **fields,
         "signing_secrets": [signing_secret],
         "enabled": True,
         "disabled_reason": "",
@@ -122,6 +153,41 @@ async def create_endpoint(
     }
     await storage.webhook_endpoints.insert_one(doc)
     return Created(endpoint_from_doc(doc), signing_secret)
+
+
+async def update_endpoint(
+    storage: Storage,
+    box: SecretBox,
+    endpoint_id: str,
+    base_url: str,
+    *,
+    facility: str | None = None,
+    events: tuple[str, ...] = EVENTS,
+    auth_kind: AuthKind = "none",
+    username: str = "",
+    password: str = "",
+    login_url: str = "",
+    token_field: str = "access_token",  # noqa: S107 - a JSON field name
+    header_format: str = "Bearer {token}",
+) -> WebhookEndpoint:
+    """Reconfigure an endpoint; its id, signing secrets and enabled state are kept."""
+    endpoint = await get_endpoint(storage, endpoint_id)
+    if facility is not None:
+        await get_facility(storage, endpoint.business, facility)
+    fields = _endpoint_fields(
+        box,
+        base_url,
+        facility=facility,
+        events=events,
+        auth_kind=auth_kind,
+        username=username,
+        password=password,
+        login_url=login_url,
+        token_field=token_field,
+        header_format=header_format,
+    )
+    await storage.webhook_endpoints.update_one({"_id": endpoint_id}, {"$set": fields})
+    return await get_endpoint(storage, endpoint_id)
 
 
 async def get_endpoint(storage: Storage, endpoint_id: str) -> WebhookEndpoint:

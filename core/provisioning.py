@@ -1,0 +1,340 @@
+"""Declarative tenancy: businesses, facilities, clients, cameras, webhook endpoints and operators
+declared in one document (``dockflow admin apply FILE.yaml``) and applied idempotently.
+
+Each entity is created when absent, updated when it differs, and left alone when it matches, so
+applying the same file twice changes nothing. Entities missing from the file are not deleted.
+Secrets may be declared (a reproducible deployment) or left out: a secret generated on creation
+is returned once in its `Change`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from core import tenancy, webhook_endpoints
+from core.crypto import SecretBox
+from core.errors import ConfigError, FieldError, NotFound, ValidationFailed
+from core.secrets import new_secret
+from core.storage import Storage
+from core.tenancy import LabelFieldMapping
+
+Action = Literal["created", "updated", "unchanged"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FacilitySpec(_Strict):
+    slug: str
+    name: str = ""
+    timezone: str = "UTC"
+    docks: list[str] = Field(default_factory=list)
+    # "camera_name=CustomerField[:multiple]", as on the command line.
+    label_fields: list[str] = Field(default_factory=list)
+    complete_on_all_lpns: bool = True
+
+
+class ClientSpec(_Strict):
+    id: str  # the client id; required so the declaration names the same client every time
+    name: str = ""
+    facilities: list[str] | None = None  # None: every facility of the business
+    secret: str | None = None
+
+
+class CameraSpec(_Strict):
+    id: str
+    facility: str
+    dock: str
+    kind: Literal["TOWER", "LIFT"] = "TOWER"
+    token: str | None = None  # "{id}.{secret}"
+
+
+class WebhookSpec(_Strict):
+    url: str  # with `facility`, what identifies the endpoint within its business
+    facility: str | None = None
+    events: list[str] = Field(default_factory=lambda: list(webhook_endpoints.EVENTS))
+    auth: Literal["none", "basic", "token"] = "none"
+    username: str = ""
+    password: str = ""
+    login_url: str = ""
+    token_field: str = "access_token"  # noqa: S105 - a JSON field name
+    header_format: str = "Bearer {token}"
+
+
+class BusinessSpec(_Strict):
+    slug: str
+    name: str = ""
+    facilities: list[FacilitySpec] = Field(default_factory=list)
+    clients: list[ClientSpec] = Field(default_factory=list)
+    cameras: list[CameraSpec] = Field(default_factory=list)
+    webhooks: list[WebhookSpec] = Field(default_factory=list)
+
+
+class OperatorSpec(_Strict):
+    username: str
+    password: str | None = None
+    businesses: list[str] | None = None  # None: every business
+
+
+class Declaration(_Strict):
+    businesses: list[BusinessSpec] = Field(default_factory=list)
+    operators: list[OperatorSpec] = Field(default_factory=list)
+
+    @field_validator("businesses")
+    @classmethod
+    def _unique_businesses(cls, value: list[BusinessSpec]) -> list[BusinessSpec]:
+        slugs = [b.slug for b in value]
+        if len(slugs) != len(set(slugs)):
+            raise ValueError("a business is declared twice")
+        return value
+
+
+@dataclass(frozen=True)
+class Change:
+    """What applying did to one entity. `secret` is set only for a secret generated now."""
+
+    kind: str  # business, facility, client, camera, webhook, operator
+    key: str
+    action: Action
+    secret_name: str = ""
+    secret: str = ""
+
+
+def parse_declaration(data: object) -> Declaration:
+    """Validate a parsed YAML/JSON document; `ValidationFailed` lists every bad field."""
+    if data is None:
+        data = {}
+    try:
+        return Declaration.model_validate(data)
+    except ValidationError as exc:
+        errors = [
+            FieldError(".".join(str(p) for p in e["loc"]) or "(root)", e["msg"])
+            for e in exc.errors()
+        ]
+        raise ValidationFailed("the declaration is invalid", errors=errors) from None
+
+
+async def apply_declaration(
+    storage: Storage, box: SecretBox, declaration: Declaration
+) -> list[Change]:
+    """Bring the stored tenancy in line with `declaration`; one `Change` per declared entity."""
+    changes: list[Change] = []
+    for business in declaration.businesses:
+        changes.append(await _apply_business(storage, business))
+        for facility in business.facilities:
+            changes.append(await _apply_facility(storage, business.slug, facility))
+        for client in business.clients:
+            changes.append(await _apply_client(storage, business.slug, client))
+        for camera in business.cameras:
+            changes.append(await _apply_camera(storage, business.slug, camera))
+        for webhook in business.webhooks:
+            changes.append(await _apply_webhook(storage, box, business.slug, webhook))
+    for operator in declaration.operators:
+        changes.append(await _apply_operator(storage, operator))
+    return changes
+
+
+async def _apply_business(storage: Storage, spec: BusinessSpec) -> Change:
+    try:
+        current = await tenancy.get_business(storage, spec.slug)
+    except NotFound:
+        await tenancy.create_business(storage, spec.slug, spec.name)
+        return Change("business", spec.slug, "created")
+    if current.name == (spec.name or spec.slug):
+        return Change("business", spec.slug, "unchanged")
+    await tenancy.update_business(storage, spec.slug, name=spec.name)
+    return Change("business", spec.slug, "updated")
+
+
+async def _apply_facility(storage: Storage, business: str, spec: FacilitySpec) -> Change:
+    key = tenancy.facility_key(business, spec.slug)
+    wanted = tenancy.build_facility(
+        business,
+        spec.slug,
+        name=spec.name,
+        docks=spec.docks,
+        timezone=spec.timezone,
+        label_fields=[LabelFieldMapping.parse(f) for f in spec.label_fields],
+        complete_on_all_lpns=spec.complete_on_all_lpns,
+    )
+    current = await tenancy.find_facility(storage, business, spec.slug)
+    if current is None:
+        await tenancy.create_facility(
+            storage,
+            business,
+            spec.slug,
+            name=spec.name,
+            docks=spec.docks,
+            timezone=spec.timezone,
+            label_fields=list(wanted.label_fields),
+            complete_on_all_lpns=spec.complete_on_all_lpns,
+        )
+        return Change("facility", key, "created")
+    if current == wanted:
+        return Change("facility", key, "unchanged")
+    await tenancy.update_facility(storage, wanted)
+    return Change("facility", key, "updated")
+
+
+async def _apply_client(storage: Storage, business: str, spec: ClientSpec) -> Change:
+    try:
+        current = await tenancy.get_client(storage, spec.id)
+    except NotFound:
+        secret = spec.secret or new_secret("dfs_")
+        await tenancy.create_client(
+            storage,
+            business,
+            facilities=spec.facilities,
+            name=spec.name,
+            client_id=spec.id,
+            client_secret=secret,
+        )
+        generated = "" if spec.secret else secret
+        return Change("client", spec.id, "created", "client_secret", generated)
+    if current.business != business:
+        raise ValidationFailed(f"client {spec.id!r} belongs to business {current.business!r}")
+    wanted_facilities = None if spec.facilities is None else frozenset(spec.facilities)
+    secret_differs = spec.secret is not None and not await tenancy.client_secret_is(
+        storage, spec.id, spec.secret
+    )
+    if current.facilities == wanted_facilities and current.name == spec.name and not secret_differs:
+        return Change("client", spec.id, "unchanged")
+    await tenancy.update_client(
+        storage,
+        spec.id,
+        facilities=spec.facilities,
+        name=spec.name,
+        client_secret=spec.secret if secret_differs else None,
+    )
+    return Change("client", spec.id, "updated")
+
+
+async def _apply_camera(storage: Storage, business: str, spec: CameraSpec) -> Change:
+    try:
+        current = await tenancy.get_camera(storage, spec.id)
+    except NotFound:
+        created = await tenancy.create_camera(
+            storage,
+            business,
+            spec.facility,
+            dock=spec.dock,
+            kind=spec.kind,
+            camera_id=spec.id,
+            token=spec.token,
+        )
+        generated = "" if spec.token else created.secret
+        return Change("camera", spec.id, "created", "token", generated)
+    if current.business != business:
+        raise ValidationFailed(f"camera {spec.id!r} belongs to business {current.business!r}")
+    token_differs = spec.token is not None and not await tenancy.camera_token_is(
+        storage, spec.id, spec.token
+    )
+    same_place = (current.facility, current.dock, current.kind) == (
+        spec.facility,
+        spec.dock,
+        spec.kind,
+    )
+    if same_place and not token_differs:
+        return Change("camera", spec.id, "unchanged")
+    await tenancy.update_camera(
+        storage,
+        spec.id,
+        facility=spec.facility,
+        dock=spec.dock,
+        kind=spec.kind,
+        token=spec.token if token_differs else None,
+    )
+    return Change("camera", spec.id, "updated")
+
+
+def _webhook_matches(
+    box: SecretBox, endpoint: webhook_endpoints.WebhookEndpoint, spec: WebhookSpec
+) -> bool:
+    auth = endpoint.auth
+    password = box.open(auth.password_sealed) if auth.password_sealed else ""
+    return (
+        tuple(endpoint.events) == tuple(spec.events)
+        and auth.kind == spec.auth
+        and auth.username == spec.username
+        and password == spec.password
+        and auth.login_url == spec.login_url
+        and auth.token_field == spec.token_field
+        and auth.header_format == spec.header_format
+    )
+
+
+async def _apply_webhook(
+    storage: Storage, box: SecretBox, business: str, spec: WebhookSpec
+) -> Change:
+    url = spec.url.rstrip("/")
+    key = f"{business}:{spec.facility or '*'}:{url}"
+    options: dict[str, Any] = {
+        "facility": spec.facility,
+        "events": tuple(spec.events),
+        "auth_kind": spec.auth,
+        "username": spec.username,
+        "password": spec.password,
+        "login_url": spec.login_url,
+        "token_field": spec.token_field,
+        "header_format": spec.header_format,
+    }
+    existing = [
+        e
+        for e in await webhook_endpoints.list_endpoints(storage, business)
+        if e.base_url == url and e.facility == spec.facility
+    ]
+    if not existing:
+        created = await webhook_endpoints.create_endpoint(
+            storage,
+            box,
+            business,
+            url,
+            **options,
+        )
+        endpoint_id = created.entity.endpoint_id
+        return Change(
+            "webhook", f"{endpoint_id} {key}", "created", "signing_secret", created.secret
+        )
+    endpoint = existing[0]
+    label = f"{endpoint.endpoint_id} {key}"
+    try:
+        matches = _webhook_matches(box, endpoint, spec)
+    except ConfigError:  # sealed with another secret key: rewrite it with this one
+        matches = False
+    if matches:
+        return Change("webhook", label, "unchanged")
+    await webhook_endpoints.update_endpoint(
+        storage,
+        box,
+        endpoint.endpoint_id,
+        url,
+        **options,
+    )
+    return Change("webhook", label, "updated")
+
+
+async def _apply_operator(storage: Storage, spec: OperatorSpec) -> Change:
+    try:
+        current = await tenancy.get_operator(storage, spec.username)
+    except NotFound:
+        password = spec.password or new_secret(nbytes=12)
+        await tenancy.create_operator(storage, spec.username, password, businesses=spec.businesses)
+        generated = "" if spec.password else password
+        return Change("operator", spec.username, "created", "password", generated)
+    wanted = None if not spec.businesses else frozenset(spec.businesses)
+    password_differs = spec.password is not None and not await tenancy.operator_password_is(
+        storage, spec.username, spec.password
+    )
+    if current.businesses == wanted and not password_differs:
+        return Change("operator", spec.username, "unchanged")
+    await tenancy.update_operator(
+        storage,
+        spec.username,
+        businesses=spec.businesses,
+        password=spec.password if password_differs else None,
+    )
+    return Change("operator", spec.username, "updated")
