@@ -141,6 +141,7 @@ async def test_dock_lead_follows_a_pallet_link_and_completes_the_shipment(
                 await _see_pallet(page, ack.pallet_id)
                 await _watch_shipment_live(page, edge_server, tenant, shipment_id)
                 await _complete(page, shipment_id)
+                await _see_facilities_on_a_phone(page)
             finally:
                 await context.close()
                 await browser.close()
@@ -194,6 +195,8 @@ async def _see_pallet(page: Page, pallet_id: str) -> None:
     await expect(page.locator("pre.json")).to_contain_text('"licensePlate": "LPN-1"')
     await expect(page.get_by_text("Occurred (America/Chicago)")).to_be_visible()
     await expect(page.get_by_role("link", name="Image 1")).to_be_visible()
+    OUTPUT_DIR.mkdir(exist_ok=True)
+    await page.screenshot(path=str(OUTPUT_DIR / "pallet-page.png"), full_page=True)
 
 
 async def _watch_shipment_live(
@@ -224,3 +227,11 @@ async def _complete(page: Page, shipment_id: int) -> None:
     await expect(page.locator("pre.json")).to_contain_text('"serviceShipmentId"')
     OUTPUT_DIR.mkdir(exist_ok=True)
     await page.screenshot(path=str(OUTPUT_DIR / "shipment-page.png"), full_page=True)
+
+
+async def _see_facilities_on_a_phone(page: Page) -> None:
+    await page.set_viewport_size({"width": 400, "height": 900})
+    await page.get_by_role("link", name="Facilities").click()
+    await expect(page.get_by_role("heading", name="Facilities", exact=True)).to_be_visible()
+    await expect(page.get_by_role("img", name="Pallets per hour today: 2 in all")).to_be_visible()
+    await page.screenshot(path=str(OUTPUT_DIR / "facilities-narrow.png"), full_page=True)
