@@ -30,9 +30,11 @@ DEAD = "DEAD"
 DISABLED = "DISABLED"
 STATUSES = (PENDING, DELIVERING, FAILED, SUCCEEDED, DEAD, DISABLED)
 
-# Statuses a worker may claim: waiting ones when due, DELIVERING ones when their lease ran out
-# (while claimed, `due_ms` holds the lease's end, so one query and one index serve both).
+# PENDING deliveries are due at once. FAILED ones are due at `due_ms`; so are DELIVERING ones,
+# whose `due_ms` is their lease's end: a worker that died is replaced then. (Two simple claim
+# queries rather than one with $or: the embedded server runs $or/$exists as a full scan.)
 _CLAIMABLE = [PENDING, FAILED, DELIVERING]
+_RETRYABLE = [FAILED, DELIVERING]
 _WAITING = [PENDING, FAILED]
 # How long a delivery waits for its push message to become visible (the feed writes deliveries
 # first) before it is given up as DEAD.
@@ -120,10 +122,12 @@ async def claim_due(
     worker_id: str,
     lease_s: float,
     *,
+    retries: bool = False,
     exclude_endpoints: list[str] | tuple[str, ...] = (),
     now: datetime | None = None,
 ) -> tuple[Claim | None, Doc | None]:
-    """Claim the next due delivery (oldest due first, then lowest message id).
+    """Claim the lowest message id among PENDING deliveries, or with `retries` among FAILED
+    and lease-expired DELIVERING ones that are due.
 
     Returns the claim and the delivery as it was before the claim (its `status` says whether a
     dead worker's lease is being taken over), or (None, None) when nothing is due.
@@ -131,11 +135,11 @@ async def claim_due(
     now = now or datetime.now(UTC)
     owner = new_lease_owner(worker_id)
     lease_until = now + timedelta(seconds=lease_s)
-    # A delivery the feed has just written has no `due_ms` yet: it is due at once.
-    query: Doc = {
-        "status": {"$in": _CLAIMABLE},
-        "$or": [{"due_ms": {"$exists": False}}, {"due_ms": {"$lte": epoch_ms(now)}}],
-    }
+    query: Doc = (
+        {"status": {"$in": _RETRYABLE}, "due_ms": {"$lte": epoch_ms(now)}}
+        if retries
+        else {"status": PENDING}
+    )
     if exclude_endpoints:
         query["endpoint_id"] = {"$nin": list(exclude_endpoints)}
     before = await storage.webhook_deliveries.find_one_and_update(
@@ -172,21 +176,31 @@ async def claim_next(
     settings: Settings,
     worker_id: str,
     *,
+    retries: bool = True,
     exclude_endpoints: list[str] | tuple[str, ...] = (),
 ) -> Claim | None:
     """The next due delivery, claimed for `webhook_lease_s`; None when nothing is due.
-    A delivery whose lease ran out is taken over (see `take_over`)."""
-    while True:
+    Due retries (when `retries`) come before new deliveries; a delivery whose lease ran out is
+    taken over (see `take_over`). Workers pass `retries=False` between polls to save a query."""
+    while retries:
         claim, before = await claim_due(
-            storage, worker_id, settings.webhook_lease_s, exclude_endpoints=exclude_endpoints
+            storage,
+            worker_id,
+            settings.webhook_lease_s,
+            retries=True,
+            exclude_endpoints=exclude_endpoints,
         )
         if claim is None or before is None:
-            return None
+            break
         if before["status"] != DELIVERING:
             return claim
         taken = await take_over(storage, settings, claim)
         if taken is not None:
             return taken
+    claim, _ = await claim_due(
+        storage, worker_id, settings.webhook_lease_s, exclude_endpoints=exclude_endpoints
+    )
+    return claim
 
 
 async def claim_batch(
@@ -337,8 +351,9 @@ async def _note_failure(
 
 async def release(storage: Storage, claim: Claim, delay_s: float = 0.0, error: str = "") -> None:
     """Give a claim back without counting an attempt (worker stopping, message not visible)."""
+    # PENDING means "due now"; a delayed hand-back waits as FAILED until `due_ms`.
     fields: Doc = {
-        "status": FAILED if claim.attempts else PENDING,
+        "status": FAILED if claim.attempts or delay_s > 0 else PENDING,
         **_schedule(datetime.now(UTC) + timedelta(seconds=delay_s)),
     }
     if error:

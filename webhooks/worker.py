@@ -117,6 +117,7 @@ class WebhookWorker:
         self._rates: dict[str, _RateLimit] = {}
         self._endpoints: dict[str, tuple[WebhookEndpoint | None, float]] = {}
         self._wake = asyncio.Event()
+        self._retries_due_check = 0.0  # time.monotonic() of the next look for due retries
         self._stopping = False
         self._stopped = asyncio.Event()
         self.delivered = 0  # attempts that succeeded, since start
@@ -203,9 +204,17 @@ class WebhookWorker:
     async def _fill(self) -> None:
         """Claim until every slot is busy or nothing is due for an endpoint with room."""
         while not self._stopping and len(self._tasks) < self.settings.webhook_max_in_flight:
+            # Due retries are looked for once per poll interval, or on while they keep coming.
+            retries = time.monotonic() >= self._retries_due_check
             claim = await deliveries.claim_next(
-                self.storage, self.settings, self.worker_id, exclude_endpoints=self._busy()
+                self.storage,
+                self.settings,
+                self.worker_id,
+                retries=retries,
+                exclude_endpoints=self._busy(),
             )
+            if retries and (claim is None or claim.attempts == 0):
+                self._retries_due_check = time.monotonic() + self.settings.webhook_poll_interval_s
             if claim is None:
                 return
             self._spawn(claim)

@@ -1,0 +1,204 @@
+"""Several workers on one outbox: exactly-once under normal operation, at-least-once after a
+crash, per-endpoint limits, and a clean stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from core.services import Services
+from core.settings import Settings
+from core.storage import Storage
+from tests.factories import Tenant
+from tests.webhooks.conftest import (
+    Received,
+    Receiver,
+    all_finished,
+    append_pallets,
+    deliveries_of,
+    make_endpoint,
+    wait_until,
+)
+from webhooks.worker import WebhookWorker
+
+StartWorker = Callable[..., Awaitable[WebhookWorker]]
+
+
+async def test_two_workers_deliver_2000_messages_each_exactly_once(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    await make_endpoint(services, tenant, receiver.base_url)
+    ids = await append_pallets(storage, tenant, 2000)
+    settings = fast_settings(webhook_endpoint_concurrency=16, webhook_endpoint_rate_per_s=0)
+
+    started = time.monotonic()
+    first = await start_worker(settings, worker_id="worker-a")
+    second = await start_worker(settings, worker_id="worker-b")
+    await wait_until(lambda: all_finished(storage), within=100)
+    elapsed = time.monotonic() - started
+
+    counts = Counter(receiver.ids())
+    assert set(counts) == {str(i) for i in ids}
+    assert max(counts.values()) == 1  # no message twice
+    assert first.delivered + second.delivered == 2000
+    assert first.delivered > 0
+    assert second.delivered > 0
+    assert await storage.webhook_deliveries.count_documents({"status": "SUCCEEDED"}) == 2000
+    assert await storage.delivery_attempts.count_documents({}) == 2000
+    print(  # noqa: T201 - the figure the test run reports (pytest -s)
+        f"\n2000 deliveries by 2 workers in {elapsed:.1f} s ({2000 / elapsed:.0f}/s); "
+        f"split {first.delivered}/{second.delivered}"
+    )
+
+
+def _worker_process(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
+    """`dockflow webhooks` as its own process, on this test's database."""
+    env = {
+        **os.environ,
+        "DOCKFLOW_MONGODB_URL": str(settings.mongodb_url),
+        "DOCKFLOW_MONGODB_DB": settings.mongodb_db,
+        "DOCKFLOW_DATA_DIR": str(settings.data_dir),
+        "DOCKFLOW_SECRET_KEY": str(settings.secret_key),
+        "DOCKFLOW_WEBHOOK_ALLOW_HOSTS": '["127.0.0.1"]',
+        "DOCKFLOW_WEBHOOK_LEASE_S": "2",
+        "DOCKFLOW_WEBHOOK_POLL_INTERVAL_S": "0.05",
+        "DOCKFLOW_WEBHOOK_ENDPOINT_CONCURRENCY": "4",
+        "DOCKFLOW_LOG_FORMAT": "console",
+    }
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "dockflow", "webhooks"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+async def test_a_killed_worker_leaves_nothing_undelivered_after_its_lease(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    settings: Settings,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+    tmp_path: Path,
+):
+    hold = asyncio.Event()
+
+    async def answer_then_hang(request: web.Request, received: Received) -> web.StreamResponse:
+        if len(receiver.requests) > 100:
+            await hold.wait()  # the worker dies while these are in flight
+        return web.Response(text="ok")
+
+    receiver.respond = answer_then_hang
+    await make_endpoint(services, tenant, receiver.base_url)
+    ids = await append_pallets(storage, tenant, 300)
+    process = _worker_process(settings, tmp_path / "worker.log")
+    try:
+        await wait_until(lambda: receiver.in_flight >= 4, within=60)
+    finally:
+        process.send_signal(signal.SIGKILL)  # no cleanup: its claims stay leased
+        process.wait(timeout=10)
+    held = {r.webhook_id for r in receiver.requests[-receiver.in_flight :]}
+    orphaned = await storage.webhook_deliveries.count_documents({"status": "DELIVERING"})
+    assert orphaned == 4
+    hold.set()
+
+    survivor = await start_worker(fast_settings(webhook_endpoint_rate_per_s=0))
+    await wait_until(lambda: all_finished(storage), within=60)
+
+    counts = Counter(receiver.ids())
+    assert set(counts) == {str(i) for i in ids}  # every message arrived
+    # The dead worker had 100 answered and recorded, and its 4 slots hung when it died; only
+    # those 4 arrive twice (the customer deduplicates them by webhook-id).
+    assert len(held) == 4
+    assert {i for i, n in counts.items() if n > 1} == held
+    assert [d["status"] for d in await deliveries_of(storage)] == ["SUCCEEDED"] * 300
+    assert survivor.delivered == 200
+    lost = await storage.delivery_attempts.count_documents({"error": {"$regex": "^lease"}})
+    assert lost == 4  # each taken-over delivery records the attempt the dead worker made
+
+
+async def test_a_slow_endpoint_uses_only_its_own_slots(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    release = asyncio.Event()
+    slow = Receiver()
+
+    async def hang(request: web.Request, received: Received) -> web.StreamResponse:
+        await release.wait()
+        return web.Response(text="late")
+
+    slow.respond = hang
+    slow.server = TestServer(slow.app(), host="127.0.0.1", port=0)
+    await slow.server.start_server()
+    try:
+        await make_endpoint(services, tenant, slow.base_url)
+        await make_endpoint(services, tenant, receiver.base_url)
+        await append_pallets(storage, tenant, 40)
+
+        await start_worker(fast_settings(webhook_endpoint_concurrency=2, webhook_max_in_flight=6))
+        await wait_until(lambda: len(receiver.requests) == 40)
+
+        assert slow.max_in_flight == 2  # the stuck customer holds 2 slots, no more
+        assert len(slow.requests) == 2
+        release.set()
+        await wait_until(lambda: all_finished(storage))
+        assert len(slow.requests) == 40
+    finally:
+        release.set()
+        await slow.server.close()
+
+
+async def test_stop_hands_back_unfinished_deliveries_and_is_idempotent(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+):
+    release = asyncio.Event()
+
+    async def hang(request: web.Request, received: Received) -> web.StreamResponse:
+        await release.wait()
+        return web.Response(text="late")
+
+    receiver.respond = hang
+    await make_endpoint(services, tenant, receiver.base_url)
+    await append_pallets(storage, tenant, 5)
+    settings = fast_settings(webhook_endpoint_concurrency=3, shutdown_grace_s=0.1)
+
+    async with WebhookWorker(settings, storage) as worker:
+        await wait_until(lambda: receiver.in_flight == 3)
+    await worker.stop()  # again: a no-op
+
+    statuses = Counter(d["status"] for d in await deliveries_of(storage))
+    assert statuses == Counter({"PENDING": 5})  # the 3 cut short were handed back
+    assert await storage.delivery_attempts.count_documents({}) == 0
+    release.set()
+
+    async with WebhookWorker(settings, storage):
+        await wait_until(lambda: all_finished(storage))
+    assert await storage.webhook_deliveries.count_documents({"status": "SUCCEEDED"}) == 5
