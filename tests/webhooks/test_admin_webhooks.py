@@ -1,0 +1,142 @@
+"""`dockflow admin deliveries | resend | recover | enable-endpoint`, run through the real CLI
+against the test database while a worker delivers."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from collections.abc import Awaitable, Callable
+from contextlib import redirect_stderr, redirect_stdout
+from datetime import UTC, datetime
+
+import pytest
+from aiohttp import web
+
+from core.services import Services
+from core.settings import Settings
+from core.storage import Storage
+from dockflow import cli
+from tests.factories import Tenant
+from tests.webhooks.conftest import (
+    Received,
+    Receiver,
+    all_finished,
+    append_pallets,
+    deliveries_of,
+    make_endpoint,
+    wait_until,
+)
+from webhooks.worker import WebhookWorker
+
+StartWorker = Callable[..., Awaitable[WebhookWorker]]
+Admin = Callable[..., Awaitable[tuple[int, str, str]]]
+
+
+@pytest.fixture
+def admin(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Admin:
+    """``dockflow admin ARGS`` in a thread (it runs its own event loop): (code, out, err)."""
+    assert settings.mongodb_url is not None
+    monkeypatch.setenv("DOCKFLOW_MONGODB_DB", settings.mongodb_db)
+    monkeypatch.delenv("DOCKFLOW_CONFIG_FILE", raising=False)
+    database = ["--mongodb-url", settings.mongodb_url, "--data-dir", str(settings.data_dir)]
+
+    async def run(*argv: str) -> tuple[int, str, str]:
+        def call() -> tuple[int, str, str]:
+            out, err = io.StringIO(), io.StringIO()
+            with redirect_stdout(out), redirect_stderr(err):
+                try:
+                    code = cli.main(["admin", *argv, *database])
+                except SystemExit as exc:
+                    code = int(exc.code or 0)
+            return code, out.getvalue(), err.getvalue()
+
+        return await asyncio.to_thread(call)
+
+    return run
+
+
+async def test_list_resend_recover_and_enable_from_the_command_line(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+    admin: Admin,
+):
+    status = {"answer": 500}
+
+    async def respond(request: web.Request, received: Received) -> web.StreamResponse:
+        return web.Response(status=status["answer"])
+
+    receiver.respond = respond
+    created = await make_endpoint(services, tenant, receiver.base_url)
+    endpoint_id = created.entity.endpoint_id
+    since = datetime.now(UTC)
+    ids = await append_pallets(storage, tenant, 2)
+    await start_worker(fast_settings(webhook_retry_schedule_s=(0,)))
+    await wait_until(lambda: all_finished(storage))
+
+    code, out, _ = await admin("deliveries", "--status", "DEAD", "--json")
+    assert code == 0
+    listed = json.loads(out)
+    assert sorted(d["message_id"] for d in listed) == sorted(ids)
+    assert {(d["status"], d["last_status"], d["endpoint_id"]) for d in listed} == {
+        ("DEAD", 500, endpoint_id)
+    }
+    code, out, _ = await admin("deliveries", "--endpoint", endpoint_id)
+    assert code == 0
+    assert out.count("DEAD") == 2
+
+    status["answer"] = 200
+    first = min(listed, key=lambda d: d["message_id"])
+    code, out, _ = await admin("resend", first["delivery_id"])
+    assert (code, out.strip()) == (0, f"{first['delivery_id']}: queued again (message {ids[0]})")
+    await wait_until(lambda: receiver.ids().count(str(ids[0])) == 2)
+
+    code, out, _ = await admin("recover", endpoint_id, "--since", since.isoformat())
+    assert (code, out.strip()) == (0, f"{endpoint_id}: 1 deliveries queued again")
+    await wait_until(lambda: all_finished(storage))
+    assert receiver.ids().count(str(ids[1])) == 2  # same webhook-id as its failed attempt
+    assert [d["status"] for d in await deliveries_of(storage)] == ["SUCCEEDED"] * 2
+
+    code, out, _ = await admin("deliveries")
+    assert (code, out.strip()) == (0, "no FAILED/DEAD deliveries")
+
+
+async def test_enable_endpoint_requeues_and_unknown_ids_fail_with_one_line(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+    admin: Admin,
+):
+    async def gone_once(request: web.Request, received: Received) -> web.StreamResponse:
+        return web.Response(status=410 if len(receiver.requests) == 1 else 200)
+
+    receiver.respond = gone_once
+    created = await make_endpoint(services, tenant, receiver.base_url)
+    endpoint_id = created.entity.endpoint_id
+    await append_pallets(storage, tenant, 1)
+    await start_worker(fast_settings())
+    await wait_until(lambda: all_finished(storage))
+    [delivery] = await deliveries_of(storage)
+    assert delivery["status"] == "DISABLED"
+
+    code, _, err = await admin("resend", delivery["_id"])
+    assert code == 2
+    assert "disabled" in err
+    code, out, _ = await admin("enable-endpoint", endpoint_id)
+    assert (code, out.strip()) == (0, f"{endpoint_id}: enabled; 1 deliveries queued again")
+    await wait_until(lambda: all_finished(storage))
+    assert len(receiver.requests) == 2
+
+    code, _, err = await admin("resend", "dlv_nope")
+    assert code == 2
+    assert err.strip() == "dockflow admin: delivery 'dlv_nope' not found"
+    code, _, err = await admin("recover", endpoint_id, "--since", "yesterday")
+    assert code == 2
+    assert "not an ISO 8601 time" in err
