@@ -137,16 +137,36 @@ async def list_messages(
     """
     page = validate_page(since, first)
     query = feed_filter(business, facility, allowed).query()
-    query["sent_at"] = {"$gte": since}
-    id_range: Doc = {}
+    # The embedded server compares `_id` as text when an `_id` range is combined with a date
+    # range, so the two never share a query: find the first id sent at or after `since`, then
+    # page by id and check `sent_at` here (ids and send times run nearly in step).
+    start = await (
+        storage.push_messages.find({**query, "sent_at": {"$gte": since}}, {"_id": 1})
+        .sort("_id", ASCENDING)
+        .limit(1)
+        .to_list()
+    )
+    if not start:
+        return []
+    low = int(start[0]["_id"]) - 1
     if after_id is not None:
-        id_range["$gt"] = after_id
-    if up_to is not None:
-        id_range["$lte"] = up_to
-    if id_range:
-        query["_id"] = id_range
-    cursor = storage.push_messages.find(query).sort("_id", ASCENDING).limit(page)
-    return await cursor.to_list()
+        low = max(low, after_id)
+    found: list[Doc] = []
+    while len(found) < page:
+        id_range: Doc = {"$gt": low}
+        if up_to is not None:
+            id_range["$lte"] = up_to
+        batch = await (
+            storage.push_messages.find({**query, "_id": id_range})
+            .sort("_id", ASCENDING)
+            .limit(page)
+            .to_list()
+        )
+        found += [doc for doc in batch if doc["sent_at"] >= since]
+        if len(batch) < page:
+            break
+        low = int(batch[-1]["_id"])
+    return found[:page]
 
 
 class Subscriber:
@@ -423,11 +443,19 @@ class FeedHub:
         self, selector: FeedFilter, up_to: int, after_id: int | None, since: datetime | None
     ) -> AsyncIterator[Doc]:
         cursor_id = after_id or 0
+        if after_id is None and since is not None:
+            first = await (
+                self.storage.push_messages.find(
+                    {**selector.query(), "sent_at": {"$gte": since}}, {"_id": 1}
+                )
+                .sort("_id", ASCENDING)
+                .limit(1)
+                .to_list()
+            )
+            cursor_id = int(first[0]["_id"]) - 1 if first else up_to
         while cursor_id < up_to:
             query = selector.query()
-            query["_id"] = {"$gt": cursor_id, "$lte": up_to}
-            if since is not None:
-                query["sent_at"] = {"$gte": since}
+            query["_id"] = {"$gt": cursor_id, "$lte": up_to}  # no date range beside it: see above
             page = await (
                 self.storage.push_messages.find(query)
                 .sort("_id", ASCENDING)
@@ -435,7 +463,8 @@ class FeedHub:
                 .to_list()
             )
             for doc in page:
-                yield doc
+                if since is None or doc["sent_at"] >= since:
+                    yield doc
             if len(page) < REPLAY_PAGE:
                 return
             cursor_id = int(page[-1]["_id"])

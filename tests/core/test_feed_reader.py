@@ -61,6 +61,19 @@ async def test_list_messages_pages_by_id_with_facility_filter(storage: Storage):
     assert await list_messages(storage, "acme", None, later) == []
 
 
+async def test_list_messages_pages_past_ten_with_since_after_id_and_watermark(storage: Storage):
+    # Ids 9, 10, 11 compare differently as numbers and as text: the pages must be numeric.
+    await append_messages(storage, [message(n=i) for i in range(25)])
+
+    page = await list_messages(storage, "acme", "dc1", SINCE, after_id=8, first=5, up_to=20)
+    rest = await list_messages(storage, "acme", None, SINCE, after_id=18, up_to=20)
+    capped = await list_messages(storage, "acme", None, SINCE, up_to=12)
+
+    assert [m["_id"] for m in page] == [9, 10, 11, 12, 13]
+    assert [m["_id"] for m in rest] == [19, 20]
+    assert [m["_id"] for m in capped] == list(range(1, 13))
+
+
 async def test_list_messages_refuses_a_since_without_offset_and_a_huge_page(storage: Storage):
     with pytest.raises(ValidationFailed) as naive:
         await list_messages(storage, "acme", None, datetime(2026, 1, 1))  # noqa: DTZ001
@@ -127,6 +140,20 @@ async def test_replay_from_after_id_then_live_without_gap_or_repeat(
 
     assert replayed == [3, 4, 5]
     assert live == [7]  # 6 is another facility
+    await stream.aclose()
+
+
+async def test_replay_since_a_time_covers_ids_past_ten(
+    storage: Storage, hub_factory: Callable[..., Any]
+):
+    await append_messages(storage, [message(n=i) for i in range(12)])
+    hub = await hub_factory(feed_poll_interval_s=0.05)
+    await hub.poll()
+
+    stream = hub.subscribe(feed_filter("acme", None), since=SINCE)
+    replayed = await take(stream, 12)
+
+    assert replayed == list(range(1, 13))
     await stream.aclose()
 
 

@@ -330,6 +330,25 @@ async def test_feed_tailer_reads_by_integer_id_ranges_and_sets(storage: Storage)
     assert [d["_id"] for d in gaps] == [7]
 
 
+async def test_integer_id_ranges_beside_equality_filters_compare_as_numbers(storage: Storage):
+    # core/feed_reader.py pages by `_id` with business/facility filters. (Not beside a *date*
+    # range: the embedded server then compares `_id` as text, so 10 < 9; sent_at is checked
+    # in Python instead.)
+    await storage.push_messages.insert_many(
+        [{"_id": i, "business": "b", "facility": "f"} for i in range(1, 13)]
+    )
+
+    page = await (
+        storage.push_messages.find(
+            {"business": "b", "facility": {"$in": ["f"]}, "_id": {"$gt": 8, "$lte": 11}}
+        )
+        .sort("_id", 1)
+        .to_list()
+    )
+
+    assert [d["_id"] for d in page] == [9, 10, 11]
+
+
 async def test_dashboard_paging_date_ranges_and_field_exclusion(storage: Storage):
     # core/dashboard_queries.py: newest-first pages with skip/limit, a created_at range, a
     # projection that leaves out one field, and "not completed" as equality with null.

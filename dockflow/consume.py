@@ -1,0 +1,313 @@
+"""``dockflow consume``: the reference push message consumer, the spec's recommended pattern.
+
+1. Get a token (client credentials) and cache it until shortly before it expires.
+2. Fetch what was missed: `pushMessages(since)`, paged by `afterId`, until a short page.
+3. Follow the `pushMessage` subscription (graphql-transport-ws) from the last id seen
+   (`afterId`), so nothing committed between the query and the subscription is lost.
+4. Drop duplicates by id, print one JSON line per message, and on any failure reconnect
+   with exponential backoff, resuming from the last id (steps 1-3 again).
+
+`--state FILE` keeps the last id and time across runs, so a restart resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TextIO
+
+import aiohttp
+
+DEFAULT_URL = "http://localhost:8080"
+PAGE = 1000  # pushMessages page size while catching up
+BACKOFF_START_S = 0.5  # first reconnect delay; doubles per failure up to BACKOFF_MAX_S
+BACKOFF_MAX_S = 30.0
+TOKEN_MARGIN_S = 60  # fetch a new token this long before the cached one expires
+SEEN_IDS = 100_000  # ids remembered for de-duplication (a late message may repeat an old id)
+FIELDS = "id businessSlug facilitySlug messageType message sentAt"
+QUERY = f"""query Missed($input: PushMessageFilter!) {{
+  pushMessages(input: $input) {{ {FIELDS} }}
+}}"""
+SUBSCRIPTION = f"""subscription Live($filter: PushMessageSubscriptionFilter!) {{
+  pushMessage(filter: $filter) {{ {FIELDS} }}
+}}"""
+
+
+class ConsumerError(Exception):
+    """The server refused us (or the stream ended); reconnect after a pause."""
+
+    def __init__(self, message: str, *, auth: bool = False) -> None:
+        super().__init__(message)
+        self.auth = auth  # the token was refused: fetch a new one
+
+
+@dataclass
+class Options:
+    url: str
+    business: str
+    facility: str | None
+    client_id: str
+    client_secret: str
+    since: datetime
+    audience: str
+    state: Path | None = None
+    max_messages: int | None = None
+
+
+@dataclass
+class Progress:
+    """What has been printed: the last id and its time, and recent ids for de-duplication."""
+
+    last_id: int | None = None
+    last_sent_at: str | None = None
+    printed: int = 0
+    _seen: set[int] = field(default_factory=set)
+    _order: deque[int] = field(default_factory=deque)
+
+    def is_new(self, message_id: int) -> bool:
+        if message_id in self._seen:
+            return False
+        self._seen.add(message_id)
+        self._order.append(message_id)
+        if len(self._order) > SEEN_IDS:
+            self._seen.discard(self._order.popleft())
+        return True
+
+
+class Consumer:
+    def __init__(self, options: Options, out: TextIO = sys.stdout) -> None:
+        self.options = options
+        self.out = out
+        self.progress = Progress()
+        self._token: str | None = None
+        self._token_expires = 0.0
+        self._load_state()
+
+    @property
+    def done(self) -> bool:
+        limit = self.options.max_messages
+        return limit is not None and self.progress.printed >= limit
+
+    async def run(self) -> None:
+        """Catch up, follow, and reconnect with backoff until stopped (or max messages)."""
+        delay = BACKOFF_START_S
+        async with aiohttp.ClientSession() as session:
+            while not self.done:
+                try:
+                    await self._catch_up(session)
+                    if self.done:
+                        return
+                    await self._follow(session)
+                    delay = BACKOFF_START_S
+                except (aiohttp.ClientError, ConsumerError, TimeoutError, OSError) as error:
+                    if isinstance(error, ConsumerError) and error.auth:
+                        self._token = None
+                    _log(f"{error}; reconnecting in {delay:.1f}s")
+                    await asyncio.sleep(delay * (0.5 + random.random()))
+                    delay = min(delay * 2, BACKOFF_MAX_S)
+
+    async def _token_for(self, session: aiohttp.ClientSession) -> str:
+        if self._token is not None and time.monotonic() < self._token_expires:
+            return self._token
+        body = {
+            "grant_type": "client_credentials",
+            "client_id": self.options.client_id,
+            "client_secret": self.options.client_secret,
+            "audience": self.options.audience,
+        }
+        async with session.post(f"{self.options.url}/oauth/token", json=body) as response:
+            answer = await response.json(content_type=None)
+            if response.status != 200:
+                raise ConsumerError(f"token request failed ({response.status}): {answer}")
+        self._token = str(answer["access_token"])
+        self._token_expires = time.monotonic() + float(answer["expires_in"]) - TOKEN_MARGIN_S
+        return self._token
+
+    async def _catch_up(self, session: aiohttp.ClientSession) -> None:
+        """Page through pushMessages from where we are until a short page."""
+        while not self.done:
+            token = await self._token_for(session)
+            variables: dict[str, Any] = {
+                "input": {
+                    "businessSlug": self.options.business,
+                    "facilitySlug": self.options.facility,
+                    "since": self._since(),
+                    "afterId": self.progress.last_id,
+                    "first": PAGE,
+                }
+            }
+            async with session.post(
+                f"{self.options.url}/public_graphql",
+                json={"query": QUERY, "variables": variables},
+                headers={"Authorization": f"Bearer {token}"},
+            ) as response:
+                if response.status == 401:
+                    raise ConsumerError("the token was refused", auth=True)
+                answer = await response.json(content_type=None)
+            if answer.get("errors"):
+                raise ConsumerError(f"pushMessages failed: {answer['errors'][0]}")
+            page = answer["data"]["pushMessages"]
+            for message in page:
+                self._emit(message)
+            if len(page) < PAGE:
+                return
+
+    async def _follow(self, session: aiohttp.ClientSession) -> None:
+        token = await self._token_for(session)
+        ws_url = self.options.url.replace("http", "ws", 1) + "/public_graphql"
+        async with session.ws_connect(ws_url, protocols=["graphql-transport-ws"]) as ws:
+            await ws.send_json(
+                {"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}}
+            )
+            ack = await ws.receive()
+            if (
+                ack.type != aiohttp.WSMsgType.TEXT
+                or json.loads(ack.data)["type"] != "connection_ack"
+            ):
+                raise ConsumerError(f"subscription refused (close {ws.close_code})", auth=True)
+            await ws.send_json(
+                {
+                    "id": "feed",
+                    "type": "subscribe",
+                    "payload": {
+                        "query": SUBSCRIPTION,
+                        "variables": {
+                            "filter": {
+                                "businessSlug": self.options.business,
+                                "facilitySlug": self.options.facility,
+                                "afterId": self.progress.last_id,
+                                "since": None if self.progress.last_id else self._since(),
+                            }
+                        },
+                    },
+                }
+            )
+            _log("following the live subscription")
+            async for frame in ws:
+                if frame.type != aiohttp.WSMsgType.TEXT:
+                    break
+                message = json.loads(frame.data)
+                kind = message.get("type")
+                if kind == "ping":
+                    await ws.send_json({"type": "pong"})
+                elif kind == "next":
+                    payload = message["payload"]
+                    if payload.get("errors"):
+                        raise ConsumerError(f"subscription ended: {payload['errors'][0]}")
+                    self._emit(payload["data"]["pushMessage"])
+                    if self.done:
+                        return
+                elif kind in ("error", "complete"):
+                    raise ConsumerError(f"subscription ended: {message.get('payload')}")
+            raise ConsumerError(f"connection closed (code {ws.close_code})")
+
+    def _since(self) -> str:
+        if self.progress.last_sent_at is not None:
+            return self.progress.last_sent_at
+        return self.options.since.isoformat()
+
+    def _emit(self, message: dict[str, Any]) -> None:
+        message_id = int(message["id"])
+        if not self.progress.is_new(message_id):
+            return
+        self.out.write(json.dumps(message, separators=(",", ":")) + "\n")
+        self.out.flush()
+        self.progress.printed += 1
+        if self.progress.last_id is None or message_id > self.progress.last_id:
+            self.progress.last_id = message_id
+            self.progress.last_sent_at = message["sentAt"]
+        self._save_state()
+
+    def _load_state(self) -> None:
+        path = self.options.state
+        if path is None or not path.is_file():
+            return
+        state = json.loads(path.read_text())
+        self.progress.last_id = state.get("lastId")
+        self.progress.last_sent_at = state.get("lastSentAt")
+
+    def _save_state(self) -> None:
+        path = self.options.state
+        if path is None:
+            return
+        temporary = path.with_suffix(path.suffix + ".tmp")
+        temporary.write_text(
+            json.dumps({"lastId": self.progress.last_id, "lastSentAt": self.progress.last_sent_at})
+        )
+        temporary.replace(path)
+
+
+def _log(text: str) -> None:
+    print(f"dockflow consume: {text}", file=sys.stderr, flush=True)
+
+
+def _parse_since(value: str) -> datetime:
+    moment = datetime.fromisoformat(value)
+    if moment.utcoffset() is None:
+        raise argparse.ArgumentTypeError("--since needs a UTC offset, e.g. 2026-05-01T00:00:00Z")
+    return moment
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "consume",
+        help="print push messages as JSON lines: catch up, then follow live",
+        description="The reference consumer: pushMessages since a time, then the pushMessage "
+        "subscription from the last id, de-duplicated by id, reconnecting with backoff. One "
+        "JSON object per line on stdout; progress on stderr.",
+    )
+    parser.add_argument("--business", required=True, help="business slug")
+    parser.add_argument("--facility", help="facility slug (default: every facility)")
+    parser.add_argument(
+        "--client-id", default=os.environ.get("DOCKFLOW_CLIENT_ID"), help="(DOCKFLOW_CLIENT_ID)"
+    )
+    parser.add_argument(
+        "--client-secret",
+        default=os.environ.get("DOCKFLOW_CLIENT_SECRET"),
+        help="(DOCKFLOW_CLIENT_SECRET)",
+    )
+    parser.add_argument(
+        "--since",
+        type=_parse_since,
+        help="ISO 8601 time with offset to catch up from (default: one hour ago)",
+    )
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("DOCKFLOW_PUBLIC_BASE_URL", DEFAULT_URL),
+        help=f"dockflow base URL (default {DEFAULT_URL})",
+    )
+    parser.add_argument("--audience", help="token audience (default: {url}/public_graphql)")
+    parser.add_argument("--state", type=Path, help="file keeping the last id across runs")
+    parser.add_argument("--max-messages", type=int, help="exit after printing this many")
+    parser.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    if not args.client_id or not args.client_secret:
+        print("dockflow consume: --client-id and --client-secret are required", file=sys.stderr)
+        return 2
+    url = args.url.rstrip("/")
+    options = Options(
+        url=url,
+        business=args.business,
+        facility=args.facility,
+        client_id=args.client_id,
+        client_secret=args.client_secret,
+        since=args.since or datetime.now(UTC) - timedelta(hours=1),
+        audience=args.audience or f"{url}/public_graphql",
+        state=args.state,
+        max_messages=args.max_messages,
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(Consumer(options).run())
+    return 0

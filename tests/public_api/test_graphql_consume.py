@@ -1,0 +1,128 @@
+"""`dockflow consume` as a subprocess against a running API: catch up, follow, resume."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from core.feed import NewMessage, build_messages, write_messages
+from core.services import Services
+from core.settings import Settings
+from core.storage import Storage
+from public_api.app import create_app
+from tests.factories import Tenant
+from tests.public_api.graphql_support import produce
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+async def consume(
+    tenant: Tenant,
+) -> AsyncIterator[Callable[..., Awaitable[asyncio.subprocess.Process]]]:
+    processes: list[asyncio.subprocess.Process] = []
+
+    async def start(port: int, *extra: str) -> asyncio.subprocess.Process:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "dockflow",
+            "consume",
+            "--url",
+            f"http://127.0.0.1:{port}",
+            "--audience",
+            "http://testserver/public_graphql",
+            "--business",
+            tenant.business,
+            "--client-id",
+            tenant.client_id,
+            "--client-secret",
+            tenant.client_secret,
+            *extra,
+            cwd=REPO,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        processes.append(process)
+        return process
+
+    yield start
+    for process in processes:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+
+
+async def read_lines(process: asyncio.subprocess.Process, count: int) -> list[dict[str, Any]]:
+    assert process.stdout is not None
+    lines = []
+    for _ in range(count):
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+        assert line, "the consumer exited early"
+        lines.append(json.loads(line))
+    return lines
+
+
+async def wait_following(process: asyncio.subprocess.Process) -> None:
+    assert process.stderr is not None
+    while True:
+        line = await asyncio.wait_for(process.stderr.readline(), 60)
+        assert line, "the consumer exited early"
+        if b"following the live subscription" in line:
+            return
+
+
+async def test_consume_catches_up_then_follows_live_messages(
+    api: TestClient[Any, Any], tenant: Tenant, storage: Storage, consume: Any
+):
+    missed = await produce(storage, count=3)
+    await produce(storage, business="globex", facility="hub")
+
+    process = await consume(api.port, "--since", "2020-01-01T00:00:00Z", "--max-messages", "5")
+    caught_up = await read_lines(process, 3)
+    await wait_following(process)
+    live = await produce(storage, count=2)
+    followed = await read_lines(process, 2)
+    code = await asyncio.wait_for(process.wait(), 30)
+
+    assert [m["id"] for m in caught_up] == missed.ids
+    assert [m["id"] for m in followed] == live.ids
+    first = caught_up[0]
+    assert set(first) == {"id", "businessSlug", "facilitySlug", "messageType", "message", "sentAt"}
+    assert first["message"] == missed.messages[0]["message"]
+    assert code == 0
+
+
+async def test_consume_resumes_after_being_cut_off_without_gaps_or_repeats(
+    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
+    settings_factory: Callable[..., Settings],
+    storage: Storage,
+    tenant: Tenant,
+    consume: Any,
+    tmp_path: Path,
+):
+    # A subscriber buffer of 2: a burst of 10 messages ends the subscription (SLOW_CONSUMER).
+    services = Services(settings=settings_factory(feed_subscriber_buffer=2), storage=storage)
+    api = await aiohttp_client(create_app(services))
+    state = tmp_path / "consumer.json"
+
+    process = await consume(api.port, "--state", str(state), "--max-messages", "10")
+    await wait_following(process)
+    held = await build_messages(storage, [NewMessage("acme", "dc1", "PALLET_EVENT", {}, 1)])
+    burst = await produce(storage, count=9)  # waits above the gap at `held` ...
+    await asyncio.sleep(0.3)
+    await write_messages(storage, held)  # ... and all 10 are released at once
+    lines = await read_lines(process, 10)
+    code = await asyncio.wait_for(process.wait(), 30)
+
+    assert [m["id"] for m in lines] == held.ids + burst.ids
+    assert json.loads(state.read_text())["lastId"] == burst.ids[-1]
+    assert code == 0
