@@ -28,13 +28,36 @@ from core.errors import ConfigError
 log = logging.getLogger(__name__)
 
 # nx-27017 logs every command at INFO; keep its log to warnings so it costs nothing per request.
-_LAUNCHER = (
-    "import logging, sys;"
-    "logging.basicConfig(level=logging.WARNING);"
-    "logging.getLogger('nx_27017').setLevel(logging.WARNING);"
-    "from nx_27017.nx_27017 import main;"
-    "sys.exit(main())"
-)
+# neosqlite's SQL update tier binds a top-level datetime in $set/$max/$min as SQLite text, so it
+# reads back as a string and stops matching date ranges; updates that carry a datetime are sent
+# to its Python tier instead, which encodes them like inserts do. Guarded by
+# tests/core/test_storage_conformance.py (test_set_datetime_round_trips_as_datetime).
+_LAUNCHER = """
+import datetime, logging, sys
+logging.basicConfig(level=logging.WARNING)
+logging.getLogger('nx_27017').setLevel(logging.WARNING)
+from neosqlite.collection.query_helper._sql_updates import SqlUpdatesMixin
+
+def _has_datetime(value):
+    if isinstance(value, datetime.datetime):
+        return True
+    if isinstance(value, dict):
+        return any(_has_datetime(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_datetime(v) for v in value)
+    return False
+
+_sql_ok = SqlUpdatesMixin._can_use_sql_updates
+
+def _can_use_sql_updates(self, update_spec, *args, **kwargs):
+    if _has_datetime(update_spec):
+        return False
+    return _sql_ok(self, update_spec, *args, **kwargs)
+
+SqlUpdatesMixin._can_use_sql_updates = _can_use_sql_updates
+from nx_27017.nx_27017 import main
+sys.exit(main())
+"""
 START_TIMEOUT_S = 30.0  # first start creates the SQLite files; generous for slow CI disks
 STOP_TIMEOUT_S = 10.0
 

@@ -399,3 +399,23 @@ async def test_history_length_compare_and_set_with_size_and_null_conditions(stor
     assert doc is not None
     assert doc["completed_at"] == moment
     assert len(doc["history"]) == 2
+
+
+async def test_set_datetime_round_trips_as_datetime_and_matches_ranges(storage: Storage):
+    # nx-27017 needed a fix for this (core/embedded.py): a top-level datetime written by $set
+    # came back as text, so `next_attempt_at <= now` style claims silently matched nothing.
+    moment = datetime(2026, 3, 1, 8, 0, 0, 250000, tzinfo=UTC)
+    await storage.webhook_deliveries.insert_one({"_id": "d", "next_attempt_at": None})
+    await storage.webhook_deliveries.update_one({"_id": "d"}, {"$set": {"next_attempt_at": moment}})
+    claimed = await storage.webhook_deliveries.find_one_and_update(
+        {"next_attempt_at": {"$lte": moment + timedelta(seconds=1)}},
+        {"$set": {"lease_until": moment + timedelta(minutes=1)}},
+        return_document=ReturnDocument.AFTER,
+    )
+    assert claimed is not None
+    assert claimed["next_attempt_at"] == moment
+    assert claimed["lease_until"] == moment + timedelta(minutes=1)
+    await storage.webhook_deliveries.update_many({}, {"$max": {"lease_until": moment}})
+    doc = await storage.webhook_deliveries.find_one({"lease_until": {"$gt": moment}})
+    assert doc is not None
+    assert isinstance(doc["lease_until"], datetime)
