@@ -472,6 +472,9 @@ async def _match_site(
             chosen = await lifecycle.create_adhoc_shipment(
                 storage, business, facility, item.dock, want, item.occurred_at or now
             )
+        if chosen.get("arrived_at") is None or chosen.get("dock") == item.dock:
+            # From this pallet on, the shipment is the one at this dock (it arrives here), for
+            # the rest of the batch as for later batches: batching must not change matching.
             at_dock[item.dock] = chosen
         shipments[int(chosen["_id"])] = chosen
         item.shipment = chosen
