@@ -419,3 +419,62 @@ async def test_set_datetime_round_trips_as_datetime_and_matches_ranges(storage: 
     doc = await storage.webhook_deliveries.find_one({"lease_until": {"$gt": moment}})
     assert doc is not None
     assert isinstance(doc["lease_until"], datetime)
+
+
+async def test_intake_operations_null_match_in_lists_sorted_finds_and_bulk_deletes(
+    storage: Storage,
+):
+    # Eligibility is an equality-with-null query; the most recent match is a sorted find_one.
+    await storage.shipments.insert_many(
+        [
+            {"_id": 1, "number": "S", "arrived_at": None, "linked_to": None},
+            {"_id": 2, "number": "S", "arrived_at": None, "linked_to": None},
+            {
+                "_id": 3,
+                "number": "S",
+                "arrived_at": datetime(2026, 1, 1, tzinfo=UTC),
+                "linked_to": None,
+            },
+            {"_id": 4, "number": "S", "arrived_at": None, "linked_to": 1},
+        ]
+    )
+    latest = await storage.shipments.find_one(
+        {"number": "S", "arrived_at": None, "linked_to": None}, sort=[("_id", DESCENDING)]
+    )
+    assert latest is not None
+    assert latest["_id"] == 2
+    found = await storage.shipments.find({"_id": {"$in": [1, 3, 9]}}).to_list()
+    assert sorted(d["_id"] for d in found) == [1, 3]
+    await storage.orders.insert_many(
+        [{"_id": f"o{n}", "number": "N", "created_seq": n} for n in (2, 7, 5)]
+    )
+    ordered = await storage.orders.find({"number": "N"}).sort("created_seq", DESCENDING).to_list()
+    assert [d["_id"] for d in ordered] == ["o7", "o5", "o2"]
+    await storage.order_items.insert_many(
+        [
+            {"_id": f"i{n}", "order_id": "o", "lpn": f"L{n}", "sku": "S", "shipment_id": 1}
+            for n in range(4)
+        ]
+    )
+    moved = await storage.order_items.update_many({"order_id": "o"}, {"$set": {"shipment_id": 2}})
+    assert moved.modified_count == 4
+    deleted = await storage.order_items.delete_many({"_id": {"$in": ["i1", "i3", "nope"]}})
+    assert deleted.deleted_count == 2
+    left = await storage.order_items.find({"shipment_id": 2}).to_list()
+    assert sorted(d["_id"] for d in left) == ["i0", "i2"]
+
+
+async def test_lock_documents_conditional_delete_on_owner_and_datetime(storage: Storage):
+    # Lock and idempotency-key takeover: delete only the exact document that was read.
+    moment = datetime(2026, 5, 1, 12, 0, 0, 123000, tzinfo=UTC)
+    await storage.order_locks.insert_one({"_id": "k", "owner": "a", "expires_at": moment})
+    with pytest.raises(DuplicateKeyError):
+        await storage.order_locks.insert_one({"_id": "k", "owner": "b", "expires_at": moment})
+    stale = await storage.order_locks.delete_one(
+        {"_id": "k", "owner": "a", "expires_at": moment + timedelta(seconds=1)}
+    )
+    exact = await storage.order_locks.delete_one({"_id": "k", "owner": "a", "expires_at": moment})
+    assert (stale.deleted_count, exact.deleted_count) == (0, 1)
+    await storage.order_locks.insert_one({"_id": "k", "owner": "b", "expires_at": moment})
+    before = await storage.shipments.find_one_and_update({"_id": "none"}, {"$set": {"x": 1}})
+    assert before is None
