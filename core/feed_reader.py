@@ -28,7 +28,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Collection
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -172,8 +172,18 @@ async def list_messages(
 class Subscriber:
     """One live reader: a bounded buffer the hub fills, iterated by the transport."""
 
-    def __init__(self, hub: FeedHub, selector: FeedFilter, start_id: int, limit: int) -> None:
+    def __init__(
+        self,
+        hub: FeedHub,
+        selector: FeedFilter,
+        start_id: int,
+        limit: int,
+        on_fail: Callable[[DockflowError], None] | None = None,
+    ) -> None:
         self.hub = hub
+        # Told at once when the subscriber is ended (a slow consumer): the transport may be
+        # stuck writing to a client that stopped reading, and must not wait for the next pull.
+        self.on_fail = on_fail
         self.selector = selector
         self.start_id = start_id  # live delivery covers ids above this (the watermark then)
         self.limit = limit
@@ -196,10 +206,14 @@ class Subscriber:
         self._wake.set()
 
     def fail(self, error: DockflowError) -> None:
-        if self._error is None:
+        first = self._error is None
+        if first:
             self._error = error
+            self._items.clear()  # what it missed is re-read from the database on resume
         self.hub.remove(self)
         self._wake.set()
+        if first and self.on_fail is not None:
+            self.on_fail(error)
 
     async def next_message(self) -> Doc:
         while True:
@@ -390,11 +404,13 @@ class FeedHub:
             if subscriber.selector.matches(message):
                 subscriber.offer(message)
 
-    def add(self, selector: FeedFilter) -> Subscriber:
+    def add(
+        self, selector: FeedFilter, on_fail: Callable[[DockflowError], None] | None = None
+    ) -> Subscriber:
         """Register a live subscriber from the current watermark on."""
         if self._stopped:
             raise FeedStopped("the server is shutting down; reconnect")
-        subscriber = Subscriber(self, selector, self.watermark, self.buffer_limit)
+        subscriber = Subscriber(self, selector, self.watermark, self.buffer_limit, on_fail)
         self._subscribers.setdefault(selector.business, set()).add(subscriber)
         return subscriber
 
@@ -410,15 +426,21 @@ class FeedHub:
         return sum(len(s) for s in self._subscribers.values())
 
     async def subscribe(
-        self, selector: FeedFilter, *, after_id: int | None = None, since: datetime | None = None
+        self,
+        selector: FeedFilter,
+        *,
+        after_id: int | None = None,
+        since: datetime | None = None,
+        on_fail: Callable[[DockflowError], None] | None = None,
     ) -> AsyncGenerator[Doc, None]:
         """Every matching message released from now on, in id order, each once.
 
         With `after_id` (or `since`), stored messages after that point come first, then the
-        live ones, without a gap or a repeat between the two.
+        live ones, without a gap or a repeat between the two. `on_fail` is called as soon as
+        the subscriber is ended (its buffer overflowed, the hub stopped).
         """
         await self._ready.wait()
-        subscriber = self.add(selector)
+        subscriber = self.add(selector, on_fail)
         # Ids given up on before this start may still commit; they then arrive live, late.
         late_candidates = set(self._abandoned)
         replayed_late: set[int] = set()

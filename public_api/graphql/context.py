@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +14,15 @@ from core.access import Principal
 from core.errors import Unauthenticated
 from core.feed_reader import FeedHub
 from core.services import Services
+
+log = logging.getLogger(__name__)
+
+# A subscriber that fell too far behind is disconnected with this close code (RFC 6455 "policy
+# violation") and a reason naming the cause; the close frame gets this long to reach a client
+# that stopped reading before the connection is dropped.
+SLOW_CONSUMER_CLOSE_CODE = 1008
+CLOSE_WAIT_S = 5.0
+_closing: set[asyncio.Task[None]] = set()  # close tasks in flight (kept referenced)
 
 
 @dataclass
@@ -28,3 +40,30 @@ class GraphQLContext:
         if self.principal is None:
             raise Unauthenticated("the bearer token is missing")
         return self.principal
+
+    def close_websocket(self, code: int, reason: str) -> None:
+        """End this request's websocket now, without waiting for pending sends: a client that
+        stopped reading cannot hold the server's memory (the transport is dropped if the close
+        frame cannot be written within `CLOSE_WAIT_S`)."""
+        ws = self.response
+        if not isinstance(ws, web.WebSocketResponse) or ws.closed:
+            return
+        task = asyncio.create_task(_close_within(self.request, ws, code, reason))
+        _closing.add(task)
+        task.add_done_callback(_closing.discard)
+
+
+async def _close_within(
+    request: web.Request, ws: web.WebSocketResponse, code: int, reason: str
+) -> None:
+    log.warning("closing websocket", extra={"close_code": code, "reason": reason})
+    try:
+        async with asyncio.timeout(CLOSE_WAIT_S):
+            await ws.close(code=code, message=reason.encode()[:123])
+    except (TimeoutError, ConnectionError):
+        pass
+    finally:
+        transport = request.transport
+        if transport is not None and not transport.is_closing():
+            with contextlib.suppress(Exception):
+                transport.abort()

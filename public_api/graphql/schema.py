@@ -14,9 +14,10 @@ from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from core import feed_reader, scheduling, shipment_documents, shipment_queries
+from core.errors import DockflowError
 from core.settings import Settings
 from core.storage import Doc
-from public_api.graphql.context import GraphQLContext
+from public_api.graphql.context import SLOW_CONSUMER_CLOSE_CODE, GraphQLContext
 from public_api.graphql.errors import ErrorCodes
 
 GQLInfo = Info[GraphQLContext, None]
@@ -491,7 +492,18 @@ class Subscription:
         selector = feed_reader.feed_filter(
             filter.business_slug, filter.facility_slug, principal.facilities
         )
-        stream = context.hub.subscribe(selector, after_id=filter.after_id, since=filter.since)
+
+        def ended(error: DockflowError) -> None:
+            if isinstance(error, feed_reader.SlowConsumer):
+                context.close_websocket(
+                    SLOW_CONSUMER_CLOSE_CODE,
+                    f"slow consumer: over {context.hub.buffer_limit} messages behind; "
+                    "resume with afterId (last id processed)",
+                )
+
+        stream = context.hub.subscribe(
+            selector, after_id=filter.after_id, since=filter.since, on_fail=ended
+        )
         try:
             async for doc in stream:
                 yield PushMessage.from_doc(doc)
