@@ -1,0 +1,375 @@
+"""``dockflow bench soak``: cameras stream while `dockflow serve` is SIGKILLed and its embedded
+MongoDB is killed, again and again; afterwards every reading must have exactly one pallet and
+one message, and the customer's server must have every message (counted by webhook-id).
+
+The parts (a camera that reconnects and resends what was not acked, a webhook receiver that
+counts by id and can misbehave, the verification) are shared with `tests/reliability/`, which
+runs one short cycle of each fault; this command runs many (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import random
+import signal
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any
+
+import grpc
+from aiohttp import web
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from core.storage import Storage
+from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
+
+RECONNECT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)  # camera reconnect delays, the last repeats
+BASE_TIME = datetime(2026, 5, 1, 6, 0, tzinfo=UTC)
+_numbers = itertools.count()
+
+
+def make_readings(camera: str, count: int) -> list[edge_pb2.PalletReading]:
+    """`count` complete readings with ids unique to this camera and run."""
+    run = f"{os.getpid()}-{next(_numbers)}"
+    readings = []
+    for number in range(count):
+        stamp = Timestamp()
+        stamp.FromDatetime(BASE_TIME + timedelta(milliseconds=number))
+        lpn = f"LPN-{camera}-{run}-{number:06d}"
+        readings.append(
+            edge_pb2.PalletReading(
+                reading_id=f"{camera}-{run}-{number}",
+                direction=edge_pb2.LOADING,
+                occurred_at=stamp,
+                labels=[
+                    edge_pb2.LabelField(name="lpn", value=lpn, confidence=0.99),
+                    edge_pb2.LabelField(name="sku", value="SKU-1", confidence=0.95),
+                ],
+            )
+        )
+    return readings
+
+
+@dataclass
+class Camera:
+    """A dock camera that keeps what it has not seen acked, reconnects after any failure and
+    resends those readings, in order, until every one is acked (ACCEPTED or DUPLICATE)."""
+
+    token: str
+    readings: list[edge_pb2.PalletReading]
+    target: Callable[[], str]
+    interval_s: float = 0.0  # pause between sends (a camera's pace); 0: as fast as acks come
+    acks: dict[str, edge_pb2.ReadingAck] = field(default_factory=dict)  # first ack per reading
+    statuses: Counter[str] = field(default_factory=Counter)
+    failures: Counter[str] = field(default_factory=Counter)  # RPC status codes seen
+    reconnects: int = 0
+    resent: int = 0
+
+    @property
+    def camera_id(self) -> str:
+        return self.token.split(".", 1)[0]
+
+    @property
+    def unacked(self) -> list[edge_pb2.PalletReading]:
+        return [r for r in self.readings if r.reading_id not in self.acks]
+
+    async def run(self, give_up_s: float = 120.0) -> None:
+        deadline = time.monotonic() + give_up_s
+        attempt = 0
+        while self.unacked:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"camera {self.camera_id}: {len(self.unacked)} never acked")
+            if attempt:
+                self.reconnects += 1
+                self.resent += len(self.unacked)
+                await asyncio.sleep(RECONNECT_BACKOFF_S[min(attempt, len(RECONNECT_BACKOFF_S)) - 1])
+            attempt += 1
+            try:
+                await self._stream(self.unacked)
+                attempt = 0 if not self.unacked else attempt
+            except grpc.aio.AioRpcError as error:
+                self.failures[error.code().name] += 1
+
+    async def _stream(self, pending: list[edge_pb2.PalletReading]) -> None:
+        async def requests() -> AsyncIterator[edge_pb2.PalletReading]:
+            for reading in pending:
+                yield reading
+                if self.interval_s:
+                    await asyncio.sleep(self.interval_s)
+
+        metadata = (("authorization", f"Bearer {self.token}"),)
+        async with grpc.aio.insecure_channel(self.target()) as channel:
+            stub = edge_pb2_grpc.PalletIngestStub(channel)
+            async for ack in stub.StreamReadings(requests(), metadata=metadata, timeout=60):
+                self.statuses[edge_pb2.AckStatus.Name(ack.status)] += 1
+                if ack.status == edge_pb2.REJECTED:
+                    raise RuntimeError(f"reading {ack.reading_id} rejected: {ack.error}")
+                first = self.acks.setdefault(ack.reading_id, ack)
+                if (first.pallet_id, first.message_id) != (ack.pallet_id, ack.message_id):
+                    raise AssertionError(f"reading {ack.reading_id} acked with other ids")
+
+
+@dataclass
+class HookReceiver:
+    """The customer's webhook server: counts requests by webhook-id; `mode` makes it fail."""
+
+    url: str = ""
+    by_id: Counter[str] = field(default_factory=Counter)  # 2xx answers per webhook-id
+    pallet_of: dict[str, str] = field(default_factory=dict)  # webhook-id -> servicePalletId
+    requests: int = 0
+    failed: int = 0
+    mode: str = "ok"  # ok | error (500) | slow (over the timeout) | flap (every other one)
+    slow_s: float = 3.0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.requests += 1
+        webhook_id = request.headers.get("webhook-id", "")
+        fail = self.mode == "error" or (self.mode == "flap" and self.requests % 2 == 0)
+        if self.mode == "slow":
+            await asyncio.sleep(self.slow_s)  # the sender gave up already: a failed attempt
+            fail = True
+        if fail:
+            self.failed += 1
+            return web.Response(status=500, text="down for maintenance")
+        self.by_id[webhook_id] += 1
+        payload = json.loads(body)
+        if "servicePalletId" in payload:
+            pallet = str(payload["servicePalletId"])
+            known = self.pallet_of.setdefault(webhook_id, pallet)
+            if known != pallet:
+                raise AssertionError(f"webhook-id {webhook_id} carried two pallets")
+        return web.Response(status=200, text="ok")
+
+
+@asynccontextmanager
+async def hook_receiver(port: int = 0) -> AsyncIterator[tuple[HookReceiver, web.AppRunner]]:
+    """Serve a HookReceiver on 127.0.0.1 (`port` 0: a free one)."""
+    receiver = HookReceiver()
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", receiver.handle)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port, reuse_address=True)
+    await site.start()
+    receiver.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        yield receiver, runner
+    finally:
+        await runner.cleanup()
+
+
+@dataclass
+class Verdict:
+    """What the database and the receiver hold after a run."""
+
+    readings: int
+    pallets: int
+    messages: int
+    lost: int  # readings without exactly one pallet and one message, or message not delivered
+    duplicated: int  # extra messages for a pallet, or one pallet delivered under two ids
+    undelivered: int
+    redelivered: int  # the same webhook-id answered 2xx more than once (allowed: at least once)
+
+    def row(self) -> dict[str, int]:
+        return self.__dict__.copy()
+
+
+async def verify(storage: Storage, cameras: list[Camera], receiver: HookReceiver | None) -> Verdict:
+    """Count, from the database, what became of every reading the cameras sent."""
+    expected = {f"{c.camera_id}:{r.reading_id}" for c in cameras for r in c.readings}
+    claims = {
+        d["_id"]: d
+        for d in await storage.readings.find({}, {"pallet_id": 1, "message_id": 1}).to_list()
+    }
+    pallets = await storage.pallets.find({}, {"camera_id": 1, "reading_id": 1}).to_list()
+    pallets_by_reading = Counter(f"{p['camera_id']}:{p['reading_id']}" for p in pallets)
+    messages = await storage.push_messages.find(
+        {"type": "PALLET_EVENT"}, {"pallet_id": 1}
+    ).to_list()
+    messages_by_pallet = Counter(str(m["pallet_id"]) for m in messages)
+    lost = 0
+    duplicated = 0
+    for key in expected:
+        claim = claims.get(key)
+        if claim is None or pallets_by_reading[key] != 1:
+            lost += 1
+            continue
+        count = messages_by_pallet[str(claim["pallet_id"])]
+        lost += count == 0
+        duplicated += max(0, count - 1)
+    undelivered = redelivered = 0
+    if receiver is not None:
+        message_ids = {str(m["_id"]) for m in messages}
+        undelivered = len(message_ids - set(receiver.by_id))
+        redelivered = sum(n - 1 for n in receiver.by_id.values() if n > 1)
+        ids_per_pallet = Counter(receiver.pallet_of.values())
+        duplicated += sum(n - 1 for n in ids_per_pallet.values() if n > 1)
+        lost += undelivered
+    return Verdict(
+        readings=len(expected),
+        pallets=len(pallets),
+        messages=len(messages),
+        lost=lost,
+        duplicated=duplicated,
+        undelivered=undelivered,
+        redelivered=redelivered,
+    )
+
+
+async def wait_until(check: Callable[[], Any], limit_s: float, what: str) -> float:
+    """Poll `check` (sync or async) until true; returns the seconds it took."""
+    started = time.monotonic()
+    while True:
+        value = check()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return time.monotonic() - started
+        if time.monotonic() - started > limit_s:
+            raise TimeoutError(f"{what}: not reached within {limit_s:.0f} s")
+        await asyncio.sleep(0.1)
+
+
+async def deliveries_settled(storage: Storage) -> bool:
+    unfinished = await storage.webhook_deliveries.find_one(
+        {"status": {"$nin": ["SUCCEEDED", "DEAD", "DISABLED"]}}, {"_id": 1}
+    )
+    return unfinished is None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (ProcessLookupError, OSError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+# The soak: fast webhook retries and a short lease, so a killed worker's deliveries come back soon.
+SOAK_ENV = {
+    "DOCKFLOW_WEBHOOK_RETRY_SCHEDULE_S": "[0, 0.2, 0.5, 1, 1, 1, 2, 2, 2, 2, 2, 2]",
+    "DOCKFLOW_WEBHOOK_RETRY_JITTER": "0",
+    "DOCKFLOW_WEBHOOK_LEASE_S": "3",
+    "DOCKFLOW_WEBHOOK_POLL_INTERVAL_S": "0.1",
+    "DOCKFLOW_WEBHOOK_TIMEOUT_S": "2",
+}
+
+SIZES_SOAK = {"tiny": (8, 40, 2), "full": (8, 1500, 10)}  # cameras, readings each, fault cycles
+
+
+async def run(size: str) -> None:
+    """Cameras stream through repeated faults (serve SIGKILLed, database killed)."""
+    from bench.harness import final_line, make_tenant, print_table, running_server
+    from core.settings import Settings
+    from dockflow.runtime import open_services
+
+    cameras_n, per_camera, cycles = SIZES_SOAK[size]
+    rows: list[tuple[str, Any]] = []
+    started = time.monotonic()
+    with TemporaryDirectory(prefix="dockflow-soak-") as tmp:
+        data_dir = Path(tmp)
+        async with hook_receiver() as (receiver, _):
+            current: dict[str, Any] = {}
+            async with running_server(extra_env=SOAK_ENV, data_dir=data_dir) as server:
+                tenant = await make_tenant(server, docks=cameras_n, webhook_url=receiver.url)
+                current["grpc"] = server.grpc
+                cameras = [
+                    Camera(token, make_readings(f"c{i}", per_camera), lambda: current["grpc"],
+                           interval_s=0.004)
+                    for i, token in enumerate(tenant.camera_tokens)
+                ]  # fmt: skip
+                streaming = [asyncio.create_task(c.run(give_up_s=900)) for c in cameras]
+                recoveries: list[float] = []
+                faults: Counter[str] = Counter()
+                rng = random.Random(7)
+                server_ctx: Any = None
+                for cycle in range(cycles):
+                    await asyncio.sleep(rng.uniform(1.0, 3.0))
+                    if all(t.done() for t in streaming):
+                        break
+                    acked_before = sum(len(c.acks) for c in cameras)
+                    kill_t = time.monotonic()
+                    if cycle % 2 == 0:
+                        faults["serve SIGKILL"] += 1
+                        target = server_ctx.process if server_ctx else server.process
+                        target.send_signal(signal.SIGKILL)
+                        await target.wait()
+                        db_pid = _database_pid(data_dir)
+                        if db_pid:
+                            await wait_until(lambda p=db_pid: not pid_alive(p), 30, "db exit")
+                        if server_ctx is not None:
+                            await server_ctx.__aexit__(None, None, None)
+                        server_ctx = running_server(extra_env=SOAK_ENV, data_dir=data_dir)
+                        restarted = await server_ctx.__aenter__()
+                        current["grpc"] = restarted.grpc
+                    else:
+                        faults["database SIGKILL"] += 1
+                        db_pid = _database_pid(data_dir)
+                        if db_pid:
+                            os.kill(db_pid, signal.SIGKILL)
+                    recoveries.append(
+                        await wait_until(
+                            lambda n=acked_before: sum(len(c.acks) for c in cameras) > n
+                            or all(t.done() for t in streaming),
+                            120,
+                            "acks resume",
+                        )
+                        + (time.monotonic() - kill_t) * 0
+                    )
+                await asyncio.gather(*streaming)
+                settings = Settings(data_dir=data_dir, log_level="WARNING")
+                async with open_services(settings) as services:
+                    await wait_until(
+                        lambda: deliveries_settled(services.storage), 300, "webhooks delivered"
+                    )
+                    verdict = await verify(services.storage, cameras, receiver)
+                if server_ctx is not None:
+                    await server_ctx.__aexit__(None, None, None)
+    elapsed = time.monotonic() - started
+    rows += [(name, count) for name, count in faults.items()]
+    rows += [
+        ("cameras", cameras_n),
+        ("readings", verdict.readings),
+        ("pallets", verdict.pallets),
+        ("messages", verdict.messages),
+        ("webhook requests", receiver.requests),
+        ("redelivered (same id)", verdict.redelivered),
+        ("camera reconnects", sum(c.reconnects for c in cameras)),
+        ("readings resent", sum(c.resent for c in cameras)),
+        ("max recovery s", max(recoveries, default=0.0)),
+        ("lost", verdict.lost),
+        ("duplicated", verdict.duplicated),
+        ("seconds", elapsed),
+    ]
+    print_table(f"soak ({size})", rows)
+    final_line(
+        "soak",
+        readings=verdict.readings,
+        faults=sum(faults.values()),
+        lost=verdict.lost,
+        duplicated=verdict.duplicated,
+        redelivered=verdict.redelivered,
+        max_recovery_s=max(recoveries, default=0.0),
+        seconds=elapsed,
+    )
+    if verdict.lost or verdict.duplicated:
+        raise SystemExit(1)
+
+
+def _database_pid(data_dir: Path) -> int | None:
+    try:
+        state = json.loads((data_dir / "mongo" / "server.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return int(state["pid"])
