@@ -88,9 +88,8 @@ def epoch_ms(moment: datetime) -> int:
 
 
 def _schedule(moment: datetime | None) -> Doc:
-    """When the delivery is next due. `due_ms` (epoch milliseconds) is what claims query:
-    the embedded server stores a datetime written by `$set` as a string, which no longer
-    compares as a date; `next_attempt_at` is kept for people reading the document."""
+    """When the delivery is next due. `due_ms` (epoch milliseconds) is what claims compare: a
+    plain number behaves alike on every backend; `next_attempt_at` is for people reading it."""
     return {"next_attempt_at": moment, "due_ms": None if moment is None else epoch_ms(moment)}
 
 

@@ -186,8 +186,7 @@ async def test_claim_with_or_exists_nin_returns_the_document_before_the_update(s
 
 
 async def test_numbers_set_by_update_compare_as_numbers(storage: Storage):
-    # The embedded server stores a top-level datetime written by $set as a string, which then
-    # no longer compares as a date; fields queried after an update hold epoch milliseconds.
+    # core/deliveries.py: `due_ms` and `failing_since_ms` are epoch milliseconds set by updates.
     await storage.webhook_deliveries.insert_one({"_id": "a", "due_ms": None})
     await storage.webhook_deliveries.update_one({"_id": "a"}, {"$set": {"due_ms": 1_700_000}})
     assert await storage.webhook_deliveries.count_documents({"due_ms": {"$lte": 1_700_000}}) == 1
@@ -270,8 +269,7 @@ async def test_replace_one_compare_and_set_keeps_datetimes(storage: Storage):
 
 
 async def test_booleans_set_by_update_still_match_boolean_queries(storage: Storage):
-    # Endpoints are disabled and enabled with $set; `endpoints_for` queries enabled: True. (The
-    # embedded server stores a $set boolean as 0/1: read it with bool(), query it with True.)
+    # Endpoints are disabled and enabled with $set; `endpoints_for` queries enabled: True.
     await storage.webhook_endpoints.insert_many(
         [{"_id": "a", "enabled": True}, {"_id": "b", "enabled": True}]
     )

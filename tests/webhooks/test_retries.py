@@ -224,7 +224,7 @@ async def test_410_disables_the_endpoint_and_its_waiting_deliveries_until_enable
     assert receiver.ids() == [str(ids[0])]  # nothing more after the 410
     endpoint = await storage.webhook_endpoints.find_one({"_id": endpoint_id})
     assert endpoint is not None
-    assert not endpoint["enabled"]  # 0 on the embedded server
+    assert not endpoint["enabled"]
     assert "410" in endpoint["disabled_reason"]
     assert [d["status"] for d in await deliveries_of(storage)] == ["DISABLED"] * 3
 
@@ -256,7 +256,7 @@ async def test_an_endpoint_failing_continuously_is_disabled(
 
     endpoint = await storage.webhook_endpoints.find_one({"_id": created.entity.endpoint_id})
     assert endpoint is not None
-    assert not endpoint["enabled"]  # 0 on the embedded server
+    assert not endpoint["enabled"]
     assert endpoint["disabled_reason"].startswith("every delivery failed since")
     [delivery] = await deliveries_of(storage)
     assert delivery["status"] == "DISABLED"
