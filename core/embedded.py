@@ -28,9 +28,10 @@ from core.errors import ConfigError
 log = logging.getLogger(__name__)
 
 # nx-27017 logs every command at INFO; keep its log to warnings so it costs nothing per request.
-# neosqlite's SQL update tier binds a top-level datetime in $set/$max/$min as SQLite text, so it
-# reads back as a string and stops matching date ranges; updates that carry a datetime are sent
-# to its Python tier instead, which encodes them like inserts do. Guarded by
+# neosqlite's SQL update tier binds top-level scalars of $set/$max/$min as SQLite values: a
+# datetime becomes text (it reads back as a string and stops matching date ranges) and a bool
+# becomes 0/1. Updates that carry either are sent to its Python tier, which encodes them as
+# inserts do. Guarded by
 # tests/core/test_storage_conformance.py (test_set_datetime_round_trips_as_datetime).
 _LAUNCHER = """
 import datetime, logging, sys
@@ -38,19 +39,19 @@ logging.basicConfig(level=logging.WARNING)
 logging.getLogger('nx_27017').setLevel(logging.WARNING)
 from neosqlite.collection.query_helper._sql_updates import SqlUpdatesMixin
 
-def _has_datetime(value):
-    if isinstance(value, datetime.datetime):
+def _needs_python_tier(value):
+    if isinstance(value, (datetime.datetime, bool)):
         return True
     if isinstance(value, dict):
-        return any(_has_datetime(v) for v in value.values())
+        return any(_needs_python_tier(v) for v in value.values())
     if isinstance(value, (list, tuple)):
-        return any(_has_datetime(v) for v in value)
+        return any(_needs_python_tier(v) for v in value)
     return False
 
 _sql_ok = SqlUpdatesMixin._can_use_sql_updates
 
 def _can_use_sql_updates(self, update_spec, *args, **kwargs):
-    if _has_datetime(update_spec):
+    if _needs_python_tier(update_spec):
         return False
     return _sql_ok(self, update_spec, *args, **kwargs)
 

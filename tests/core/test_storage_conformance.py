@@ -280,7 +280,12 @@ async def test_booleans_set_by_update_still_match_boolean_queries(storage: Stora
     await storage.webhook_endpoints.update_one({"_id": "a"}, {"$set": {"enabled": True}})
     enabled = await storage.webhook_endpoints.find({"enabled": True}).sort("_id", 1).to_list()
     assert [d["_id"] for d in enabled] == ["a", "b"]
-    assert all(bool(d["enabled"]) for d in enabled)
+    assert [d["enabled"] for d in enabled] == [True, True]  # booleans, not 1 (core/embedded.py)
+    disabled = await storage.webhook_endpoints.find_one_and_update(
+        {"_id": "b"}, {"$set": {"enabled": False}}, return_document=ReturnDocument.AFTER
+    )
+    assert disabled is not None
+    assert disabled["enabled"] is False
 
 
 async def test_gridfs_upload_in_chunks_download_and_delete(storage: Storage):
