@@ -33,6 +33,11 @@ log = logging.getLogger(__name__)
 # becomes 0/1. Updates that carry either are sent to its Python tier, which encodes them as
 # inserts do. Guarded by
 # tests/core/test_storage_conformance.py (test_set_datetime_round_trips_as_datetime).
+# neosqlite answers range conditions on _id ($gt, $lte...) by loading and filtering the whole
+# collection in Python (the feed tailer's cursor scanned every push message 10 times a second).
+# Number ranges run in SQL instead (a scan without JSON decoding), numbers only, as in MongoDB,
+# and sorts on _id order numbers by value (the TEXT column sorted '10' before '9').
+# Guarded by test_id_number_range_and_sort_across_digit_counts.
 _LAUNCHER = """
 import datetime, logging, sys
 logging.basicConfig(level=logging.WARNING)
@@ -56,6 +61,61 @@ def _can_use_sql_updates(self, update_spec, *args, **kwargs):
     return _sql_ok(self, update_spec, *args, **kwargs)
 
 SqlUpdatesMixin._can_use_sql_updates = _can_use_sql_updates
+
+from neosqlite.collection.query_helper._sql_query_builder import SqlQueryBuilderMixin
+
+_RANGE_SQL = {'$gt': '>', '$gte': '>=', '$lt': '<', '$lte': '<='}
+_id_clause = SqlQueryBuilderMixin._build_id_operator_clause
+
+def _build_id_operator_clause(self, value):
+    # Number ranges on _id (the feed's id cursor) in SQL on the indexed _id column, restricted
+    # to numbers as MongoDB compares within one type; anything else keeps neosqlite's way.
+    ranges = {op: v for op, v in value.items() if op in _RANGE_SQL}
+    bounds = list(ranges.values())
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in bounds)
+    if not ranges or not numeric:
+        return _id_clause(self, value)
+    rest = {op: v for op, v in value.items() if op not in _RANGE_SQL}
+    # _id is a TEXT column ('10' < '9'): compare its number; the document keeps the real type.
+    col = self._id_column_ref()
+    clauses = [f"CAST({col} AS REAL) {_RANGE_SQL[op]} ?" for op in ranges]
+    clauses.append("json_type(data, '$._id') IN ('integer', 'real')")
+    params = list(bounds)
+    if rest:
+        other = _id_clause(self, rest)
+        if other is None:
+            return None
+        clauses.append(other[0])
+        params += list(other[1])
+    return ' AND '.join(clauses), params
+
+SqlQueryBuilderMixin._build_id_operator_clause = _build_id_operator_clause
+
+from neosqlite.sql_utils import quote_table_name
+_sort_clause = SqlQueryBuilderMixin._build_sort_clause
+
+def _build_sort_clause(self, sort, collation=None):
+    # Sorting on _id compared the TEXT column ('10' < '9'); sort as MongoDB does: numbers
+    # (by value) before strings (by text).
+    if not sort or '_id' not in sort:
+        return _sort_clause(self, sort, collation)
+    parts = []
+    for field, direction in sort.items():
+        if field != '_id':
+            clause = _sort_clause(self, {field: direction}, collation)
+            parts.append(clause.removeprefix(' ORDER BY '))
+            continue
+        table = quote_table_name(self.collection.name)
+        order = 'ASC' if direction == 1 else 'DESC'
+        numeric = f"json_type({table}.data, '$._id') IN ('integer', 'real')"
+        parts.append(
+            f"(CASE WHEN {numeric} THEN 0 ELSE 1 END) {order}, "
+            f"(CASE WHEN {numeric} THEN CAST({table}._id AS REAL) END) {order}, "
+            f"{table}._id {order}"
+        )
+    return ' ORDER BY ' + ', '.join(parts)
+
+SqlQueryBuilderMixin._build_sort_clause = _build_sort_clause
 from nx_27017.nx_27017 import main
 sys.exit(main())
 """

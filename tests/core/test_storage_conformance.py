@@ -352,6 +352,25 @@ async def test_integer_id_ranges_beside_equality_filters_compare_as_numbers(stor
     assert [d["_id"] for d in page] == [9, 10, 11]
 
 
+async def test_id_number_range_and_sort_across_digit_counts(storage: Storage):
+    # The feed tailer's cursor (`_id > highest`, sorted, limited) on the embedded server runs in
+    # SQL (core/embedded.py): numbers compare and sort by value, never as text, and a number
+    # range does not match string ids.
+    await storage.push_messages.insert_many(
+        [{"_id": i, "business": "b"} for i in (9, 10, 99, 100, 101)] + [{"_id": "s1"}]
+    )
+
+    above = await storage.push_messages.find({"_id": {"$gt": 9}}).sort("_id", 1).limit(2).to_list()
+    window = await storage.push_messages.find({"_id": {"$gte": 10, "$lt": 101}}).to_list()
+    newest = await storage.push_messages.find_one({"business": "b"}, sort=[("_id", -1)])
+    ordered = await storage.push_messages.find({}).sort("_id", 1).to_list()
+
+    assert [d["_id"] for d in above] == [10, 99]
+    assert sorted(d["_id"] for d in window) == [10, 99, 100]
+    assert newest == {"_id": 101, "business": "b"}
+    assert [d["_id"] for d in ordered] == [9, 10, 99, 100, 101, "s1"]
+
+
 async def test_dashboard_paging_date_ranges_and_field_exclusion(storage: Storage):
     # core/dashboard_queries.py: newest-first pages with skip/limit, a created_at range, a
     # projection that leaves out one field, and "not completed" as equality with null.
