@@ -116,6 +116,44 @@ def _build_sort_clause(self, sort, collation=None):
     return ' ORDER BY ' + ', '.join(parts)
 
 SqlQueryBuilderMixin._build_sort_clause = _build_sort_clause
+
+from neosqlite.collection.sql_translator_unified import SQLTranslator
+from core.storage import INDEXES
+
+# Fields of dockflow's indexes hold scalars (docs/data-model.md). neosqlite reads {f: v} as
+# "f equals v or f is an array containing v", an OR that no index can answer: every claim,
+# lock and lookup by such a field scanned its whole collection. {f: {$eq: v}} is the plain,
+# indexed comparison.
+_SCALAR_FIELDS = {
+    name: {field for model in models for field in model.document['key']}
+    for name, models in INDEXES.items()
+}
+
+def _scalar_equalities(collection, query):
+    fields = _SCALAR_FIELDS.get(collection)
+    if not fields or not isinstance(query, dict):
+        return query
+    out = None
+    for field, value in query.items():
+        if field in fields and isinstance(value, (str, int, float)):
+            if out is None:
+                out = dict(query)
+            out[field] = {'$eq': value}
+    return query if out is None else out
+
+_simple_where = SqlQueryBuilderMixin._build_simple_where_clause
+
+def _build_simple_where_clause(self, query):
+    return _simple_where(self, _scalar_equalities(self.collection.name, query))
+
+SqlQueryBuilderMixin._build_simple_where_clause = _build_simple_where_clause
+_translate_match = SQLTranslator.translate_match
+
+def _translate(self, match_spec, *args, **kwargs):
+    query = _scalar_equalities(self.table_name, match_spec)
+    return _translate_match(self, query, *args, **kwargs)
+
+SQLTranslator.translate_match = _translate
 from nx_27017.nx_27017 import main
 sys.exit(main())
 """
