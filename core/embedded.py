@@ -159,6 +159,7 @@ sys.exit(main())
 """
 START_TIMEOUT_S = 30.0  # first start creates the SQLite files; generous for slow CI disks
 STOP_TIMEOUT_S = 10.0
+WATCH_INTERVAL_S = 0.2  # how often the supervisor looks at the child
 
 
 def _free_port() -> int:
@@ -227,12 +228,15 @@ def _spawn(data_dir: Path, port: int, log_path: Path) -> subprocess.Popen[bytes]
 class EmbeddedMongo:
     """Owns (or attaches to) the nx-27017 server for one data directory."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, restart_delay_s: float = 1.0) -> None:
         self.data_dir = Path(data_dir).resolve() / "mongo"
         self.url = ""
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self._state_file = self.data_dir / "server.json"
+        self.restart_delay_s = restart_delay_s
+        self.restarts = 0
+        self._watcher: asyncio.Task[None] | None = None
 
     @property
     def owned(self) -> bool:
@@ -246,25 +250,52 @@ class EmbeddedMongo:
             return attached
         self.port = _free_port()
         self.url = f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
+        await self._spawn_and_wait()
+        return self.url
+
+    async def _spawn_and_wait(self) -> None:
+        """Start the child on `self.port` and wait until it answers ping."""
+        self._remove_stale_pid_file()
         log_path = self.data_dir / "nx-27017.log"
         self.process = _spawn(self.data_dir, self.port, log_path)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+            returncode = self.process.poll()
+            if returncode is not None:
                 tail = log_path.read_text(errors="replace")[-2000:]
                 self.process = None
                 raise ConfigError(
-                    f"embedded MongoDB (nx-27017) exited at start; see {log_path}:\n{tail}"
+                    f"embedded MongoDB (nx-27017) exited at start (code {returncode}); "
+                    f"see {log_path}:\n{tail}"
                 )
             if await _answers_ping(self.url, 0.5):
                 self._state_file.write_text(json.dumps({"pid": self.process.pid, "url": self.url}))
                 log.info(
                     "embedded MongoDB started", extra={"url": self.url, "pid": self.process.pid}
                 )
-                return self.url
+                return
             await asyncio.sleep(0.1)
-        await self.stop()
+        process, self.process = self.process, None
+        process.kill()
+        await asyncio.to_thread(process.wait)
         raise ConfigError(f"embedded MongoDB did not answer ping within {START_TIMEOUT_S:.0f} s")
+
+    def _remove_stale_pid_file(self) -> None:
+        """nx-27017 refuses to start while its pid file names a live process. A killed server
+        leaves the file behind, and with pids reused quickly (threads take pids too) the number
+        may by then belong to some other process: only a live nx-27017 keeps the file."""
+        pid_file = self.data_dir / "nx-27017.pid"
+        try:
+            pid = int(pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            command = b""
+        if not (_pid_alive(pid) and b"nx_27017" in command):
+            with contextlib.suppress(OSError):
+                pid_file.unlink()
 
     async def _attach(self) -> str | None:
         try:
@@ -280,8 +311,39 @@ class EmbeddedMongo:
         log.info("attached to running embedded MongoDB", extra={"url": url, "pid": state["pid"]})
         return url
 
+    def supervise(self) -> None:
+        """Restart the child whenever it exits unexpectedly (killed, crashed), on the same port
+        and files, so the driver reconnects by itself. Only for a server this object started."""
+        if self.process is not None and self._watcher is None:
+            self._watcher = asyncio.create_task(self._watch(), name="embedded-mongo-watch")
+
+    async def _watch(self) -> None:
+        while self.process is not None:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            process = self.process
+            if process is None or process.poll() is None:
+                continue
+            log.error(
+                "embedded MongoDB exited; restarting it",
+                extra={"pid": process.pid, "returncode": process.returncode},
+            )
+            await asyncio.sleep(self.restart_delay_s)
+            while self.process is process:  # not stopped meanwhile
+                try:
+                    await self._spawn_and_wait()
+                    self.restarts += 1
+                except ConfigError:
+                    log.exception("embedded MongoDB did not restart; trying again")
+                    self.process = process  # still ours to bring back
+                    await asyncio.sleep(WATCH_INTERVAL_S)
+
     async def stop(self) -> None:
         """Stop the server if this object started it. Idempotent."""
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
         process, self.process = self.process, None
         if process is None:
             return

@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     mongodb_url: str | None = None
     mongodb_db: str = "dockflow"
     data_dir: Path = Path("./var")
+    # The embedded server is restarted (same port, same files) this many seconds after it
+    # exits unexpectedly; requests answer 503 / UNAVAILABLE meanwhile.
+    embedded_restart_delay_s: float = Field(1.0, ge=0)
     # Listeners.
     http_host: str = "0.0.0.0"
     http_port: int = Field(8080, ge=0, le=65535)

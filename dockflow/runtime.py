@@ -33,9 +33,10 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
     url = settings.mongodb_url
     try:
         if url is None:
-            embedded = EmbeddedMongo(settings.data_dir)
+            embedded = EmbeddedMongo(settings.data_dir, settings.embedded_restart_delay_s)
             atexit.register(embedded.stop_now)
             url = await embedded.start()
+            embedded.supervise()  # a killed database comes back on the same port
             log.info("using embedded MongoDB", extra={"data_dir": str(embedded.data_dir)})
         else:
             log.info("using MongoDB", extra={"url": _redact(url)})
