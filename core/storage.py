@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import pymongo
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
@@ -24,6 +25,8 @@ Doc = dict[str, Any]
 
 # Raised by the driver when the database cannot be reached; transports answer 503/UNAVAILABLE.
 UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (ConnectionFailure,)
+
+PING_TIMEOUT_S = 1.0  # readiness: a database slower than this to answer a ping is not ready
 
 # Every collection and its indexes. `docs/data-model.md` describes the fields.
 INDEXES: dict[str, list[IndexModel]] = {
@@ -169,9 +172,12 @@ class Storage:
     async def next_id(self, sequence: str) -> int:
         return (await self.next_ids(sequence, 1)).first
 
-    async def ping(self) -> bool:
+    async def ping(self, timeout_s: float = PING_TIMEOUT_S) -> bool:
+        """Whether the database answers within `timeout_s` (readiness probes must not hang for
+        the driver's whole server-selection timeout while it is down)."""
         try:
-            await self.client.admin.command("ping")
+            with pymongo.timeout(timeout_s):
+                await self.client.admin.command("ping")
         except Exception:
             return False
         return True
