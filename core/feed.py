@@ -11,7 +11,7 @@ it (duplicate-key errors of such a rewrite are ignored).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -148,6 +148,19 @@ async def insert_ignoring_duplicates(storage: Storage, collection: str, docs: li
     return len(result.inserted_ids)
 
 
+# Called after messages were stored by this process: the feed tailer and the webhook worker
+# running here look at once instead of at their next poll (other processes keep polling).
+_written_listeners: set[Callable[[], None]] = set()
+
+
+def add_written_listener(listener: Callable[[], None]) -> None:
+    _written_listeners.add(listener)
+
+
+def remove_written_listener(listener: Callable[[], None]) -> None:
+    _written_listeners.discard(listener)
+
+
 async def write_messages(storage: Storage, written: WrittenMessages) -> None:
     """Store deliveries first, then messages: a message that is visible has its deliveries.
     Idempotent: what already exists is left alone."""
@@ -156,6 +169,8 @@ async def write_messages(storage: Storage, written: WrittenMessages) -> None:
     if inserted:
         for message in written.messages:
             metrics.MESSAGES.labels(message["type"]).inc()
+        for listener in list(_written_listeners):
+            listener()
 
 
 async def append_messages(storage: Storage, new: list[NewMessage]) -> WrittenMessages:

@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from core import deliveries
+from core import deliveries, feed
 from core.crypto import SecretBox
 from core.deliveries import AttemptResult, Claim
 from core.errors import ConfigError, NotFound
@@ -140,6 +140,7 @@ class WebhookWorker:
             user_agent=USER_AGENT,
         )
         self._loop_task = asyncio.create_task(self._claim_loop(), name="webhooks-claim")
+        feed.add_written_listener(self._wake.set)  # new deliveries written in this process
         self._stats_task = asyncio.create_task(self._stats_loop(), name="webhooks-stats")
         log.info("webhook worker started", extra={"worker_id": self.worker_id})
 
@@ -158,6 +159,7 @@ class WebhookWorker:
             await self._stopped.wait()
             return
         self._stopping = True
+        feed.remove_written_listener(self._wake.set)
         background = [t for t in (self._loop_task, self._stats_task) if t is not None]
         for task in background:
             task.cancel()
