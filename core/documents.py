@@ -8,7 +8,7 @@ naming every bad field (``items[2].quantity``).
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -35,6 +35,8 @@ MAX_ITEMS_PER_ORDER = 10_000
 MAX_CASE_SERIALS_PER_ITEM = 1_000
 MAX_ADDITIONAL_FIELDS = 100
 MAX_QUANTITY = 1e12  # far above any real quantity; keeps stored numbers exact enough
+# An expected arrival further ahead than this is a typo (year 9999), not a plan.
+MAX_ARRIVAL_AHEAD = timedelta(days=2 * 366)
 
 # Identifiers (numbers, slugs, lpn, sku): trimmed, 1-128 characters.
 Ref = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
@@ -203,6 +205,9 @@ def parse_document(data: Any) -> IntakeDocument:
 
 def _check_shape(document: IntakeDocument) -> None:
     errors = ErrorList()
+    arrival = document.expected_arrival_at
+    if arrival is not None and arrival > datetime.now(UTC) + MAX_ARRIVAL_AHEAD:
+        errors.add("expectedArrivalAt", "more than two years ahead")
     if document.orders is not None:
         if document.order_number is not None:
             errors.add("orderNumber", "give either orderNumber or orders, not both")
