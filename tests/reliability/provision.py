@@ -13,8 +13,8 @@ from core.webhook_endpoints import create_endpoint
 from dockflow.runtime import open_services
 from tests.reliability.serve_process import ServeProcess
 
-OPERATOR_PASSWORD = "op-Pa55word-9f3a1c"  # noqa: S105 - a test secret, scanned for in logs
-WEBHOOK_PASSWORD = "hook-Pa55word-77e0b2"  # noqa: S105
+OPERATOR_PASSWORD = "op-Pa55word-9f3a1c"
+WEBHOOK_PASSWORD = "hook-Pa55word-77e0b2"
 
 
 @dataclass

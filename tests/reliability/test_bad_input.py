@@ -15,10 +15,10 @@ from core.services import Services
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
+from public_api.graphql.views import FEED_HUB
 from tests.edge.helpers import reading, stub, timestamp
 from tests.factories import Tenant
 from tests.public_api.graphql_support import TRANSPORT_WS, WsSession
-from public_api.graphql.views import FEED_HUB
 from tests.reliability.figures import record
 
 WRITTEN = ("shipments", "orders", "order_items", "pallets", "push_messages", "readings")
@@ -214,8 +214,8 @@ async def test_a_websocket_message_flood_gets_bounded_answers_and_leaks_nothing(
     limit = services.settings.graphql_max_subscriptions
     ws = await WsSession.open(api, TRANSPORT_WS)
     await ws.init({"Authorization": f"Bearer {tenant.token}"})
-    subscribe = {"type": "subscribe", "payload": {
-        "query": 'subscription { pushMessage(filter: {businessSlug: "acme"}) { id } }'}}  # fmt: skip
+    query = 'subscription { pushMessage(filter: {businessSlug: "acme"}) { id } }'
+    subscribe = {"type": "subscribe", "payload": {"query": query}}
     extra, pings = 200, 2000
     for number in range(limit + extra):
         await ws.send({**subscribe, "id": str(number)})

@@ -7,7 +7,6 @@ import asyncio
 import time
 from collections.abc import Callable
 
-
 import pytest
 
 from bench.soak import HookReceiver, deliveries_settled, hook_receiver, wait_until
