@@ -199,7 +199,11 @@ def print_table(title: str, rows: list[tuple[str, Any]]) -> None:
 def final_line(scenario: str, **figures: Any) -> str:
     parts = []
     for key, value in figures.items():
-        parts.append(f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}")
+        if isinstance(value, float):
+            shown = f"{value:.1f}" if abs(value) >= 10 else f"{value:.3f}"
+        else:
+            shown = str(value)
+        parts.append(f"{key}={shown}")
     line = f"{scenario}: " + " ".join(parts)
     print(line, flush=True)
     return line

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,14 +22,19 @@ class Receiver:
     keep_bodies: bool = False
     expected: int = 0
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    # Called with each parsed body and its arrival time (time.perf_counter()).
+    on_body: Callable[[dict[str, Any], float], None] | None = None
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.read()
+        arrived = time.perf_counter()
         self.posts += 1
         webhook_id = request.headers.get("webhook-id") or str(self.posts)
-        self.arrivals.setdefault(webhook_id, time.perf_counter())
+        self.arrivals.setdefault(webhook_id, arrived)
         if self.keep_bodies:
             self.bodies.append(json.loads(body))
+        if self.on_body is not None:
+            self.on_body(json.loads(body), arrived)
         if self.expected and len(self.arrivals) >= self.expected:
             self.done.set()
         return web.Response(status=200, text="ok")

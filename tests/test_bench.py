@@ -1,0 +1,76 @@
+"""Every benchmark scenario runs at `--size tiny` through the real command, so none of them rots.
+
+Each run starts its own dockflow (and embedded database) on loopback ports, drives it, and must
+exit 0 with its final `SCENARIO: key=value ...` line. No figure is asserted beyond what shows the
+run really went through (everything sent arrived): timings depend on the machine.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def run_bench(scenario: str) -> dict[str, str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "dockflow", "bench", scenario, "--size", "tiny"],
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    last = result.stdout.strip().splitlines()[-1]
+    name, _, rest = last.partition(": ")
+    assert name == scenario, last
+    return dict(part.split("=", 1) for part in rest.split())
+
+
+def test_ingest_tiny() -> None:
+    figures = run_bench("ingest")
+    assert set(figures) >= {
+        "readings", "readings_per_s", "p50_ms", "p99_ms", "rss_start_mb", "rss_end_mb",
+        "grpc_limit_per_s", "db_limit_per_s", "ratio_grpc", "ratio_db",
+    }  # fmt: skip
+    assert figures["readings"] == "400"
+
+
+def test_ingest_latency_tiny() -> None:
+    figures = run_bench("ingest-latency")
+    assert set(figures) >= {
+        "readings", "subscribers", "sub_deliveries", "hook_deliveries", "sub_p50_ms",
+        "sub_p99_ms", "hook_p50_ms", "hook_p99_ms", "limit_sub_p99_ms", "limit_hook_p99_ms",
+    }  # fmt: skip
+    readings, subscribers = int(figures["readings"]), int(figures["subscribers"])
+    assert readings == 200
+    assert int(figures["sub_deliveries"]) == readings * subscribers
+    assert int(figures["hook_deliveries"]) == readings
+
+
+def test_intake_tiny() -> None:
+    figures = run_bench("intake")
+    assert set(figures) >= {
+        "documents", "documents_per_s", "p50_ms", "p99_ms", "limit_per_s", "ratio", "statuses",
+    }  # fmt: skip
+    assert int(figures["documents"]) > 0
+    assert {s.split(":")[0] for s in figures["statuses"].split(",")} <= {"200", "201"}
+
+
+def test_fanout_tiny() -> None:
+    figures = run_bench("fanout")
+    assert set(figures) >= {
+        "subscribers", "messages", "deliveries", "expected", "p50_ms", "p99_ms", "rss_mb", "failed",
+    }  # fmt: skip
+    assert figures["deliveries"] == figures["expected"]
+    assert figures["failed"] == "0"
+
+
+def test_webhooks_tiny() -> None:
+    figures = run_bench("webhooks")
+    assert set(figures) >= {
+        "deliveries", "deliveries_per_s", "direct_per_s", "ratio", "overhead_ms", "duplicates",
+    }  # fmt: skip
+    assert figures["deliveries"] == "200"
