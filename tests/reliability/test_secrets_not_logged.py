@@ -11,6 +11,7 @@ import re
 
 import aiohttp
 import grpc
+import pytest
 
 from bench.soak import Camera, HookReceiver, deliveries_settled, make_readings, wait_until
 from dockflow.runtime import open_services
@@ -18,8 +19,8 @@ from tests.reliability.figures import record
 from tests.reliability.provision import OPERATOR_PASSWORD, provision, settings_of
 from tests.reliability.serve_process import ServeProcess
 
-WRONG_SECRET = "dfs_wrong-secret-3b9d7e1f0a"  # noqa: S105 - a test secret
-WRONG_PASSWORD = "wrong-Pa55word-c0ffee"  # noqa: S105
+WRONG_SECRET = "dfs_wrong-secret-3b9d7e1f0a"
+WRONG_PASSWORD = "wrong-Pa55word-c0ffee"
 
 
 async def test_a_full_run_logs_no_secret(serve: ServeProcess, receiver: HookReceiver):
@@ -83,12 +84,11 @@ async def test_a_full_run_logs_no_secret(serve: ServeProcess, receiver: HookRece
     await asyncio.gather(*(camera.run() for camera in cameras))
     wrong = tenant.camera_tokens[0].split(".")[0] + ".not-the-secret"
     async with grpc.aio.insecure_channel(serve.grpc_target) as channel:
-        try:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
             await channel.unary_unary("/dockflow.edge.v1.PalletIngest/SubmitReading")(
                 b"", metadata=(("authorization", f"Bearer {wrong}"),)
             )
-        except grpc.aio.AioRpcError as error:
-            assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
     async with open_services(settings_of(serve)) as services:
         await wait_until(lambda: deliveries_settled(services.storage), 60, "webhooks delivered")
     assert sum(receiver.by_id.values()) >= 40
