@@ -192,7 +192,10 @@ def print_table(title: str, rows: list[tuple[str, Any]]) -> None:
     print(f"\n{title}")
     print("-" * (width + 24))
     for name, value in rows:
-        shown = f"{value:,.1f}" if isinstance(value, float) else str(value)
+        if isinstance(value, float):
+            shown = f"{value:,.1f}" if abs(value) >= 10 else f"{value:.3f}"
+        else:
+            shown = str(value)
         print(f"{name:<{width}}  {shown:>20}")
 
 
