@@ -266,7 +266,10 @@ SOAK_ENV = {
     "DOCKFLOW_WEBHOOK_ENDPOINT_RATE_PER_S": "1000",  # the default 50/s would pace the soak
 }
 
-SIZES_SOAK = {"tiny": (8, 150, 2), "full": (8, 2500, 12)}  # cameras, readings each, fault cycles
+# cameras, readings per camera, fault cycles, seconds between a camera's readings: the faults
+# must land while the cameras stream, and the webhooks (tens per second on the embedded
+# database) must drain within minutes.
+SIZES_SOAK = {"tiny": (8, 150, 2, 0.004), "full": (8, 600, 10, 0.02)}
 
 
 async def run(size: str) -> None:
@@ -275,7 +278,7 @@ async def run(size: str) -> None:
     from bench.harness import final_line, make_tenant, print_table, running_server
     from dockflow.runtime import open_services
 
-    cameras_n, per_camera, cycles = SIZES_SOAK[size]
+    cameras_n, per_camera, cycles, interval_s = SIZES_SOAK[size]
     started = time.monotonic()
     recoveries: list[float] = []
     faults: Counter[str] = Counter()
@@ -291,7 +294,9 @@ async def run(size: str) -> None:
             tenant = await make_tenant(server, docks=cameras_n, webhook_url=receiver.url)
             target = {"grpc": server.grpc}
             cameras = [
-                Camera(token, make_readings(f"c{i}", per_camera), lambda: target["grpc"], 0.004)
+                Camera(
+                    token, make_readings(f"c{i}", per_camera), lambda: target["grpc"], interval_s
+                )
                 for i, token in enumerate(tenant.camera_tokens)
             ]
             streaming = [asyncio.create_task(c.run(give_up_s=900)) for c in cameras]
@@ -329,7 +334,7 @@ async def run(size: str) -> None:
             await asyncio.gather(*streaming)
             async with open_services(server.settings()) as services:
                 storage = services.storage
-                await wait_until(lambda: deliveries_settled(storage), 300, "webhooks delivered")
+                await wait_until(lambda: deliveries_settled(storage), 900, "webhooks delivered")
                 verdict = await verify(storage, cameras, receiver)
     elapsed = time.monotonic() - started
     rows: list[tuple[str, Any]] = [(name, count) for name, count in faults.items()]
