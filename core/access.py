@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from core.errors import Forbidden, NotFound
+from core.errors import Forbidden, NotFound, Unauthenticated
 
 
 @dataclass(frozen=True)
@@ -31,3 +32,23 @@ def check_access(principal: Principal, business: str, facility: str | None = Non
         raise NotFound(f"business {business!r} not found")
     if facility is not None and not principal.may_see_facility(facility):
         raise Forbidden(f"this client may not access facility {facility!r}")
+
+
+def principal_from_claims(claims: dict[str, Any], business_claim: str = "business") -> Principal:
+    """The principal of verified token claims: `sub`, the business (from `business_claim`) and
+    an optional `facilities` list. Used for built-in and external-issuer tokens alike."""
+    business = claims.get(business_claim)
+    if not isinstance(business, str) or not business:
+        raise Unauthenticated(f"the bearer token has no {business_claim!r} claim")
+    facilities = claims.get("facilities")
+    if facilities is not None and not (
+        isinstance(facilities, list) and all(isinstance(f, str) for f in facilities)
+    ):
+        raise Unauthenticated("the bearer token's facilities claim is invalid")
+    token_id = claims.get("jti")
+    return Principal(
+        subject=str(claims["sub"]),
+        business=business,
+        facilities=None if facilities is None else frozenset(facilities),
+        token_id=token_id if isinstance(token_id, str) else None,
+    )

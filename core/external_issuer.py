@@ -18,7 +18,7 @@ from typing import Any
 
 import jwt
 
-from core.access import Principal
+from core.access import Principal, principal_from_claims
 from core.errors import ConfigError, Unauthenticated, Unavailable
 from core.settings import Settings
 
@@ -137,17 +137,4 @@ class ExternalIssuer:
             raise Unauthenticated("the bearer token is for another audience") from None
         except jwt.PyJWTError:
             raise Unauthenticated("the bearer token is invalid") from None
-        business = claims.get(self.business_claim)
-        if not isinstance(business, str) or not business:
-            raise Unauthenticated(f"the bearer token has no {self.business_claim!r} claim")
-        facilities = claims.get("facilities")
-        if facilities is not None and not (
-            isinstance(facilities, list) and all(isinstance(f, str) for f in facilities)
-        ):
-            raise Unauthenticated("the bearer token's facilities claim is invalid")
-        return Principal(
-            subject=str(claims["sub"]),
-            business=business,
-            facilities=None if facilities is None else frozenset(facilities),
-            token_id=claims.get("jti") if isinstance(claims.get("jti"), str) else None,
-        )
+        return principal_from_claims(claims, self.business_claim)

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
 from core import tenancy
-from core.access import Principal
+from core.access import Principal, principal_from_claims
 from core.errors import Unauthenticated
 from core.external_issuer import ExternalIssuer, JwksFetcher
 from core.settings import Settings
@@ -256,24 +256,7 @@ class TokenService:
             raise Unauthenticated("the bearer token is from another issuer") from None
         except jwt.PyJWTError:
             raise Unauthenticated("the bearer token is invalid") from None
-        return _principal_from_claims(claims)
-
-
-def _principal_from_claims(claims: dict[str, Any]) -> Principal:
-    business = claims.get("business")
-    if not isinstance(business, str) or not business:
-        raise Unauthenticated("the bearer token names no business")
-    facilities = claims.get("facilities")
-    if facilities is not None and not (
-        isinstance(facilities, list) and all(isinstance(f, str) for f in facilities)
-    ):
-        raise Unauthenticated("the bearer token's facilities claim is invalid")
-    return Principal(
-        subject=str(claims["sub"]),
-        business=business,
-        facilities=None if facilities is None else frozenset(facilities),
-        token_id=claims.get("jti"),
-    )
+        return principal_from_claims(claims)
 
 
 def bearer_token(authorization: str | None) -> str:
