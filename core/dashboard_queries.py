@@ -13,24 +13,14 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from core import lifecycle
 from core.errors import NotFound
 from core.shipment_queries import ShipmentView, load_views
 from core.storage import Doc, Storage
 from core.tenancy import Facility, Operator, facility_key, find_facility, list_facilities
 
-SHIPMENT_STATUSES = (
-    "NEW",
-    "SCHEDULED",
-    "AT_FACILITY",
-    "DOOR_ASSIGNED",
-    "LOADING",
-    "UNLOADING",
-    "LOADED",
-    "UNLOADED",
-    "DEPARTED",
-)
+SHIPMENT_STATUSES = lifecycle.SHIPMENT_STATUSES
 # A dock's current shipment: the latest uncompleted shipment at it in one of these statuses.
-AT_DOCK_STATUSES = ("DOOR_ASSIGNED", "LOADING", "UNLOADING")
 # The pallet direction that counts toward a shipment of each direction.
 EXPECTED_PALLET_DIRECTION = {"OUTBOUND": "LOADING", "INBOUND": "UNLOADING"}
 PROBLEM_DELIVERY_STATUSES = ("FAILED", "DEAD")
@@ -99,7 +89,7 @@ async def facilities_overview(
         storage.shipments.find(
             {
                 **scope,
-                "status": {"$in": list(AT_DOCK_STATUSES)},
+                "status": {"$in": lifecycle.AT_DOCK_STATUSES},
                 "completed_at": None,
             },
             {"history": 0},

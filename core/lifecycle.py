@@ -33,6 +33,18 @@ DOCK_EVENT_TYPES: tuple[str, ...] = (
 SHIPMENT_DIRECTION: dict[str, ShipmentDirection] = {"LOADING": "OUTBOUND", "UNLOADING": "INBOUND"}
 ARRIVED_STATUS = {"OUTBOUND": "LOADING", "INBOUND": "UNLOADING"}
 DONE_STATUS = {"OUTBOUND": "LOADED", "INBOUND": "UNLOADED"}
+# Every shipment status, in lifecycle order (DESIGN.md section 7).
+SHIPMENT_STATUSES: tuple[str, ...] = (
+    "NEW",
+    "SCHEDULED",
+    "AT_FACILITY",
+    "DOOR_ASSIGNED",
+    "LOADING",
+    "UNLOADING",
+    "LOADED",
+    "UNLOADED",
+    "DEPARTED",
+)
 AT_DOCK_STATUSES = ["DOOR_ASSIGNED", "LOADING", "UNLOADING"]
 # Shipments planned for a door; TRAILER_ARRIVED there moves the oldest one to DOOR_ASSIGNED.
 PLANNED_STATUSES = ["NEW", "SCHEDULED", "AT_FACILITY"]

@@ -36,18 +36,7 @@ _TRANSITIONS: dict[str, tuple[str, frozenset[str]]] = {
     ),
     "CHECKED_OUT": (
         "DEPARTED",
-        frozenset(
-            {
-                "NEW",
-                "SCHEDULED",
-                "AT_FACILITY",
-                "DOOR_ASSIGNED",
-                "LOADING",
-                "UNLOADING",
-                "LOADED",
-                "UNLOADED",
-            }
-        ),
+        frozenset(lifecycle.SHIPMENT_STATUSES) - {"DEPARTED"},
     ),
 }
 WRITE_ATTEMPTS = 5  # a concurrent change makes the conditional write retry on fresh data
