@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import random
 import sys
 import time
@@ -28,7 +27,14 @@ from typing import Any, TextIO
 
 import aiohttp
 
-DEFAULT_URL = "http://localhost:8080"
+from dockflow.customer_client import (
+    ClientOptions,
+    TokenRequestFailed,
+    add_client_options,
+    client_options,
+    fetch_token,
+)
+
 PAGE = 1000  # pushMessages page size while catching up
 BACKOFF_START_S = 0.5  # first reconnect delay; doubles per failure up to BACKOFF_MAX_S
 BACKOFF_MAX_S = 30.0
@@ -53,15 +59,16 @@ class ConsumerError(Exception):
 
 @dataclass
 class Options:
-    url: str
+    client: ClientOptions
     business: str
     facility: str | None
-    client_id: str
-    client_secret: str
     since: datetime
-    audience: str
     state: Path | None = None
     max_messages: int | None = None
+
+    @property
+    def url(self) -> str:
+        return self.client.url
 
 
 @dataclass
@@ -119,18 +126,12 @@ class Consumer:
     async def _token_for(self, session: aiohttp.ClientSession) -> str:
         if self._token is not None and time.monotonic() < self._token_expires:
             return self._token
-        body = {
-            "grant_type": "client_credentials",
-            "client_id": self.options.client_id,
-            "client_secret": self.options.client_secret,
-            "audience": self.options.audience,
-        }
-        async with session.post(f"{self.options.url}/oauth/token", json=body) as response:
-            answer = await response.json(content_type=None)
-            if response.status != 200:
-                raise ConsumerError(f"token request failed ({response.status}): {answer}")
-        self._token = str(answer["access_token"])
-        self._token_expires = time.monotonic() + float(answer["expires_in"]) - TOKEN_MARGIN_S
+        try:
+            token, expires_in = await fetch_token(session, self.options.client)
+        except TokenRequestFailed as exc:
+            raise ConsumerError(f"token request failed ({exc.status}): {exc.body}") from None
+        self._token = token
+        self._token_expires = time.monotonic() + expires_in - TOKEN_MARGIN_S
         return self._token
 
     async def _catch_up(self, session: aiohttp.ClientSession) -> None:
@@ -269,42 +270,26 @@ def register(commands: Any) -> None:
     parser.add_argument("--business", required=True, help="business slug")
     parser.add_argument("--facility", help="facility slug (default: every facility)")
     parser.add_argument(
-        "--client-id", default=os.environ.get("DOCKFLOW_CLIENT_ID"), help="(DOCKFLOW_CLIENT_ID)"
-    )
-    parser.add_argument(
-        "--client-secret",
-        default=os.environ.get("DOCKFLOW_CLIENT_SECRET"),
-        help="(DOCKFLOW_CLIENT_SECRET)",
-    )
-    parser.add_argument(
         "--since",
         type=_parse_since,
         help="ISO 8601 time with offset to catch up from (default: one hour ago)",
     )
-    parser.add_argument(
-        "--url",
-        default=os.environ.get("DOCKFLOW_PUBLIC_BASE_URL", DEFAULT_URL),
-        help=f"dockflow base URL (default {DEFAULT_URL})",
-    )
-    parser.add_argument("--audience", help="token audience (default: {url}/public_graphql)")
+    add_client_options(parser)
     parser.add_argument("--state", type=Path, help="file keeping the last id across runs")
     parser.add_argument("--max-messages", type=int, help="exit after printing this many")
     parser.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
-    if not args.client_id or not args.client_secret:
+    client = client_options(args)
+    if client is None:
         print("dockflow consume: --client-id and --client-secret are required", file=sys.stderr)
         return 2
-    url = args.url.rstrip("/")
     options = Options(
-        url=url,
+        client=client,
         business=args.business,
         facility=args.facility,
-        client_id=args.client_id,
-        client_secret=args.client_secret,
         since=args.since or datetime.now(UTC) - timedelta(hours=1),
-        audience=args.audience or f"{url}/public_graphql",
         state=args.state,
         max_messages=args.max_messages,
     )

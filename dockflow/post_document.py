@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import uuid
 from pathlib import Path
@@ -14,7 +13,13 @@ from typing import Any
 
 import aiohttp
 
-DEFAULT_URL = "http://localhost:8080"
+from dockflow.customer_client import (
+    ClientOptions,
+    TokenRequestFailed,
+    add_client_options,
+    client_options,
+    fetch_token,
+)
 
 
 def register(commands: Any) -> None:
@@ -25,20 +30,7 @@ def register(commands: Any) -> None:
         "the status and body. Exit status 0 on 2xx, 1 otherwise.",
     )
     parser.add_argument("file", metavar="FILE", type=Path, help="document, .json or .xml")
-    parser.add_argument(
-        "--client-id", default=os.environ.get("DOCKFLOW_CLIENT_ID"), help="(DOCKFLOW_CLIENT_ID)"
-    )
-    parser.add_argument(
-        "--client-secret",
-        default=os.environ.get("DOCKFLOW_CLIENT_SECRET"),
-        help="(DOCKFLOW_CLIENT_SECRET)",
-    )
-    parser.add_argument(
-        "--url",
-        default=os.environ.get("DOCKFLOW_PUBLIC_BASE_URL", DEFAULT_URL),
-        help=f"dockflow base URL (default {DEFAULT_URL})",
-    )
-    parser.add_argument("--audience", help="token audience (default {url}/public_graphql)")
+    add_client_options(parser)
     parser.add_argument("--idempotency-key", help="send this Idempotency-Key")
     parser.add_argument("--content-type", help="override the content type guessed from the file")
     parser.set_defaults(func=_run)
@@ -51,7 +43,8 @@ def content_type_of(path: Path, body: bytes) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if not args.client_id or not args.client_secret:
+    client = client_options(args)
+    if client is None:
         print(
             "dockflow post-document: --client-id and --client-secret are required", file=sys.stderr
         )
@@ -61,28 +54,19 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"dockflow post-document: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_post(args, body))
+    return asyncio.run(_post(args, client, body))
 
 
-async def _post(args: argparse.Namespace, body: bytes) -> int:
-    base = args.url.rstrip("/")
+async def _post(args: argparse.Namespace, client: ClientOptions, body: bytes) -> int:
+    base = client.url
     correlation_id = uuid.uuid4().hex
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-            async with session.post(
-                f"{base}/oauth/token",
-                json={
-                    "grant_type": "client_credentials",
-                    "client_id": args.client_id,
-                    "client_secret": args.client_secret,
-                    "audience": args.audience or f"{base}/public_graphql",
-                },
-            ) as token_resp:
-                token_body = await token_resp.text()
-                if token_resp.status != 200:
-                    print(f"token request failed: HTTP {token_resp.status}\n{token_body}")
-                    return 1
-                token = json.loads(token_body)["access_token"]
+            try:
+                token, _ = await fetch_token(session, client)
+            except TokenRequestFailed as exc:
+                print(exc)
+                return 1
             headers = {
                 "Authorization": f"Bearer {token}",
                 "Content-Type": args.content_type or content_type_of(args.file, body),

@@ -1,0 +1,76 @@
+"""What the customer-side commands (`post-document`, `consume`) share: the API client options
+and the OAuth2 client-credentials token request, made as a customer's tools make it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+import aiohttp
+
+DEFAULT_URL = "http://localhost:8080"
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    url: str
+    client_id: str
+    client_secret: str
+    audience: str
+
+
+class TokenRequestFailed(Exception):
+    """The token endpoint refused the client credentials (its status and body say why)."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"token request failed: HTTP {status}\n{body}")
+        self.status = status
+        self.body = body
+
+
+def add_client_options(parser: argparse.ArgumentParser) -> None:
+    """--client-id, --client-secret (also from DOCKFLOW_CLIENT_ID/SECRET), --url, --audience."""
+    parser.add_argument(
+        "--client-id", default=os.environ.get("DOCKFLOW_CLIENT_ID"), help="(DOCKFLOW_CLIENT_ID)"
+    )
+    parser.add_argument(
+        "--client-secret",
+        default=os.environ.get("DOCKFLOW_CLIENT_SECRET"),
+        help="(DOCKFLOW_CLIENT_SECRET)",
+    )
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("DOCKFLOW_PUBLIC_BASE_URL", DEFAULT_URL),
+        help=f"dockflow base URL (default {DEFAULT_URL})",
+    )
+    parser.add_argument("--audience", help="token audience (default: {url}/public_graphql)")
+
+
+def client_options(args: argparse.Namespace) -> ClientOptions | None:
+    """The options, or None when the credentials are missing."""
+    if not args.client_id or not args.client_secret:
+        return None
+    url = args.url.rstrip("/")
+    return ClientOptions(
+        url=url,
+        client_id=args.client_id,
+        client_secret=args.client_secret,
+        audience=args.audience or f"{url}/public_graphql",
+    )
+
+
+async def fetch_token(session: aiohttp.ClientSession, options: ClientOptions) -> tuple[str, float]:
+    """An access token and its lifetime in seconds, from ``{url}/oauth/token``."""
+    body = {
+        "grant_type": "client_credentials",
+        "client_id": options.client_id,
+        "client_secret": options.client_secret,
+        "audience": options.audience,
+    }
+    async with session.post(f"{options.url}/oauth/token", json=body) as response:
+        text = await response.text()
+        if response.status != 200:
+            raise TokenRequestFailed(response.status, text)
+        answer = await response.json(content_type=None)
+    return str(answer["access_token"]), float(answer["expires_in"])
