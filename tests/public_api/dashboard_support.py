@@ -12,13 +12,11 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
 from core import tenancy
-from core.access import Principal
-from core.documents import parse_document
-from core.intake import apply_document
 from core.services import Services
 from core.tenancy import Operator
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 from edge.server import EdgeServer
+from tests.edge.documents import post_shipment
 from tests.factories import Tenant
 
 OPERATOR_PASSWORD = "dock-lead-password-1"
@@ -79,25 +77,7 @@ async def make_shipment(
     direction: str = "OUTBOUND",
 ) -> int:
     """A shipment through the intake use case (what `POST /documents` calls)."""
-    body = {
-        "business": tenant.business,
-        "facility": tenant.facility,
-        "direction": direction,
-        "shipmentNumber": number,
-        "orders": [
-            {
-                "orderNumber": order,
-                "items": [
-                    {"lpn": lpn, "sku": f"SKU-{lpn}", "quantity": 1, "quantityUnit": "PALLET"}
-                    for lpn in lpns
-                ],
-            }
-            for order, lpns in orders.items()
-        ],
-    }
-    principal = Principal(subject=tenant.client_id, business=tenant.business)
-    result = await apply_document(services.storage, principal, parse_document(body))
-    return int(result.shipment_id)
+    return await post_shipment(services.storage, tenant, orders, number=number, direction=direction)
 
 
 def reading(
