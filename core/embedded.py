@@ -27,136 +27,8 @@ from core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-# nx-27017 logs every command at INFO; keep its log to warnings so it costs nothing per request.
-# neosqlite's SQL update tier binds top-level scalars of $set/$max/$min as SQLite values: a
-# datetime becomes text (it reads back as a string and stops matching date ranges) and a bool
-# becomes 0/1. Updates that carry either are sent to its Python tier, which encodes them as
-# inserts do. Guarded by
-# tests/core/test_storage_conformance.py (test_set_datetime_round_trips_as_datetime).
-# neosqlite answers range conditions on _id ($gt, $lte...) by loading and filtering the whole
-# collection in Python (the feed tailer's cursor scanned every push message 10 times a second).
-# Number ranges run in SQL instead (a scan without JSON decoding), numbers only, as in MongoDB,
-# and sorts on _id order numbers by value (the TEXT column sorted '10' before '9').
-# Guarded by test_id_number_range_and_sort_across_digit_counts.
-_LAUNCHER = """
-import datetime, logging, sys
-logging.basicConfig(level=logging.WARNING)
-logging.getLogger('nx_27017').setLevel(logging.WARNING)
-from neosqlite.collection.query_helper._sql_updates import SqlUpdatesMixin
-
-def _needs_python_tier(value):
-    if isinstance(value, (datetime.datetime, bool)):
-        return True
-    if isinstance(value, dict):
-        return any(_needs_python_tier(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_needs_python_tier(v) for v in value)
-    return False
-
-_sql_ok = SqlUpdatesMixin._can_use_sql_updates
-
-def _can_use_sql_updates(self, update_spec, *args, **kwargs):
-    if _needs_python_tier(update_spec):
-        return False
-    return _sql_ok(self, update_spec, *args, **kwargs)
-
-SqlUpdatesMixin._can_use_sql_updates = _can_use_sql_updates
-
-from neosqlite.collection.query_helper._sql_query_builder import SqlQueryBuilderMixin
-
-_RANGE_SQL = {'$gt': '>', '$gte': '>=', '$lt': '<', '$lte': '<='}
-_id_clause = SqlQueryBuilderMixin._build_id_operator_clause
-
-def _build_id_operator_clause(self, value):
-    # Number ranges on _id (the feed's id cursor) in SQL on the indexed _id column, restricted
-    # to numbers as MongoDB compares within one type; anything else keeps neosqlite's way.
-    ranges = {op: v for op, v in value.items() if op in _RANGE_SQL}
-    bounds = list(ranges.values())
-    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in bounds)
-    if not ranges or not numeric:
-        return _id_clause(self, value)
-    rest = {op: v for op, v in value.items() if op not in _RANGE_SQL}
-    # _id is a TEXT column ('10' < '9'): compare its number; the document keeps the real type.
-    col = self._id_column_ref()
-    clauses = [f"CAST({col} AS REAL) {_RANGE_SQL[op]} ?" for op in ranges]
-    clauses.append("json_type(data, '$._id') IN ('integer', 'real')")
-    params = list(bounds)
-    if rest:
-        other = _id_clause(self, rest)
-        if other is None:
-            return None
-        clauses.append(other[0])
-        params += list(other[1])
-    return ' AND '.join(clauses), params
-
-SqlQueryBuilderMixin._build_id_operator_clause = _build_id_operator_clause
-
-from neosqlite.sql_utils import quote_table_name
-_sort_clause = SqlQueryBuilderMixin._build_sort_clause
-
-def _build_sort_clause(self, sort, collation=None):
-    # Sorting on _id compared the TEXT column ('10' < '9'); sort as MongoDB does: numbers
-    # (by value) before strings (by text).
-    if not sort or '_id' not in sort:
-        return _sort_clause(self, sort, collation)
-    parts = []
-    for field, direction in sort.items():
-        if field != '_id':
-            clause = _sort_clause(self, {field: direction}, collation)
-            parts.append(clause.removeprefix(' ORDER BY '))
-            continue
-        table = quote_table_name(self.collection.name)
-        order = 'ASC' if direction == 1 else 'DESC'
-        numeric = f"json_type({table}.data, '$._id') IN ('integer', 'real')"
-        parts.append(
-            f"(CASE WHEN {numeric} THEN 0 ELSE 1 END) {order}, "
-            f"(CASE WHEN {numeric} THEN CAST({table}._id AS REAL) END) {order}, "
-            f"{table}._id {order}"
-        )
-    return ' ORDER BY ' + ', '.join(parts)
-
-SqlQueryBuilderMixin._build_sort_clause = _build_sort_clause
-
-from neosqlite.collection.sql_translator_unified import SQLTranslator
-from core.storage import INDEXES
-
-# Fields of dockflow's indexes hold scalars (docs/data-model.md). neosqlite reads {f: v} as
-# "f equals v or f is an array containing v", an OR that no index can answer: every claim,
-# lock and lookup by such a field scanned its whole collection. {f: {$eq: v}} is the plain,
-# indexed comparison.
-_SCALAR_FIELDS = {
-    name: {field for model in models for field in model.document['key']}
-    for name, models in INDEXES.items()
-}
-
-def _scalar_equalities(collection, query):
-    fields = _SCALAR_FIELDS.get(collection)
-    if not fields or not isinstance(query, dict):
-        return query
-    out = None
-    for field, value in query.items():
-        if field in fields and isinstance(value, (str, int, float)):
-            if out is None:
-                out = dict(query)
-            out[field] = {'$eq': value}
-    return query if out is None else out
-
-_simple_where = SqlQueryBuilderMixin._build_simple_where_clause
-
-def _build_simple_where_clause(self, query):
-    return _simple_where(self, _scalar_equalities(self.collection.name, query))
-
-SqlQueryBuilderMixin._build_simple_where_clause = _build_simple_where_clause
-_translate_match = SQLTranslator.translate_match
-
-def _translate(self, match_spec, *args, **kwargs):
-    query = _scalar_equalities(self.table_name, match_spec)
-    return _translate_match(self, query, *args, **kwargs)
-
-SQLTranslator.translate_match = _translate
-from nx_27017.nx_27017 import main
-sys.exit(main())
-"""
+# The server runs with fixes for its storage layer (core/nx_launcher.py).
+_LAUNCHER_MODULE = "core.nx_launcher"
 START_TIMEOUT_S = 30.0  # first start creates the SQLite files; generous for slow CI disks
 STOP_TIMEOUT_S = 10.0
 WATCH_INTERVAL_S = 0.2  # how often the supervisor looks at the child
@@ -204,8 +76,8 @@ def _spawn(data_dir: Path, port: int, log_path: Path) -> subprocess.Popen[bytes]
         return subprocess.Popen(  # noqa: S603 - fixed argv, no shell
             [
                 sys.executable,
-                "-c",
-                _LAUNCHER,
+                "-m",
+                _LAUNCHER_MODULE,
                 "--data-dir",
                 str(data_dir),
                 "--host",

@@ -1,0 +1,155 @@
+"""Runs the embedded database server (nx-27017) with fixes for defects of its storage layer.
+
+Started by `core.embedded` as ``python -m core.nx_launcher ARGS`` (ARGS are nx-27017's). Each
+patch below fixes a measured difference from MongoDB, or a full scan where MongoDB uses an index;
+none changes what a query means on real MongoDB. `tests/core/test_storage_conformance.py` runs
+each affected operation. Pinned with nx-27017 < 0.9: an upgrade must pass that module first.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import sys
+from typing import Any
+
+from neosqlite.collection.query_helper._sql_query_builder import SqlQueryBuilderMixin
+from neosqlite.collection.query_helper._sql_updates import SqlUpdatesMixin
+from neosqlite.collection.sql_translator_unified import SQLTranslator
+from neosqlite.sql_utils import quote_table_name
+
+from core.storage import INDEXES
+
+# --- updates: datetimes and booleans keep their type ---------------------------------------
+# The SQL update tier binds top-level scalars of $set/$max/$min as SQLite values: a datetime
+# became text (it read back as a string and stopped matching date ranges), a bool became 0/1.
+# Updates carrying either go to neosqlite's Python tier, which encodes them as inserts do.
+
+
+def _needs_python_tier(value: Any) -> bool:
+    if isinstance(value, datetime.datetime | bool):
+        return True
+    if isinstance(value, dict):
+        return any(_needs_python_tier(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_needs_python_tier(v) for v in value)
+    return False
+
+
+_sql_updates_ok = SqlUpdatesMixin._can_use_sql_updates
+
+
+def _can_use_sql_updates(self: Any, update_spec: Any, *args: Any, **kwargs: Any) -> Any:
+    if _needs_python_tier(update_spec):
+        return False
+    return _sql_updates_ok(self, update_spec, *args, **kwargs)
+
+
+# --- _id ranges and sorts compare numbers by value -------------------------------------------
+# _id is a TEXT column, so ranges and sorts compared '10' < '9', and number ranges were decoded
+# document by document in Python (45% of the database's time during ingest). MongoDB compares
+# within one type: numbers by value, before strings.
+
+_RANGE_SQL = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+_id_clause = SqlQueryBuilderMixin._build_id_operator_clause
+
+
+def _build_id_operator_clause(self: Any, value: dict[str, Any]) -> Any:
+    ranges = {op: v for op, v in value.items() if op in _RANGE_SQL}
+    bounds = list(ranges.values())
+    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in bounds)
+    if not ranges or not numeric:
+        return _id_clause(self, value)
+    rest = {op: v for op, v in value.items() if op not in _RANGE_SQL}
+    column = self._id_column_ref()
+    clauses = [f"CAST({column} AS REAL) {_RANGE_SQL[op]} ?" for op in ranges]
+    clauses.append("json_type(data, '$._id') IN ('integer', 'real')")
+    params = list(bounds)
+    if rest:
+        other = _id_clause(self, rest)
+        if other is None:
+            return None
+        clauses.append(other[0])
+        params += list(other[1])
+    return " AND ".join(clauses), params
+
+
+_sort_clause = SqlQueryBuilderMixin._build_sort_clause
+
+
+def _build_sort_clause(self: Any, sort: Any, collation: Any = None) -> Any:
+    if not sort or "_id" not in sort:
+        return _sort_clause(self, sort, collation)
+    parts = []
+    for field, direction in sort.items():
+        if field != "_id":
+            clause = _sort_clause(self, {field: direction}, collation)
+            parts.append(clause.removeprefix(" ORDER BY "))
+            continue
+        table = quote_table_name(self.collection.name)
+        order = "ASC" if direction == 1 else "DESC"
+        numeric = f"json_type({table}.data, '$._id') IN ('integer', 'real')"
+        parts.append(
+            f"(CASE WHEN {numeric} THEN 0 ELSE 1 END) {order}, "
+            f"(CASE WHEN {numeric} THEN CAST({table}._id AS REAL) END) {order}, "
+            f"{table}._id {order}"
+        )
+    return " ORDER BY " + ", ".join(parts)
+
+
+# --- equality on indexed fields uses the index -------------------------------------------
+# neosqlite reads {f: v} as "f equals v or f is an array containing v", an OR no index can
+# answer: every claim, lock and lookup scanned its collection. Fields of dockflow's indexes hold
+# scalars (core/storage.py INDEXES), so {f: {$eq: v}} means the same there and uses the index.
+
+_SCALAR_FIELDS = {
+    name: {field for model in models for field in model.document["key"]}
+    for name, models in INDEXES.items()
+}
+
+
+def _scalar_equalities(collection: str, query: Any) -> Any:
+    fields = _SCALAR_FIELDS.get(collection)
+    if not fields or not isinstance(query, dict):
+        return query
+    rewritten = None
+    for field, value in query.items():
+        if field in fields and isinstance(value, str | int | float):
+            if rewritten is None:
+                rewritten = dict(query)
+            rewritten[field] = {"$eq": value}
+    return query if rewritten is None else rewritten
+
+
+_simple_where = SqlQueryBuilderMixin._build_simple_where_clause
+_translate_match = SQLTranslator.translate_match
+
+
+def _build_simple_where_clause(self: Any, query: Any) -> Any:
+    return _simple_where(self, _scalar_equalities(self.collection.name, query))
+
+
+def _translate(self: Any, match_spec: Any, *args: Any, **kwargs: Any) -> Any:
+    return _translate_match(self, _scalar_equalities(self.table_name, match_spec), *args, **kwargs)
+
+
+def apply_patches() -> None:
+    SqlUpdatesMixin._can_use_sql_updates = _can_use_sql_updates
+    SqlQueryBuilderMixin._build_id_operator_clause = _build_id_operator_clause
+    SqlQueryBuilderMixin._build_sort_clause = _build_sort_clause
+    SqlQueryBuilderMixin._build_simple_where_clause = _build_simple_where_clause
+    SQLTranslator.translate_match = _translate
+
+
+def main() -> None:
+    # nx-27017 logs every command at INFO: keep its log to warnings so it costs nothing.
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("nx_27017").setLevel(logging.WARNING)
+    apply_patches()
+    from nx_27017.nx_27017 import main as nx_main
+
+    sys.exit(nx_main())
+
+
+if __name__ == "__main__":
+    main()
