@@ -28,7 +28,9 @@ UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (ConnectionFailure,)
 
 PING_TIMEOUT_S = 1.0  # readiness: a database slower than this to answer a ping is not ready
 
-# Every collection and its indexes. `docs/data-model.md` describes the fields.
+# Every collection and its indexes. `docs/data-model.md` describes the fields. Indexed fields
+# hold single values, never arrays: the embedded server answers equality on them with the index
+# on that promise (core/nx_launcher.py).
 INDEXES: dict[str, list[IndexModel]] = {
     "counters": [],
     "businesses": [],
