@@ -19,6 +19,7 @@ from core.settings import Settings
 from core.storage import Doc
 from public_api.graphql.context import SLOW_CONSUMER_CLOSE_CODE, GraphQLContext
 from public_api.graphql.errors import ErrorCodes
+from public_api.graphql.shared_events import SharedResults, shared_execution_context_class
 
 GQLInfo = Info[GraphQLContext, None]
 MAX_ALIASES = 30  # aliases per document: a cheap guard against fan-out queries
@@ -69,6 +70,11 @@ class PushMessage:
             message=doc["message"],
             sent_at=doc["sent_at"],
         )
+
+    def shared_event_key(self) -> tuple[str, int, dt.datetime]:
+        """Identifies this message's content (written once, never changed): subscribers with
+        the same operation share one execution of it (`public_api.graphql.shared_events`)."""
+        return ("PushMessage", self.id, self.sent_at)
 
 
 @strawberry.input
@@ -512,14 +518,18 @@ class Subscription:
 
 
 class DockflowSchema(strawberry.Schema):
+    shared_results: SharedResults  # subscription events executed once per operation
+
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         """Expected errors (FORBIDDEN, NOT_FOUND, ...) are answers, not incidents: the
         `ErrorCodes` extension logs internal ones with an id instead of every one here."""
 
 
-def build_schema(settings: Settings) -> strawberry.Schema:
-    """The schema with its limits: depth, tokens, aliases; every error carries a code."""
-    return DockflowSchema(
+def build_schema(settings: Settings) -> DockflowSchema:
+    """The schema with its limits: depth, tokens, aliases; every error carries a code.
+    Subscription events are executed once per operation (`shared_events`)."""
+    execution_context_class = shared_execution_context_class()
+    schema = DockflowSchema(
         query=Query,
         mutation=Mutation,
         subscription=Subscription,
@@ -529,4 +539,7 @@ def build_schema(settings: Settings) -> strawberry.Schema:
             lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
             ErrorCodes,
         ],
+        execution_context_class=execution_context_class,
     )
+    schema.shared_results = execution_context_class.shared_results
+    return schema

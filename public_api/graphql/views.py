@@ -38,6 +38,7 @@ from core.tokens import bearer_token
 from public_api.auth import PRINCIPAL, authenticate
 from public_api.graphql.context import GraphQLContext
 from public_api.graphql.schema import build_schema
+from public_api.graphql.shared_events import encode_frame
 from public_api.keys import SERVICES
 
 PATH = "/public_graphql"
@@ -164,8 +165,9 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
 
     def __init__(self, services: Services) -> None:
         settings = services.settings
+        self.dockflow_schema = build_schema(settings)
         super().__init__(
-            schema=build_schema(settings),
+            schema=self.dockflow_schema,
             graphql_ide=None,  # the sandbox page is served by `graphql_endpoint`, offline
             keep_alive=True,
             keep_alive_interval=settings.graphql_keepalive_s,
@@ -175,6 +177,13 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
             max_subscriptions_per_connection=settings.graphql_max_subscriptions,
         )
         self.services = services
+
+    def encode_json(self, data: object) -> str | bytes:
+        # A subscription result shared by every subscriber of its operation is encoded once;
+        # each frame only adds its own operation id around it.
+        if isinstance(data, dict) and (frame := encode_frame(data)) is not None:
+            return frame
+        return super().encode_json(data)
 
     async def create_websocket_response(
         self, request: web.Request, subprotocol: str | None

@@ -1,0 +1,151 @@
+"""Subscription events executed once, sent to every subscriber of the same operation.
+
+Without this, graphql-core executes a subscription's selection set for every event *and every
+subscriber*, and every frame is JSON-encoded per subscriber: with 2,000 subscribers of one
+`pushMessage` query, one message costs 2,000 executions and encodings (docs/benchmarks.md).
+
+An event payload that has a `shared_event_key()` (a `PushMessage`: immutable once written) is
+executed once per (event, operation document, operation name, variables) and the result is
+kept in a small bounded cache; every subscriber with that operation gets the same result, and
+its `data` object carries its JSON text, encoded once (`SharedData.encoded`), which the view
+splices into each subscriber's frame (only the operation id differs between frames).
+
+What still runs per subscriber is unchanged: the subscription resolver (scope, facility
+filter, resume from `afterId`/`since`, bounded buffer), strawberry's extensions (errors get
+`extensions.code`) and the protocol handler. An event whose execution is asynchronous, or an
+operation without a source text, is executed per subscriber as before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
+from typing import Any, ClassVar
+
+from graphql import ExecutionResult
+from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
+
+CACHE_ENTRIES = 4096  # results kept: a subscriber further behind than this re-executes
+_encode = json.JSONEncoder(separators=(",", ":")).encode  # as strawberry's `encode_json`
+
+
+class SharedData(dict[str, Any]):
+    """The `data` of a result shared by several subscribers, with its JSON text."""
+
+    __slots__ = ("_encoded",)
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        super().__init__(data)
+        self._encoded: str | None = None
+
+    @property
+    def encoded(self) -> str:
+        """`json.dumps` of this data as strawberry encodes frames; computed once."""
+        if self._encoded is None:
+            self._encoded = _encode(self)
+        return self._encoded
+
+
+class SharedResults:
+    """The per-schema cache of executed events, with counters for tests and diagnostics."""
+
+    def __init__(self, max_entries: int = CACHE_ENTRIES) -> None:
+        self.max_entries = max_entries
+        self._results: OrderedDict[Hashable, ExecutionResult] = OrderedDict()
+        self.executions = 0  # shareable events executed (cache misses)
+        self.shared = 0  # results served from the cache instead of executing again
+
+    def get(self, key: Hashable) -> ExecutionResult | None:
+        result = self._results.get(key)
+        if result is not None:
+            self.shared += 1
+        return result
+
+    def put(self, key: Hashable, result: ExecutionResult) -> ExecutionResult:
+        self.executions += 1
+        shared = ExecutionResult(
+            data=SharedData(result.data) if result.data is not None else None,
+            errors=result.errors,
+            extensions=result.extensions,
+        )
+        self._results[key] = shared
+        while len(self._results) > self.max_entries:
+            self._results.popitem(last=False)
+        return shared
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+
+def _operation_key(executor: SharedEventExecutionContext) -> Hashable | None:
+    operation = executor.operation
+    if operation.loc is None:
+        return None
+    variables = executor.variable_values.coerced
+    return (
+        operation.loc.source.body,
+        operation.name.value if operation.name else None,
+        repr(variables),  # coerced values: input objects, datetimes; repr is exact for them
+    )
+
+
+class SharedEventExecutionContext(StrawberryGraphQLCoreExecutionContext):
+    """graphql-core executor that shares subscription event results between subscribers."""
+
+    shared_results: ClassVar[SharedResults]
+    _shared_operation_key: Hashable | None = None
+    _shared_operation_key_known = False
+
+    def build_per_event_executor(self, payload: Any) -> Any:
+        if not self._shared_operation_key_known:
+            # Once per subscription: the per-event executors are copies of this one.
+            self._shared_operation_key = _operation_key(self)
+            self._shared_operation_key_known = True
+        return super().build_per_event_executor(payload)
+
+    def execute_operation(self, serially: bool | None = None) -> Any:
+        event_key = getattr(self.root_value, "shared_event_key", None)
+        operation_key = self._shared_operation_key
+        if event_key is None or operation_key is None:
+            return super().execute_operation(serially)
+        key = (event_key(), operation_key)
+        cache = self.shared_results
+        found = cache.get(key)
+        if found is not None:
+            return found
+        result = super().execute_operation(serially)
+        if not isinstance(result, ExecutionResult):
+            return result  # awaitable: not shared, another subscriber would execute it meanwhile
+        return cache.put(key, result)
+
+
+def shared_execution_context_class() -> type[SharedEventExecutionContext]:
+    """A subclass with its own cache, for one schema."""
+    return type(
+        "SharedEventExecutionContextForSchema",
+        (SharedEventExecutionContext,),
+        {"shared_results": SharedResults()},
+    )
+
+
+def encode_frame(message: Mapping[str, Any]) -> str | None:
+    """The JSON text of a `next`/`data` frame whose payload carries `SharedData`, spliced from
+    the shared encoding; exactly what `json.dumps(message, separators=(",", ":"))` gives.
+    None for any other message."""
+    payload = message.get("payload")
+    if not isinstance(payload, dict):
+        return None
+    data = payload.get("data")
+    if not isinstance(data, SharedData):
+        return None
+    payload_parts = [
+        f"{_encode(key)}:{data.encoded if key == 'data' else _encode(value)}"
+        for key, value in payload.items()
+    ]
+    payload_text = "{" + ",".join(payload_parts) + "}"
+    parts = [
+        f"{_encode(key)}:{payload_text if key == 'payload' else _encode(value)}"
+        for key, value in message.items()
+    ]
+    return "{" + ",".join(parts) + "}"
