@@ -1,8 +1,11 @@
 """The outbox worker: claims due deliveries, POSTs them to customers, records every attempt.
 
-Run any number of workers against one database. Each claims deliveries one find-and-modify at a
-time, only for endpoints below their concurrency and rate limits in this worker, so one slow
-customer holds at most `webhook_endpoint_concurrency` of its `webhook_max_in_flight` slots.
+Run any number of workers against one database. Each claims new deliveries in batches (as many
+as it has free slots, `core.deliveries.claim_pending`) and due retries one at a time, only for
+endpoints below their concurrency and rate limits in this worker, so one slow customer holds at
+most `webhook_endpoint_concurrency` of its `webhook_max_in_flight` slots. A batch's messages
+are read with one query, and successful attempts are recorded together by one flusher task
+(`core.deliveries.record_successes`): the database's round trips per delivery set the rate.
 """
 
 from __future__ import annotations
@@ -89,6 +92,13 @@ class _RateLimit:
             self._refill()
             self._tokens -= 1
 
+    def available(self, limit: int) -> int:
+        """How many requests may start now, at most `limit`."""
+        if self._rate <= 0:
+            return limit
+        self._refill()
+        return max(0, min(limit, int(self._tokens)))
+
 
 class WebhookWorker:
     """Delivers the webhook outbox until stopped. `start()`/`stop()` or ``async with``."""
@@ -116,8 +126,15 @@ class WebhookWorker:
         self._in_flight: dict[str, int] = {}
         self._rates: dict[str, _RateLimit] = {}
         self._endpoints: dict[str, tuple[WebhookEndpoint | None, float]] = {}
+        self._endpoint_reads: dict[str, asyncio.Task[WebhookEndpoint | None]] = {}
+        # Successful attempts waiting to be recorded by the flusher, each with its waiter.
+        self._successes: list[tuple[Claim, AttemptResult, asyncio.Future[None]]] = []
+        self._flush_wake = asyncio.Event()
+        self._flush_task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._retries_due_check = 0.0  # time.monotonic() of the next look for due retries
+        # (busy endpoints, until): no new delivery was due for any other endpoint.
+        self._nothing_beside: tuple[list[str], float] | None = None
         self._stopping = False
         self._stopped = asyncio.Event()
         self.delivered = 0  # attempts that succeeded, since start
@@ -139,8 +156,9 @@ class WebhookWorker:
             allow_hosts=self.settings.webhook_allow_hosts,
             user_agent=USER_AGENT,
         )
+        self._flush_task = asyncio.create_task(self._flush_loop(), name="webhooks-record")
         self._loop_task = asyncio.create_task(self._claim_loop(), name="webhooks-claim")
-        feed.add_written_listener(self._wake.set)  # new deliveries written in this process
+        feed.add_written_listener(self._written)  # new deliveries written in this process
         self._stats_task = asyncio.create_task(self._stats_loop(), name="webhooks-stats")
         log.info("webhook worker started", extra={"worker_id": self.worker_id})
 
@@ -159,7 +177,7 @@ class WebhookWorker:
             await self._stopped.wait()
             return
         self._stopping = True
-        feed.remove_written_listener(self._wake.set)
+        feed.remove_written_listener(self._written)
         background = [t for t in (self._loop_task, self._stats_task) if t is not None]
         for task in background:
             task.cancel()
@@ -170,6 +188,12 @@ class WebhookWorker:
         for task in unfinished:
             task.cancel()
         await asyncio.gather(*unfinished, return_exceptions=True)
+        # Successes already made are recorded (a release after that changes nothing).
+        if self._flush_task is not None:
+            self._flush_task.cancel()
+            await asyncio.gather(self._flush_task, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self._flush()
         for claim in unfinished.values():
             with contextlib.suppress(Exception):  # the lease expires anyway
                 await deliveries.release(self.storage, claim)
@@ -192,6 +216,10 @@ class WebhookWorker:
 
     # -- claiming --------------------------------------------------------------------------
 
+    def _written(self) -> None:
+        self._nothing_beside = None
+        self._wake.set()
+
     async def _claim_loop(self) -> None:
         poll = self.settings.webhook_poll_interval_s
         while not self._stopping:
@@ -207,19 +235,55 @@ class WebhookWorker:
         """Claim until every slot is busy or nothing is due for an endpoint with room."""
         while not self._stopping and len(self._tasks) < self.settings.webhook_max_in_flight:
             # Due retries are looked for once per poll interval, or on while they keep coming.
-            retries = time.monotonic() >= self._retries_due_check
-            claim = await deliveries.claim_next(
+            if time.monotonic() >= self._retries_due_check:
+                claim = await deliveries.claim_next(
+                    self.storage,
+                    self.settings,
+                    self.worker_id,
+                    pending=False,
+                    exclude_endpoints=self._busy(),
+                )
+                if claim is None:
+                    interval = self.settings.webhook_poll_interval_s
+                    self._retries_due_check = time.monotonic() + interval
+                else:
+                    message = await deliveries.load_message(self.storage, claim.message_id)
+                    self._spawn(claim, message)
+                    continue
+            busy = self._busy()
+            if busy and self._nothing_beside is not None:
+                # Nothing was due beside these busy endpoints a moment ago: that query scans
+                # their backlog, so it is not repeated until the poll or a new message.
+                same, until = self._nothing_beside
+                if same == busy and time.monotonic() < until:
+                    return
+            free = self.settings.webhook_max_in_flight - len(self._tasks)
+            claims, more = await deliveries.claim_pending(
                 self.storage,
-                self.settings,
                 self.worker_id,
-                retries=retries,
-                exclude_endpoints=self._busy(),
+                self.settings.webhook_lease_s,
+                min(free, self.settings.webhook_endpoint_concurrency),
+                room=self._room,
+                exclude_endpoints=busy,
             )
-            if retries and (claim is None or claim.attempts == 0):
-                self._retries_due_check = time.monotonic() + self.settings.webhook_poll_interval_s
-            if claim is None:
+            if not claims:
+                if busy:
+                    interval = self.settings.webhook_poll_interval_s
+                    self._nothing_beside = (busy, time.monotonic() + interval)
+                if not more:
+                    return
+                continue
+            messages = await deliveries.load_messages(self.storage, [c.message_id for c in claims])
+            for claim in claims:
+                self._spawn(claim, messages.get(claim.message_id))
+            if not more:
                 return
-            self._spawn(claim)
+
+    def _room(self, endpoint_id: str) -> int:
+        """How many more deliveries of the endpoint this worker may start now."""
+        room = self.settings.webhook_endpoint_concurrency - self._in_flight.get(endpoint_id, 0)
+        rate = self._rates.get(endpoint_id)
+        return room if rate is None else rate.available(room)
 
     def _busy(self) -> list[str]:
         """Endpoints this worker must not claim for now: at their concurrency or rate limit."""
@@ -228,14 +292,16 @@ class WebhookWorker:
         busy.update(e for e, rate in self._rates.items() if not rate.ready())
         return sorted(busy)
 
-    def _spawn(self, claim: Claim) -> None:
+    def _spawn(self, claim: Claim, message: dict[str, Any] | None) -> None:
         endpoint_id = claim.endpoint_id
         self._in_flight[endpoint_id] = self._in_flight.get(endpoint_id, 0) + 1
         rate = self._rates.get(endpoint_id)
         if rate is None:
             rate = self._rates[endpoint_id] = _RateLimit(self.settings.webhook_endpoint_rate_per_s)
         rate.take()
-        task = asyncio.create_task(self._deliver(claim), name=f"webhook-{claim.delivery_id}")
+        task = asyncio.create_task(
+            self._deliver(claim, message), name=f"webhook-{claim.delivery_id}"
+        )
         self._tasks[task] = claim
         task.add_done_callback(self._finished)
 
@@ -250,19 +316,23 @@ class WebhookWorker:
 
     # -- one delivery ----------------------------------------------------------------------
 
-    async def _deliver(self, claim: Claim) -> None:
+    async def _deliver(self, claim: Claim, message: dict[str, Any] | None) -> None:
+        """One claimed delivery; `message` is its push message as read when it was claimed."""
         try:
             endpoint = await self._endpoint(claim.endpoint_id)
             if endpoint is None or not endpoint.enabled:
                 await deliveries.mark_disabled(self.storage, claim)
                 return
-            message = await deliveries.load_message(self.storage, claim.message_id)
             if message is None:
                 await deliveries.message_missing(self.storage, claim, _MESSAGE_WAIT_S)
                 return
             body = encode_payload(message["message"])
             result = await self.attempt(endpoint, claim, body)
-            status = await deliveries.record_attempt(self.storage, self.settings, claim, result)
+            if result.ok:
+                await self._record_success(claim, result)
+                status = deliveries.SUCCEEDED
+            else:
+                status = await deliveries.record_attempt(self.storage, self.settings, claim, result)
         except Exception:  # the lease runs out and another attempt follows
             log.exception("webhook delivery failed", extra={"delivery_id": claim.delivery_id})
             return
@@ -281,6 +351,37 @@ class WebhookWorker:
                     "next_status": status,
                 },
             )
+
+    async def _record_success(self, claim: Claim, result: AttemptResult) -> None:
+        """Queue the success for the flusher and wait until it is stored (the slot stays
+        taken until then). A stop records what is queued before handing claims back."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._successes.append((claim, result, done))
+        self._flush_wake.set()
+        await done
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._flush_wake.wait()
+            self._flush_wake.clear()
+            with contextlib.suppress(Exception):  # _flush hands the error to every waiter
+                await self._flush()
+
+    async def _flush(self) -> None:
+        """Record every queued success in one batch (three commands)."""
+        batch, self._successes = self._successes, []
+        if not batch:
+            return
+        try:
+            await deliveries.record_successes(self.storage, [(c, r) for c, r, _ in batch])
+        except Exception as exc:
+            for _, _, done in batch:
+                if not done.done():
+                    done.set_exception(exc)
+            raise
+        for _, _, done in batch:
+            if not done.done():
+                done.set_result(None)
 
     async def attempt(self, endpoint: WebhookEndpoint, claim: Claim, body: bytes) -> AttemptResult:
         """One attempt: authenticate, sign, POST; with token auth a 401 logs in again once."""
@@ -332,6 +433,16 @@ class WebhookWorker:
             fresh = time.monotonic() - fetched_at < _ENDPOINT_CACHE_S
             if fresh and endpoint is not None and endpoint.enabled:
                 return endpoint
+        # A batch of deliveries to one endpoint shares one read.
+        read = self._endpoint_reads.get(endpoint_id)
+        if read is None:
+            read = asyncio.ensure_future(self._read_endpoint(endpoint_id))
+            self._endpoint_reads[endpoint_id] = read
+            read.add_done_callback(lambda _: self._endpoint_reads.pop(endpoint_id, None))
+        return await asyncio.shield(read)
+
+    async def _read_endpoint(self, endpoint_id: str) -> WebhookEndpoint | None:
+        cached = self._endpoints.get(endpoint_id)
         try:
             endpoint = await get_endpoint(self.storage, endpoint_id)
         except NotFound:

@@ -500,3 +500,82 @@ async def test_lock_documents_conditional_delete_on_owner_and_datetime(storage: 
     await storage.order_locks.insert_one({"_id": "k", "owner": "b", "expires_at": moment})
     before = await storage.shipments.find_one_and_update({"_id": "none"}, {"$set": {"x": 1}})
     assert before is None
+
+
+async def test_batch_claim_update_many_in_ids_while_status_matches(storage: Storage):
+    # core/deliveries.py claim_pending: candidates by a sorted, limited find; one update_many
+    # leases those still PENDING under one token; a find by ids + token says which were won.
+    await storage.webhook_deliveries.insert_many(
+        [
+            {"_id": f"d{n}", "endpoint_id": "e", "status": "PENDING", "message_id": 10 - n}
+            for n in range(6)
+        ]
+    )
+    found = await storage.webhook_deliveries.find(
+        {"status": "PENDING"}, sort=[("message_id", 1)], limit=4
+    ).to_list()
+    ids = [d["_id"] for d in found]
+    assert ids == ["d5", "d4", "d3", "d2"]
+    # Another worker claims d4 first.
+    await storage.webhook_deliveries.update_one(
+        {"_id": "d4", "status": "PENDING"}, {"$set": {"status": "DELIVERING", "lease_owner": "b"}}
+    )
+    lease_until = datetime(2026, 5, 1, 12, 0, 0, 500000, tzinfo=UTC)
+    won = await storage.webhook_deliveries.update_many(
+        {"_id": {"$in": ids}, "status": "PENDING"},
+        {"$set": {"status": "DELIVERING", "lease_owner": "a", "lease_until": lease_until}},
+    )
+    assert (won.matched_count, won.modified_count) == (3, 3)
+    ours = await storage.webhook_deliveries.find(
+        {"_id": {"$in": ids}, "lease_owner": "a"}, {"_id": 1}
+    ).to_list()
+    assert sorted(d["_id"] for d in ours) == ["d2", "d3", "d5"]
+    again = await storage.webhook_deliveries.update_many(
+        {"_id": {"$in": ids}, "status": "PENDING"}, {"$set": {"lease_owner": "c"}}
+    )
+    assert again.modified_count == 0
+    doc = await storage.webhook_deliveries.find_one({"_id": "d5"})
+    assert doc is not None
+    assert doc["lease_until"] == lease_until
+
+
+async def test_bulk_update_one_unordered_only_where_the_claim_holds(storage: Storage):
+    # core/deliveries.py record_successes: one bulk_write of UpdateOne per finished claim, each
+    # conditional on its lease token; a lost claim is left alone. Then one update_many stops
+    # the failure clock of every endpoint concerned.
+    await storage.webhook_deliveries.insert_many(
+        [
+            {"_id": "a", "status": "DELIVERING", "lease_owner": "w/1"},
+            {"_id": "b", "status": "DELIVERING", "lease_owner": "other"},
+            {"_id": "c", "status": "DELIVERING", "lease_owner": "w/1"},
+        ]
+    )
+    at = datetime(2026, 5, 1, 12, 0, 1, 250000, tzinfo=UTC)
+    result = await storage.webhook_deliveries.bulk_write(
+        [
+            UpdateOne(
+                {"_id": d, "lease_owner": "w/1", "status": "DELIVERING"},
+                {"$set": {"status": "SUCCEEDED", "delivered_at": at, "lease_owner": None}},
+            )
+            for d in ("a", "b", "c")
+        ],
+        ordered=False,
+    )
+    assert (result.matched_count, result.modified_count) == (2, 2)
+    docs = {d["_id"]: d for d in await storage.webhook_deliveries.find().to_list()}
+    assert [docs[k]["status"] for k in "abc"] == ["SUCCEEDED", "DELIVERING", "SUCCEEDED"]
+    assert docs["a"]["delivered_at"] == at
+    assert docs["b"]["lease_owner"] == "other"
+    await storage.webhook_endpoints.insert_many(
+        [{"_id": "e1", "failing_since_ms": 5}, {"_id": "e2"}, {"_id": "e3", "failing_since_ms": 7}]
+    )
+    stopped = await storage.webhook_endpoints.update_many(
+        {"_id": {"$in": ["e1", "e2"]}, "failing_since_ms": {"$exists": True, "$ne": None}},
+        {"$set": {"failing_since_ms": None}},
+    )
+    assert stopped.modified_count == 1
+    clocks = {
+        d["_id"]: d.get("failing_since_ms")
+        for d in await storage.webhook_endpoints.find().to_list()
+    }
+    assert clocks == {"e1": None, "e2": None, "e3": 7}
