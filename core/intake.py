@@ -5,6 +5,10 @@ A document is applied in two phases under locks on its order and shipment keys:
 plan (read the current state, compute every change, raise on any error: nothing written yet),
 then execute (the writes). So a rejected document writes nothing, and requests for the same order
 never interleave (20 identical concurrent documents leave one shipment, one order, one item set).
+
+Round trips are what the embedded database limits (one command at a time), so the response is
+built from what the plan read and the writes wrote: only intake writes order items, and only under
+the order's lock, so the items of the document's orders are known without reading them back.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from pymongo import DESCENDING, UpdateOne
+from pymongo import DESCENDING, ReturnDocument, UpdateOne
 
 from core import locks, tenancy
 from core.access import Principal, check_access
@@ -114,8 +118,8 @@ async def apply_document(
     keys += [order_key(*scope, o.order_number) for o in orders]
     async with locks.hold(storage, keys):
         plan = await _plan(storage, document, orders, paths)
-        shipment_id = await _execute(storage, plan)
-        shipment = await _resulting_shipment(storage, shipment_id)
+        shipment_id, status = await _execute(storage, plan)
+        shipment = await _resulting_shipment(storage, plan, shipment_id, status)
     response = IntakeResponse(
         created=plan.created, updated=plan.updated, removed=plan.removed, shipment=shipment
     )
@@ -148,10 +152,15 @@ def _check_request_duplicates(orders: list[DocumentOrder], paths: list[str]) -> 
 class _OrderPlan:
     number: str
     existing: Doc | None  # None: the order is created
+    current: list[Doc] = field(default_factory=list)  # its items as read by the plan
     moves_from: int | None = None  # the eligible shipment it is remapped from
     remove_ids: list[str] = field(default_factory=list)
     updates: list[tuple[str, Doc]] = field(default_factory=list)  # item id, $set
     inserts: list[Doc] = field(default_factory=list)  # items without ids and order/shipment ids
+    # Filled by the execution: the order's id and sequence, and its items after the writes.
+    order_id: str = ""
+    created_seq: int = 0
+    items_after: list[Doc] = field(default_factory=list)
 
     @property
     def items_changed(self) -> bool:
@@ -217,21 +226,28 @@ async def _plan(
     )
     problems = _Problems()
     for prefix, order in zip(paths, orders, strict=True):
-        existing = await _eligible_order(storage, scope, order.order_number)
+        existing = await _eligible_order(
+            storage, scope, order.order_number, None if named is None else named["_id"]
+        )
         order_plan = _OrderPlan(number=order.order_number, existing=existing)
         current: list[Doc] = []
         if existing is not None:
             if named is None or existing["shipment_id"] != named["_id"]:
                 order_plan.moves_from = existing["shipment_id"]
             current = await storage.order_items.find({"order_id": existing["_id"]}).to_list()
+            order_plan.current = current
         _plan_items(order, prefix, current, order_plan, problems)
         plan.orders.append(order_plan)
     problems.raise_if_any()
     return plan
 
 
-async def _eligible_order(storage: Storage, scope: Doc, number: str) -> Doc | None:
-    """The most recently created order with this number whose shipment is eligible."""
+async def _eligible_order(
+    storage: Storage, scope: Doc, number: str, eligible_shipment: int | None
+) -> Doc | None:
+    """The most recently created order with this number whose shipment is eligible.
+    `eligible_shipment` is known eligible (the plan just found it so): when the most recent
+    order is on it, no shipment needs reading."""
     candidates = (
         await storage.orders.find({**scope, "number": number})
         .sort("created_seq", DESCENDING)
@@ -239,6 +255,8 @@ async def _eligible_order(storage: Storage, scope: Doc, number: str) -> Doc | No
     )
     if not candidates:
         return None
+    if eligible_shipment is not None and candidates[0]["shipment_id"] == eligible_shipment:
+        return candidates[0]
     shipment_ids = list({c["shipment_id"] for c in candidates})
     shipments = await storage.shipments.find({"_id": {"$in": shipment_ids}}).to_list()
     eligible = {s["_id"] for s in shipments if is_eligible(s)}
@@ -365,8 +383,9 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(8)}"
 
 
-async def _execute(storage: Storage, plan: _Plan) -> int:
-    """Write the plan; returns the shipment id. Entries are recorded as the writes happen."""
+async def _execute(storage: Storage, plan: _Plan) -> tuple[int, str]:
+    """Write the plan; returns the shipment's id and status. Entries are recorded as the writes
+    happen, and each order plan gets its id and resulting items."""
     now = plan.now
     scope = {"business": plan.business, "facility": plan.facility, "direction": plan.direction}
     shipment_ref = plan.shipment_number
@@ -393,9 +412,10 @@ async def _execute(storage: Storage, plan: _Plan) -> int:
             ChangeEntry(type="SHIPMENT", id=str(shipment_id), reference=shipment_ref)
         )
         shipment_changed = False
+        status = SHIPMENT_STATUS_NEW
     else:
         shipment_id = plan.shipment["_id"]
-        shipment_changed = await _update_shipment(storage, plan.shipment, plan, now)
+        shipment_changed, status = await _update_shipment(storage, plan.shipment, plan, now)
 
     item_created: list[ChangeEntry] = []
     item_updated: list[ChangeEntry] = []
@@ -404,6 +424,7 @@ async def _execute(storage: Storage, plan: _Plan) -> int:
     for order in plan.orders:
         if order.existing is None:
             order_id = _new_id("ord")
+            order.created_seq = await storage.next_id("orders")
             await storage.orders.insert_one(
                 {
                     "_id": order_id,
@@ -411,7 +432,7 @@ async def _execute(storage: Storage, plan: _Plan) -> int:
                     "number": order.number,
                     "shipment_id": shipment_id,
                     "status": ORDER_STATUS_NEW,
-                    "created_seq": await storage.next_id("orders"),
+                    "created_seq": order.created_seq,
                     "created_at": now,
                 }
             )
@@ -430,6 +451,7 @@ async def _execute(storage: Storage, plan: _Plan) -> int:
             if order.moves_from is not None or order.items_changed:
                 order_updated.append(ChangeEntry(type="ORDER", id=order_id, reference=order.number))
                 shipment_changed = True
+        order.order_id = order_id
         await _write_items(storage, plan, order, order_id, shipment_id, item_created, item_updated)
         if order.items_changed:
             shipment_changed = True
@@ -449,21 +471,27 @@ async def _execute(storage: Storage, plan: _Plan) -> int:
     plan.created.extend(item_created)
     plan.updated.extend(order_updated)
     plan.updated.extend(item_updated)
-    return shipment_id
+    return shipment_id, status
 
 
-async def _update_shipment(storage: Storage, shipment: Doc, plan: _Plan, now: datetime) -> bool:
-    """Apply the document's shipment fields; True when something changed."""
+async def _update_shipment(
+    storage: Storage, shipment: Doc, plan: _Plan, now: datetime
+) -> tuple[bool, str]:
+    """Apply the document's shipment fields; returns whether something changed and the
+    shipment's status after the update (read by the update itself)."""
     update: Doc = {}
     fields = {**(shipment.get("fields") or {}), **plan.shipment_fields}
     if fields != (shipment.get("fields") or {}):
         update["fields"] = fields
     if plan.dock is not None and plan.dock != shipment.get("dock"):
         update["dock"] = plan.dock
-    await storage.shipments.update_one(
-        {"_id": shipment["_id"]}, {"$set": {**update, "updated_at": now}}
+    after = await storage.shipments.find_one_and_update(
+        {"_id": shipment["_id"]},
+        {"$set": {**update, "updated_at": now}},
+        {"status": 1},
+        return_document=ReturnDocument.AFTER,
     )
-    return bool(update)
+    return bool(update), str((after or shipment)["status"])
 
 
 async def _write_items(
@@ -475,26 +503,24 @@ async def _write_items(
     created: list[ChangeEntry],
     updated: list[ChangeEntry],
 ) -> None:
+    # The plan read the order's items under its lock, and only intake writes items: what they
+    # are after these writes is known without reading them back.
+    items = {i["_id"]: i for i in order.current}
     if order.remove_ids:
-        removed = {
-            d["_id"]: d
-            for d in await storage.order_items.find({"_id": {"$in": order.remove_ids}}).to_list()
-        }
         await storage.order_items.delete_many({"_id": {"$in": order.remove_ids}})
         plan.removed.extend(
-            ChangeEntry(type="ORDER_ITEM", id=i, reference=_reference(removed.get(i)))
+            ChangeEntry(type="ORDER_ITEM", id=i, reference=_reference(items.pop(i, None)))
             for i in order.remove_ids
         )
     if order.updates:
         await storage.order_items.bulk_write(
             [UpdateOne({"_id": item_id}, {"$set": values}) for item_id, values in order.updates]
         )
-        ids = [item_id for item_id, _ in order.updates]
-        after = {
-            d["_id"]: d for d in await storage.order_items.find({"_id": {"$in": ids}}).to_list()
-        }
+        for item_id, values in order.updates:
+            items[item_id] = {**items[item_id], **values}
         updated.extend(
-            ChangeEntry(type="ORDER_ITEM", id=i, reference=_reference(after.get(i))) for i in ids
+            ChangeEntry(type="ORDER_ITEM", id=i, reference=_reference(items.get(i)))
+            for i, _ in order.updates
         )
     if order.inserts:
         docs = [
@@ -512,6 +538,8 @@ async def _write_items(
         created.extend(
             ChangeEntry(type="ORDER_ITEM", id=d["_id"], reference=d["reference"]) for d in docs
         )
+        items.update((d["_id"], d) for d in docs)
+    order.items_after = sorted(items.values(), key=_item_order)
 
 
 def _reference(item: Doc | None) -> str:
@@ -523,18 +551,32 @@ def _reference(item: Doc | None) -> str:
 # --- result --------------------------------------------------------------------------------
 
 
-async def _resulting_shipment(storage: Storage, shipment_id: int) -> ResponseShipment:
-    shipment = await storage.shipments.find_one({"_id": shipment_id})
-    assert shipment is not None
-    orders = (
-        await storage.orders.find({"shipment_id": shipment_id}).sort("created_seq", 1).to_list()
-    )
-    items_by_order: dict[str, list[Doc]] = {}
-    for item in await storage.order_items.find({"shipment_id": shipment_id}).to_list():
-        items_by_order.setdefault(item["order_id"], []).append(item)
+async def _resulting_shipment(
+    storage: Storage, plan: _Plan, shipment_id: int, status: str
+) -> ResponseShipment:
+    """The shipment after the document: its orders (read, unless every one was just created
+    on a new shipment: then they are the document's) with their items (the document's orders'
+    from the execution, any other order's read)."""
+    written = {o.order_id: o for o in plan.orders}
+    if plan.shipment is None and all(o.existing is None for o in plan.orders):
+        orders: list[Doc] = [
+            {"_id": o.order_id, "number": o.number, "status": ORDER_STATUS_NEW}
+            for o in sorted(plan.orders, key=lambda o: o.created_seq)
+        ]
+    else:
+        orders = (
+            await storage.orders.find({"shipment_id": shipment_id}, {"number": 1, "status": 1})
+            .sort("created_seq", 1)
+            .to_list()
+        )
+    items_by_order = {order_id: o.items_after for order_id, o in written.items()}
+    others = [o["_id"] for o in orders if o["_id"] not in written]
+    if others:
+        for item in await storage.order_items.find({"order_id": {"$in": others}}).to_list():
+            items_by_order.setdefault(item["order_id"], []).append(item)
     return ResponseShipment(
         id=shipment_id,
-        status=shipment["status"],
+        status=status,
         orders=[
             ResponseOrder(
                 order_number=o["number"],

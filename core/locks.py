@@ -1,9 +1,12 @@
 """Named mutual exclusion across tasks and processes: a lock document per key in `order_locks`.
 
 A lock is taken by inserting ``{_id: key}`` (the unique `_id` makes exactly one insert win) and
-released by deleting it. `expires_at` bounds how long a crashed holder blocks others: an expired
-lock is taken over (and the TTL index removes leftovers). Within one process an asyncio lock per
-key queues contenders first, so only one task per process polls the database.
+released by deleting it. All the keys of one `hold` are inserted with one ordered insert_many
+(it stops at the first key held elsewhere; the rest are then taken one by one, in order) and
+released with one delete_many: two commands for an uncontended request, whatever its keys.
+`expires_at` bounds how long a crashed holder blocks others: an expired lock is taken over (and
+the TTL index removes leftovers). Within one process an asyncio lock per key queues contenders
+first, so only one task per process polls the database.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from pymongo.errors import DuplicateKeyError
+from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from core.errors import Unavailable
 from core.storage import Storage
@@ -73,15 +76,44 @@ async def hold(
             raise Unavailable(BUSY) from None
         held: list[str] = []
         try:
-            for key in ordered:
+            held.extend(await _acquire_free(storage, ordered, owner, ttl_s))
+            for key in ordered[len(held) :]:
                 await _acquire(storage, key, owner, ttl_s, deadline)
                 held.append(key)
             yield
         finally:
-            for key in reversed(held):
-                # Shielded: a cancelled request still releases; if even this fails, the lock
-                # expires after ttl_s.
-                await asyncio.shield(storage.order_locks.delete_one({"_id": key, "owner": owner}))
+            if held:
+                # Shielded: a cancelled request still releases; if even this fails, the locks
+                # expire after ttl_s.
+                await asyncio.shield(
+                    storage.order_locks.delete_many({"_id": {"$in": held}, "owner": owner})
+                )
+
+
+def _lock_doc(key: str, owner: str, ttl_s: float, now: datetime) -> dict[str, object]:
+    return {
+        "_id": key,
+        "owner": owner,
+        "acquired_at": now,
+        "expires_at": now + timedelta(seconds=ttl_s),
+    }
+
+
+async def _acquire_free(storage: Storage, keys: list[str], owner: str, ttl_s: float) -> list[str]:
+    """Take `keys` in order with one ordered insert_many, up to the first one held elsewhere;
+    returns the keys taken (a prefix of `keys`)."""
+    now = datetime.now(UTC)
+    try:
+        await storage.order_locks.insert_many([_lock_doc(k, owner, ttl_s, now) for k in keys])
+    except BulkWriteError as exc:
+        return keys[: int(exc.details.get("nInserted", 0))]
+    except BaseException:
+        # Unknown how many were written (connection lost, cancelled): release what may be ours.
+        await asyncio.shield(
+            storage.order_locks.delete_many({"_id": {"$in": keys}, "owner": owner})
+        )
+        raise
+    return list(keys)
 
 
 async def _acquire(storage: Storage, key: str, owner: str, ttl_s: float, deadline: float) -> None:
@@ -89,15 +121,9 @@ async def _acquire(storage: Storage, key: str, owner: str, ttl_s: float, deadlin
     delay = POLL_MIN_S
     while True:
         now = datetime.now(UTC)
+        lock = _lock_doc(key, owner, ttl_s, now)
         try:
-            await storage.order_locks.insert_one(
-                {
-                    "_id": key,
-                    "owner": owner,
-                    "acquired_at": now,
-                    "expires_at": now + timedelta(seconds=ttl_s),
-                }
-            )
+            await storage.order_locks.insert_one(lock)
             return
         except DuplicateKeyError:
             pass

@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 
 from core import intake
 from core.access import Principal
-from core.documents import parse_document
+from core.documents import ResponseItem, ResponseOrder, ResponseShipment, parse_document
 from core.errors import DockflowError
 from core.services import Services
 from core.shipments import is_eligible
+from core.storage import Storage
 from tests.factories import Tenant
 
 Pair = tuple[str, str]
@@ -156,6 +157,36 @@ def test_any_sequence_of_documents_matches_the_model(
     session_loop.run_until_complete(check_sequence(services, tenant, sequence))
 
 
+async def stored_shipment(storage: Storage, shipment_id: int) -> ResponseShipment:
+    """The shipment, its orders and their items as stored, in the response's shape."""
+    shipment = await storage.shipments.find_one({"_id": shipment_id})
+    assert shipment is not None
+    orders = (
+        await storage.orders.find({"shipment_id": shipment_id}).sort("created_seq", 1).to_list()
+    )
+    return ResponseShipment(
+        id=shipment_id,
+        status=shipment["status"],
+        orders=[
+            ResponseOrder(
+                order_number=o["number"],
+                status=o["status"],
+                items=[
+                    ResponseItem(
+                        lpn=i["lpn"],
+                        sku=i["sku"],
+                        quantity=i["quantity"],
+                        quantity_unit=i["quantity_unit"],
+                        id=i["_id"],
+                    )
+                    for i in await intake.order_items(storage, o["_id"])
+                ],
+            )
+            for o in orders
+        ],
+    )
+
+
 async def check_sequence(
     services: Services, tenant: Tenant, sequence: list[dict[str, Any]]
 ) -> None:
@@ -171,11 +202,16 @@ async def check_sequence(
             parsed = parse_document(
                 {"business": "acme", "facility": "dc1", "direction": "OUTBOUND", **document}
             )
-            await intake.apply_document(storage, principal, parsed)
+            result = await intake.apply_document(storage, principal, parsed)
             accepted = True
         except DockflowError:
             accepted = False
         assert accepted == (expected is not None), document
+        if accepted:
+            # The response is built from the writes (not read back): it must equal the state.
+            assert result.response.shipment == await stored_shipment(storage, result.shipment_id), (
+                document
+            )
         if expected is not None:
             model[document["orderNumber"]] = expected
 

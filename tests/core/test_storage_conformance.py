@@ -579,3 +579,40 @@ async def test_bulk_update_one_unordered_only_where_the_claim_holds(storage: Sto
         for d in await storage.webhook_endpoints.find().to_list()
     }
     assert clocks == {"e1": None, "e2": None, "e3": 7}
+
+
+async def test_ordered_insert_many_stops_at_the_first_duplicate_and_counts_the_rest(
+    storage: Storage,
+):
+    # core/locks.py: every key of a request in one ordered insert_many; the keys before the
+    # first one held elsewhere are taken, the rest not; released with one delete_many.
+    await storage.order_locks.insert_one({"_id": "k2", "owner": "other"})
+    with pytest.raises(BulkWriteError) as info:
+        await storage.order_locks.insert_many(
+            [{"_id": k, "owner": "me"} for k in ("k1", "k2", "k3")]
+        )
+    assert info.value.details["nInserted"] == 1
+    assert [e["index"] for e in info.value.details["writeErrors"]] == [1]
+    assert [e["code"] for e in info.value.details["writeErrors"]] == [11000]
+    assert sorted(d["_id"] for d in await storage.order_locks.find().to_list()) == ["k1", "k2"]
+    released = await storage.order_locks.delete_many(
+        {"_id": {"$in": ["k1", "k2", "k3"]}, "owner": "me"}
+    )
+    assert released.deleted_count == 1
+    assert [d["_id"] for d in await storage.order_locks.find().to_list()] == ["k2"]
+
+
+async def test_find_one_and_update_returns_the_projected_document_after(storage: Storage):
+    # core/intake.py: the shipment update answers the shipment's status after it.
+    await storage.shipments.insert_one({"_id": 7, "status": "LOADING", "fields": {"a": 1}})
+    at = datetime(2026, 5, 1, 12, 0, 0, 125000, tzinfo=UTC)
+    after = await storage.shipments.find_one_and_update(
+        {"_id": 7},
+        {"$set": {"fields": {"a": 2}, "updated_at": at}},
+        {"status": 1},
+        return_document=ReturnDocument.AFTER,
+    )
+    assert after == {"_id": 7, "status": "LOADING"}
+    stored = await storage.shipments.find_one({"_id": 7})
+    assert stored is not None
+    assert (stored["fields"], stored["updated_at"]) == ({"a": 2}, at)

@@ -110,6 +110,36 @@ async def test_an_expired_lock_of_a_crashed_holder_is_taken_over(services: Servi
         assert holder["owner"] != "crashed"
 
 
+async def test_several_keys_wait_for_the_one_held_elsewhere_and_release_together(
+    services: Services,
+):
+    # The keys of one request go in with one ordered insert: those before a key held by another
+    # process are taken at once (and stay held while it waits), the rest after it is released.
+    storage = services.storage
+    now = datetime.now(UTC)
+    await storage.order_locks.insert_one(
+        {"_id": "k2", "owner": "other", "acquired_at": now, "expires_at": now + timedelta(1)}
+    )
+    with pytest.raises(Unavailable):
+        async with locks.hold(storage, ["k3", "k2", "k1"], wait_s=0.2):
+            pass
+    assert [d["_id"] for d in await storage.order_locks.find().to_list()] == ["k2"]
+
+    async def hold_all() -> list[str]:
+        async with locks.hold(storage, ["k3", "k2", "k1"], wait_s=10):
+            owners = {d["_id"]: d["owner"] for d in await storage.order_locks.find().to_list()}
+            return sorted(k for k, owner in owners.items() if owner != "other")
+
+    holder = asyncio.create_task(hold_all())
+    while await storage.order_locks.count_documents({"_id": "k1"}) == 0:
+        await asyncio.sleep(0.01)
+    assert not holder.done()  # k1 is taken, k2 still held by the other process
+    assert await storage.order_locks.count_documents({"_id": "k3"}) == 0
+    await storage.order_locks.delete_one({"_id": "k2", "owner": "other"})
+    assert await holder == ["k1", "k2", "k3"]
+    assert await storage.order_locks.count_documents({}) == 0
+
+
 # --- Idempotency-Key ----------------------------------------------------------------------
 
 
