@@ -245,7 +245,10 @@ class FeedHub:
         self._historic: set[int] = set()  # committed before start: released to nobody
         self._gaps: dict[int, float] = {}  # missing id -> monotonic time first noticed
         self._abandoned: dict[int, float] = {}  # id -> monotonic time given up on
-        self._subscribers: dict[str, set[Subscriber]] = {}
+        self._subscribers: set[Subscriber] = set()
+        # Subscribers by (business, facility), None for every facility: a message is offered
+        # only to those it may match, not to every subscriber of the process.
+        self._routes: dict[tuple[str, str | None], set[Subscriber]] = {}
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
         self._wake = asyncio.Event()
@@ -279,9 +282,8 @@ class FeedHub:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for subscribers in list(self._subscribers.values()):
-            for subscriber in list(subscribers):
-                subscriber.fail(FeedStopped("the server is shutting down; reconnect"))
+        for subscriber in list(self._subscribers):
+            subscriber.fail(FeedStopped("the server is shutting down; reconnect"))
 
     def nudge(self) -> None:
         """Poll now instead of at the next interval (after a local write, in tests)."""
@@ -414,9 +416,11 @@ class FeedHub:
             del self._abandoned[message_id]
 
     def _fan_out(self, message: Doc) -> None:
-        for subscriber in list(self._subscribers.get(message["business"], ())):
-            if subscriber.selector.matches(message):
-                subscriber.offer(message)
+        business = message["business"]
+        for route in ((business, None), (business, message["facility"])):
+            for subscriber in list(self._routes.get(route, ())):
+                if subscriber.selector.matches(message):
+                    subscriber.offer(message)
 
     def add(
         self, selector: FeedFilter, on_fail: Callable[[DockflowError], None] | None = None
@@ -425,19 +429,23 @@ class FeedHub:
         if self._stopped:
             raise FeedStopped("the server is shutting down; reconnect")
         subscriber = Subscriber(self, selector, self.watermark, self.buffer_limit, on_fail)
-        self._subscribers.setdefault(selector.business, set()).add(subscriber)
+        self._subscribers.add(subscriber)
+        for route in _routes(selector):
+            self._routes.setdefault(route, set()).add(subscriber)
         return subscriber
 
     def remove(self, subscriber: Subscriber) -> None:
-        subscribers = self._subscribers.get(subscriber.selector.business)
-        if subscribers is not None:
-            subscribers.discard(subscriber)
-            if not subscribers:
-                del self._subscribers[subscriber.selector.business]
+        self._subscribers.discard(subscriber)
+        for route in _routes(subscriber.selector):
+            subscribers = self._routes.get(route)
+            if subscribers is not None:
+                subscribers.discard(subscriber)
+                if not subscribers:
+                    del self._routes[route]
 
     @property
     def subscriber_count(self) -> int:
-        return sum(len(s) for s in self._subscribers.values())
+        return len(self._subscribers)
 
     async def subscribe(
         self,
@@ -504,6 +512,12 @@ class FeedHub:
             if len(page) < REPLAY_PAGE:
                 return
             cursor_id = int(page[-1]["_id"])
+
+
+def _routes(selector: FeedFilter) -> list[tuple[str, str | None]]:
+    if selector.facilities is None:
+        return [(selector.business, None)]
+    return [(selector.business, facility) for facility in selector.facilities]
 
 
 def message_view(doc: Doc) -> dict[str, Any]:

@@ -205,3 +205,37 @@ async def test_hub_stop_is_idempotent_and_ends_subscribers(
 
     with pytest.raises(Exception, match="shutting down"):
         await asyncio.wait_for(pending, 5)
+
+
+async def test_each_subscriber_gets_its_businesss_and_facilities_messages_once(
+    storage: Storage, hub_factory: Callable[..., Any]
+):
+    # Given subscribers routed by business and facility (one of several facilities too)
+    hub = await hub_factory(feed_poll_interval_s=0.05)
+    selectors = {
+        "all": feed_filter("acme", None),
+        "dc1": feed_filter("acme", "dc1"),
+        "dc1+dc2": feed_filter("acme", None, allowed=["dc1", "dc2"]),
+        "other": feed_filter("globex", None),
+    }
+    streams = {name: hub.subscribe(selector) for name, selector in selectors.items()}
+    pending = {name: asyncio.ensure_future(take(s, 1)) for name, s in streams.items()}
+    async with asyncio.timeout(10):
+        while hub.subscriber_count < len(selectors):
+            await asyncio.sleep(0.01)
+
+    # When messages for three facilities and another business are written
+    written = await append_messages(
+        storage,
+        [message("dc1"), message("dc2"), message("dc3"), message("hub", business="globex")],
+    )
+    dc1, dc2, dc3, globex = written.ids
+
+    # Then each got exactly its own, in id order, and nothing twice
+    firsts = {name: await asyncio.wait_for(task, 10) for name, task in pending.items()}
+    rest = {"all": await take(streams["all"], 2), "dc1+dc2": await take(streams["dc1+dc2"], 1)}
+    assert firsts == {"all": [dc1], "dc1": [dc1], "dc1+dc2": [dc1], "other": [globex]}
+    assert rest == {"all": [dc2, dc3], "dc1+dc2": [dc2]}
+    for stream in streams.values():
+        await stream.aclose()
+    assert hub.subscriber_count == 0
