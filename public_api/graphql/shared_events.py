@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from graphql import ExecutionResult
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
@@ -96,28 +96,42 @@ class SharedEventExecutionContext(StrawberryGraphQLCoreExecutionContext):
     shared_results: ClassVar[SharedResults]
     _shared_operation_key: Hashable | None = None
     _shared_operation_key_known = False
+    _shared_event_key: Hashable | None = None  # set on a per-event executor that may share
 
     def build_per_event_executor(self, payload: Any) -> Any:
         if not self._shared_operation_key_known:
             # Once per subscription: the per-event executors are copies of this one.
             self._shared_operation_key = _operation_key(self)
             self._shared_operation_key_known = True
-        return super().build_per_event_executor(payload)
+        event_key = getattr(payload, "shared_event_key", None)
+        if event_key is None or self._shared_operation_key is None:
+            return super().build_per_event_executor(payload)
+        key = (event_key(), self._shared_operation_key)
+        found = self.shared_results.get(key)
+        if found is not None:
+            return _ExecutedEvent(found)  # no per-event copy of the executor either
+        executor = cast(SharedEventExecutionContext, super().build_per_event_executor(payload))
+        executor._shared_event_key = key
+        return executor
 
     def execute_operation(self, serially: bool | None = None) -> Any:
-        event_key = getattr(self.root_value, "shared_event_key", None)
-        operation_key = self._shared_operation_key
-        if event_key is None or operation_key is None:
-            return super().execute_operation(serially)
-        key = (event_key(), operation_key)
-        cache = self.shared_results
-        found = cache.get(key)
-        if found is not None:
-            return found
+        key = self._shared_event_key
         result = super().execute_operation(serially)
-        if not isinstance(result, ExecutionResult):
+        if key is None or not isinstance(result, ExecutionResult):
             return result  # awaitable: not shared, another subscriber would execute it meanwhile
-        return cache.put(key, result)
+        return self.shared_results.put(key, result)
+
+
+class _ExecutedEvent:
+    """Stands in for a per-event executor whose result is already known."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: ExecutionResult) -> None:
+        self.result = result
+
+    def execute_operation(self, serially: bool | None = None) -> ExecutionResult:
+        return self.result
 
 
 def shared_execution_context_class() -> type[SharedEventExecutionContext]:
