@@ -258,7 +258,7 @@ class WebhookWorker:
                 if same == busy and time.monotonic() < until:
                     return
             free = self.settings.webhook_max_in_flight - len(self._tasks)
-            claims, more = await deliveries.claim_pending(
+            batch = await deliveries.claim_pending(
                 self.storage,
                 self.worker_id,
                 self.settings.webhook_lease_s,
@@ -266,17 +266,16 @@ class WebhookWorker:
                 room=self._room,
                 exclude_endpoints=busy,
             )
-            if not claims:
+            if not batch.claims:
                 if busy:
                     interval = self.settings.webhook_poll_interval_s
                     self._nothing_beside = (busy, time.monotonic() + interval)
-                if not more:
+                if not batch.more:
                     return
                 continue
-            messages = await deliveries.load_messages(self.storage, [c.message_id for c in claims])
-            for claim in claims:
-                self._spawn(claim, messages.get(claim.message_id))
-            if not more:
+            for claim in batch.claims:
+                self._spawn(claim, batch.messages.get(claim.message_id))
+            if not batch.more:
                 return
 
     def _room(self, endpoint_id: str) -> int:
