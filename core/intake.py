@@ -13,6 +13,7 @@ the order's lock, so the items of the document's orders are known without readin
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -210,8 +211,18 @@ async def _plan(
         "facility": document.facility,
         "direction": document.direction,
     }
-    named = await storage.shipments.find_one(
+    # The named shipment and every order's candidates are independent reads: sent together.
+    named_read = storage.shipments.find_one(
         {**scope, "number": document.shipment_reference, **ELIGIBLE}, sort=[("_id", DESCENDING)]
+    )
+    named, candidates = await asyncio.gather(
+        named_read,
+        asyncio.gather(*(_orders_numbered(storage, scope, o.order_number) for o in orders)),
+    )
+    named_id = None if named is None else named["_id"]
+    found = [await _eligible_order(storage, c, named_id) for c in candidates]
+    items = await asyncio.gather(
+        *(_items_of(storage, None if e is None else e["_id"]) for e in found)
     )
     plan = _Plan(
         business=document.business,
@@ -225,34 +236,37 @@ async def _plan(
         now=datetime.now(UTC),
     )
     problems = _Problems()
-    for prefix, order in zip(paths, orders, strict=True):
-        existing = await _eligible_order(
-            storage, scope, order.order_number, None if named is None else named["_id"]
-        )
-        order_plan = _OrderPlan(number=order.order_number, existing=existing)
-        current: list[Doc] = []
-        if existing is not None:
-            if named is None or existing["shipment_id"] != named["_id"]:
-                order_plan.moves_from = existing["shipment_id"]
-            current = await storage.order_items.find({"order_id": existing["_id"]}).to_list()
-            order_plan.current = current
+    for prefix, order, existing, current in zip(paths, orders, found, items, strict=True):
+        order_plan = _OrderPlan(number=order.order_number, existing=existing, current=current)
+        if existing is not None and existing["shipment_id"] != named_id:
+            order_plan.moves_from = existing["shipment_id"]
         _plan_items(order, prefix, current, order_plan, problems)
         plan.orders.append(order_plan)
     problems.raise_if_any()
     return plan
 
 
-async def _eligible_order(
-    storage: Storage, scope: Doc, number: str, eligible_shipment: int | None
-) -> Doc | None:
-    """The most recently created order with this number whose shipment is eligible.
-    `eligible_shipment` is known eligible (the plan just found it so): when the most recent
-    order is on it, no shipment needs reading."""
-    candidates = (
+async def _orders_numbered(storage: Storage, scope: Doc, number: str) -> list[Doc]:
+    """The orders with this number, most recently created first."""
+    return (
         await storage.orders.find({**scope, "number": number})
         .sort("created_seq", DESCENDING)
         .to_list()
     )
+
+
+async def _items_of(storage: Storage, order_id: str | None) -> list[Doc]:
+    if order_id is None:
+        return []
+    return await storage.order_items.find({"order_id": order_id}).to_list()
+
+
+async def _eligible_order(
+    storage: Storage, candidates: list[Doc], eligible_shipment: int | None
+) -> Doc | None:
+    """The most recently created of `candidates` (orders with one number, newest first) whose
+    shipment is eligible. `eligible_shipment` is known eligible (the plan just found it so):
+    when the most recent order is on it, no shipment needs reading."""
     if not candidates:
         return None
     if eligible_shipment is not None and candidates[0]["shipment_id"] == eligible_shipment:
