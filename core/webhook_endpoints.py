@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 from core.crypto import SecretBox, new_signing_secret
@@ -67,20 +67,29 @@ def endpoint_from_doc(doc: Doc) -> WebhookEndpoint:
     )
 
 
-def _endpoint_fields(
-    box: SecretBox,
-    base_url: str,
-    *,
-    facility: str | None,
-    events: tuple[str, ...],
-    auth_kind: AuthKind,
-    username: str,
-    password: str,
-    login_url: str,
-    token_field: str,
-    header_format: str,
-) -> Doc:
+class EndpointOptions(TypedDict, total=False):
+    """What an operator configures on an endpoint besides its URL (defaults in parentheses)."""
+
+    facility: str | None  # (None: every facility of the business)
+    events: tuple[str, ...]  # (EVENTS)
+    auth_kind: AuthKind  # ("none")
+    username: str
+    password: str
+    login_url: str
+    token_field: str  # ("access_token")
+    header_format: str  # ("Bearer {token}")
+
+
+def _endpoint_fields(box: SecretBox, base_url: str, options: EndpointOptions) -> Doc:
     """The validated, configurable fields of an endpoint (what create and update write)."""
+    facility = options.get("facility")
+    events = options.get("events", EVENTS)
+    auth_kind = options.get("auth_kind", "none")
+    username = options.get("username", "")
+    password = options.get("password", "")
+    login_url = options.get("login_url", "")
+    token_field = options.get("token_field", "access_token")
+    header_format = options.get("header_format", "Bearer {token}")
     parts = urlsplit(base_url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValidationFailed("the webhook URL must be an absolute http(s) URL")
@@ -115,32 +124,14 @@ async def create_endpoint(
     box: SecretBox,
     business: str,
     base_url: str,
-    *,
-    facility: str | None = None,
-    events: tuple[str, ...] = EVENTS,
-    auth_kind: AuthKind = "none",
-    username: str = "",
-    password: str = "",
-    login_url: str = "",
-    token_field: str = "access_token",  # noqa: S107 - a JSON field name
-    header_format: str = "Bearer {token}",
+    **options: Unpack[EndpointOptions],
 ) -> Created:
     """A new endpoint; `Created.secret` is its signing secret (``whsec_…``), shown once."""
     await get_business(storage, business)
+    facility = options.get("facility")
     if facility is not None:
         await get_facility(storage, business, facility)
-    fields = _endpoint_fields(
-        box,
-        base_url,
-        facility=facility,
-        events=events,
-        auth_kind=auth_kind,
-        username=username,
-        password=password,
-        login_url=login_url,
-        token_field=token_field,
-        header_format=header_format,
-    )
+    fields = _endpoint_fields(box, base_url, options)
     signing_secret = new_signing_secret()
     doc: Doc = {
         "_id": f"whe_{secrets.token_hex(6)}",
@@ -160,32 +151,14 @@ async def update_endpoint(
     box: SecretBox,
     endpoint_id: str,
     base_url: str,
-    *,
-    facility: str | None = None,
-    events: tuple[str, ...] = EVENTS,
-    auth_kind: AuthKind = "none",
-    username: str = "",
-    password: str = "",
-    login_url: str = "",
-    token_field: str = "access_token",  # noqa: S107 - a JSON field name
-    header_format: str = "Bearer {token}",
+    **options: Unpack[EndpointOptions],
 ) -> WebhookEndpoint:
     """Reconfigure an endpoint; its id, signing secrets and enabled state are kept."""
     endpoint = await get_endpoint(storage, endpoint_id)
+    facility = options.get("facility")
     if facility is not None:
         await get_facility(storage, endpoint.business, facility)
-    fields = _endpoint_fields(
-        box,
-        base_url,
-        facility=facility,
-        events=events,
-        auth_kind=auth_kind,
-        username=username,
-        password=password,
-        login_url=login_url,
-        token_field=token_field,
-        header_format=header_format,
-    )
+    fields = _endpoint_fields(box, base_url, options)
     await storage.webhook_endpoints.update_one({"_id": endpoint_id}, {"$set": fields})
     return await get_endpoint(storage, endpoint_id)
 
