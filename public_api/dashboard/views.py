@@ -27,6 +27,7 @@ from aiohttp import web
 from core import completion, dashboard_queries, deliveries, shipment_documents, shipment_queries
 from core.dashboard_queries import ShipmentFilter
 from core.errors import DockflowError, NotFound, RateLimited
+from core.operator_sessions import Session, SessionStore
 from core.services import Services
 from core.tenancy import Operator
 from public_api.dashboard import formatting
@@ -34,8 +35,6 @@ from public_api.dashboard.session import (
     CSRF_FIELD,
     LOGIN_CSRF_COOKIE,
     SESSION_COOKIE,
-    Session,
-    SessionStore,
     csrf_matches,
     set_cookie,
 )
