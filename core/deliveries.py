@@ -35,9 +35,10 @@ DEAD = "DEAD"
 DISABLED = "DISABLED"
 STATUSES = (PENDING, DELIVERING, FAILED, SUCCEEDED, DEAD, DISABLED)
 
-# PENDING deliveries are due at once. FAILED ones are due at `due_ms`; so are DELIVERING ones,
-# whose `due_ms` is their lease's end: a worker that died is replaced then. (Two simple claim
-# queries rather than one with $or: the embedded server runs $or/$exists as a full scan.)
+# PENDING deliveries are due at once. FAILED ones are due at `next_attempt_at`; so are
+# DELIVERING ones, whose `next_attempt_at` is their lease's end: a worker that died is replaced
+# then. (Two simple claim queries rather than one with $or: the embedded server runs $or/$exists
+# as a full scan.)
 _CLAIMABLE = [PENDING, FAILED, DELIVERING]
 _RETRYABLE = [FAILED, DELIVERING]
 _WAITING = [PENDING, FAILED]
@@ -88,14 +89,9 @@ class Claim:
     created_at: datetime
 
 
-def epoch_ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
-
-
 def _schedule(moment: datetime | None) -> Doc:
-    """When the delivery is next due. `due_ms` (epoch milliseconds) is what claims compare: a
-    plain number behaves alike on every backend; `next_attempt_at` is for people reading it."""
-    return {"next_attempt_at": moment, "due_ms": None if moment is None else epoch_ms(moment)}
+    """When the delivery is next due: what retry claims compare."""
+    return {"next_attempt_at": moment}
 
 
 def max_attempts(settings: Settings) -> int:
@@ -140,7 +136,7 @@ async def claim_due(
     owner = new_lease_owner(worker_id)
     lease_until = now + timedelta(seconds=lease_s)
     query: Doc = (
-        {"status": {"$in": _RETRYABLE}, "due_ms": {"$lte": epoch_ms(now)}}
+        {"status": {"$in": _RETRYABLE}, "next_attempt_at": {"$lte": now}}
         if retries
         else {"status": PENDING}
     )
@@ -441,8 +437,8 @@ async def record_successes(storage: Storage, done: Iterable[tuple[Claim, Attempt
             ordered=False,
         ),
         storage.webhook_endpoints.update_many(
-            {"_id": {"$in": endpoint_ids}, "failing_since_ms": {"$exists": True, "$ne": None}},
-            {"$set": {"failing_since_ms": None}},
+            {"_id": {"$in": endpoint_ids}, "failing_since": {"$exists": True, "$ne": None}},
+            {"$set": {"failing_since": None}},
         ),
     )
     for claim, result in done:
@@ -455,17 +451,16 @@ async def _note_failure(
     """Start the endpoint's failure clock if it is not running; disable the endpoint once it
     has run for `webhook_disable_after_s`. Returns whether the endpoint is still enabled."""
     await storage.webhook_endpoints.update_one(
-        {"_id": endpoint_id, "failing_since_ms": None},
-        {"$set": {"failing_since_ms": epoch_ms(at)}},
+        {"_id": endpoint_id, "failing_since": None},
+        {"$set": {"failing_since": at}},
     )
     doc = await storage.webhook_endpoints.find_one(
-        {"_id": endpoint_id}, {"enabled": 1, "failing_since_ms": 1}
+        {"_id": endpoint_id}, {"enabled": 1, "failing_since": 1}
     )
     if doc is None or not doc.get("enabled", True):
         return False
-    since_ms = doc.get("failing_since_ms")
-    if since_ms is not None and epoch_ms(at) - since_ms >= settings.webhook_disable_after_s * 1000:
-        since = datetime.fromtimestamp(since_ms / 1000, UTC)
+    since = doc.get("failing_since")
+    if since is not None and (at - since).total_seconds() >= settings.webhook_disable_after_s:
         await disable_endpoint(
             storage,
             endpoint_id,
@@ -477,7 +472,7 @@ async def _note_failure(
 
 async def release(storage: Storage, claim: Claim, delay_s: float = 0.0, error: str = "") -> None:
     """Give a claim back without counting an attempt (worker stopping, message not visible)."""
-    # PENDING means "due now"; a delayed hand-back waits as FAILED until `due_ms`.
+    # PENDING means "due now"; a delayed hand-back waits as FAILED until `next_attempt_at`.
     fields: Doc = {
         "status": FAILED if claim.attempts or delay_s > 0 else PENDING,
         **_schedule(datetime.now(UTC) + timedelta(seconds=delay_s)),
@@ -542,7 +537,7 @@ async def enable_endpoint(storage: Storage, endpoint_id: str) -> int:
     the pushMessages query)."""
     result = await storage.webhook_endpoints.update_one(
         {"_id": endpoint_id},
-        {"$set": {"enabled": True, "disabled_reason": "", "failing_since_ms": None}},
+        {"$set": {"enabled": True, "disabled_reason": "", "failing_since": None}},
     )
     if result.matched_count == 0:
         raise NotFound(f"webhook endpoint {endpoint_id!r} not found")

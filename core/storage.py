@@ -91,7 +91,7 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("status", ASCENDING), ("next_attempt_at", ASCENDING)]),
         # claims: due deliveries by status, in message id order (core/deliveries.py)
         IndexModel([("status", ASCENDING), ("message_id", ASCENDING)]),
-        IndexModel([("status", ASCENDING), ("due_ms", ASCENDING)]),
+        IndexModel([("status", ASCENDING), ("next_attempt_at", ASCENDING)]),
         IndexModel([("endpoint_id", ASCENDING), ("status", ASCENDING)]),
         IndexModel([("message_id", ASCENDING)]),
     ],

@@ -155,8 +155,8 @@ async def test_exists_and_or(storage: Storage):
 
 
 async def test_claim_with_or_exists_nin_returns_the_document_before_the_update(storage: Storage):
-    # core/deliveries.py: claim the next due delivery (no `due_ms` yet, or due), lowest message
-    # id first, skipping endpoints the worker has no room for.
+    # A claim of the next due delivery, lowest message id first, skipping endpoints the
+    # worker has no room for ($or/$exists/$nin with find-and-modify returning the old document).
     await storage.webhook_deliveries.insert_many(
         [
             {"_id": "a", "endpoint_id": "e1", "status": "PENDING", "message_id": 1},
@@ -186,7 +186,7 @@ async def test_claim_with_or_exists_nin_returns_the_document_before_the_update(s
 
 
 async def test_numbers_set_by_update_compare_as_numbers(storage: Storage):
-    # core/deliveries.py: `due_ms` and `failing_since_ms` are epoch milliseconds set by updates.
+    # Numbers written by updates ($set, as $inc does for counters) compare as numbers.
     await storage.webhook_deliveries.insert_one({"_id": "a", "due_ms": None})
     await storage.webhook_deliveries.update_one({"_id": "a"}, {"$set": {"due_ms": 1_700_000}})
     assert await storage.webhook_deliveries.count_documents({"due_ms": {"$lte": 1_700_000}}) == 1
@@ -198,23 +198,23 @@ async def test_null_matches_a_missing_field_and_ne_null_does_not(storage: Storag
     # (the embedded server matches a missing field with a bare $ne null; add $exists)
     await storage.webhook_endpoints.insert_one({"_id": "e"})
     unset = await storage.webhook_endpoints.update_one(
-        {"_id": "e", "failing_since_ms": {"$exists": True, "$ne": None}},
-        {"$set": {"failing_since_ms": None}},
+        {"_id": "e", "failing_since": {"$exists": True, "$ne": None}},
+        {"$set": {"failing_since": None}},
     )
     started = await storage.webhook_endpoints.update_one(
-        {"_id": "e", "failing_since_ms": None}, {"$set": {"failing_since_ms": 1}}
+        {"_id": "e", "failing_since": None}, {"$set": {"failing_since": 1}}
     )
     again = await storage.webhook_endpoints.update_one(
-        {"_id": "e", "failing_since_ms": None}, {"$set": {"failing_since_ms": 1}}
+        {"_id": "e", "failing_since": None}, {"$set": {"failing_since": 1}}
     )
     assert (unset.matched_count, started.modified_count, again.matched_count) == (0, 1, 0)
     running = await storage.webhook_endpoints.update_one(
-        {"_id": "e", "failing_since_ms": {"$exists": True, "$ne": None}},
-        {"$set": {"failing_since_ms": None}},
+        {"_id": "e", "failing_since": {"$exists": True, "$ne": None}},
+        {"$set": {"failing_since": None}},
     )
     stopped = await storage.webhook_endpoints.update_one(
-        {"_id": "e", "failing_since_ms": {"$exists": True, "$ne": None}},
-        {"$set": {"failing_since_ms": None}},
+        {"_id": "e", "failing_since": {"$exists": True, "$ne": None}},
+        {"$set": {"failing_since": None}},
     )
     assert (running.modified_count, stopped.matched_count) == (1, 0)
 
@@ -567,16 +567,15 @@ async def test_bulk_update_one_unordered_only_where_the_claim_holds(storage: Sto
     assert docs["a"]["delivered_at"] == at
     assert docs["b"]["lease_owner"] == "other"
     await storage.webhook_endpoints.insert_many(
-        [{"_id": "e1", "failing_since_ms": 5}, {"_id": "e2"}, {"_id": "e3", "failing_since_ms": 7}]
+        [{"_id": "e1", "failing_since": 5}, {"_id": "e2"}, {"_id": "e3", "failing_since": 7}]
     )
     stopped = await storage.webhook_endpoints.update_many(
-        {"_id": {"$in": ["e1", "e2"]}, "failing_since_ms": {"$exists": True, "$ne": None}},
-        {"$set": {"failing_since_ms": None}},
+        {"_id": {"$in": ["e1", "e2"]}, "failing_since": {"$exists": True, "$ne": None}},
+        {"$set": {"failing_since": None}},
     )
     assert stopped.modified_count == 1
     clocks = {
-        d["_id"]: d.get("failing_since_ms")
-        for d in await storage.webhook_endpoints.find().to_list()
+        d["_id"]: d.get("failing_since") for d in await storage.webhook_endpoints.find().to_list()
     }
     assert clocks == {"e1": None, "e2": None, "e3": 7}
 
