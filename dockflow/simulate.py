@@ -138,15 +138,23 @@ async def _stream(
     report: SimulateReport,
     progress: _Progress,
 ) -> None:
+    call: Any = None
+
     async def requests() -> AsyncIterator[edge_pb2.PalletReading]:
+        # Write only once the edge has accepted the stream: a grpc.aio client whose write fails
+        # on a refused stream reports INTERNAL instead of the edge's status (grpc/grpc#36066).
+        await call.initial_metadata()
+        if call.done():
+            return
         for reading in readings:
             reading.occurred_at.CopyFrom(_now())
             yield reading
             if interval_s:
                 await asyncio.sleep(interval_s)
 
+    call = stub.StreamReadings(requests(), metadata=metadata)
     try:
-        async for ack in stub.StreamReadings(requests(), metadata=metadata):
+        async for ack in call:
             report.acks[STATUS_NAMES.get(ack.status, "UNKNOWN")] += 1
             progress.step()
     except grpc.aio.AioRpcError as error:

@@ -57,6 +57,9 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[edge_pb2.ReadingAck]:
         camera = await camera_for(context, self.services.storage)
+        # Accepted: say so at once. A client may wait for this before writing, so that a refused
+        # stream's status is not lost to a failed write (grpc.aio client, grpc/grpc#36066).
+        await context.send_initial_metadata(())
         tickets: asyncio.Queue[Ticket[Item, ReadingResult] | None] = asyncio.Queue()
         # Acks not yet written: the reader stops at this many, so a camera that does not read
         # its acks stops being read too.
