@@ -187,7 +187,12 @@ async def simulate(options: SimulateOptions, out: TextIO | None = None) -> Simul
     readings = build_readings(options)
     metadata = (("authorization", f"Bearer {options.camera_token}"),)
     report = SimulateReport()
-    rounds = [readings, readings] if options.resend else [readings]
+    # Pallets move first; the reversed moves (unload pairs) only once every first move is acked,
+    # as at a real dock: spread over concurrent streams, a pair's second half could otherwise
+    # be read before its first.
+    reversals = min(options.unload_pairs, options.pallets)
+    phases = [readings[: len(readings) - reversals], readings[len(readings) - reversals :]]
+    rounds = [phase for phase in phases if phase] * (2 if options.resend else 1)
     progress = _Progress(sum(len(r) for r in rounds), out if options.progress else None)
     streams = max(1, options.streams)
     interval_s = streams / options.rate if options.rate > 0 else 0.0
