@@ -134,10 +134,9 @@ async def update_with_history(
 
     `condition` is an extra filter the shipment must still match (e.g. ``{"arrived_at": None}``
     for a first arrival): when it stops matching, nothing is written and None is returned.
-    The write is a whole-document replace under a compare-and-set on the history length and
-    `updated_at` — a concurrent writer makes this one read again and retry — because the
-    embedded server stores a top-level datetime written by ``$set`` as a string.
-    Returns the shipment as written.
+    The write sets the whole history array (no portable `$push` of sub-documents) under a
+    compare-and-set on the history length and `updated_at`: a concurrent writer makes this one
+    read again and retry. Returns the shipment as written.
     """
     for _ in range(_CAS_ATTEMPTS):
         if shipment is None:
@@ -148,25 +147,24 @@ async def update_with_history(
                 return None
         history = list(shipment.get("history") or [])
         entry_status = status or shipment.get("status") or "NEW"
-        written: Doc = {
-            **shipment,
+        changes: Doc = {
             **(fields or {}),
             "history": [*history, history_entry(entry_status, at, source)],
             "updated_at": at,
         }
         if status is not None:
-            written["status"] = status
-        result = await storage.shipments.replace_one(
+            changes["status"] = status
+        result = await storage.shipments.update_one(
             {
                 "_id": shipment_id,
                 "history": {"$size": len(history)},
                 "updated_at": shipment.get("updated_at"),
                 **(condition or {}),
             },
-            {k: v for k, v in written.items() if k != "_id"},
+            {"$set": changes},
         )
         if result.modified_count == 1:
-            return written
+            return {**shipment, **changes}
         shipment = None  # changed under us: read again
     raise Conflict(f"shipment {shipment_id} is being changed by too many writers; retry")
 

@@ -65,8 +65,8 @@ class AuthThrottle:
 
     async def record_failure(self, key: str) -> int:
         """Count one failure; returns the lockout (seconds) it started, 0 for none."""
-        # Whole-document writes (insert, compare-and-set replace): the embedded server stores a
-        # datetime written by `$set` as a string, which would break the TTL and comparisons.
+        # The lockout depends on the new count, so the count is a compare-and-set: insert the
+        # first failure, replace later ones only if the count is still the one read.
         for _ in range(MAX_WRITE_ATTEMPTS):
             now = datetime.now(UTC)
             doc = await self.storage.auth_failures.find_one({"_id": key})

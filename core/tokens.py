@@ -133,14 +133,12 @@ class TokenService:
         they signed expire."""
         doc = _new_key_doc()
         await self.storage.signing_keys.insert_one(doc)
-        # Whole-document replace: the embedded server stores a datetime written by `$set` as a
-        # string. Two concurrent rotations each retire the other's key; the newest still signs.
-        for active in await self.storage.signing_keys.find({"retired_at": None}).to_list():
-            if active["_id"] != doc["_id"]:
-                await self.storage.signing_keys.replace_one(
-                    {"_id": active["_id"], "retired_at": None},
-                    {**active, "retired_at": doc["created_at"]},
-                )
+        # The new key first, so there is never a moment without one. Two concurrent rotations
+        # each retire the other's key; the newest still signs.
+        await self.storage.signing_keys.update_many(
+            {"retired_at": None, "_id": {"$ne": doc["_id"]}},
+            {"$set": {"retired_at": doc["created_at"]}},
+        )
         async with self._lock:
             await self._load()
         return str(doc["_id"])
