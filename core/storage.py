@@ -88,7 +88,6 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("sent_at", ASCENDING)]),
     ],
     "webhook_deliveries": [
-        IndexModel([("status", ASCENDING), ("next_attempt_at", ASCENDING)]),
         # claims: due deliveries by status, in message id order (core/deliveries.py)
         IndexModel([("status", ASCENDING), ("message_id", ASCENDING)]),
         IndexModel([("status", ASCENDING), ("next_attempt_at", ASCENDING)]),

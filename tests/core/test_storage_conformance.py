@@ -615,3 +615,32 @@ async def test_find_one_and_update_returns_the_projected_document_after(storage:
     stored = await storage.shipments.find_one({"_id": 7})
     assert stored is not None
     assert (stored["fields"], stored["updated_at"]) == ({"a": 2}, at)
+
+
+async def test_date_comparisons_with_in_keep_milliseconds_and_sort(storage: Storage):
+    """The webhook retry claim: `$in` of statuses beside a date bound, sorted by message id."""
+    now = datetime.now(UTC).replace(microsecond=500_000)
+    ms = timedelta(milliseconds=1)
+    rows = [
+        ("a", "FAILED", 3, now - 400 * ms),
+        ("b", "DELIVERING", 2, now),
+        ("c", "FAILED", 1, now + 300 * ms),
+        ("d", "DELIVERED", 0, now - 86_400_000 * ms),
+    ]
+    await storage.webhook_deliveries.insert_many(
+        [{"_id": i, "status": s, "message_id": m, "next_attempt_at": at} for i, s, m, at in rows]
+    )  # fmt: skip
+    due = {"status": {"$in": ["FAILED", "DELIVERING"]}, "next_attempt_at": {"$lte": now}}
+    found = await storage.webhook_deliveries.find(due).sort("message_id", 1).to_list()
+    assert [d["_id"] for d in found] == ["b", "a"]  # c is due 300 ms later, in the same second
+    later = {"next_attempt_at": {"$gt": now}}
+    assert [d["_id"] for d in await storage.webhook_deliveries.find(later).to_list()] == ["c"]
+    await storage.webhook_deliveries.update_many({}, {"$set": {"endpoint_id": "e1"}})
+    await storage.webhook_deliveries.update_one({"_id": "a"}, {"$set": {"endpoint_id": "e2"}})
+    not_e1 = {**due, "endpoint_id": {"$nin": ["e1"]}}
+    assert [d["_id"] for d in await storage.webhook_deliveries.find(not_e1).to_list()] == ["a"]
+    before = await storage.webhook_deliveries.find_one_and_update(
+        due, {"$set": {"status": "DELIVERING"}}, sort=[("message_id", 1)]
+    )
+    assert before is not None
+    assert before["_id"] == "b"
