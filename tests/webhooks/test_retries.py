@@ -8,9 +8,17 @@ import socket
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+import pytest
 from aiohttp import web
 
 from core import deliveries
+from core.feed import (
+    NewMessage,
+    WrittenMessages,
+    build_messages,
+    insert_ignoring_duplicates,
+    write_messages,
+)
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -22,6 +30,7 @@ from tests.webhooks.conftest import (
     append_pallets,
     deliveries_of,
     make_endpoint,
+    pallet_payload,
     wait_until,
 )
 from webhooks.worker import WebhookWorker
@@ -335,3 +344,40 @@ async def test_recover_requeues_failed_and_dead_deliveries_since_a_time(
     assert sorted(receiver.ids()[before:]) == sorted(str(i) for i in new_ids)
     statuses = {d["message_id"]: d["status"] for d in await deliveries_of(storage)}
     assert statuses == {old_id: "DEAD", new_ids[0]: "SUCCEEDED", new_ids[1]: "SUCCEEDED"}
+
+
+async def test_a_delivery_claimed_before_its_message_is_written_waits_for_it(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+    caplog: pytest.LogCaptureFixture,
+):
+    """Deliveries are written just before their message: a claim in between waits for the
+    message instead of handing the delivery back for a retry a second later."""
+    await make_endpoint(services, tenant, receiver.base_url)
+    written = await build_messages(
+        storage,
+        [
+            NewMessage(tenant.business, tenant.facility, "PALLET_EVENT",
+                       pallet_payload(tenant, 1), shipment_id=1, pallet_id="plt_000001"),
+        ],
+    )  # fmt: skip
+    await insert_ignoring_duplicates(storage, "webhook_deliveries", written.deliveries)
+    await start_worker(fast_settings(webhook_poll_interval_s=0.01))
+
+    async def claimed() -> bool:
+        return bool(await deliveries_of(storage, status="DELIVERING"))
+
+    await wait_until(claimed)
+    await asyncio.sleep(0.03)  # the writer's second step comes a moment later
+    await write_messages(storage, WrittenMessages(written.messages, []))
+    await wait_until(lambda: all_finished(storage))
+
+    [delivery] = await deliveries_of(storage)
+    assert (delivery["status"], delivery["attempts"]) == ("SUCCEEDED", 1)
+    # Delivered under its first claim: never handed back to be claimed again.
+    assert "push message not visible" not in caplog.text
+    assert receiver.ids() == [str(written.ids[0])]
