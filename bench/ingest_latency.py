@@ -5,14 +5,18 @@ Figures: reading -> subscriber and reading -> webhook POST latency p50/p99 (from
 reading is handed to gRPC to the moment the message arrives; matched by `servicePalletId`, the
 ack's pallet id). Limit measured beside it: a bare aiohttp process that broadcasts each
 published message to 50 plain websockets and POSTs it to the same receiver.
+
+`BENCH_DUMP=FILE` writes the raw times (sent, acked, each arrival) as JSON, for a timeline.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -35,6 +39,7 @@ class Arrivals:
 
     def __init__(self) -> None:
         self.sent: dict[str, float] = {}  # pallet id -> when its reading was sent
+        self.acked: dict[str, float] = {}  # pallet id -> when its ack arrived
         self.subscriber: list[tuple[str, float]] = []
         self.webhook: dict[str, float] = {}
 
@@ -114,6 +119,7 @@ async def measure_dockflow(duration: float, count: int) -> dict[str, Any]:
                     async def acks() -> None:
                         async for ack in call:
                             arrivals.sent[ack.pallet_id] = sent_at[ack.reading_id]
+                            arrivals.acked[ack.pallet_id] = time.perf_counter()
 
                     reader = asyncio.create_task(acks())
 
@@ -130,6 +136,7 @@ async def measure_dockflow(duration: float, count: int) -> dict[str, Any]:
                         await asyncio.sleep(0.05)
                     await asyncio.sleep(1.0)
                     arrivals.sent.clear()
+                    arrivals.acked.clear()
                     arrivals.subscriber.clear()
                     arrivals.webhook.clear()
                     total = int(duration * RATE)
@@ -142,8 +149,14 @@ async def measure_dockflow(duration: float, count: int) -> dict[str, Any]:
                 await close_all(subs)
                 errors = [s.error for s in subs if s.error]
     to_sub, to_hook = arrivals.latencies()
+    to_ack = [arrivals.acked[p] - sent for p, sent in arrivals.sent.items()]
+    if os.environ.get("BENCH_DUMP"):
+        raw: dict[str, Any] = {"sent": arrivals.sent, "acked": arrivals.acked}
+        raw |= {"sub": arrivals.subscriber, "hook": arrivals.webhook}
+        Path(os.environ["BENCH_DUMP"]).write_text(json.dumps(raw))  # noqa: ASYNC240 (after the run)
     return {
         "readings": len(arrivals.sent),
+        "ack": summarize_ms(to_ack),
         "subscriber": summarize_ms(to_sub),
         "webhook": summarize_ms(to_hook),
         "sub_count": len(to_sub),
@@ -202,6 +215,8 @@ async def run(size: str) -> None:
             ("readings acked", result["readings"]),
             ("subscriber deliveries (expected)", f"{result['sub_count']} ({expected})"),
             ("webhook deliveries (expected)", f"{result['hook_count']} ({result['readings']})"),
+            ("reading -> ack p50 ms", result["ack"]["p50_ms"]),
+            ("reading -> ack p99 ms", result["ack"]["p99_ms"]),
             ("reading -> subscriber p50 ms", sub["p50_ms"]),
             ("reading -> subscriber p99 ms", sub["p99_ms"]),
             ("reading -> subscriber max ms", sub["max_ms"]),
