@@ -11,6 +11,7 @@ it (duplicate-key errors of such a rewrite are ignored).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -59,6 +60,13 @@ class EndpointCache:
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
         self._ids: dict[tuple[str, str, str], list[str]] = {}
+
+    async def load(self, keys: Iterable[tuple[str, str, str]]) -> None:
+        """Look up several (business, facility, event) keys at once, concurrently."""
+        missing = sorted(set(keys) - self._ids.keys())
+        found = await asyncio.gather(*(endpoints_for(self.storage, *key) for key in missing))
+        for key, endpoints in zip(missing, found, strict=True):
+            self._ids[key] = [e.endpoint_id for e in endpoints]
 
     async def endpoint_ids(self, business: str, facility: str, event: str) -> list[str]:
         key = (business, facility, event)

@@ -29,6 +29,7 @@ read LPN, else a read SKU. The shipment becomes arrived on its first pallet.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pymongo import DESCENDING
+from pymongo.asynchronous.collection import AsyncCollection
 
 from core import completion, feed, lifecycle, metrics
 from core.dock_events import resolve_dock
@@ -249,7 +251,16 @@ async def plan_batch(
     idempotent, so a crash after them leaves nothing a resend cannot finish."""
     plan = BatchPlan(results=[None] * len(batch))
     now = lifecycle.now_ms()
-    facilities = await _facilities(storage, {(c.business, c.facility) for c, _ in batch})
+    # Everything the batch reads that depends on nothing else, at once (one round trip of
+    # waiting instead of four): facilities, claims and pallets of earlier attempts, endpoints.
+    sites = {(c.business, c.facility) for c, _ in batch}
+    endpoints = feed.EndpointCache(storage)
+    facilities, claims, stored, _ = await asyncio.gather(
+        _facilities(storage, sites),
+        _by_id(storage.readings, [f"{c.camera_id}:{r.reading_id}" for c, r in batch]),
+        _by_id(storage.pallets, [pallet_id_for(c.camera_id, r.reading_id) for c, r in batch]),
+        endpoints.load((b, f, "PALLET_EVENT") for b, f in sites),
+    )
 
     # 1. validate; duplicates inside the batch follow their first occurrence
     items: list[_Item] = []
@@ -287,14 +298,19 @@ async def plan_batch(
         items.append(item)
 
     # 2. already done (DUPLICATE) or half-written (repair from the stored pallet)
-    endpoints = feed.EndpointCache(storage)
-    fresh = await _answer_known(storage, plan, items, endpoints)
+    fresh = await _answer_known(storage, plan, items, claims, stored, endpoints)
 
-    # 3. match, 4. arrive, 5. build
+    # 3. match, 4. arrive, 5. build (the message ids are reserved meanwhile)
     if fresh:
-        await _match(storage, fresh, now)
-        await _arrive(storage, fresh)
-        block = list(await feed.reserve_message_ids(storage, len(fresh)))
+
+        async def match_and_arrive() -> None:
+            await _match(storage, fresh, now)
+            await _arrive(storage, fresh)
+
+        _, reserved = await asyncio.gather(
+            match_and_arrive(), feed.reserve_message_ids(storage, len(fresh))
+        )
+        block = list(reserved)
         new_messages = []
         for item, message_id in zip(fresh, block, strict=True):
             item.message_id = message_id
@@ -332,12 +348,13 @@ async def plan_batch(
 async def _facilities(
     storage: Storage, keys: set[tuple[str, str]]
 ) -> dict[tuple[str, str], Facility]:
-    out: dict[tuple[str, str], Facility] = {}
-    for business, slug in keys:
-        facility = await find_facility(storage, business, slug)
-        if facility is not None:
-            out[(business, slug)] = facility
-    return out
+    sites = sorted(keys)
+    found = await asyncio.gather(*(find_facility(storage, b, f) for b, f in sites))
+    return {site: facility for site, facility in zip(sites, found, strict=True) if facility}
+
+
+async def _by_id(collection: AsyncCollection[Doc], ids: list[str]) -> dict[str, Doc]:
+    return {d["_id"]: d for d in await collection.find({"_id": {"$in": ids}}).to_list()}
 
 
 def _claim(key: str, pallet: Doc) -> Doc:
@@ -362,15 +379,17 @@ def _message_for(pallet: Doc) -> feed.NewMessage:
 
 
 async def _answer_known(
-    storage: Storage, plan: BatchPlan, items: list[_Item], endpoints: feed.EndpointCache
+    storage: Storage,
+    plan: BatchPlan,
+    items: list[_Item],
+    claims: dict[str, Doc],
+    pallets: dict[str, Doc],
+    endpoints: feed.EndpointCache,
 ) -> list[_Item]:
-    """Answer readings seen before; returns the ones never seen."""
+    """Answer readings seen before (`claims` and `pallets` of the batch's keys and pallet ids);
+    returns the ones never seen."""
     if not items:
         return []
-    claims = {
-        c["_id"]: c
-        for c in await storage.readings.find({"_id": {"$in": [i.key for i in items]}}).to_list()
-    }
     unclaimed = [i for i in items if i.key not in claims]
     for item in items:
         claim = claims.get(item.key)
@@ -381,12 +400,6 @@ async def _answer_known(
             )  # fmt: skip
     if not unclaimed:
         return []
-    pallets = {
-        p["_id"]: p
-        for p in await storage.pallets.find(
-            {"_id": {"$in": [i.pallet_id for i in unclaimed]}}
-        ).to_list()
-    }
     fresh = []
     repairs = []
     for item in unclaimed:
