@@ -29,3 +29,6 @@ DELIVERY_OLDEST = Gauge(
     "dockflow_webhook_oldest_pending_seconds", "Age of the oldest pending delivery", ["endpoint"]
 )
 SUBSCRIPTIONS = Gauge("dockflow_subscriptions", "Open pushMessage subscriptions")
+FROZEN_OBJECTS = Gauge(
+    "dockflow_gc_frozen_objects", "Objects of startup kept out of garbage collection (gc.freeze)"
+)

@@ -52,7 +52,13 @@ def _run_parts(args: argparse.Namespace, parts: tuple[str, ...]) -> int:
         from dockflow import demo
 
         on_started = demo.on_started
-    asyncio.run(runtime.serve(settings, parts, on_started=on_started))
+    announce = on_started
+
+    async def started(services: Services, addresses: dict[str, str]) -> None:
+        runtime.freeze_startup_heap()  # a long-running process: before saying it is ready
+        await announce(services, addresses)
+
+    asyncio.run(runtime.serve(settings, parts, on_started=started))
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import gc
 import logging
 import signal
 import ssl
@@ -13,6 +14,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from aiohttp import web
 
+from core import metrics
 from core.embedded import EmbeddedMongo
 from core.services import Services
 from core.settings import Settings
@@ -80,6 +82,16 @@ async def start_http(services: Services, host: str, port: int) -> tuple[web.AppR
 # Hooks other parts register to run once the services are open (the demo tenant, the
 # webhook worker); each returns an optional async stop callable.
 StartHook = Callable[[Services], Awaitable[Callable[[], Awaitable[None]] | None]]
+
+
+def freeze_startup_heap() -> None:
+    """Keep what startup allocated (modules, the GraphQL schema, routes: ~100,000 objects) out
+    of the garbage collector's sight, so a full collection walks only what came later. For a
+    server process once it is up: full collections paused its loop for up to 71 ms under
+    `dockflow bench ingest-latency`, 39 ms after (docs/benchmarks.md, fix 9)."""
+    gc.collect()
+    gc.freeze()
+    metrics.FROZEN_OBJECTS.set(gc.get_freeze_count())
 
 
 async def serve(

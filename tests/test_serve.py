@@ -77,7 +77,11 @@ async def test_serve_answers_ready_and_health_then_stops_cleanly(tmp_path: Path)
                 assert (await resp.json())["database"] == "ok"
             async with session.get(f"http://{http.group(1)}/metrics") as resp:
                 assert resp.status == 200
-                assert "dockflow_http_requests_total" in await resp.text()
+                text = await resp.text()
+                assert "dockflow_http_requests_total" in text
+                frozen = re.search(r"^dockflow_gc_frozen_objects (\S+)$", text, re.M)
+                assert frozen, "startup objects are kept out of garbage collection"
+                assert float(frozen.group(1)) > 10_000
 
         async with grpc.aio.insecure_channel(grpc_addr.group(1)) as channel:
             reply = await health_pb2_grpc.HealthStub(channel).Check(
