@@ -18,7 +18,7 @@ from typing import Any
 
 import jwt
 
-from core.access import Principal, principal_from_claims
+from core.access import Principal, decode_claims, principal_from_claims
 from core.errors import ConfigError, Unauthenticated, Unavailable
 from core.settings import Settings
 
@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 
 # Asymmetric algorithms only: an HMAC algorithm would let anyone holding the public key sign.
 ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "ES256", "ES384")
-LEEWAY_S = 30  # clock skew tolerated between the provider and dockflow
 _ALG_PREFIXES = {"RSA": ("RS", "PS"), "EC": ("ES",)}
 FETCH_TIMEOUT_S = 5.0
 MAX_JWKS_BYTES = 512 * 1024
@@ -121,20 +120,8 @@ class ExternalIssuer:
         # The key's type must fit the algorithm the token claims (RSA: RS*/PS*; EC: ES*).
         if not str(alg).startswith(_ALG_PREFIXES[str(key.key_type)]):
             raise Unauthenticated("the bearer token's algorithm does not fit its key")
-        try:
-            claims = jwt.decode(
-                token,
-                key.key,
-                algorithms=[str(alg)],
-                audience=self.audience,
-                issuer=self.issuer,
-                leeway=LEEWAY_S,
-                options={"require": ["exp", "iss", "aud", "sub"]},
-            )
-        except jwt.ExpiredSignatureError:
-            raise Unauthenticated("the bearer token has expired") from None
-        except jwt.InvalidAudienceError:
-            raise Unauthenticated("the bearer token is for another audience") from None
-        except jwt.PyJWTError:
-            raise Unauthenticated("the bearer token is invalid") from None
+        claims = decode_claims(
+            token, key.key, algorithm=str(alg), audience=self.audience, issuer=self.issuer,
+            require=["exp", "iss", "aud", "sub"],
+        )  # fmt: skip
         return principal_from_claims(claims, self.business_claim)

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
 from core import tenancy
-from core.access import Principal, principal_from_claims
+from core.access import LEEWAY_S, Principal, decode_claims, principal_from_claims
 from core.errors import Unauthenticated
 from core.external_issuer import ExternalIssuer, JwksFetcher
 from core.settings import Settings
@@ -26,7 +26,6 @@ from core.tenancy import ApiClient
 from core.throttle import AuthThrottle, ThrottlePolicy
 
 ALGORITHM = "RS256"  # pinned: tokens claiming any other algorithm are refused
-LEEWAY_S = 30  # clock skew tolerated on exp/iat between dockflow processes and clients
 KEY_RELOAD_MIN_INTERVAL_S = 1.0  # an unknown kid reloads keys at most this often
 SIGNING_KEY_REFRESH_S = 10.0  # how often the signing key is re-read (rotations elsewhere)
 CLIENT_CACHE_MAX = 10_000  # client states cached per process before the cache starts over
@@ -236,24 +235,10 @@ class TokenService:
         key = await self._public_key(kid) if isinstance(kid, str) else None
         if key is None:
             raise Unauthenticated("the bearer token was signed by an unknown key")
-        try:
-            claims = jwt.decode(
-                token,
-                key,
-                algorithms=[ALGORITHM],
-                audience=self.audience,
-                issuer=self.issuer,
-                leeway=LEEWAY_S,
-                options={"require": ["exp", "iat", "iss", "aud", "sub"]},
-            )
-        except jwt.ExpiredSignatureError:
-            raise Unauthenticated("the bearer token has expired") from None
-        except jwt.InvalidAudienceError:
-            raise Unauthenticated("the bearer token is for another audience") from None
-        except jwt.InvalidIssuerError:
-            raise Unauthenticated("the bearer token is from another issuer") from None
-        except jwt.PyJWTError:
-            raise Unauthenticated("the bearer token is invalid") from None
+        claims = decode_claims(
+            token, key, algorithm=ALGORITHM, audience=self.audience, issuer=self.issuer,
+            require=["exp", "iat", "iss", "aud", "sub"],
+        )  # fmt: skip
         return principal_from_claims(claims)
 
 
