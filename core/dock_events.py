@@ -44,26 +44,6 @@ class DockEventResult:
     shipment_id: int | None = None
 
 
-async def _planned_shipment(
-    storage: Storage, business: str, facility: str, dock: str
-) -> Doc | None:
-    docs = (
-        await storage.shipments.find(
-            {
-                "business": business,
-                "facility": facility,
-                "dock": dock,
-                "status": {"$in": lifecycle.PLANNED_STATUSES},
-                "completed_at": None,
-            }
-        )
-        .sort("_id", 1)
-        .limit(1)
-        .to_list()
-    )
-    return docs[0] if docs else None
-
-
 async def _departing_shipment(
     storage: Storage, business: str, facility: str, dock: str
 ) -> Doc | None:
@@ -183,7 +163,7 @@ async def _apply(
         return shipment
     shipment = await lifecycle.current_shipment_at_dock(storage, business, facility, dock)
     if event.type == "TRAILER_ARRIVED" and shipment is None:
-        shipment = await _planned_shipment(storage, business, facility, dock)
+        shipment = await lifecycle.planned_shipment_at_dock(storage, business, facility, dock)
         if shipment is not None:
             await lifecycle.update_with_history(
                 storage, int(shipment["_id"]), status="DOOR_ASSIGNED", at=at, source=source

@@ -14,8 +14,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from pymongo import DESCENDING
-
 from core.errors import Conflict, NotFound
 from core.storage import Doc, Storage
 
@@ -70,20 +68,22 @@ async def current_shipment_at_dock(
     storage: Storage, business: str, facility: str, dock: str
 ) -> Doc | None:
     """The not completed shipment at `dock` (the most recent one, if several)."""
-    docs = (
-        await storage.shipments.find(
-            {
-                "business": business,
-                "facility": facility,
-                "dock": dock,
-                "status": {"$in": AT_DOCK_STATUSES},
-                "completed_at": None,
-            }
-        )
-        .sort("_id", DESCENDING)
-        .limit(1)
-        .to_list()
-    )
+    return await _open_shipment_at_dock(storage, business, facility, dock, AT_DOCK_STATUSES, -1)
+
+
+async def planned_shipment_at_dock(
+    storage: Storage, business: str, facility: str, dock: str
+) -> Doc | None:
+    """The shipment planned for `dock` that has not arrived (the oldest one, if several)."""
+    return await _open_shipment_at_dock(storage, business, facility, dock, PLANNED_STATUSES, 1)
+
+
+async def _open_shipment_at_dock(
+    storage: Storage, business: str, facility: str, dock: str, statuses: list[str], order: int
+) -> Doc | None:
+    query: Doc = {"business": business, "facility": facility, "dock": dock}
+    query |= {"status": {"$in": statuses}, "completed_at": None}
+    docs = await storage.shipments.find(query).sort("_id", order).limit(1).to_list()
     return docs[0] if docs else None
 
 
