@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 from core import lifecycle
 from core.errors import NotFound
 from core.shipment_queries import ShipmentView, load_views
-from core.storage import Doc, Storage
+from core.storage import Doc, Storage, time_range
 from core.tenancy import Facility, Operator, facility_key, find_facility, list_facilities
 
 SHIPMENT_STATUSES = lifecycle.SHIPMENT_STATUSES
@@ -171,12 +171,7 @@ async def list_shipments(
         value = getattr(where, name)
         if value is not None:
             query[name] = value
-    created: Doc = {}
-    if where.created_from is not None:
-        created["$gte"] = where.created_from
-    if where.created_until is not None:
-        created["$lt"] = where.created_until
-    if created:
+    if created := time_range(where.created_from, where.created_until):
         query["created_at"] = created
     rows = await (
         storage.shipments.find(query, {"history": 0})

@@ -18,7 +18,7 @@ from core import lifecycle
 from core.access import Principal, check_access
 from core.errors import ErrorList, NotFound
 from core.feed_reader import check_scope
-from core.storage import Doc, Storage
+from core.storage import Doc, Storage, time_range
 from core.tenancy import Facility, get_facility
 
 DEFAULT_SHIPMENTS_PAGE = 100  # shipments(filter) answers this many when `first` is not given
@@ -155,12 +155,7 @@ async def list_shipments(
         query["status"] = selector.status
     if selector.dock is not None:
         query["dock"] = selector.dock
-    created: Doc = {}
-    if selector.since is not None:
-        created["$gte"] = selector.since
-    if selector.before is not None:
-        created["$lt"] = selector.before
-    if created:
+    if created := time_range(selector.since, selector.before):
         query["created_at"] = created
     docs = await storage.shipments.find(query).sort("_id", DESCENDING).limit(page).to_list()
     return await load_views(storage, docs)

@@ -23,6 +23,13 @@ log = logging.getLogger(__name__)
 
 Doc = dict[str, Any]
 
+
+def time_range(since: Any = None, before: Any = None) -> Doc | None:
+    """A `{$gte: since, $lt: before}` condition with the bounds that are given; None for none."""
+    bounds = {op: value for op, value in (("$gte", since), ("$lt", before)) if value is not None}
+    return bounds or None
+
+
 # Raised by the driver when the database cannot be reached; transports answer 503/UNAVAILABLE.
 UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (ConnectionFailure,)
 
