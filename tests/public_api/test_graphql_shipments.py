@@ -4,6 +4,7 @@ with shipments made by real intake documents and pallets read through the real g
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -131,6 +132,27 @@ async def test_shipments_filter_by_status_and_dock_newest_first(
 
     assert [s["id"] for s in all_of_them["data"]["shipments"]] == [second, first]
     assert [s["id"] for s in loading["data"]["shipments"]] == [first]
+
+
+async def test_shipments_filter_by_creation_time(
+    api: TestClient[Any, Any], tenant: Tenant, storage: Storage
+):
+    shipment = await post_shipment(storage, tenant, {"A": ["A1"]}, number="S-A")
+    doc = await storage.shipments.find_one({"_id": int(shipment)})
+    assert doc is not None
+    created = doc["created_at"]
+
+    async def ids(since: dt.datetime | None, before: dt.datetime | None) -> list[str]:
+        bounds = {"since": since, "before": before}
+        shown = ", ".join(f'{k}: "{v.isoformat()}"' for k, v in bounds.items() if v is not None)
+        query = f'{{ shipments(filter: {{businessSlug: "acme", {shown}}}) {{ id }} }}'
+        _, body = await gql(api, query, token=tenant.token)
+        return [s["id"] for s in body["data"]["shipments"]]
+
+    second = dt.timedelta(seconds=1)
+    assert await ids(created, created + second) == [shipment]
+    assert await ids(created + second, None) == []
+    assert await ids(None, created) == []
 
 
 async def test_facility_lists_docks_with_their_current_shipment(
