@@ -254,11 +254,13 @@ async def plan_batch(
     # Everything the batch reads that depends on nothing else, at once (one round trip of
     # waiting instead of four): facilities, claims and pallets of earlier attempts, endpoints.
     sites = {(c.business, c.facility) for c, _ in batch}
+    keys = [f"{c.camera_id}:{r.reading_id}" for c, r in batch]
+    pallet_ids = [pallet_id_for(c.camera_id, r.reading_id) for c, r in batch]
     endpoints = feed.EndpointCache(storage)
     facilities, claims, stored, _ = await asyncio.gather(
         _facilities(storage, sites),
-        _by_id(storage.readings, [f"{c.camera_id}:{r.reading_id}" for c, r in batch]),
-        _by_id(storage.pallets, [pallet_id_for(c.camera_id, r.reading_id) for c, r in batch]),
+        _by_id(storage.readings, keys),
+        _by_id(storage.pallets, pallet_ids),
         endpoints.load((b, f, "PALLET_EVENT") for b, f in sites),
     )
 
@@ -268,7 +270,7 @@ async def plan_batch(
     followers: list[tuple[int, _Item]] = []
     for index, (camera, reading) in enumerate(batch):
         facility = facilities.get((camera.business, camera.facility))
-        key = f"{camera.camera_id}:{reading.reading_id}"
+        key = keys[index]
         try:
             if facility is None:
                 raise ValidationFailed(f"facility {camera.business}/{camera.facility} not found")
@@ -287,7 +289,7 @@ async def plan_batch(
             camera=camera,
             reading=reading,
             key=key,
-            pallet_id=pallet_id_for(camera.camera_id, reading.reading_id),
+            pallet_id=pallet_ids[index],
             facility=facility,
             dock=dock,
             occurred_at=lifecycle.truncate_ms(reading.occurred_at),
