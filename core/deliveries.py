@@ -504,6 +504,22 @@ async def load_message(storage: Storage, message_id: int) -> Doc | None:
     return await storage.push_messages.find_one({"_id": message_id})
 
 
+# Deliveries are written just before their push message (core/feed.py `write_messages`), so a
+# claim can come between the two; the writer is milliseconds behind.
+MESSAGE_RECHECKS_S = (0.005, 0.02, 0.05, 0.1, 0.25)
+
+
+async def message_when_written(storage: Storage, message_id: int) -> Doc | None:
+    """The push message of a claim that found none: looked for again after each pause of
+    `MESSAGE_RECHECKS_S`; None if it is still not there (then see `message_missing`)."""
+    for pause in MESSAGE_RECHECKS_S:
+        await asyncio.sleep(pause)
+        message = await load_message(storage, message_id)
+        if message is not None:
+            return message
+    return None
+
+
 async def load_messages(storage: Storage, message_ids: Iterable[int]) -> dict[int, Doc]:
     """The push messages of a batch of claims, by id, in one find (missing ones are absent)."""
     ids = sorted(set(message_ids))

@@ -42,10 +42,8 @@ log = logging.getLogger(__name__)
 _ENDPOINT_CACHE_S = 5.0
 # Queue depth and oldest-pending gauges are refreshed this often.
 _STATS_INTERVAL_S = 15.0
-# Deliveries are written just before their push message (core/pallets.py), so a claim can
-# come between the two: the message is looked for again after these pauses (the writer is
-# milliseconds behind), and only then is the delivery released for a retry this much later.
-_MESSAGE_RECHECKS_S = (0.005, 0.02, 0.05, 0.1, 0.25)
+# A delivery whose push message is still not visible (`deliveries.message_when_written`) is
+# handed back and tried again after this many seconds.
 _MESSAGE_WAIT_S = 1.0
 
 
@@ -281,15 +279,6 @@ class WebhookWorker:
             if not batch.more:
                 return
 
-    async def _message_when_written(self, message_id: int) -> dict[str, Any] | None:
-        """The push message of a claim made between its delivery's write and its own."""
-        for pause in _MESSAGE_RECHECKS_S:
-            await asyncio.sleep(pause)
-            message = await deliveries.load_message(self.storage, message_id)
-            if message is not None:
-                return message
-        return None
-
     def _room(self, endpoint_id: str) -> int:
         """How many more deliveries of the endpoint this worker may start now."""
         room = self.settings.webhook_endpoint_concurrency - self._in_flight.get(endpoint_id, 0)
@@ -335,7 +324,7 @@ class WebhookWorker:
                 await deliveries.mark_disabled(self.storage, claim)
                 return
             if message is None:
-                message = await self._message_when_written(claim.message_id)
+                message = await deliveries.message_when_written(self.storage, claim.message_id)
             if message is None:
                 log.warning(
                     "push message not visible; delivery handed back",
