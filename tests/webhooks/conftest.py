@@ -219,8 +219,11 @@ def fast_settings(settings_factory: Callable[..., Settings]) -> Callable[..., Se
     return make
 
 
+StartWorker = Callable[..., Awaitable[WebhookWorker]]  # the `start_worker` fixture's type
+
+
 @pytest.fixture
-async def start_worker(storage: Storage) -> AsyncIterator[Callable[..., Awaitable[WebhookWorker]]]:
+async def start_worker(storage: Storage) -> AsyncIterator[StartWorker]:
     """Start workers on this test's database; all are stopped at the end."""
     workers: list[WebhookWorker] = []
 

@@ -21,15 +21,14 @@ from tests.factories import Tenant
 from tests.webhooks.conftest import (
     Received,
     Receiver,
+    StartWorker,
     all_finished,
     append_pallets,
     deliveries_of,
     make_endpoint,
     wait_until,
 )
-from webhooks.worker import WebhookWorker
 
-StartWorker = Callable[..., Awaitable[WebhookWorker]]
 Admin = Callable[..., Awaitable[tuple[int, str, str]]]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -20,6 +20,7 @@ from tests.factories import Tenant
 from tests.webhooks.conftest import (
     Received,
     Receiver,
+    StartWorker,
     all_finished,
     append_pallets,
     deliveries_of,
@@ -27,9 +28,7 @@ from tests.webhooks.conftest import (
     pallet_payload,
     wait_until,
 )
-from webhooks.worker import USER_AGENT, WebhookWorker
-
-StartWorker = Callable[..., Awaitable[WebhookWorker]]
+from webhooks.worker import USER_AGENT
 
 
 async def test_pallet_event_is_posted_with_verifiable_standard_webhooks_headers(

@@ -6,7 +6,7 @@ and refuses (without a socket) anything but loopback, so even a broken guard sen
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import aiohttp
 import pytest
@@ -18,6 +18,7 @@ from tests.factories import Tenant
 from tests.webhooks.conftest import (
     LoopbackOnlySockets,
     Receiver,
+    StartWorker,
     all_finished,
     append_pallets,
     deliveries_of,
@@ -25,9 +26,6 @@ from tests.webhooks.conftest import (
     wait_until,
 )
 from webhooks import egress, transport
-from webhooks.worker import WebhookWorker
-
-StartWorker = Callable[..., Awaitable[WebhookWorker]]
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from tests.factories import Tenant
 from tests.webhooks.conftest import (
     Received,
     Receiver,
+    StartWorker,
     all_finished,
     append_pallets,
     deliveries_of,
@@ -33,9 +34,6 @@ from tests.webhooks.conftest import (
     pallet_payload,
     wait_until,
 )
-from webhooks.worker import WebhookWorker
-
-StartWorker = Callable[..., Awaitable[WebhookWorker]]
 
 
 def answers(*statuses: int, then: int = 200) -> Callable[..., Awaitable[web.StreamResponse]]:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -23,6 +23,7 @@ from tests.factories import Tenant
 from tests.webhooks.conftest import (
     Received,
     Receiver,
+    StartWorker,
     all_finished,
     append_pallets,
     deliveries_of,
@@ -30,8 +31,6 @@ from tests.webhooks.conftest import (
     wait_until,
 )
 from webhooks.worker import WebhookWorker
-
-StartWorker = Callable[..., Awaitable[WebhookWorker]]
 
 
 async def test_two_workers_deliver_2000_messages_each_exactly_once(
