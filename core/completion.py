@@ -15,7 +15,8 @@ exists at most once, and at least once after any later completion call.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -26,7 +27,7 @@ from core import feed, lifecycle
 from core.errors import NotFound
 from core.settings import Settings
 from core.storage import Doc, Storage
-from core.tenancy import find_facility
+from core.tenancy import Facility, find_facility
 
 REQUESTED = "REQUESTED"
 DOOR_CLOSED = "DOOR_CLOSED"
@@ -197,44 +198,51 @@ async def _repair(settings: Settings, storage: Storage, shipment: Doc) -> Comple
 
 
 async def check_all_lpns_observed(
-    storage: Storage, settings: Settings, shipment_ids: Iterable[int]
+    storage: Storage,
+    settings: Settings,
+    shipment_ids: Iterable[int],
+    facilities: Mapping[tuple[str, str], Facility] | None = None,
 ) -> list[Completion]:
     """Complete each shipment whose expected LPNs were all observed in its direction (net of
-    load/unload pairs), if its facility's policy says so."""
+    load/unload pairs), if its facility's policy says so. `facilities` are those the caller
+    has read already; others are looked up."""
     done: list[Completion] = []
     ids = sorted(set(shipment_ids))
     if not ids:
         return done
-    shipments = await storage.shipments.find(
-        {"_id": {"$in": ids}, "completed_at": None},
-        {"business": 1, "facility": 1, "direction": 1},
-    ).to_list()
+    # The shipments and their order items together (one round trip of waiting, not two).
+    shipments, items = await asyncio.gather(
+        storage.shipments.find(
+            {"_id": {"$in": ids}, "completed_at": None},
+            {"business": 1, "facility": 1, "direction": 1},
+        ).to_list(),
+        storage.order_items.find(
+            {"shipment_id": {"$in": ids}}, {"shipment_id": 1, "lpn": 1}
+        ).to_list(),
+    )
+    expected: dict[int, set[str]] = {}
+    for item in items:
+        if item.get("lpn"):
+            expected.setdefault(int(item["shipment_id"]), set()).add(item["lpn"])
+    known = facilities or {}
     policies: dict[tuple[str, str], bool] = {}
     for shipment in shipments:
+        shipment_id = int(shipment["_id"])
         site = (shipment["business"], shipment["facility"])
         if site not in policies:
-            facility = await find_facility(storage, *site)
+            facility = known.get(site) or await find_facility(storage, *site)
             policies[site] = facility is not None and facility.complete_on_all_lpns
-        if not policies[site]:
-            continue
-        if await _all_lpns_observed(storage, shipment):
+        lpns = expected.get(shipment_id)
+        if policies[site] and lpns and await _all_observed(storage, shipment, lpns):
             done.append(
                 await complete_shipment(
-                    storage,
-                    settings,
-                    int(shipment["_id"]),
-                    "pallet",
-                    reason=ALL_LPNS_OBSERVED,
+                    storage, settings, shipment_id, "pallet", reason=ALL_LPNS_OBSERVED
                 )
             )
     return done
 
 
-async def _all_lpns_observed(storage: Storage, shipment: Doc) -> bool:
-    items = await storage.order_items.find({"shipment_id": shipment["_id"]}, {"lpn": 1}).to_list()
-    expected = {i["lpn"] for i in items if i.get("lpn")}
-    if not expected:
-        return False
+async def _all_observed(storage: Storage, shipment: Doc, expected: set[str]) -> bool:
     want = expected_direction(shipment)
     pallets: list[Any] = await storage.pallets.find(
         {"shipment_id": shipment["_id"]},

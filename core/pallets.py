@@ -42,6 +42,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from core import completion, feed, lifecycle, metrics
 from core.dock_events import resolve_dock
 from core.errors import DockflowError, ValidationFailed
+from core.intake import ORDER_STATUS_NEW
 from core.settings import Settings
 from core.storage import Doc, Storage
 from core.tenancy import Camera, Facility, find_facility
@@ -182,6 +183,7 @@ class _Item:
     skus: list[str] = field(default_factory=list)
     shipment: Doc | None = None
     order_ids: list[str] = field(default_factory=list)
+    unstarted_order_ids: list[str] = field(default_factory=list)  # still CREATED when read
     orders: list[str] = field(default_factory=list)
     message_id: int = 0
 
@@ -196,8 +198,10 @@ class BatchPlan:
     messages: feed.WrittenMessages = field(default_factory=feed.WrittenMessages)
     claims: list[Doc] = field(default_factory=list)
     results: list[ReadingResult | None] = field(default_factory=list)
-    # Shipments touched by this batch: checked for completion afterwards.
+    # Shipments touched by this batch in facilities that complete on all LPNs: checked after
+    # the writes, with the facilities the batch read.
     shipment_ids: set[int] = field(default_factory=set)
+    facilities: dict[tuple[str, str], Facility] = field(default_factory=dict)
 
     def writes(self, storage: Storage) -> list[Any]:
         """The write steps in order, each a zero-argument coroutine function."""
@@ -226,9 +230,16 @@ async def record_pallets(
 ) -> list[ReadingResult]:
     """Store a batch of readings and answer one result per reading, in order."""
     plan = await plan_batch(storage, settings, batch)
-    for write in plan.writes(storage):
+    *before_claims, claims = plan.writes(storage)
+    for write in before_claims:
         await write()
-    await after_batch(storage, settings, plan)
+    # The completion check reads what the first writes stored; it needs no claim, so the claims
+    # go in meanwhile (one round trip less before the batch is answered).
+    claimed = asyncio.ensure_future(claims())
+    try:
+        await after_batch(storage, settings, plan)
+    finally:
+        await claimed
     results = [r for r in plan.results if r is not None]
     assert len(results) == len(batch)
     for result in results:
@@ -239,7 +250,9 @@ async def record_pallets(
 async def after_batch(storage: Storage, settings: Settings, plan: BatchPlan) -> None:
     """Effects that follow a stored batch: the all-LPNs-observed completion rule."""
     if plan.shipment_ids:
-        await completion.check_all_lpns_observed(storage, settings, plan.shipment_ids)
+        await completion.check_all_lpns_observed(
+            storage, settings, plan.shipment_ids, plan.facilities
+        )
 
 
 async def plan_batch(
@@ -263,6 +276,7 @@ async def plan_batch(
         _by_id(storage.pallets, pallet_ids),
         endpoints.load((b, f, "PALLET_EVENT") for b, f in sites),
     )
+    plan.facilities = facilities
 
     # 1. validate; duplicates inside the batch follow their first occurrence
     items: list[_Item] = []
@@ -320,7 +334,8 @@ async def plan_batch(
             plan.pallets.append(pallet)
             new_messages.append(_message_for(pallet))
             plan.claims.append(_claim(item.key, pallet))
-            plan.shipment_ids.add(int(pallet["shipment_id"]))
+            if item.facility is not None and item.facility.complete_on_all_lpns:
+                plan.shipment_ids.add(int(pallet["shipment_id"]))
             plan.results[item.index] = ReadingResult(
                 item.reading.reading_id, "ACCEPTED", item.pallet_id, pallet["shipment_id"],
                 message_id,
@@ -330,10 +345,10 @@ async def plan_batch(
                 storage, new_messages, ids=block, sent_at=now, endpoints=endpoints
             )
         )
-        order_ids = sorted({o for item in fresh for o in item.order_ids})
+        order_ids = sorted({o for item in fresh for o in item.unstarted_order_ids})
         if order_ids:
             await storage.orders.update_many(
-                {"_id": {"$in": order_ids}, "status": "CREATED"},
+                {"_id": {"$in": order_ids}, "status": ORDER_STATUS_NEW},
                 {"$set": {"status": "IN_PROGRESS"}},
             )
 
@@ -441,12 +456,16 @@ async def _match_site(
     storage: Storage, business: str, facility: str, items: list[_Item], now: datetime
 ) -> None:
     lpns = sorted({lpn for item in items for lpn in item.lpns})
-    lpn_items: list[Doc] = []
-    if lpns:
-        lpn_items = await storage.order_items.find(
-            {"business": business, "facility": facility, "lpn": {"$in": lpns}},
-            {"order_id": 1, "shipment_id": 1, "lpn": 1, "sku": 1},
-        ).to_list()
+    docks = sorted({item.dock for item in items})
+    # The order items carrying a read LPN and the shipment at each dock, together: the dock's
+    # shipment is the fallback of any pallet no LPN places (one indexed query per dock).
+    lpn_items, dock_shipments = await asyncio.gather(
+        _items_with_lpns(storage, business, facility, lpns),
+        asyncio.gather(
+            *(lifecycle.current_shipment_at_dock(storage, business, facility, d) for d in docks)
+        ),
+    )
+    at_dock: dict[str, Doc | None] = dict(zip(docks, dock_shipments, strict=True))
     shipments: dict[int, Doc] = {}
     candidate_ids = sorted({int(i["shipment_id"]) for i in lpn_items if i.get("shipment_id")})
     if candidate_ids:
@@ -461,7 +480,6 @@ async def _match_site(
         if shipment_id is not None and int(shipment_id) in shipments:
             shipments_by_lpn.setdefault(order_item["lpn"], set()).add(int(shipment_id))
 
-    at_dock: dict[str, Doc | None] = {}
     for item in items:
         want = lifecycle.SHIPMENT_DIRECTION[item.reading.direction]
         candidates = {s for lpn in item.lpns for s in shipments_by_lpn.get(lpn, ())}
@@ -478,10 +496,6 @@ async def _match_site(
             ]
             chosen = _best(here, item.dock)
         if chosen is None:
-            if item.dock not in at_dock:
-                at_dock[item.dock] = await lifecycle.current_shipment_at_dock(
-                    storage, business, facility, item.dock
-                )
             chosen = at_dock[item.dock]
         if chosen is None:
             chosen = await lifecycle.create_adhoc_shipment(
@@ -502,10 +516,11 @@ async def _match_site(
     if not shipment_items:
         return
     order_ids = sorted({i["order_id"] for i in shipment_items})
-    numbers = {
-        o["_id"]: str(o["number"])
-        for o in await storage.orders.find({"_id": {"$in": order_ids}}, {"number": 1}).to_list()
-    }
+    orders = await storage.orders.find(
+        {"_id": {"$in": order_ids}}, {"number": 1, "status": 1}
+    ).to_list()
+    numbers = {o["_id"]: str(o["number"]) for o in orders}
+    unstarted = {o["_id"] for o in orders if o.get("status") == ORDER_STATUS_NEW}
     by_shipment: dict[int, list[Doc]] = {}
     for order_item in shipment_items:
         by_shipment.setdefault(int(order_item["shipment_id"]), []).append(order_item)
@@ -520,6 +535,18 @@ async def _match_site(
             seen.setdefault(hit["order_id"], None)
         item.order_ids = [o for o in seen if o in numbers]
         item.orders = [numbers[o] for o in item.order_ids]
+        item.unstarted_order_ids = [o for o in item.order_ids if o in unstarted]
+
+
+async def _items_with_lpns(
+    storage: Storage, business: str, facility: str, lpns: list[str]
+) -> list[Doc]:
+    if not lpns:
+        return []
+    return await storage.order_items.find(
+        {"business": business, "facility": facility, "lpn": {"$in": lpns}},
+        {"order_id": 1, "shipment_id": 1, "lpn": 1, "sku": 1},
+    ).to_list()
 
 
 def _best(shipments: list[Doc], dock: str) -> Doc | None:

@@ -1,0 +1,102 @@
+"""Round trips a batch of readings waits for: each is a full wait on the database, and the
+batches of an edge process are stored one after another, so they are the ingest latency
+(docs/benchmarks.md). Counted with a pymongo CommandListener on the batch's own client: a round
+trip starts when a command starts while none is in flight."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from pymongo import AsyncMongoClient, monitoring
+
+from core.crypto import SecretBox
+from core.pallets import record_pallets
+from core.services import Services
+from core.settings import Settings
+from core.storage import Doc, Storage
+from core.webhook_endpoints import create_endpoint
+from tests.core.pallet_helpers import camera_of, pallet
+from tests.edge.documents import post_shipment
+from tests.factories import Tenant
+
+
+class RoundTrips(monitoring.CommandListener):
+    def __init__(self) -> None:
+        self.counting = False
+        self.in_flight: set[int] = set()
+        self.waves: list[list[str]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if not self.counting:
+            return
+        if not self.in_flight:
+            self.waves.append([])
+        self.in_flight.add(event.request_id)
+        self.waves[-1].append(f"{event.command_name} {event.command.get(event.command_name)}")
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        self.in_flight.discard(event.request_id)
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        self.in_flight.discard(event.request_id)
+
+
+@pytest.fixture
+async def counted(settings: Settings) -> AsyncIterator[tuple[Storage, RoundTrips]]:
+    """The test's database through a client whose commands are counted."""
+    listener = RoundTrips()
+    client: AsyncMongoClient[Doc] = AsyncMongoClient(
+        settings.mongodb_url, tz_aware=True, event_listeners=[listener]
+    )
+    yield Storage(client, settings.mongodb_db), listener
+    await client.close()
+
+
+async def round_trips_of_one_reading(
+    storage: Storage, settings: Settings, tenant: Tenant, listener: RoundTrips, lpn: str
+) -> list[list[str]]:
+    camera = await camera_of(storage, tenant, "D1")
+    # Warm up: a shipment at the dock has arrived, the pool holds enough connections.
+    for n in range(3):
+        await record_pallets(storage, settings, [(camera, pallet(f"WARM-{n}"))])
+    listener.counting = True
+    [result] = await record_pallets(storage, settings, [(camera, pallet(lpn))])
+    listener.counting = False
+    assert result.status == "ACCEPTED"
+    return listener.waves
+
+
+async def test_a_pallet_at_a_dock_is_stored_in_seven_round_trips(
+    counted: tuple[Storage, RoundTrips], settings: Settings, services: Services, tenant: Tenant
+):
+    storage, listener = counted
+    await create_endpoint(storage, SecretBox(settings), tenant.business, "https://a.example")
+
+    waves = await round_trips_of_one_reading(storage, settings, tenant, listener, "NEW-LPN")
+
+    # Reads (facility, claims, pallets, endpoints); matching (LPN items, the dock's shipment,
+    # message ids); the shipment's items; pallet, delivery, message; the claim together with
+    # the completion check. It was 10 before these reads and the completion check went together.
+    assert len(waves) == 7, waves
+    assert [w for w in waves if any("insert" in c for c in w)][-1][0] == "insert readings"
+
+
+async def test_a_pallet_of_an_order_adds_only_the_order_lookups(
+    counted: tuple[Storage, RoundTrips], settings: Settings, services: Services, tenant: Tenant
+):
+    storage, listener = counted
+    shipment_id = await post_shipment(storage, tenant, {"SO-1": ["LPN-1", "LPN-2", "LPN-3"]})
+    camera = await camera_of(storage, tenant, "D1")
+    [first] = await record_pallets(storage, settings, [(camera, pallet("LPN-1"))])
+    assert first.shipment_id == shipment_id  # arrived; its order is IN_PROGRESS
+
+    waves = await round_trips_of_one_reading(storage, settings, tenant, listener, "LPN-2")
+
+    # As above, plus the LPN's shipment, the order numbers and the shipment's pallets for its
+    # completion check; no delivery (no endpoint), no order status update (it is started: 12
+    # round trips before).
+    assert len(waves) == 9, waves
+    shipment = await storage.shipments.find_one({"_id": shipment_id})
+    assert shipment is not None
+    assert shipment.get("completed_at") is None  # LPN-3 is still due
