@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+import bson
 from pymongo.errors import BulkWriteError
 
 from core import metrics
@@ -156,16 +157,18 @@ async def insert_ignoring_duplicates(storage: Storage, collection: str, docs: li
     return len(result.inserted_ids)
 
 
-# Called after messages were stored by this process: the feed tailer and the webhook worker
-# running here look at once instead of at their next poll (other processes keep polling).
-_written_listeners: set[Callable[[], None]] = set()
+# Called with the messages this process has just stored, as a reader would get them back (or
+# with none, when some were there already): the feed hub running here releases them at once,
+# the webhook worker looks for their deliveries. Other processes find them by polling.
+WrittenListener = Callable[[list[Doc]], None]
+_written_listeners: set[WrittenListener] = set()
 
 
-def add_written_listener(listener: Callable[[], None]) -> None:
+def add_written_listener(listener: WrittenListener) -> None:
     _written_listeners.add(listener)
 
 
-def remove_written_listener(listener: Callable[[], None]) -> None:
+def remove_written_listener(listener: WrittenListener) -> None:
     _written_listeners.discard(listener)
 
 
@@ -174,11 +177,18 @@ async def write_messages(storage: Storage, written: WrittenMessages) -> None:
     Idempotent: what already exists is left alone."""
     await insert_ignoring_duplicates(storage, "webhook_deliveries", written.deliveries)
     inserted = await insert_ignoring_duplicates(storage, "push_messages", written.messages)
-    if inserted:
-        for message in written.messages:
-            metrics.MESSAGES.labels(message["type"]).inc()
-        for listener in list(_written_listeners):
-            listener()
+    if not inserted:
+        return
+    for message in written.messages:
+        metrics.MESSAGES.labels(message["type"]).inc()
+    if not _written_listeners:
+        return
+    stored: list[Doc] = []
+    if inserted == len(written.messages):  # else the stored copies of some may differ
+        options = storage.push_messages.codec_options
+        stored = [bson.decode(bson.encode(m), codec_options=options) for m in written.messages]
+    for listener in list(_written_listeners):
+        listener(stored)
 
 
 async def append_messages(storage: Storage, new: list[NewMessage]) -> WrittenMessages:

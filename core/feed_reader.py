@@ -271,12 +271,12 @@ class FeedHub:
         await self._initialise()
         self._ready.set()
         self._task = asyncio.create_task(self.run(), name="feed-hub")
-        feed.add_written_listener(self.nudge)
+        feed.add_written_listener(self._written)
 
     async def stop(self) -> None:
         """Stop following; current subscribers end with an UNAVAILABLE error. Idempotent."""
         self._stopped = True
-        feed.remove_written_listener(self.nudge)
+        feed.remove_written_listener(self._written)
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -286,8 +286,16 @@ class FeedHub:
             subscriber.fail(FeedStopped("the server is shutting down; reconnect"))
 
     def nudge(self) -> None:
-        """Poll now instead of at the next interval (after a local write, in tests)."""
+        """Poll now instead of at the next interval."""
         self._wake.set()
+
+    def _written(self, messages: list[Doc]) -> None:
+        """Messages this process has just stored: taken as a poll would take them, without
+        reading them back. A poll runs at once only if something waits for a lower id (another
+        writer's, maybe in flight) or the messages were not handed over."""
+        self._accept(messages, time.monotonic())
+        if not messages or self._pending:
+            self.nudge()
 
     async def _initialise(self) -> None:
         newest = await self.storage.push_messages.find_one({}, {"_id": 1}, sort=[("_id", -1)])
@@ -354,9 +362,7 @@ class FeedHub:
         window = range(self._highest + 1, self._highest + 1 + POLL_WINDOW)
         new = await self.storage.push_messages.find({"_id": {"$in": list(window)}}).to_list()
         more = bool(new) and max(int(d["_id"]) for d in new) == window[-1]
-        if new:
-            new.sort(key=lambda d: int(d["_id"]))
-        else:
+        if not new:
             new = await (
                 self.storage.push_messages.find({"_id": {"$gt": self._highest}})
                 .sort("_id", ASCENDING)
@@ -371,26 +377,32 @@ class FeedHub:
                 {"_id": {"$in": sorted(watched)}}
             ).to_list()
         now = time.monotonic()
+        self._accept([*fillers, *new], now)
+        self._forget_abandoned(now)
+        return more
+
+    def _accept(self, docs: list[Doc], now: float) -> None:
+        """Take committed messages (read by a poll, or handed over by this process's writer):
+        new ones wait in id order for the gaps below them; a gap's filler takes its place; an
+        abandoned id that committed after all goes out late. Anything else seen before
+        (pending, released, from before the start) is ignored: each id is released once."""
         late: list[Doc] = []
-        for doc in fillers:
+        for doc in sorted(docs, key=lambda d: int(d["_id"])):
             message_id = int(doc["_id"])
-            if self._gaps.pop(message_id, None) is not None:
+            if message_id > self._highest:
+                for missing in range(self._highest + 1, message_id):
+                    self._gaps[missing] = now
+                    self.gaps_seen += 1
+                self._pending[message_id] = doc
+                self._highest = message_id
+            elif self._gaps.pop(message_id, None) is not None:
                 self._pending[message_id] = doc
             elif self._abandoned.pop(message_id, None) is not None:
                 late.append(doc)
-        for doc in new:
-            message_id = int(doc["_id"])
-            for missing in range(self._highest + 1, message_id):
-                self._gaps[missing] = now
-                self.gaps_seen += 1
-            self._pending[message_id] = doc
-            self._highest = message_id
-        for doc in sorted(late, key=lambda d: int(d["_id"])):
+        for doc in late:
             log.warning("feed: abandoned id committed late", extra={"message_id": doc["_id"]})
             self._fan_out(doc)
         self._advance(now)
-        self._forget_abandoned(now)
-        return more
 
     def _advance(self, now: float) -> None:
         while self.watermark < self._highest:

@@ -31,7 +31,7 @@ from core.crypto import SecretBox
 from core.deliveries import AttemptResult, Claim
 from core.errors import ConfigError, NotFound
 from core.settings import Settings
-from core.storage import Storage
+from core.storage import Doc, Storage
 from core.webhook_endpoints import WebhookEndpoint, get_endpoint, list_endpoints
 from webhooks import egress, signing, transport
 from webhooks.customer_auth import CustomerAuth, LoginFailed
@@ -217,7 +217,7 @@ class WebhookWorker:
 
     # -- claiming --------------------------------------------------------------------------
 
-    def _written(self) -> None:
+    def _written(self, messages: list[Doc]) -> None:
         self._nothing_beside = None
         self._wake.set()
 

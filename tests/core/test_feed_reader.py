@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from pymongo import AsyncMongoClient, monitoring
 
 from core.errors import ValidationFailed
 from core.feed import NewMessage, append_messages, build_messages, write_messages
@@ -239,3 +240,47 @@ async def test_each_subscriber_gets_its_businesss_and_facilities_messages_once(
     for stream in streams.values():
         await stream.aclose()
     assert hub.subscriber_count == 0
+
+
+class FindLog(monitoring.CommandListener):
+    """The collections a client read from (finds), while `on`."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.finds: list[str] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if self.on and event.command_name == "find":
+            self.finds.append(str(event.command["find"]))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+async def test_messages_written_in_this_process_are_released_without_reading_them_back(
+    storage: Storage, settings_factory: Callable[..., Settings]
+):
+    settings = settings_factory(feed_poll_interval_s=60)  # no poll during the test
+    finds = FindLog()
+    client: AsyncMongoClient[Doc] = AsyncMongoClient(
+        settings.mongodb_url, tz_aware=True, event_listeners=[finds]
+    )
+    async with FeedHub(Storage(client, settings.mongodb_db), settings) as hub:
+        await hub.poll()
+        stream = hub.subscribe(feed_filter("acme", None))
+        first = asyncio.ensure_future(anext(stream))
+        await asyncio.sleep(0.05)  # subscribed
+
+        finds.on = True
+        await append_messages(storage, [message(n=1), message(n=2)])
+        received = [await asyncio.wait_for(first, 5), await anext(stream)]
+        finds.on = False
+        await stream.aclose()
+    await client.close()
+
+    assert finds.finds == []
+    stored = await storage.push_messages.find({}).sort("_id", 1).to_list()
+    assert received == stored  # as a reader gets them: dates to the millisecond, aware
