@@ -5,7 +5,13 @@ as it has free slots, `core.deliveries.claim_pending`) and due retries one at a 
 endpoints below their concurrency and rate limits in this worker, so one slow customer holds at
 most `webhook_endpoint_concurrency` of its `webhook_max_in_flight` slots. A batch's messages
 are read with one query, and successful attempts are recorded together by one flusher task
-(`core.deliveries.record_successes`): the database's round trips per delivery set the rate.
+(`core.deliveries.record_successes`).
+
+A delivery holds a slot of `webhook_max_in_flight` from its claim until its attempt is
+recorded, and a slot of its endpoint's concurrency while its request is open — and, after a
+failure, until the failure (and the endpoint's backoff) is recorded. A success frees the
+endpoint's slot as soon as the answer is in, so the next request to the endpoint does not wait
+for the database (it would cap the rate at concurrency / round trips).
 """
 
 from __future__ import annotations
@@ -124,7 +130,8 @@ class WebhookWorker:
         self._loop_task: asyncio.Task[None] | None = None
         self._stats_task: asyncio.Task[None] | None = None
         self._tasks: dict[asyncio.Task[None], Claim] = {}
-        self._in_flight: dict[str, int] = {}
+        self._in_flight: dict[str, int] = {}  # endpoint -> slots of its concurrency taken
+        self._released: set[str] = set()  # deliveries whose endpoint slot is free already
         self._rates: dict[str, _RateLimit] = {}
         self._endpoints: dict[str, tuple[WebhookEndpoint | None, float]] = {}
         self._endpoint_reads: dict[str, asyncio.Task[WebhookEndpoint | None]] = {}
@@ -307,6 +314,14 @@ class WebhookWorker:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         claim = self._tasks.pop(task)
+        self._release_endpoint_slot(claim)
+        self._released.discard(claim.delivery_id)
+        self._wake.set()
+
+    def _release_endpoint_slot(self, claim: Claim) -> None:
+        if claim.delivery_id in self._released:
+            return
+        self._released.add(claim.delivery_id)
         remaining = self._in_flight.get(claim.endpoint_id, 1) - 1
         if remaining > 0:
             self._in_flight[claim.endpoint_id] = remaining
@@ -335,6 +350,7 @@ class WebhookWorker:
             body = encode_payload(message["message"])
             result = await self.attempt(endpoint, claim, body)
             if result.ok:
+                self._release_endpoint_slot(claim)  # its request is over; recording follows
                 await self._record_success(claim, result)
                 status = deliveries.SUCCEEDED
             else:
@@ -359,8 +375,9 @@ class WebhookWorker:
             )
 
     async def _record_success(self, claim: Claim, result: AttemptResult) -> None:
-        """Queue the success for the flusher and wait until it is stored (the slot stays
-        taken until then). A stop records what is queued before handing claims back."""
+        """Queue the success for the flusher and wait until it is stored (its slot of
+        `webhook_max_in_flight` stays taken until then). A stop records what is queued before
+        handing claims back."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._successes.append((claim, result, done))
         self._flush_wake.set()

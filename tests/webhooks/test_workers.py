@@ -15,10 +15,11 @@ from pathlib import Path
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from pymongo import AsyncMongoClient, monitoring
 
 from core.services import Services
 from core.settings import Settings
-from core.storage import Storage
+from core.storage import Doc, Storage
 from tests.factories import Tenant
 from tests.webhooks.conftest import (
     Received,
@@ -205,3 +206,65 @@ async def test_stop_hands_back_unfinished_deliveries_and_is_idempotent(
     async with WebhookWorker(settings, storage):
         await wait_until(lambda: all_finished(storage))
     assert await storage.webhook_deliveries.count_documents({"status": "SUCCEEDED"}) == 5
+
+
+class ClaimsAndRecords(monitoring.CommandListener):
+    """When the worker looked for deliveries to claim for any endpoint (no endpoint excluded),
+    and when each success was recorded (its delivery updated to SUCCEEDED)."""
+
+    def __init__(self) -> None:
+        self.open_claims: list[float] = []
+        self.recorded: list[float] = []
+        self._records: set[int] = set()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        command = event.command
+        name = event.command_name
+        excluding = "endpoint_id" in command.get("filter", {})
+        if name == "find" and command["find"] == "webhook_deliveries" and not excluding:
+            self.open_claims.append(time.monotonic())
+        if name == "update" and command["update"] == "webhook_deliveries":
+            changes = command["updates"][0]["u"].get("$set", {})
+            if changes.get("status") == "SUCCEEDED":
+                self._records.add(event.request_id)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        if event.request_id in self._records:
+            self.recorded.append(time.monotonic())
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+async def test_a_success_frees_its_endpoint_slot_before_it_is_recorded(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+):
+    # One request at a time to the endpoint. Once a request is answered, the next one is
+    # claimed without waiting for the database to record the success (that wait capped a
+    # worker at concurrency / round trips).
+    await make_endpoint(services, tenant, receiver.base_url)
+    await append_pallets(storage, tenant, 8)
+    settings = fast_settings(webhook_endpoint_concurrency=1, webhook_endpoint_rate_per_s=0)
+    commands = ClaimsAndRecords()
+    client: AsyncMongoClient[Doc] = AsyncMongoClient(
+        settings.mongodb_url, tz_aware=True, event_listeners=[commands]
+    )
+    try:
+        async with WebhookWorker(settings, Storage(client, settings.mongodb_db)):
+            await wait_until(lambda: all_finished(storage))
+    finally:
+        await client.close()
+
+    assert receiver.max_in_flight == 1  # the limit still holds for requests
+    assert len(commands.recorded) >= 1
+    # Between a request's arrival and the record of its success, the next claim was under way.
+    claimed_meanwhile = []
+    for request in receiver.requests:
+        recorded = next(at for at in commands.recorded if at > request.at)
+        claimed_meanwhile.append(any(request.at < c < recorded for c in commands.open_claims))
+    assert any(claimed_meanwhile), (commands.open_claims, commands.recorded)
+    assert await storage.delivery_attempts.count_documents({}) == 8
