@@ -8,6 +8,7 @@ each affected operation. Pinned with nx-27017 < 0.9: an upgrade must pass that m
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 import sys
@@ -18,6 +19,7 @@ from neosqlite.collection.query_helper._sql_query_builder import SqlQueryBuilder
 from neosqlite.collection.query_helper._sql_updates import SqlUpdatesMixin
 from neosqlite.collection.sql_translator_unified import SQLOperatorTranslator, SQLTranslator
 from neosqlite.sql_utils import quote_table_name
+from nx_27017 import server as nx_server
 
 from core.storage import INDEXES
 
@@ -189,6 +191,25 @@ def _translate_operator_ms(self: Any, *args: Any, **kwargs: Any) -> Any:
     return sql, params
 
 
+# --- commands run on the server's event loop, not in a thread each ---------------------------
+# nx-27017 hands every command to a thread (`asyncio.to_thread`), where it waits for the one lock
+# of its database. With dozens of commands queued, the threads, the lock and the GIL hand over
+# to each other for every command: 40 % of the server's samples were those hand-overs (the
+# self-pipe wake-up and the lock wait), not SQLite. The commands of one database run one at a
+# time in any case, and none of them waits on another, so they run inline.
+
+
+class _InlineCommands:
+    """`asyncio` as nx-27017's server module sees it, with `to_thread` calling in place."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    @staticmethod
+    async def to_thread(func: Any, /, *args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs)
+
+
 def apply_patches() -> None:
     SqlUpdatesMixin._can_use_sql_updates = _can_use_sql_updates
     SqlQueryBuilderMixin._build_id_operator_clause = _build_id_operator_clause
@@ -197,6 +218,7 @@ def apply_patches() -> None:
     SQLTranslator.translate_match = _translate
     DateTimeQueryProcessor._process_with_sql_tier = _process_with_sql_tier
     SQLOperatorTranslator.translate_operator = _translate_operator_ms
+    nx_server.asyncio = _InlineCommands()
 
 
 def main() -> None:

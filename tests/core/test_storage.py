@@ -80,3 +80,25 @@ async def test_second_process_attaches_to_running_embedded_server(tmp_path: Path
         await store.close()
     finally:
         await owner.stop()
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="counts threads in /proc")
+async def test_the_embedded_server_runs_commands_without_a_thread_each(tmp_path: Path):
+    # core/nx_launcher.py: commands run on the server's event loop; a thread per command made
+    # threads, the database lock and the GIL hand over to each other on every command.
+    server = EmbeddedMongo(tmp_path)
+    url = await server.start()
+    try:
+        store = await Storage.connect(url, "threads")
+        await asyncio.gather(
+            *(store.businesses.insert_one({"_id": f"b{n}", "name": "B"}) for n in range(32))
+        )
+        assert await store.businesses.count_documents({}) == 32
+        await store.close()
+        assert server.process is not None
+        status = await asyncio.to_thread(Path(f"/proc/{server.process.pid}/status").read_text)
+    finally:
+        await server.stop()
+
+    threads = next(int(line.split()[1]) for line in status.splitlines() if line[:8] == "Threads:")
+    assert threads == 1
