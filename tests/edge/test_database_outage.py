@@ -38,9 +38,16 @@ async def test_stopping_the_database_mid_stream_then_resending_repairs_everythin
         readings = [reading(f"O-{i}", reading_id=f"o-{i}") for i in range(TOTAL)]
         acked: dict[str, edge_pb2.ReadingAck] = {}
         stopper: asyncio.Task[None] | None = None
+        stopped = asyncio.Event()
+
+        async def stop_database() -> None:
+            await mongo.stop()
+            stopped.set()
 
         async def requests() -> AsyncIterator[edge_pb2.PalletReading]:
-            for message in readings:
+            for index, message in enumerate(readings):
+                if index == 2 * 300:  # the rest only once the database is gone, however fast
+                    await stopped.wait()
                 yield message
 
         async with EdgeServer(services, host="127.0.0.1", port=0) as server:
@@ -52,7 +59,7 @@ async def test_stopping_the_database_mid_stream_then_resending_repairs_everythin
                         acked[ack.reading_id] = ack
                         if len(acked) == 300:
                             # the database dies while later batches are being written
-                            stopper = asyncio.create_task(mongo.stop())
+                            stopper = asyncio.create_task(stop_database())
                 except grpc.aio.AioRpcError as error:
                     code = error.code()
             assert code == grpc.StatusCode.UNAVAILABLE
