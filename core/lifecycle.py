@@ -11,6 +11,7 @@ concurrent writers never lose an entry.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -69,6 +70,21 @@ async def current_shipment_at_dock(
 ) -> Doc | None:
     """The not completed shipment at `dock` (the most recent one, if several)."""
     return await _open_shipment_at_dock(storage, business, facility, dock, AT_DOCK_STATUSES, -1)
+
+
+async def current_shipments_at_docks(
+    storage: Storage, business: str, facility: str, docks: Collection[str]
+) -> dict[str, Doc]:
+    """`current_shipment_at_dock` for many docks in one query: by dock, for the docks that
+    have one."""
+    if not docks:
+        return {}
+    query: Doc = {"business": business, "facility": facility, "dock": {"$in": sorted(docks)}}
+    query |= {"status": {"$in": AT_DOCK_STATUSES}, "completed_at": None}
+    current: dict[str, Doc] = {}
+    for doc in await storage.shipments.find(query).sort("_id", -1).to_list():
+        current.setdefault(doc["dock"], doc)
+    return current
 
 
 async def planned_shipment_at_dock(

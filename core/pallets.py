@@ -458,14 +458,12 @@ async def _match_site(
     lpns = sorted({lpn for item in items for lpn in item.lpns})
     docks = sorted({item.dock for item in items})
     # The order items carrying a read LPN and the shipment at each dock, together: the dock's
-    # shipment is the fallback of any pallet no LPN places (one indexed query per dock).
-    lpn_items, dock_shipments = await asyncio.gather(
+    # shipment is the fallback of any pallet no LPN places.
+    lpn_items, current = await asyncio.gather(
         _items_with_lpns(storage, business, facility, lpns),
-        asyncio.gather(
-            *(lifecycle.current_shipment_at_dock(storage, business, facility, d) for d in docks)
-        ),
+        lifecycle.current_shipments_at_docks(storage, business, facility, docks),
     )
-    at_dock: dict[str, Doc | None] = dict(zip(docks, dock_shipments, strict=True))
+    at_dock: dict[str, Doc | None] = {dock: current.get(dock) for dock in docks}
     shipments: dict[int, Doc] = {}
     candidate_ids = sorted({int(i["shipment_id"]) for i in lpn_items if i.get("shipment_id")})
     if candidate_ids:

@@ -178,26 +178,11 @@ async def get_facility_view(
     storage: Storage, principal: Principal, business: str, facility_slug: str
 ) -> FacilityView:
     """A facility with each dock's current shipment: the newest not completed one at the door
-    (`core.lifecycle.current_shipment_at_dock`, for every dock in one query)."""
+    (`core.lifecycle.current_shipments_at_docks`)."""
     check_scope(principal, business, facility_slug)
     facility = await get_facility(storage, business, facility_slug)
     slugs = [dock.slug for dock in facility.docks]
-    candidates = await (
-        storage.shipments.find(
-            {
-                "business": business,
-                "facility": facility_slug,
-                "dock": {"$in": slugs},
-                "status": {"$in": lifecycle.AT_DOCK_STATUSES},
-            }
-        )
-        .sort("_id", DESCENDING)
-        .to_list()
-    )
-    current: dict[str, Doc] = {}
-    for doc in candidates:
-        if doc.get("completed_at") is None:
-            current.setdefault(doc["dock"], doc)
+    current = await lifecycle.current_shipments_at_docks(storage, business, facility_slug, slugs)
     views = {v.shipment["dock"]: v for v in await load_views(storage, list(current.values()))}
     return FacilityView(
         facility=facility,
