@@ -89,6 +89,20 @@ class Claim:
     created_at: datetime
 
 
+def _claim_of(delivery: Doc, owner: str, lease_until: datetime, now: datetime) -> Claim:
+    """The claim on a delivery document as it was before its lease was taken."""
+    return Claim(
+        delivery_id=delivery["_id"],
+        message_id=int(delivery["message_id"]),
+        endpoint_id=delivery["endpoint_id"],
+        event=delivery["event"],
+        attempts=int(delivery.get("attempts", 0)),
+        lease_owner=owner,
+        lease_until=lease_until,
+        created_at=delivery.get("created_at") or now,
+    )
+
+
 def _schedule(moment: datetime | None) -> Doc:
     """When the delivery is next due: what retry claims compare."""
     return {"next_attempt_at": moment}
@@ -158,17 +172,7 @@ async def claim_due(
     )
     if before is None:
         return None, None
-    claim = Claim(
-        delivery_id=before["_id"],
-        message_id=int(before["message_id"]),
-        endpoint_id=before["endpoint_id"],
-        event=before["event"],
-        attempts=int(before.get("attempts", 0)),
-        lease_owner=owner,
-        lease_until=lease_until,
-        created_at=before.get("created_at") or now,
-    )
-    return claim, before
+    return _claim_of(before, owner, lease_until, now), before
 
 
 async def claim_next(
@@ -283,19 +287,7 @@ async def claim_pending(
         candidates = [d for d in candidates if d["_id"] in won]
     # A PENDING delivery's other fields do not change while it waits (it is PENDING with
     # `attempts` 0 from its creation or a requeue), so the candidates are what was claimed.
-    claims = [
-        Claim(
-            delivery_id=doc["_id"],
-            message_id=int(doc["message_id"]),
-            endpoint_id=doc["endpoint_id"],
-            event=doc["event"],
-            attempts=int(doc.get("attempts", 0)),
-            lease_owner=owner,
-            lease_until=lease_until,
-            created_at=doc.get("created_at") or now,
-        )
-        for doc in candidates
-    ]
+    claims = [_claim_of(doc, owner, lease_until, now) for doc in candidates]
     return ClaimBatch(claims, more, messages)
 
 
