@@ -19,8 +19,6 @@ from core.shipment_queries import ShipmentView, load_views
 from core.storage import Doc, Storage, time_range
 from core.tenancy import Facility, Operator, facility_key, find_facility, list_facilities
 
-SHIPMENT_STATUSES = lifecycle.SHIPMENT_STATUSES
-# A dock's current shipment: the latest uncompleted shipment at it in one of these statuses.
 # The pallet direction that counts toward a shipment of each direction.
 EXPECTED_PALLET_DIRECTION = {"OUTBOUND": "LOADING", "INBOUND": "UNLOADING"}
 PROBLEM_DELIVERY_STATUSES = ("FAILED", "DEAD")

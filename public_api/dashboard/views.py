@@ -24,7 +24,14 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 
-from core import completion, dashboard_queries, deliveries, shipment_documents, shipment_queries
+from core import (
+    completion,
+    dashboard_queries,
+    deliveries,
+    lifecycle,
+    shipment_documents,
+    shipment_queries,
+)
 from core.dashboard_queries import ShipmentFilter
 from core.errors import DockflowError, NotFound, RateLimited
 from core.operator_sessions import Session, SessionStore
@@ -372,7 +379,7 @@ async def shipments_page(request: web.Request) -> web.Response:
     where = ShipmentFilter(
         business=chosen.business if chosen else None,
         facility=chosen.slug if chosen else None,
-        status=status if status in dashboard_queries.SHIPMENT_STATUSES else None,
+        status=status if status in lifecycle.SHIPMENT_STATUSES else None,
         dock=(query.get("dock") or "").strip() or None,
         direction=direction if direction in ("OUTBOUND", "INBOUND") else None,
         created_from=datetime.combine(day_from, time(0), tzinfo=zone) if day_from else None,
@@ -401,7 +408,7 @@ async def shipments_page(request: web.Request) -> web.Response:
             "page": page,
             "facilities": facilities,
             "timezones": {f.key: f.timezone for f in facilities},
-            "statuses": dashboard_queries.SHIPMENT_STATUSES,
+            "statuses": lifecycle.SHIPMENT_STATUSES,
             "docks": docks,
             "filters": {
                 "facility": chosen.key if chosen else "",
