@@ -69,7 +69,7 @@ async def current_shipment_at_dock(
     storage: Storage, business: str, facility: str, dock: str
 ) -> Doc | None:
     """The not completed shipment at `dock` (the most recent one, if several)."""
-    return await _open_shipment_at_dock(storage, business, facility, dock, AT_DOCK_STATUSES, -1)
+    return (await current_shipments_at_docks(storage, business, facility, [dock])).get(dock)
 
 
 async def current_shipments_at_docks(
@@ -77,30 +77,36 @@ async def current_shipments_at_docks(
 ) -> dict[str, Doc]:
     """`current_shipment_at_dock` for many docks in one query: by dock, for the docks that
     have one."""
-    if not docks:
-        return {}
-    query: Doc = {"business": business, "facility": facility, "dock": {"$in": sorted(docks)}}
-    query |= {"status": {"$in": AT_DOCK_STATUSES}, "completed_at": None}
-    current: dict[str, Doc] = {}
-    for doc in await storage.shipments.find(query).sort("_id", -1).to_list():
-        current.setdefault(doc["dock"], doc)
-    return current
+    return await _open_shipments_at_docks(storage, business, facility, docks, AT_DOCK_STATUSES, -1)
 
 
 async def planned_shipment_at_dock(
     storage: Storage, business: str, facility: str, dock: str
 ) -> Doc | None:
     """The shipment planned for `dock` that has not arrived (the oldest one, if several)."""
-    return await _open_shipment_at_dock(storage, business, facility, dock, PLANNED_STATUSES, 1)
+    planned = await _open_shipments_at_docks(
+        storage, business, facility, [dock], PLANNED_STATUSES, 1
+    )
+    return planned.get(dock)
 
 
-async def _open_shipment_at_dock(
-    storage: Storage, business: str, facility: str, dock: str, statuses: list[str], order: int
-) -> Doc | None:
-    query: Doc = {"business": business, "facility": facility, "dock": dock}
+async def _open_shipments_at_docks(
+    storage: Storage,
+    business: str,
+    facility: str,
+    docks: Collection[str],
+    statuses: list[str],
+    order: int,
+) -> dict[str, Doc]:
+    """The first not completed shipment in `statuses` at each dock, by `_id` in `order`."""
+    if not docks:
+        return {}
+    query: Doc = {"business": business, "facility": facility, "dock": {"$in": sorted(docks)}}
     query |= {"status": {"$in": statuses}, "completed_at": None}
-    docs = await storage.shipments.find(query).sort("_id", order).limit(1).to_list()
-    return docs[0] if docs else None
+    first: dict[str, Doc] = {}
+    for doc in await storage.shipments.find(query).sort("_id", order).to_list():
+        first.setdefault(doc["dock"], doc)
+    return first
 
 
 async def create_adhoc_shipment(
