@@ -314,20 +314,25 @@ class WebhookWorker:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         claim = self._tasks.pop(task)
-        self._release_endpoint_slot(claim)
-        self._released.discard(claim.delivery_id)
+        if claim.delivery_id in self._released:
+            self._released.discard(claim.delivery_id)
+        else:
+            self._free_endpoint_slot(claim.endpoint_id)
         self._wake.set()
 
     def _release_endpoint_slot(self, claim: Claim) -> None:
-        if claim.delivery_id in self._released:
-            return
+        """The delivery's request is over (a success): its endpoint's slot is free now, its
+        place among all in flight only when the task ends."""
         self._released.add(claim.delivery_id)
-        remaining = self._in_flight.get(claim.endpoint_id, 1) - 1
-        if remaining > 0:
-            self._in_flight[claim.endpoint_id] = remaining
-        else:
-            self._in_flight.pop(claim.endpoint_id, None)
+        self._free_endpoint_slot(claim.endpoint_id)
         self._wake.set()
+
+    def _free_endpoint_slot(self, endpoint_id: str) -> None:
+        remaining = self._in_flight.get(endpoint_id, 1) - 1
+        if remaining > 0:
+            self._in_flight[endpoint_id] = remaining
+        else:
+            self._in_flight.pop(endpoint_id, None)
 
     # -- one delivery ----------------------------------------------------------------------
 
