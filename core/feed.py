@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-import bson
 from pymongo.errors import BulkWriteError
 
 from core import metrics
@@ -157,8 +156,8 @@ async def insert_ignoring_duplicates(storage: Storage, collection: str, docs: li
     return len(result.inserted_ids)
 
 
-# Called with the messages this process has just stored, as a reader would get them back (or
-# with none, when some were there already): the feed hub running here releases them at once,
+# Called with the messages this process has just stored (or with none, when some were there
+# already and the stored copies may differ): the feed hub running here releases them at once,
 # the webhook worker looks for their deliveries. Other processes find them by polling.
 WrittenListener = Callable[[list[Doc]], None]
 _written_listeners: set[WrittenListener] = set()
@@ -181,12 +180,7 @@ async def write_messages(storage: Storage, written: WrittenMessages) -> None:
         return
     for message in written.messages:
         metrics.MESSAGES.labels(message["type"]).inc()
-    if not _written_listeners:
-        return
-    stored: list[Doc] = []
-    if inserted == len(written.messages):  # else the stored copies of some may differ
-        options = storage.push_messages.codec_options
-        stored = [bson.decode(bson.encode(m), codec_options=options) for m in written.messages]
+    stored = written.messages if inserted == len(written.messages) else []
     for listener in list(_written_listeners):
         listener(stored)
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import bson
 from pymongo import ASCENDING, DESCENDING
 
 from core import feed
@@ -291,9 +292,12 @@ class FeedHub:
 
     def _written(self, messages: list[Doc]) -> None:
         """Messages this process has just stored: taken as a poll would take them, without
-        reading them back. A poll runs at once only if something waits for a lower id (another
-        writer's, maybe in flight) or the messages were not handed over."""
-        self._accept(messages, time.monotonic())
+        reading them back (a BSON round trip makes them what a read gives: dates to the
+        millisecond, aware). A poll runs at once only if something waits for a lower id
+        (another writer's, maybe in flight) or the messages were not handed over."""
+        options = self.storage.push_messages.codec_options
+        stored = [bson.decode(bson.encode(m), codec_options=options) for m in messages]
+        self._accept(stored, time.monotonic())
         if not messages or self._pending:
             self.nudge()
 
