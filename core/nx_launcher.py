@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import logging
 import sys
 from typing import Any
@@ -20,6 +21,7 @@ from neosqlite.collection.query_helper._sql_updates import SqlUpdatesMixin
 from neosqlite.collection.sql_translator_unified import SQLOperatorTranslator, SQLTranslator
 from neosqlite.sql_utils import quote_table_name
 from nx_27017 import server as nx_server
+from nx_27017.handler import NeoSQLiteHandler, _msg_db_name
 
 from core.storage import INDEXES
 
@@ -210,6 +212,49 @@ class _InlineCommands:
         return func(*args, **kwargs)
 
 
+# --- a write command is one SQLite transaction -------------------------------------------------
+# neosqlite runs SQLite in autocommit mode, and nx-27017 writes the documents of an insert one
+# by one (so a duplicate key is a write error of its own): an insert of 20 order items was 20
+# transactions, 20 WAL commits (1.6-2.0 ms; 1.0 ms as one transaction), and so was every update
+# of a bulk write. A write command now runs in one transaction. What a client sees is the same:
+# commands run one at a time, a failing document still fails alone (SQLite undoes the statement,
+# not the transaction), and the acknowledgement comes after the commit. Commands of a client's
+# own transaction (`autocommit: false`) are left to nx-27017's session handling.
+
+_WRITE_COMMANDS = frozenset({"insert", "update", "delete", "findAndModify", "findandmodify"})
+
+
+def _write_command(msg: Any) -> bool:
+    for section_type, doc in msg.get("sections") or ():
+        if section_type == "body" and isinstance(doc, dict) and doc:
+            return next(iter(doc)) in _WRITE_COMMANDS and "autocommit" not in doc
+    return False
+
+
+def _in_one_transaction(method: Any) -> Any:
+    @functools.wraps(method)
+    def run(self: Any, msg: Any) -> Any:
+        if not isinstance(msg, dict) or not _write_command(msg):
+            return method(self, msg)
+        db_name = _msg_db_name(msg)
+        with self._lock_for(db_name):
+            connection = self.get_database(db_name).db
+            if connection.in_transaction:
+                return method(self, msg)
+            connection.execute("BEGIN")
+            try:
+                result = method(self, msg)
+                if connection.in_transaction:
+                    connection.execute("COMMIT")
+            except BaseException:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise
+            return result
+
+    return run
+
+
 def apply_patches() -> None:
     SqlUpdatesMixin._can_use_sql_updates = _can_use_sql_updates
     SqlQueryBuilderMixin._build_id_operator_clause = _build_id_operator_clause
@@ -219,6 +264,8 @@ def apply_patches() -> None:
     DateTimeQueryProcessor._process_with_sql_tier = _process_with_sql_tier
     SQLOperatorTranslator.translate_operator = _translate_operator_ms
     nx_server.asyncio = _InlineCommands()
+    NeoSQLiteHandler.handle_insert = _in_one_transaction(NeoSQLiteHandler.handle_insert)
+    NeoSQLiteHandler.handle_command = _in_one_transaction(NeoSQLiteHandler.handle_command)
 
 
 def main() -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 
 import pytest
+from pymongo import UpdateOne
+from pymongo.errors import BulkWriteError
 
 from core.embedded import EmbeddedMongo
 from core.storage import Storage
@@ -102,3 +105,51 @@ async def test_the_embedded_server_runs_commands_without_a_thread_each(tmp_path:
 
     threads = next(int(line.split()[1]) for line in status.splitlines() if line[:8] == "Threads:")
     assert threads == 1
+
+
+def _wal_commits(wal: Path) -> int:
+    """Commit frames in the current generation of a SQLite write-ahead log."""
+    data = wal.read_bytes() if wal.exists() else b""
+    if len(data) < 32:
+        return 0
+    page_size, salt = int.from_bytes(data[8:12], "big"), data[16:24]
+    commits, offset = 0, 32
+    while offset + 24 <= len(data) and data[offset + 8 : offset + 16] == salt:
+        commits += int.from_bytes(data[offset + 4 : offset + 8], "big") != 0
+        offset += 24 + page_size
+    return commits
+
+
+async def test_the_embedded_server_commits_a_write_command_once(tmp_path: Path):
+    # core/nx_launcher.py: an insert of 50 documents was 50 SQLite transactions, a bulk write of
+    # 20 updates 20; each command is one now, and a duplicate key still fails only its document.
+    server = EmbeddedMongo(tmp_path)
+    url = await server.start()
+    try:
+        store = await Storage.connect(url, "commits")
+        await store.businesses.insert_one({"_id": "first", "name": "B"})
+        database = server.data_dir / "commits.db"
+        assert database.exists()
+        with sqlite3.connect(database) as reader:
+            reader.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        wal = database.with_name("commits.db-wal")
+        before = _wal_commits(wal)
+        await store.businesses.insert_many([{"_id": f"b{n}", "n": n} for n in range(50)])
+        after_insert = _wal_commits(wal)
+        await store.businesses.bulk_write(
+            [UpdateOne({"_id": f"b{n}"}, {"$set": {"m": n}}) for n in range(20)]
+        )
+        after_updates = _wal_commits(wal)
+        with pytest.raises(BulkWriteError) as failed:
+            await store.businesses.insert_many(
+                [{"_id": "new"}, {"_id": "b3"}, {"_id": "later"}], ordered=False
+            )
+        assert failed.value.details["nInserted"] == 2
+        assert await store.businesses.count_documents({"_id": {"$in": ["new", "later"]}}) == 2
+        assert await store.businesses.count_documents({"m": {"$gte": 0}}) == 20
+        await store.close()
+    finally:
+        await server.stop()
+
+    assert after_insert - before == 1
+    assert after_updates - after_insert == 1
