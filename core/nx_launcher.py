@@ -19,6 +19,7 @@ from neosqlite.collection.datetime_query_processor import DateTimeQueryProcessor
 from neosqlite.collection.query_helper._sql_query_builder import SqlQueryBuilderMixin
 from neosqlite.collection.query_helper._sql_updates import SqlUpdatesMixin
 from neosqlite.collection.sql_translator_unified import SQLOperatorTranslator, SQLTranslator
+from neosqlite.connection import Connection
 from neosqlite.sql_utils import quote_table_name
 from nx_27017 import server as nx_server
 from nx_27017.handler import NeoSQLiteHandler, _msg_db_name
@@ -212,6 +213,27 @@ class _InlineCommands:
         return func(*args, **kwargs)
 
 
+# --- the collection list is read again only when the schema changed ---------------------------
+# nx-27017 asks for the database's collection names on every find and every insert (does the
+# collection exist?); neosqlite reads them from `sqlite_master` and filters them in Python: 13 %
+# of the server's time for an indexed find_one. SQLite bumps `schema_version` on every change
+# of the schema (a table created or dropped, by this connection or another), so the list is kept
+# until it moves. A rolled-back transaction can take the version back: the wrapper below forgets
+# the lists then.
+
+_collection_names = Connection.list_collection_names
+_NAMES_CACHE = "_dockflow_collection_names"
+
+
+def _list_collection_names(self: Any) -> list[str]:
+    version = self.db.execute("PRAGMA schema_version").fetchone()[0]
+    cached = self.__dict__.get(_NAMES_CACHE)  # not getattr: a Connection's attributes are
+    if cached is None or cached[0] != version:  # its collections
+        cached = (version, _collection_names(self))
+        self.__dict__[_NAMES_CACHE] = cached
+    return list(cached[1])
+
+
 # --- a write command is one SQLite transaction -------------------------------------------------
 # neosqlite runs SQLite in autocommit mode, and nx-27017 writes the documents of an insert one
 # by one (so a duplicate key is a write error of its own): an insert of 20 order items was 20
@@ -249,6 +271,7 @@ def _in_one_transaction(method: Any) -> Any:
             except BaseException:
                 if connection.in_transaction:
                     connection.execute("ROLLBACK")
+                    self.get_database(db_name).__dict__.pop(_NAMES_CACHE, None)
                 raise
             return result
 
@@ -264,6 +287,7 @@ def apply_patches() -> None:
     DateTimeQueryProcessor._process_with_sql_tier = _process_with_sql_tier
     SQLOperatorTranslator.translate_operator = _translate_operator_ms
     nx_server.asyncio = _InlineCommands()
+    Connection.list_collection_names = _list_collection_names
     NeoSQLiteHandler.handle_insert = _in_one_transaction(NeoSQLiteHandler.handle_insert)
     NeoSQLiteHandler.handle_command = _in_one_transaction(NeoSQLiteHandler.handle_command)
 

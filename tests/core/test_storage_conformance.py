@@ -644,3 +644,24 @@ async def test_date_comparisons_with_in_keep_milliseconds_and_sort(storage: Stor
     )
     assert before is not None
     assert before["_id"] == "b"
+
+
+async def test_collections_created_and_dropped_are_seen_by_the_next_command(storage: Storage):
+    # core/nx_launcher.py keeps the embedded server's list of collections until the schema
+    # changes: a collection created, dropped or created again must show at once.
+    database = storage.client[storage.businesses.database.name]
+    scratch = database["scratch"]
+    assert await scratch.find_one({}) is None
+    await scratch.insert_one({"_id": 1})
+    assert await scratch.find_one({}) == {"_id": 1}
+    assert "scratch" in await database.list_collection_names()
+    await scratch.drop()
+    assert await scratch.find_one({}) is None
+    assert "scratch" not in await database.list_collection_names()
+    await scratch.insert_one({"_id": 2})
+    assert await scratch.find({}).to_list() == [{"_id": 2}]
+    await database.create_collection("other")
+    await database["other"].insert_many([{"_id": 1}, {"_id": 2}])
+    assert await database["other"].count_documents({}) == 2
+    await database.drop_collection("other")
+    assert await database["other"].count_documents({}) == 0
