@@ -30,5 +30,7 @@ DELIVERY_OLDEST = Gauge(
 )
 SUBSCRIPTIONS = Gauge("dockflow_subscriptions", "Open pushMessage subscriptions")
 FROZEN_OBJECTS = Gauge(
-    "dockflow_gc_frozen_objects", "Objects of startup kept out of garbage collection (gc.freeze)"
+    "dockflow_gc_frozen_objects",
+    "Long-lived objects kept out of garbage collection (gc.freeze): startup's, then the "
+    "survivors of each full collection until the next thaw",
 )

@@ -56,6 +56,7 @@ def _run_parts(args: argparse.Namespace, parts: tuple[str, ...]) -> int:
 
     async def started(services: Services, addresses: dict[str, str]) -> None:
         runtime.freeze_startup_heap()  # a long-running process: before saying it is ready
+        runtime.HeapFreezer(settings.gc_thaw_interval_s).install()
         await announce(services, addresses)
 
     asyncio.run(runtime.serve(settings, parts, on_started=started))

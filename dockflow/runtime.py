@@ -9,6 +9,7 @@ import gc
 import logging
 import signal
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -92,6 +93,45 @@ def freeze_startup_heap() -> None:
     gc.collect()
     gc.freeze()
     metrics.FROZEN_OBJECTS.set(gc.get_freeze_count())
+
+
+class HeapFreezer:
+    """Freezes the survivors of every full garbage collection, so the next one walks only what
+    came since; every `thaw_interval_s` one full collection walks everything again.
+
+    A long-running server's heap is mostly long-lived: every open websocket subscription, every
+    gRPC stream, the caches. CPython's full collection walks all of it, stopping the event loop:
+    with 2,000 subscribers, 470 ms (`dockflow bench fanout`, docs/benchmarks.md fix 16). An
+    object that survived a full collection is likely to live on; frozen, it is still freed by
+    reference counting, and only a reference cycle that becomes garbage while frozen waits for
+    the next thaw (at most `thaw_interval_s` and a full collection), when it is collected as
+    before. The callback runs when a full collection stops, so exactly its survivors are frozen.
+    """
+
+    def __init__(self, thaw_interval_s: float) -> None:
+        self.thaw_interval_s = thaw_interval_s
+        self._last_thaw = time.monotonic()
+        self.thaws = 0
+
+    def install(self) -> None:
+        if self._on_collection not in gc.callbacks:
+            gc.callbacks.append(self._on_collection)
+
+    def uninstall(self) -> None:
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._on_collection)
+
+    def _on_collection(self, phase: str, info: dict[str, int]) -> None:
+        if phase != "stop" or info["generation"] != 2:
+            return
+        now = time.monotonic()
+        if now - self._last_thaw >= self.thaw_interval_s:
+            gc.unfreeze()  # the next full collection walks (and frees) everything once
+            self._last_thaw = now
+            self.thaws += 1
+        else:
+            gc.freeze()
+        metrics.FROZEN_OBJECTS.set(gc.get_freeze_count())
 
 
 async def serve(
