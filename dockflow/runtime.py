@@ -97,20 +97,26 @@ def freeze_startup_heap() -> None:
 
 class HeapFreezer:
     """Freezes the survivors of every full garbage collection, so the next one walks only what
-    came since; every `thaw_interval_s` one full collection walks everything again.
+    came since; a thaw lets one full collection walk everything again.
 
     A long-running server's heap is mostly long-lived: every open websocket subscription, every
     gRPC stream, the caches. CPython's full collection walks all of it, stopping the event loop:
     with 2,000 subscribers, 470 ms (`dockflow bench fanout`, docs/benchmarks.md fix 16). An
     object that survived a full collection is likely to live on; frozen, it is still freed by
-    reference counting, and only a reference cycle that becomes garbage while frozen waits for
-    the next thaw (at most `thaw_interval_s` and a full collection), when it is collected as
-    before. The callback runs when a full collection stops, so exactly its survivors are frozen.
+    reference counting, but a reference cycle that becomes garbage while frozen (a closed
+    websocket leaves ~100 objects in cycles, ~19 KiB) waits for the next thaw. So a thaw comes
+    when the frozen objects have grown by `growth` (half) over what the last thawed collection
+    left alive, which bounds that garbage by the live heap whatever the connection churn, and
+    at the latest every `thaw_interval_s`. The callback runs when a full collection stops, so
+    exactly its survivors are frozen.
     """
 
-    def __init__(self, thaw_interval_s: float) -> None:
+    def __init__(self, thaw_interval_s: float, growth: float = 0.5) -> None:
         self.thaw_interval_s = thaw_interval_s
+        self.growth = growth
         self._last_thaw = time.monotonic()
+        self._live = gc.get_freeze_count()  # frozen right after the last thawed collection
+        self._thawed = self._live == 0  # nothing frozen yet: the next collection walks all
         self.thaws = 0
 
     def install(self) -> None:
@@ -124,13 +130,19 @@ class HeapFreezer:
     def _on_collection(self, phase: str, info: dict[str, int]) -> None:
         if phase != "stop" or info["generation"] != 2:
             return
-        now = time.monotonic()
-        if now - self._last_thaw >= self.thaw_interval_s:
+        gc.freeze()
+        frozen = gc.get_freeze_count()
+        if self._thawed:  # this collection walked everything: what it froze is alive
+            self._thawed = False
+            self._live = frozen
+        elif (
+            frozen > self._live * (1 + self.growth)
+            or time.monotonic() - self._last_thaw >= self.thaw_interval_s
+        ):
             gc.unfreeze()  # the next full collection walks (and frees) everything once
-            self._last_thaw = now
+            self._thawed = True
+            self._last_thaw = time.monotonic()
             self.thaws += 1
-        else:
-            gc.freeze()
         metrics.FROZEN_OBJECTS.set(gc.get_freeze_count())
 
 

@@ -20,7 +20,7 @@ def _cycle() -> _Node:
 
 
 def test_survivors_of_a_full_collection_are_frozen_until_a_thaw_frees_their_cycles():
-    freezer = HeapFreezer(thaw_interval_s=3600)
+    freezer = HeapFreezer(thaw_interval_s=3600, growth=1e9)  # thaws only when told below
     gc.collect()
     frozen_before = gc.get_freeze_count()
     freezer.install()
@@ -48,3 +48,33 @@ def test_survivors_of_a_full_collection_are_frozen_until_a_thaw_frees_their_cycl
         freezer.uninstall()
         gc.unfreeze()
     assert freezer._on_collection not in gc.callbacks
+
+
+def test_a_thaw_comes_as_soon_as_the_frozen_heap_grows_by_half():
+    # Connection churn leaves cycles among frozen objects: growth, not only time, bounds them.
+    gc.collect()
+    gc.freeze()  # as at startup: what is alive now is the baseline
+    freezer = HeapFreezer(thaw_interval_s=3600, growth=0.5)
+    freezer.install()
+    try:
+        baseline = gc.get_freeze_count()
+        kept = [_cycle() for _ in range(baseline // 8)]  # +baseline // 4 nodes: not enough
+        gc.collect()
+        assert freezer.thaws == 0
+        assert gc.get_freeze_count() >= baseline + len(kept) * 2
+
+        kept += [_cycle() for _ in range(baseline // 4)]  # now over half the baseline
+        probe = weakref.ref(kept[0])
+        gc.collect()
+        assert freezer.thaws == 1
+        assert gc.get_freeze_count() == 0
+
+        del kept
+        gc.collect()  # the thawed collection frees the cycles and sets the new baseline
+        assert probe() is None
+        assert 0 < gc.get_freeze_count() < baseline * 1.5
+        gc.collect()
+        assert freezer.thaws == 1
+    finally:
+        freezer.uninstall()
+        gc.unfreeze()
