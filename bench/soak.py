@@ -71,6 +71,7 @@ class Camera:
     acks: dict[str, edge_pb2.ReadingAck] = field(default_factory=dict)  # first ack per reading
     statuses: Counter[str] = field(default_factory=Counter)
     failures: Counter[str] = field(default_factory=Counter)  # RPC status codes seen
+    failure_details: Counter[str] = field(default_factory=Counter)  # "CODE: details" of each
     reconnects: int = 0
     resent: int = 0
 
@@ -98,6 +99,7 @@ class Camera:
                 attempt = 0 if not self.unacked else attempt
             except grpc.aio.AioRpcError as error:
                 self.failures[error.code().name] += 1
+                self.failure_details[f"{error.code().name}: {error.details()}"] += 1
 
     async def _stream(self, pending: list[edge_pb2.PalletReading]) -> None:
         async def requests() -> AsyncIterator[edge_pb2.PalletReading]:

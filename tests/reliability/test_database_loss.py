@@ -119,10 +119,19 @@ async def test_killing_the_database_mid_stream_answers_503_then_recovers_by_itse
         assert graphql_status == 200
         assert graphql_body["data"]["shipments"], graphql_body
     failures: Counter[str] = Counter()
+    details: Counter[str] = Counter()
     for camera in cameras:
         failures.update(camera.failures)
-    assert failures[grpc.StatusCode.UNAVAILABLE.name] >= 1, failures
-    assert set(failures) <= {grpc.StatusCode.UNAVAILABLE.name}, failures
+        details.update(camera.failure_details)
+    assert failures[grpc.StatusCode.UNAVAILABLE.name] >= 1, details
+    # The server ends streams UNAVAILABLE; a grpc.aio client still writing when that status
+    # arrives can report "INTERNAL: Internal error from Core" instead (grpc/grpc#36066, a client
+    # bug, seen twice in ~20 runs). So: no other code reaches the cameras, and the server itself
+    # never ended an RPC with INTERNAL (it logs each one as "edge RPC failed").
+    misreported = f"{grpc.StatusCode.INTERNAL.name}: Internal error from Core"
+    unavailable = {d for d in details if d.startswith(grpc.StatusCode.UNAVAILABLE.name + ":")}
+    assert set(details) - unavailable <= {misreported}, details
+    assert not [line for line in serve.log_lines() if line.get("msg") == "edge RPC failed"]
     assert (ready_after, document_after) == (200, 201)
     assert orders == 1  # the refused document wrote nothing; the retry wrote it once
     assert verdict.readings == verdict.pallets == verdict.messages == total
