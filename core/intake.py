@@ -42,11 +42,11 @@ from core.errors import (
     OrderItemNotFound,
     ValidationFailed,
 )
+from core.lifecycle import ORDER_STATUS_NEW
 from core.shipments import ELIGIBLE, is_eligible
 from core.storage import Doc, Storage
 
 SHIPMENT_STATUS_NEW = "SCHEDULED"
-ORDER_STATUS_NEW = "CREATED"
 HISTORY_SOURCE = "document"
 
 # Item fields of a document and their stored names (lpn and sku identify an item; not here).

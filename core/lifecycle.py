@@ -45,6 +45,9 @@ SHIPMENT_STATUSES: tuple[str, ...] = (
     "DEPARTED",
 )
 AT_DOCK_STATUSES = ["DOOR_ASSIGNED", "LOADING", "UNLOADING"]
+# An order is CREATED by intake and IN_PROGRESS from its first pallet on.
+ORDER_STATUS_NEW = "CREATED"
+ORDER_STATUS_STARTED = "IN_PROGRESS"
 # Shipments planned for a door; TRAILER_ARRIVED there moves the oldest one to DOOR_ASSIGNED.
 PLANNED_STATUSES = ["NEW", "SCHEDULED", "AT_FACILITY"]
 # Readings and events further ahead of the server clock than this are refused (camera clocks).

@@ -42,7 +42,6 @@ from pymongo.asynchronous.collection import AsyncCollection
 from core import completion, feed, lifecycle, metrics
 from core.dock_events import resolve_dock
 from core.errors import DockflowError, ValidationFailed
-from core.intake import ORDER_STATUS_NEW
 from core.settings import Settings
 from core.storage import Doc, Storage
 from core.tenancy import Camera, Facility, find_facility
@@ -348,8 +347,8 @@ async def plan_batch(
         order_ids = sorted({o for item in fresh for o in item.unstarted_order_ids})
         if order_ids:
             await storage.orders.update_many(
-                {"_id": {"$in": order_ids}, "status": ORDER_STATUS_NEW},
-                {"$set": {"status": "IN_PROGRESS"}},
+                {"_id": {"$in": order_ids}, "status": lifecycle.ORDER_STATUS_NEW},
+                {"$set": {"status": lifecycle.ORDER_STATUS_STARTED}},
             )
 
     for index, first in followers:
@@ -518,7 +517,7 @@ async def _match_site(
         {"_id": {"$in": order_ids}}, {"number": 1, "status": 1}
     ).to_list()
     numbers = {o["_id"]: str(o["number"]) for o in orders}
-    unstarted = {o["_id"] for o in orders if o.get("status") == ORDER_STATUS_NEW}
+    unstarted = {o["_id"] for o in orders if o.get("status") == lifecycle.ORDER_STATUS_NEW}
     by_shipment: dict[int, list[Doc]] = {}
     for order_item in shipment_items:
         by_shipment.setdefault(int(order_item["shipment_id"]), []).append(order_item)
