@@ -55,7 +55,7 @@ def _run_parts(args: argparse.Namespace, parts: tuple[str, ...]) -> int:
     announce = on_started
 
     async def started(services: Services, addresses: dict[str, str]) -> None:
-        runtime.freeze_startup_heap()  # a long-running process: before saying it is ready
+        # A long-running process: keep its long-lived objects out of the collector's walks.
         runtime.HeapFreezer(settings.gc_thaw_interval_s).install()
         await announce(services, addresses)
 

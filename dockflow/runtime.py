@@ -85,16 +85,6 @@ async def start_http(services: Services, host: str, port: int) -> tuple[web.AppR
 StartHook = Callable[[Services], Awaitable[Callable[[], Awaitable[None]] | None]]
 
 
-def freeze_startup_heap() -> None:
-    """Keep what startup allocated (modules, the GraphQL schema, routes: ~100,000 objects) out
-    of the garbage collector's sight, so a full collection walks only what came later. For a
-    server process once it is up: full collections paused its loop for up to 71 ms under
-    `dockflow bench ingest-latency`, 39 ms after (docs/benchmarks.md, fix 9)."""
-    gc.collect()
-    gc.freeze()
-    metrics.FROZEN_OBJECTS.set(gc.get_freeze_count())
-
-
 class HeapFreezer:
     """Freezes the survivors of every full garbage collection, so the next one walks only what
     came since; a thaw lets one full collection walk everything again.
@@ -108,7 +98,8 @@ class HeapFreezer:
     when the frozen objects have grown by `growth` (half) over what the last thawed collection
     left alive, which bounds that garbage by the live heap whatever the connection churn, and
     at the latest every `thaw_interval_s`. The callback runs when a full collection stops, so
-    exactly its survivors are frozen.
+    exactly its survivors are frozen. `install` collects at once: what startup allocated
+    (modules, the GraphQL schema, routes: ~100,000 objects) is frozen first (fix 9).
     """
 
     def __init__(self, thaw_interval_s: float, growth: float = 0.5) -> None:
@@ -120,8 +111,10 @@ class HeapFreezer:
         self.thaws = 0
 
     def install(self) -> None:
+        """Follow every full collection from now on, starting with one now."""
         if self._on_collection not in gc.callbacks:
             gc.callbacks.append(self._on_collection)
+        gc.collect()
 
     def uninstall(self) -> None:
         with contextlib.suppress(ValueError):
