@@ -260,7 +260,8 @@ def _in_one_transaction(method: Any) -> Any:
             return method(self, msg)
         db_name = _msg_db_name(msg)
         with self._lock_for(db_name):
-            connection = self.get_database(db_name).db
+            database = self.get_database(db_name)
+            connection = database.db
             if connection.in_transaction:
                 return method(self, msg)
             connection.execute("BEGIN")
@@ -271,7 +272,7 @@ def _in_one_transaction(method: Any) -> Any:
             except BaseException:
                 if connection.in_transaction:
                     connection.execute("ROLLBACK")
-                    self.get_database(db_name).__dict__.pop(_NAMES_CACHE, None)
+                    database.__dict__.pop(_NAMES_CACHE, None)
                 raise
             return result
 
