@@ -70,10 +70,17 @@ class Camera:
     interval_s: float = 0.0  # pause between sends (a camera's pace); 0: as fast as acks come
     acks: dict[str, edge_pb2.ReadingAck] = field(default_factory=dict)  # first ack per reading
     statuses: Counter[str] = field(default_factory=Counter)
-    failures: Counter[str] = field(default_factory=Counter)  # RPC status codes seen
     failure_details: Counter[str] = field(default_factory=Counter)  # "CODE: details" of each
     reconnects: int = 0
     resent: int = 0
+
+    @property
+    def failures(self) -> Counter[str]:
+        """The RPC status codes seen."""
+        codes: Counter[str] = Counter()
+        for detail, count in self.failure_details.items():
+            codes[detail.split(":", 1)[0]] += count
+        return codes
 
     @property
     def camera_id(self) -> str:
@@ -98,7 +105,6 @@ class Camera:
                 await self._stream(self.unacked)
                 attempt = 0 if not self.unacked else attempt
             except grpc.aio.AioRpcError as error:
-                self.failures[error.code().name] += 1
                 self.failure_details[f"{error.code().name}: {error.details()}"] += 1
 
     async def _stream(self, pending: list[edge_pb2.PalletReading]) -> None:
