@@ -21,6 +21,7 @@ from neosqlite.collection.query_helper._sql_updates import SqlUpdatesMixin
 from neosqlite.collection.sql_translator_unified import SQLOperatorTranslator, SQLTranslator
 from neosqlite.connection import Connection
 from neosqlite.sql_utils import quote_table_name
+from nx_27017 import daemon as nx_daemon
 from nx_27017 import server as nx_server
 from nx_27017.handler import NeoSQLiteHandler, _msg_db_name
 
@@ -279,6 +280,25 @@ def _in_one_transaction(method: Any) -> Any:
     return run
 
 
+# --- a termination signal ends the server even when it lands in a finalizer -------------------
+# nx-27017's handler raises SystemExit wherever the signal finds the main thread. Since commands
+# run on the event loop (above), that can be inside a finalizer (neosqlite's `Cursor.__del__`),
+# where Python ignores exceptions: the server once outlived a SIGKILLed dockflow, whose
+# parent-death signal is a SIGTERM. The exit is raised from a loop callback instead.
+
+
+def _raise_exit() -> None:
+    raise SystemExit(0)
+
+
+def _exit_on_signal(signum: int, frame: Any) -> None:
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not serving yet, or any more
+        raise SystemExit(0) from None
+    loop.call_soon_threadsafe(_raise_exit)
+
+
 def apply_patches() -> None:
     SqlUpdatesMixin._can_use_sql_updates = _can_use_sql_updates
     SqlQueryBuilderMixin._build_id_operator_clause = _build_id_operator_clause
@@ -291,6 +311,7 @@ def apply_patches() -> None:
     Connection.list_collection_names = _list_collection_names
     NeoSQLiteHandler.handle_insert = _in_one_transaction(NeoSQLiteHandler.handle_insert)
     NeoSQLiteHandler.handle_command = _in_one_transaction(NeoSQLiteHandler.handle_command)
+    nx_daemon._signal_exit_handler = _exit_on_signal
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import sqlite3
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError
 
 from core.embedded import EmbeddedMongo
+from core.nx_launcher import _exit_on_signal
 from core.storage import Storage
 
 
@@ -153,3 +155,18 @@ async def test_the_embedded_server_commits_a_write_command_once(tmp_path: Path):
 
     assert after_insert - before == 1
     assert after_updates - after_insert == 1
+
+
+def test_a_termination_signal_ends_the_embedded_server_even_inside_a_finalizer():
+    # core/nx_launcher.py: nx-27017's own handler raised SystemExit in place, and a signal that
+    # landed in a finalizer (ignored exceptions) left the server running after dockflow died.
+    class Finalized:
+        def __del__(self) -> None:
+            _exit_on_signal(signal.SIGTERM, None)
+
+    async def serve() -> None:
+        Finalized()  # finalized at once: the signal is handled inside its __del__
+        await asyncio.sleep(5)
+
+    with pytest.raises(SystemExit):
+        asyncio.run(serve())
