@@ -3,8 +3,8 @@
 The subscribers are spread over 40 facilities of one business (50 per facility, each
 subscribed with its facility's filter), as customers' consumers are; the messages go round
 the facilities, so each reaches 50 subscribers (2,500 deliveries/s). Messages are written by
-this driver with `core.feed.append_messages` (as another dockflow process would), and the API
-process's feed tailer fans them out. Figures: delivery latency p50/p99 (write -> arrival),
+this driver with `core.feed.publish.append_messages` (as another dockflow process would), and the
+API process's feed tailer fans them out. Figures: delivery latency p50/p99 (write -> arrival),
 server RSS, deliveries received. No limit beside it: absolute figures.
 """
 
@@ -27,8 +27,8 @@ from bench.harness import (
     summarize_ms,
 )
 from bench.subscribers import Subscriber, close_all, graphql_subscriber
-from core import tenancy
-from core.feed import NewMessage, append_messages
+from core.feed.publish import NewMessage, append_messages
+from core.tenancy import tenants
 from dockflow.runtime import open_services
 
 SUBSCRIBERS = {"tiny": 40, "full": 2000}
@@ -74,7 +74,7 @@ async def run(size: str) -> None:
         async with open_services(server.settings()) as services:
             storage = services.storage
             for slug in facilities[1:]:
-                await tenancy.create_facility(storage, "bench", slug, docks=["D1"])
+                await tenants.create_facility(storage, "bench", slug, docks=["D1"])
             url = f"{server.base_url}/public_graphql"
             connector = aiohttp.TCPConnector(limit=0)
             async with aiohttp.ClientSession(connector=connector) as session:

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core import tenancy
 from core.settings import Settings
-from core.tenancy import LabelFieldMapping
+from core.tenancy import tenants
+from core.tenancy.tenants import LabelFieldMapping
 from dockflow.runtime import open_services
 
 SIZES = ("tiny", "full")
@@ -135,23 +135,23 @@ async def make_tenant(
     server: Server, docks: int = 8, webhook_url: str | None = None
 ) -> BenchTenant:
     """Create a business, facility, client and one camera per dock through core functions."""
-    from core.crypto import SecretBox
-    from core.webhook_endpoints import create_endpoint
+    from core.auth.crypto import SecretBox
+    from core.outbox.webhook_endpoints import create_endpoint
 
     settings = server.settings()
     dock_slugs = [f"D{i + 1}" for i in range(docks)]
     async with open_services(settings) as services:
         storage = services.storage
-        await tenancy.create_business(storage, "bench", "Bench Co")
-        await tenancy.create_facility(
+        await tenants.create_business(storage, "bench", "Bench Co")
+        await tenants.create_facility(
             storage, "bench", "dc1", docks=dock_slugs,
             label_fields=[LabelFieldMapping("lpn", "licensePlate"),
                           LabelFieldMapping("sku", "skus", multiple=True)],
         )  # fmt: skip
-        client = await tenancy.create_client(storage, "bench")
+        client = await tenants.create_client(storage, "bench")
         token = (await services.tokens.issue(client.entity)).access_token
         cameras = [
-            (await tenancy.create_camera(storage, "bench", "dc1", dock=d)).secret
+            (await tenants.create_camera(storage, "bench", "dc1", dock=d)).secret
             for d in dock_slugs
         ]
         if webhook_url:

@@ -16,7 +16,7 @@ import aiohttp
 
 from bench.harness import final_line, make_tenant, print_table, running_server
 from bench.receiver import running_receiver
-from core.feed import NewMessage, append_messages
+from core.feed.publish import NewMessage, append_messages
 from dockflow.runtime import open_services
 
 TOTAL = {"tiny": 200, "full": 10_000}

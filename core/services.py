@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.auth.tokens import TokenService
 from core.settings import Settings
 from core.storage import Storage
-from core.tokens import TokenService
 
 
 @dataclass

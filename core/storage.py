@@ -37,7 +37,7 @@ PING_TIMEOUT_S = 1.0  # readiness: a database slower than this to answer a ping 
 
 # Every collection and its indexes. `docs/data-model.md` describes the fields. Indexed fields
 # hold single values, never arrays: the embedded server answers equality on them with the index
-# on that promise (core/nx_launcher.py).
+# on that promise (dockflow/embedded/launcher.py).
 INDEXES: dict[str, list[IndexModel]] = {
     "counters": [],
     "businesses": [],
@@ -95,7 +95,7 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("sent_at", ASCENDING)]),
     ],
     "webhook_deliveries": [
-        # claims: due deliveries by status, in message id order (core/deliveries.py)
+        # claims: due deliveries by status, in message id order (core/outbox/deliveries.py)
         IndexModel([("status", ASCENDING), ("message_id", ASCENDING)]),
         IndexModel([("status", ASCENDING), ("next_attempt_at", ASCENDING)]),
         IndexModel([("endpoint_id", ASCENDING), ("status", ASCENDING)]),

@@ -22,14 +22,15 @@ from typing import Any
 
 import yaml
 
-from core import provisioning, tenancy, webhook_endpoints
-from core.crypto import SecretBox
+from core.auth.credentials import new_secret
+from core.auth.crypto import SecretBox
 from core.errors import DockflowError
-from core.secrets import new_secret
+from core.outbox import webhook_endpoints
 from core.services import Services
 from core.settings import Settings, load_settings
 from core.storage import UNAVAILABLE_ERRORS
-from core.tenancy import ApiClient, Camera, Facility, LabelFieldMapping
+from core.tenancy import provisioning, tenants
+from core.tenancy.tenants import ApiClient, Camera, Facility, LabelFieldMapping
 from dockflow import runtime
 
 EXIT_USAGE = 2  # bad input: duplicates, unknown references, invalid values
@@ -299,13 +300,13 @@ SHOWN_ONCE = "(the secret is shown only now: store it)"
 
 
 async def _create_business(services: Services, args: argparse.Namespace) -> Output:
-    business = await tenancy.create_business(services.storage, args.slug, args.name)
+    business = await tenants.create_business(services.storage, args.slug, args.name)
     data = {"slug": business.slug, "name": business.name}
     return Output(data, f"created business {business.slug} ({business.name})")
 
 
 async def _create_facility(services: Services, args: argparse.Namespace) -> Output:
-    facility = await tenancy.create_facility(
+    facility = await tenants.create_facility(
         services.storage,
         args.business,
         args.slug,
@@ -320,7 +321,7 @@ async def _create_facility(services: Services, args: argparse.Namespace) -> Outp
 
 
 async def _create_client(services: Services, args: argparse.Namespace) -> Output:
-    created = await tenancy.create_client(
+    created = await tenants.create_client(
         services.storage,
         args.business,
         facilities=args.facility,
@@ -342,7 +343,7 @@ async def _create_client(services: Services, args: argparse.Namespace) -> Output
 
 
 async def _create_camera(services: Services, args: argparse.Namespace) -> Output:
-    created = await tenancy.create_camera(
+    created = await tenants.create_camera(
         services.storage,
         args.business,
         args.facility,
@@ -396,7 +397,7 @@ async def _create_webhook(services: Services, args: argparse.Namespace) -> Outpu
 async def _create_operator(services: Services, args: argparse.Namespace) -> Output:
     generated = not args.password_stdin
     password = new_secret(nbytes=12) if generated else _read_stdin_secret()
-    operator = await tenancy.create_operator(
+    operator = await tenants.create_operator(
         services.storage, args.username, password, businesses=args.business
     )
     data: dict[str, Any] = {
@@ -412,20 +413,20 @@ async def _create_operator(services: Services, args: argparse.Namespace) -> Outp
 
 
 async def _list_businesses(services: Services, business: str | None) -> list[dict[str, Any]]:
-    found = await tenancy.list_businesses(services.storage)
+    found = await tenants.list_businesses(services.storage)
     return [{"slug": b.slug, "name": b.name} for b in found if business in (None, b.slug)]
 
 
 async def _list_facilities(services: Services, business: str | None) -> list[dict[str, Any]]:
-    return [_facility_data(f) for f in await tenancy.list_facilities(services.storage, business)]
+    return [_facility_data(f) for f in await tenants.list_facilities(services.storage, business)]
 
 
 async def _list_clients(services: Services, business: str | None) -> list[dict[str, Any]]:
-    return [_client_data(c) for c in await tenancy.list_clients(services.storage, business)]
+    return [_client_data(c) for c in await tenants.list_clients(services.storage, business)]
 
 
 async def _list_cameras(services: Services, business: str | None) -> list[dict[str, Any]]:
-    return [_camera_data(c) for c in await tenancy.list_cameras(services.storage, business)]
+    return [_camera_data(c) for c in await tenants.list_cameras(services.storage, business)]
 
 
 async def _list_webhooks(services: Services, business: str | None) -> list[dict[str, Any]]:
@@ -439,7 +440,7 @@ async def _list_operators(services: Services, business: str | None) -> list[dict
             "username": o.username,
             "businesses": None if o.businesses is None else sorted(o.businesses),
         }
-        for o in await tenancy.list_operators(services.storage)
+        for o in await tenants.list_operators(services.storage)
         if business is None or o.may_see_business(business)
     ]
 
@@ -476,8 +477,8 @@ async def _list(services: Services, args: argparse.Namespace) -> Output:
 
 def _set_client(disabled: bool) -> Handler:
     async def handler(services: Services, args: argparse.Namespace) -> Output:
-        await tenancy.set_client_disabled(services.storage, args.client_id, disabled)
-        client = await tenancy.get_client(services.storage, args.client_id)
+        await tenants.set_client_disabled(services.storage, args.client_id, disabled)
+        client = await tenants.get_client(services.storage, args.client_id)
         state = "disabled" if disabled else "enabled"
         note = " (its tokens are refused within 30 s)" if disabled else ""
         return Output(_client_data(client), f"{state} client {client.client_id}{note}")
@@ -487,8 +488,8 @@ def _set_client(disabled: bool) -> Handler:
 
 def _set_camera(disabled: bool) -> Handler:
     async def handler(services: Services, args: argparse.Namespace) -> Output:
-        await tenancy.set_camera_disabled(services.storage, args.camera_id, disabled)
-        camera = await tenancy.get_camera(services.storage, args.camera_id)
+        await tenants.set_camera_disabled(services.storage, args.camera_id, disabled)
+        camera = await tenants.get_camera(services.storage, args.camera_id)
         state = "disabled" if disabled else "enabled"
         return Output(_camera_data(camera), f"{state} camera {camera.camera_id}")
 

@@ -8,7 +8,7 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
-from core import deliveries
+from core.outbox import deliveries
 from core.services import Services
 from dockflow import admin
 

@@ -15,11 +15,17 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from core import provisioning, tenancy
-from core.crypto import SecretBox
+from core.auth.crypto import SecretBox
 from core.errors import NotFound
-from core.provisioning import BusinessSpec, CameraSpec, ClientSpec, FacilitySpec, OperatorSpec
 from core.services import Services
+from core.tenancy import provisioning, tenants
+from core.tenancy.provisioning import (
+    BusinessSpec,
+    CameraSpec,
+    ClientSpec,
+    FacilitySpec,
+    OperatorSpec,
+)
 from dockflow.cli import _print_started
 
 BUSINESS = "demo"
@@ -73,13 +79,13 @@ async def ensure_demo_tenant(services: Services) -> tuple[bool, dict[str, Any] |
     credentials: from this creation or from the credentials file, None if unknown)."""
     path = credentials_path(services)
     try:
-        await tenancy.get_business(services.storage, BUSINESS)
+        await tenants.get_business(services.storage, BUSINESS)
     except NotFound:
         pass
     else:
         stored = _read_credentials(path)
         # The file may belong to another database (a changed DOCKFLOW_MONGODB_URL).
-        if stored is not None and not await tenancy.authenticate_client(
+        if stored is not None and not await tenants.authenticate_client(
             services.storage, str(stored.get("client_id")), str(stored.get("client_secret"))
         ):
             stored = None

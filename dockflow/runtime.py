@@ -16,10 +16,10 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from aiohttp import web
 
 from core import metrics
-from core.embedded import EmbeddedMongo
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
+from dockflow.embedded.supervisor import EmbeddedMongo
 from edge.server import EdgeServer
 from public_api.app import create_app
 from webhooks.worker import WebhookWorker

@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection
 
 from core.errors import Unauthenticated
 from core.storage import UNAVAILABLE_ERRORS, Storage
-from core.tenancy import Camera, authenticate_camera
+from core.tenancy.tenants import Camera, authenticate_camera
 
 log = logging.getLogger(__name__)
 

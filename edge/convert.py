@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from core.dock_events import DockEventInput, DockEventResult
-from core.pallets import Label, Reading, ReadingResult
+from core.pallets.ingest import Label, Reading, ReadingResult
+from core.shipments.dock_events import DockEventInput, DockEventResult
 from dockflow.edge.v1 import edge_pb2
 
 _DIRECTIONS = {edge_pb2.LOADING: "LOADING", edge_pb2.UNLOADING: "UNLOADING"}

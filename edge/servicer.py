@@ -16,12 +16,12 @@ from typing import Any
 
 import grpc
 
-from core import dock_events
 from core.batcher import Batcher, Ticket
 from core.errors import Forbidden, ValidationFailed
-from core.pallets import Reading, ReadingResult, record_pallets, rejection
+from core.pallets.ingest import Reading, ReadingResult, record_pallets, rejection
 from core.services import Services
-from core.tenancy import Camera
+from core.shipments import dock_events
+from core.tenancy.tenants import Camera
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 from edge import convert
 from edge.auth import camera_for

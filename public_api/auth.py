@@ -12,8 +12,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from core.access import Principal
-from core.tokens import bearer_token
+from core.auth.access import Principal
+from core.auth.tokens import bearer_token
 from public_api.keys import SERVICES
 
 PRINCIPAL = web.RequestKey("principal", Principal)

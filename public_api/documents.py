@@ -1,8 +1,8 @@
 """``POST /documents`` (and ``/v1/documents``): the order-document intake endpoint.
 
 Translation only: authenticate (401 before the body is read), check the content type (415) and
-size (413), decode JSON or XML (400), validate (422), then `core.intake.apply_document` does the
-rest. Errors leave through the problem+json middleware.
+size (413), decode JSON or XML (400), validate (422), then `core.intake.documents.apply_document`
+does the rest. Errors leave through the problem+json middleware.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import json
 
 from aiohttp import web
 
-from core import idempotency, intake
-from core.documents import parse_document
 from core.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+from core.intake import documents, idempotency
+from core.intake.contract import parse_document
 from public_api.auth import authenticate
 from public_api.keys import SERVICES
 from public_api.xml_documents import document_from_xml
@@ -96,7 +96,7 @@ async def post_document(request: web.Request) -> web.Response:
             )
     try:
         document = parse_document(decode(kind, body))
-        result = await intake.apply_document(storage, principal, document)
+        result = await documents.apply_document(storage, principal, document)
     except BaseException:
         if key is not None:
             await idempotency.abandon(storage, principal.subject, key)

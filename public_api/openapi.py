@@ -12,7 +12,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 from swagger_ui.utils import SWAGGER_UI_PY_ROOT
 
-from core.documents import IntakeDocument, IntakeResponse
+from core.intake.contract import IntakeDocument, IntakeResponse
 from core.settings import Settings
 from public_api.documents import IDEMPOTENCY_HEADER, REPLAYED_HEADER
 from public_api.keys import SETTINGS

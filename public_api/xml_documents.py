@@ -18,14 +18,14 @@ from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring
 from pydantic import BaseModel
 
-from core.documents import IntakeDocument
 from core.errors import BadRequest
+from core.intake.contract import IntakeDocument
 
 ROOT_TAG = "Document"
 
 
 def document_from_xml(body: bytes) -> dict[str, Any]:
-    """The document dict of an XML body, ready for `core.documents.parse_document`."""
+    """The document dict of an XML body, ready for `core.intake.contract.parse_document`."""
     try:
         root = fromstring(body, forbid_dtd=True, forbid_entities=True, forbid_external=True)
     except DefusedXmlException:

@@ -13,10 +13,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from core.embedded import EmbeddedMongo
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
+from dockflow.embedded.supervisor import EmbeddedMongo
 from edge.server import EdgeServer
 from public_api.app import create_app
 from tests.factories import Tenant, make_tenant

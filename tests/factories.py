@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core import tenancy
 from core.services import Services
-from core.tenancy import ApiClient, LabelFieldMapping
+from core.tenancy import tenants
+from core.tenancy.tenants import ApiClient, LabelFieldMapping
 
 DEFAULT_LABELS = (
     LabelFieldMapping("lpn", "licensePlate"),
@@ -46,8 +46,8 @@ async def make_tenant(
     complete_on_all_lpns: bool = True,
 ) -> Tenant:
     storage = services.storage
-    await tenancy.create_business(storage, business, f"{business.title()} Inc.")
-    await tenancy.create_facility(
+    await tenants.create_business(storage, business, f"{business.title()} Inc.")
+    await tenants.create_facility(
         storage,
         business,
         facility,
@@ -57,7 +57,7 @@ async def make_tenant(
         label_fields=DEFAULT_LABELS,
         complete_on_all_lpns=complete_on_all_lpns,
     )
-    created = await tenancy.create_client(storage, business, name="integration")
+    created = await tenants.create_client(storage, business, name="integration")
     client: ApiClient = created.entity
     issued = await services.tokens.issue(client)
     tenant = Tenant(
@@ -69,7 +69,7 @@ async def make_tenant(
         token=issued.access_token,
     )
     for dock in docks:
-        camera = await tenancy.create_camera(storage, business, facility, dock=dock)
+        camera = await tenants.create_camera(storage, business, facility, dock=dock)
         tenant.camera_ids[dock] = camera.entity.camera_id
         tenant.camera_tokens[dock] = camera.secret
     return tenant

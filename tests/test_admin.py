@@ -17,11 +17,12 @@ from typing import Any
 import jwt
 import pytest
 
-from core import tenancy, webhook_endpoints
-from core.crypto import SecretBox
+from core.auth.crypto import SecretBox
 from core.errors import Unauthenticated
+from core.outbox import webhook_endpoints
 from core.services import Services
 from core.settings import Settings
+from core.tenancy import tenants
 from dockflow import cli
 from tests.factories import Tenant
 
@@ -98,7 +99,7 @@ async def test_create_commands_print_credentials_that_work(admin: Any, services:
     for run in (business, facility, client, camera, webhook, operator):
         assert run.code == 0, run
     assert business.json == {"slug": "acme", "name": "Acme Inc."}
-    stored = await tenancy.get_facility(storage, "acme", "dc1")
+    stored = await tenants.get_facility(storage, "acme", "dc1")
     assert [d.slug for d in stored.docks] == ["D1", "D2"]
     assert stored.timezone == "America/Chicago"
     assert stored.label_mapping()["sku"].multiple
@@ -111,7 +112,7 @@ async def test_create_commands_print_credentials_that_work(admin: Any, services:
     principal = await services.tokens.verify(issued.access_token)
     assert (principal.business, principal.facilities) == ("acme", frozenset({"dc1"}))
 
-    bound = await tenancy.authenticate_camera(storage, camera.json["token"])
+    bound = await tenants.authenticate_camera(storage, camera.json["token"])
     assert bound is not None
     assert (bound.camera_id, bound.dock, bound.kind) == (camera.json["camera_id"], "D2", "LIFT")
 
@@ -123,7 +124,7 @@ async def test_create_commands_print_credentials_that_work(admin: Any, services:
     assert SecretBox(admin_settings).open(endpoint.auth.password_sealed) == "hook-pass"
 
     assert operator.json == {"username": "alice", "businesses": ["acme"]}
-    assert await tenancy.authenticate_operator(storage, "alice", "correct horse battery")
+    assert await tenants.authenticate_operator(storage, "alice", "correct horse battery")
 
 
 async def test_human_output_shows_the_secret_once(admin: Any, services: Services):
@@ -132,7 +133,7 @@ async def test_human_output_shows_the_secret_once(admin: Any, services: Services
     assert run.code == 0
     assert "client_id      dfc_wms" in run.out
     secret = next(line.split()[-1] for line in run.out.splitlines() if "client_secret" in line)
-    assert await tenancy.authenticate_client(services.storage, "dfc_wms", secret) is not None
+    assert await tenants.authenticate_client(services.storage, "dfc_wms", secret) is not None
 
 
 async def test_errors_exit_2_with_one_line(admin: Any, tenant: Tenant):
@@ -213,7 +214,7 @@ async def test_disable_client_refuses_its_tokens_and_enable_restores(
 async def test_disable_camera(admin: Any, services: Services, tenant: Tenant):
     run = await admin("disable-camera", tenant.camera_ids["D1"], "--json")
     assert run.json["disabled"] is True
-    assert await tenancy.authenticate_camera(services.storage, tenant.camera_tokens["D1"]) is None
+    assert await tenants.authenticate_camera(services.storage, tenant.camera_tokens["D1"]) is None
 
 
 async def test_rotate_signing_key_keeps_old_tokens_valid(
@@ -226,7 +227,7 @@ async def test_rotate_signing_key_keeps_old_tokens_valid(
 
     assert run.code == 0
     assert run.json["kid"] != old_kid
-    client = await tenancy.get_client(services.storage, tenant.client_id)
+    client = await tenants.get_client(services.storage, tenant.client_id)
     fresh = await services.tokens.issue(client)
     assert jwt.get_unverified_header(fresh.access_token)["kid"] == run.json["kid"]
     assert (await services.tokens.verify(tenant.token)).subject == tenant.client_id
@@ -288,13 +289,13 @@ async def test_apply_twice_is_a_no_op(
     assert human.out.strip().splitlines()[-1] == "0 created, 0 updated, 8 unchanged"
 
     storage = services.storage
-    assert await tenancy.authenticate_client(storage, "dfc_acme_wms", "wms-secret-from-the-vault")
-    assert await tenancy.authenticate_client(
+    assert await tenants.authenticate_client(storage, "dfc_acme_wms", "wms-secret-from-the-vault")
+    assert await tenants.authenticate_client(
         storage, "dfc_acme_bi", generated["dfc_acme_bi"]["client_secret"]
     )
-    assert await tenancy.authenticate_camera(storage, "cam_dc1_d2.s3cret-token")
-    assert await tenancy.authenticate_camera(storage, generated["cam_dc1_d1"]["token"])
-    assert await tenancy.authenticate_operator(storage, "alice", "correct horse battery")
+    assert await tenants.authenticate_camera(storage, "cam_dc1_d2.s3cret-token")
+    assert await tenants.authenticate_camera(storage, generated["cam_dc1_d1"]["token"])
+    assert await tenants.authenticate_operator(storage, "alice", "correct horse battery")
     [endpoint] = await webhook_endpoints.list_endpoints(storage, "acme")
     assert (
         SecretBox(services.settings.model_copy(update={"secret_key": None})).open(
@@ -330,14 +331,14 @@ async def test_apply_updates_what_changed(
     assert updated == {"facility", "client", "camera", "operator"}
     assert run.json["unchanged"] == 4
     storage = services.storage
-    facility = await tenancy.get_facility(storage, "acme", "dc1")
+    facility = await tenants.get_facility(storage, "acme", "dc1")
     assert [d.slug for d in facility.docks] == ["D1", "D2", "D3"]
-    assert await tenancy.authenticate_client(storage, "dfc_acme_wms", "rotated-secret")
-    assert not await tenancy.authenticate_client(
+    assert await tenants.authenticate_client(storage, "dfc_acme_wms", "rotated-secret")
+    assert not await tenants.authenticate_client(
         storage, "dfc_acme_wms", "wms-secret-from-the-vault"
     )
-    assert (await tenancy.get_camera(storage, "cam_dc1_d2")).kind == "TOWER"
-    assert (await tenancy.get_operator(storage, "alice")).businesses is None
+    assert (await tenants.get_camera(storage, "cam_dc1_d2")).kind == "TOWER"
+    assert (await tenants.get_operator(storage, "alice")).businesses is None
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from core import tenancy
 from core.services import Services
+from core.tenancy import tenants
 from dockflow import demo
 
 ADDRESSES = {"http": "127.0.0.1:8080", "grpc": "127.0.0.1:50051"}
@@ -32,12 +32,12 @@ async def test_demo_tenant_is_created_once_and_its_credentials_work(
     assert "Demo tenant created" in first
     assert "Demo tenant already exists" in second
     storage = services.storage
-    facility = await tenancy.get_facility(storage, "demo", "dc1")
+    facility = await tenants.get_facility(storage, "demo", "dc1")
     assert [d.slug for d in facility.docks] == ["D1", "D2", "D3", "D4"]
     assert facility.label_mapping()["lpn"].field == "licensePlate"
     assert facility.label_mapping()["sku"].multiple
-    assert len(await tenancy.list_cameras(storage, "demo")) == 4
-    assert len(await tenancy.list_clients(storage, "demo")) == 1
+    assert len(await tenants.list_cameras(storage, "demo")) == 4
+    assert len(await tenants.list_clients(storage, "demo")) == 1
 
     secret = re.search(r"client_secret (\S+)", first)
     assert secret is not None
@@ -47,12 +47,12 @@ async def test_demo_tenant_is_created_once_and_its_credentials_work(
     tokens = re.findall(r"camera (D\d)\s+(\S+)\s+token (\S+)", first)
     assert [dock for dock, _, _ in tokens] == ["D1", "D2", "D3", "D4"]
     for dock, camera_id, token in tokens:
-        camera = await tenancy.authenticate_camera(storage, token)
+        camera = await tenants.authenticate_camera(storage, token)
         assert camera is not None
         assert (camera.camera_id, camera.dock) == (camera_id, dock)
     password = re.search(r"operator\s+demo / (\S+)", first)
     assert password is not None
-    assert await tenancy.authenticate_operator(storage, "demo", password.group(1))
+    assert await tenants.authenticate_operator(storage, "demo", password.group(1))
 
     for url in (
         "http://testserver/public_graphql",

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from core.crypto import SecretBox
-from core.webhook_endpoints import WebhookEndpoint
+from core.auth.crypto import SecretBox
+from core.outbox.webhook_endpoints import WebhookEndpoint
 from webhooks.egress import check_url
 from webhooks.transport import describe_error
 

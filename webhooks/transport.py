@@ -11,7 +11,7 @@ from email.utils import parsedate_to_datetime
 
 import aiohttp
 
-from core.deliveries import SNIPPET_CHARS, AttemptResult
+from core.outbox.deliveries import SNIPPET_CHARS, AttemptResult
 from webhooks.egress import EgressRefused, check_url
 
 # The response body is read (so the connection can be reused) up to this many bytes.

@@ -1,11 +1,11 @@
 """The outbox worker: claims due deliveries, POSTs them to customers, records every attempt.
 
-Run any number of workers against one database. Each claims new deliveries in batches (as many
-as it has free slots, `core.deliveries.claim_pending`) and due retries one at a time, only for
-endpoints below their concurrency and rate limits in this worker, so one slow customer holds at
-most `webhook_endpoint_concurrency` of its `webhook_max_in_flight` slots. A batch's messages
-are read with one query, and successful attempts are recorded together by one flusher task
-(`core.deliveries.record_successes`).
+Run any number of workers against one database. Each claims new deliveries in batches (as
+many as it has free slots, `core.outbox.deliveries.claim_pending`) and due retries one at a time,
+only for endpoints below their concurrency and rate limits in this worker, so one slow customer
+holds at most `webhook_endpoint_concurrency` of its `webhook_max_in_flight` slots. A batch's
+messages are read with one query, and successful attempts are recorded together by one flusher task
+(`core.outbox.deliveries.record_successes`).
 
 A delivery holds a slot of `webhook_max_in_flight` from its claim until its attempt is
 recorded, and a slot of its endpoint's concurrency while its request is open — and, after a
@@ -32,13 +32,14 @@ from typing import Any
 
 import aiohttp
 
-from core import deliveries, feed
-from core.crypto import SecretBox
-from core.deliveries import AttemptResult, Claim
+from core.auth.crypto import SecretBox
 from core.errors import ConfigError, NotFound
+from core.feed import publish
+from core.outbox import deliveries
+from core.outbox.deliveries import AttemptResult, Claim
+from core.outbox.webhook_endpoints import WebhookEndpoint, get_endpoint, list_endpoints
 from core.settings import Settings
 from core.storage import Doc, Storage
-from core.webhook_endpoints import WebhookEndpoint, get_endpoint, list_endpoints
 from webhooks import egress, signing, transport
 from webhooks.customer_auth import CustomerAuth, LoginFailed
 
@@ -166,7 +167,7 @@ class WebhookWorker:
         )
         self._flush_task = asyncio.create_task(self._flush_loop(), name="webhooks-record")
         self._loop_task = asyncio.create_task(self._claim_loop(), name="webhooks-claim")
-        feed.add_written_listener(self._written)  # new deliveries written in this process
+        publish.add_written_listener(self._written)  # new deliveries written in this process
         self._stats_task = asyncio.create_task(self._stats_loop(), name="webhooks-stats")
         log.info("webhook worker started", extra={"worker_id": self.worker_id})
 
@@ -185,7 +186,7 @@ class WebhookWorker:
             await self._stopped.wait()
             return
         self._stopping = True
-        feed.remove_written_listener(self._written)
+        publish.remove_written_listener(self._written)
         background = [t for t in (self._loop_task, self._stats_task) if t is not None]
         for task in background:
             task.cancel()

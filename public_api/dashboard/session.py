@@ -1,5 +1,5 @@
 """The dashboard's session cookie and CSRF checks. The sessions themselves (storage, expiry,
-login throttling) are core's: core/operator_sessions.py.
+login throttling) are core's: core/auth/operator_sessions.py.
 
 The cookie is HttpOnly and SameSite=Lax, and Secure when the dashboard is served over https.
 """

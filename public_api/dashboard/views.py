@@ -2,7 +2,8 @@
 
 Mounted as a sub-application at the path of `settings.dashboard_base_url` (default
 ``/dashboard``). Views translate between HTTP and core calls; the reads live in
-`core.dashboard_queries`, the actions in `core.completion` and `core.deliveries`.
+`core.reads.dashboard_queries`, the actions in `core.shipments.completion` and
+`core.outbox.deliveries`.
 """
 
 from __future__ import annotations
@@ -24,19 +25,14 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 
-from core import (
-    completion,
-    dashboard_queries,
-    deliveries,
-    lifecycle,
-    shipment_documents,
-    shipment_queries,
-)
-from core.dashboard_queries import ShipmentFilter
+from core.auth.operator_sessions import Session, SessionStore
 from core.errors import DockflowError, NotFound, RateLimited
-from core.operator_sessions import Session, SessionStore
+from core.outbox import deliveries
+from core.reads import dashboard_queries, shipment_queries
+from core.reads.dashboard_queries import ShipmentFilter
 from core.services import Services
-from core.tenancy import Operator
+from core.shipments import attachments, completion, lifecycle
+from core.tenancy.tenants import Operator
 from public_api.dashboard import formatting
 from public_api.dashboard.session import (
     CSRF_FIELD,
@@ -508,7 +504,7 @@ async def document_download(request: web.Request) -> web.StreamResponse:
         }
     )
     started = False
-    async for chunk in shipment_documents.read_contents(services.storage, doc):
+    async for chunk in attachments.read_contents(services.storage, doc):
         if not started:
             await response.prepare(request)
             started = True

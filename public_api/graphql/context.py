@@ -10,9 +10,9 @@ from typing import Any
 
 from aiohttp import web
 
-from core.access import Principal
+from core.auth.access import Principal
 from core.errors import Unauthenticated
-from core.feed_reader import FeedHub
+from core.feed.reader import FeedHub
 from core.services import Services
 
 log = logging.getLogger(__name__)

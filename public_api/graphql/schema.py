@@ -13,9 +13,11 @@ from strawberry.file_uploads import Upload
 from strawberry.scalars import JSON
 from strawberry.types import Info
 
-from core import feed_reader, scheduling, shipment_documents, shipment_queries
 from core.errors import DockflowError
+from core.feed import reader
+from core.reads import shipment_queries
 from core.settings import Settings
+from core.shipments import attachments, scheduling
 from core.storage import Doc
 from public_api.graphql.context import SLOW_CONSUMER_CLOSE_CODE, GraphQLContext
 from public_api.graphql.errors import ErrorCodes
@@ -84,7 +86,7 @@ class PushMessageFilter:
     facility_slug: str | None = None
     after_id: int | None = strawberry.field(default=None, description="Only ids above this.")
     first: int | None = strawberry.field(
-        default=None, description=f"Page size, default {feed_reader.DEFAULT_PAGE}, max 10000."
+        default=None, description=f"Page size, default {reader.DEFAULT_PAGE}, max 10000."
     )
 
 
@@ -365,8 +367,8 @@ class Query:
     async def push_messages(self, info: GQLInfo, input: PushMessageFilter) -> list[PushMessage]:
         context = info.context
         principal = context.require_principal()
-        feed_reader.check_scope(principal, input.business_slug, input.facility_slug)
-        docs = await feed_reader.list_messages(
+        reader.check_scope(principal, input.business_slug, input.facility_slug)
+        docs = await reader.list_messages(
             context.services.storage,
             input.business_slug,
             input.facility_slug,
@@ -466,10 +468,10 @@ class Mutation:
         context = info.context
         settings = _settings(info)
         upload: Any = input.file
-        doc = await shipment_documents.upload_document(
+        doc = await attachments.upload_document(
             context.services.storage,
             context.require_principal(),
-            shipment_documents.NewDocument(
+            attachments.NewDocument(
                 shipment_id=input.shipment_id,
                 name=getattr(upload, "filename", None) or "upload",
                 content_type=getattr(upload, "content_type", None) or "application/octet-stream",
@@ -492,15 +494,15 @@ class Subscription:
     ) -> AsyncGenerator[PushMessage, None]:
         context = info.context
         principal = context.require_principal()
-        feed_reader.check_scope(principal, filter.business_slug, filter.facility_slug)
+        reader.check_scope(principal, filter.business_slug, filter.facility_slug)
         if filter.since is not None:
-            feed_reader.validate_page(filter.since, None)
-        selector = feed_reader.feed_filter(
+            reader.validate_page(filter.since, None)
+        selector = reader.feed_filter(
             filter.business_slug, filter.facility_slug, principal.facilities
         )
 
         def ended(error: DockflowError) -> None:
-            if isinstance(error, feed_reader.SlowConsumer):
+            if isinstance(error, reader.SlowConsumer):
                 context.close_websocket(
                     SLOW_CONSUMER_CLOSE_CODE,
                     f"slow consumer: over {context.hub.buffer_limit} messages behind; "

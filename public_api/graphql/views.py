@@ -30,11 +30,11 @@ from strawberry.subscriptions.protocols.graphql_ws.handlers import BaseGraphQLWS
 from strawberry.subscriptions.protocols.graphql_ws.types import ConnectionInitMessage
 from strawberry.types.unset import UnsetType
 
-from core import shipment_documents
+from core.auth.tokens import bearer_token
 from core.errors import BadRequest, PayloadTooLarge, Unauthenticated
-from core.feed_reader import FeedHub
+from core.feed.reader import FeedHub
 from core.services import Services
-from core.tokens import bearer_token
+from core.shipments import attachments
 from public_api.auth import PRINCIPAL, authenticate
 from public_api.graphql.context import GraphQLContext
 from public_api.graphql.schema import build_schema
@@ -258,9 +258,7 @@ async def download_document(request: web.Request) -> web.StreamResponse:
     """GET /shipment-documents/{id}: the stored file, for the same bearer token."""
     principal = await authenticate(request)
     storage = request.app[SERVICES].storage
-    doc = await shipment_documents.get_document(
-        storage, principal, request.match_info["document_id"]
-    )
+    doc = await attachments.get_document(storage, principal, request.match_info["document_id"])
     filename = _UNSAFE_FILENAME.sub("_", doc["name"]) or "download"
     response = web.StreamResponse(
         headers={
@@ -270,7 +268,7 @@ async def download_document(request: web.Request) -> web.StreamResponse:
         }
     )
     response.content_length = int(doc["size"])
-    contents = shipment_documents.read_contents(storage, doc)
+    contents = attachments.read_contents(storage, doc)
     first = await anext(aiter(contents), b"")  # a missing file is a 404, before headers go out
     await response.prepare(request)
     await response.write(first)

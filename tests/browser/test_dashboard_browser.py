@@ -13,10 +13,10 @@ import pytest
 from aiohttp import web
 from playwright.async_api import Page, async_playwright, expect
 
-from core.crypto import SecretBox
+from core.auth.crypto import SecretBox
+from core.outbox.webhook_endpoints import create_endpoint
 from core.services import Services
 from core.settings import Settings
-from core.webhook_endpoints import create_endpoint
 from edge.server import EdgeServer
 from tests.browser.conftest import CHROMIUM_ARGS, OUTPUT_DIR
 from tests.factories import Tenant

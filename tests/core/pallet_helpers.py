@@ -5,10 +5,10 @@ from __future__ import annotations
 import itertools
 from datetime import UTC, datetime, timedelta
 
-from core import tenancy
-from core.pallets import Label, Reading
+from core.pallets.ingest import Label, Reading
 from core.storage import Storage
-from core.tenancy import Camera
+from core.tenancy import tenants
+from core.tenancy.tenants import Camera
 from tests.factories import Tenant
 
 _counter = itertools.count(1)
@@ -16,7 +16,7 @@ START = datetime(2026, 5, 1, 8, 0, tzinfo=UTC)
 
 
 async def camera_of(storage: Storage, tenant: Tenant, dock: str = "D1") -> Camera:
-    cameras = await tenancy.list_cameras(storage, tenant.business)
+    cameras = await tenants.list_cameras(storage, tenant.business)
     return next(c for c in cameras if c.camera_id == tenant.camera_ids[dock])
 
 

@@ -7,14 +7,14 @@ from datetime import timedelta
 
 import pytest
 
-from core import completion, dock_events
-from core.crypto import SecretBox
+from core.auth.crypto import SecretBox
 from core.errors import NotFound
-from core.pallets import record_pallets
+from core.outbox.webhook_endpoints import create_endpoint
+from core.pallets.ingest import record_pallets
 from core.services import Services
 from core.settings import Settings
+from core.shipments import completion, dock_events
 from core.storage import Storage
-from core.webhook_endpoints import create_endpoint
 from tests.core.pallet_helpers import START, camera_of, pallet
 from tests.edge.documents import post_shipment
 from tests.factories import Tenant, make_tenant

@@ -1,4 +1,4 @@
-"""Document intake rules (DESIGN.md section 5), table-driven, through `core.intake`.
+"""Document intake rules (DESIGN.md section 5), table-driven, through `core.intake.documents`.
 
 Every row of the spec's strategy table x new/existing order x shipment given/missing/different,
 then matching (most recent eligible order, arrived and linked shipments), remapping, MERGE,
@@ -11,16 +11,17 @@ from typing import Any
 
 import pytest
 
-from core import intake, shipments
-from core.access import Principal
-from core.documents import parse_document
+from core.auth.access import Principal
 from core.errors import (
     DockflowError,
     DuplicateOrderItemKey,
     OrderItemNotFound,
     ValidationFailed,
 )
+from core.intake import documents
+from core.intake.contract import parse_document
 from core.services import Services
+from core.shipments import eligibility
 from core.storage import Doc, Storage
 from tests.factories import Tenant
 
@@ -42,9 +43,9 @@ def item(lpn: str, sku: str, quantity: float | None = None, unit: str | None = N
     return values
 
 
-async def post(storage: Storage, principal: Principal, **fields: Any) -> intake.IntakeResult:
+async def post(storage: Storage, principal: Principal, **fields: Any) -> documents.IntakeResult:
     document = parse_document({**BASE, **fields})
-    return await intake.apply_document(storage, principal, document)
+    return await documents.apply_document(storage, principal, document)
 
 
 async def eligible_order(storage: Storage, number: str) -> Doc:
@@ -52,7 +53,7 @@ async def eligible_order(storage: Storage, number: str) -> Doc:
     for order in orders:
         shipment = await storage.shipments.find_one({"_id": order["shipment_id"]})
         assert shipment is not None
-        if shipments.is_eligible(shipment):
+        if eligibility.is_eligible(shipment):
             return order
     raise AssertionError(f"no eligible order {number}")
 
@@ -60,7 +61,7 @@ async def eligible_order(storage: Storage, number: str) -> Doc:
 async def items_of(storage: Storage, order_id: str) -> Items:
     return {
         (i["lpn"], i["sku"], i["quantity"], i["quantity_unit"])
-        for i in await intake.order_items(storage, order_id)
+        for i in await documents.order_items(storage, order_id)
     }
 
 
@@ -272,7 +273,7 @@ async def test_overwrite_twice_answers_201_both_times_removing_the_old_ids(
     assert set(second_items).isdisjoint(first_items)
     assert refs(second.response.updated) == ["ORDER:O1", "SHIPMENT:O1"]
     order = await eligible_order(services.storage, "O1")
-    stored = await intake.order_items(services.storage, order["_id"])
+    stored = await documents.order_items(services.storage, order["_id"])
     assert [i["_id"] for i in stored] == second_items
 
 
@@ -299,7 +300,7 @@ async def test_merge_updates_only_given_fields_and_creates_the_rest(
     assert refs(result.response.updated) == ["ORDER:O1", "ORDER_ITEM:line-1", "SHIPMENT:O1"]
     assert refs(result.response.created) == ["ORDER_ITEM:L2"]
     order = await eligible_order(storage, "O1")
-    merged, added = await intake.order_items(storage, order["_id"])
+    merged, added = await documents.order_items(storage, order["_id"])
     assert (merged["quantity"], merged["quantity_unit"], merged["lot"]) == (1, "CASE", "B")
     assert merged["identifier"] == "line-1"
     assert merged["reference"] == "line-1"
@@ -397,9 +398,9 @@ async def test_ineligible_shipments_are_not_matched(
     )
     other = await post(storage, principal, orderNumber="OX", shipmentNumber="SHX")
     if condition == "arrived":
-        await shipments.mark_arrived(storage, first.shipment_id, status="LOADING")
+        await eligibility.mark_arrived(storage, first.shipment_id, status="LOADING")
     else:
-        await shipments.link_shipments(storage, first.shipment_id, other.shipment_id)
+        await eligibility.link_shipments(storage, first.shipment_id, other.shipment_id)
     old_order = await storage.orders.find_one({"number": "O1"})
     assert old_order is not None
 

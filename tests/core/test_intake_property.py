@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from core import intake
-from core.access import Principal
-from core.documents import ResponseItem, ResponseOrder, ResponseShipment, parse_document
+from core.auth.access import Principal
 from core.errors import DockflowError
+from core.intake import documents
+from core.intake.contract import ResponseItem, ResponseOrder, ResponseShipment, parse_document
 from core.services import Services
-from core.shipments import is_eligible
+from core.shipments.eligibility import is_eligible
 from core.storage import Storage
 from tests.factories import Tenant
 
@@ -55,7 +55,7 @@ def _document(
     return {k: v for k, v in values.items() if v is not None}
 
 
-documents = st.builds(
+document_bodies = st.builds(
     _document,
     st.sampled_from(["O1", "O1", "O2"]),
     st.sampled_from([None, "SH1", "SH2"]),
@@ -114,7 +114,7 @@ async def session_loop() -> asyncio.AbstractEventLoop:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(sequence=st.lists(documents, min_size=2, max_size=10))
+@given(sequence=st.lists(document_bodies, min_size=2, max_size=10))
 @example(  # DELETE of an existing item, then MERGE updating one field of another
     sequence=[
         {
@@ -179,7 +179,7 @@ async def stored_shipment(storage: Storage, shipment_id: int) -> ResponseShipmen
                         quantity_unit=i["quantity_unit"],
                         id=i["_id"],
                     )
-                    for i in await intake.order_items(storage, o["_id"])
+                    for i in await documents.order_items(storage, o["_id"])
                 ],
             )
             for o in orders
@@ -202,7 +202,7 @@ async def check_sequence(
             parsed = parse_document(
                 {"business": "acme", "facility": "dc1", "direction": "OUTBOUND", **document}
             )
-            result = await intake.apply_document(storage, principal, parsed)
+            result = await documents.apply_document(storage, principal, parsed)
             accepted = True
         except DockflowError:
             accepted = False
@@ -221,7 +221,7 @@ async def check_sequence(
             shipment = await storage.shipments.find_one({"_id": orders[0]["shipment_id"]})
             assert shipment is not None
             assert is_eligible(shipment)
-            stored = await intake.order_items(storage, orders[0]["_id"])
+            stored = await documents.order_items(storage, orders[0]["_id"])
             assert {
                 (i["lpn"], i["sku"]): (i["quantity"], i["quantity_unit"]) for i in stored
             } == items

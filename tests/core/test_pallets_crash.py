@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from core.crypto import SecretBox
-from core.pallets import plan_batch, record_pallets
+from core.auth.crypto import SecretBox
+from core.outbox.webhook_endpoints import create_endpoint
+from core.pallets.ingest import plan_batch, record_pallets
 from core.settings import Settings
 from core.storage import Storage
-from core.webhook_endpoints import create_endpoint
 from tests.core.pallet_helpers import camera_of, pallet
 from tests.factories import Tenant
 

@@ -3,7 +3,7 @@ sequence of single readings would."""
 
 from __future__ import annotations
 
-from core.pallets import record_pallets
+from core.pallets.ingest import record_pallets
 from core.settings import Settings
 from core.storage import Storage
 from tests.core.pallet_helpers import camera_of, pallet

@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator
 import pytest
 from pymongo import AsyncMongoClient, monitoring
 
-from core.crypto import SecretBox
-from core.pallets import record_pallets
+from core.auth.crypto import SecretBox
+from core.outbox.webhook_endpoints import create_endpoint
+from core.pallets.ingest import record_pallets
 from core.services import Services
 from core.settings import Settings
 from core.storage import Doc, Storage
-from core.webhook_endpoints import create_endpoint
 from tests.core.pallet_helpers import camera_of, pallet
 from tests.edge.documents import post_shipment
 from tests.factories import Tenant

@@ -11,9 +11,9 @@ import pytest
 from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError
 
-from core.embedded import EmbeddedMongo
-from core.nx_launcher import _exit_on_signal
 from core.storage import Storage
+from dockflow.embedded.launcher import _exit_on_signal
+from dockflow.embedded.supervisor import EmbeddedMongo
 
 
 async def test_sequence_allocator_unique_and_increasing_under_concurrency(storage: Storage):
@@ -89,8 +89,8 @@ async def test_second_process_attaches_to_running_embedded_server(tmp_path: Path
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="counts threads in /proc")
 async def test_the_embedded_server_runs_commands_without_a_thread_each(tmp_path: Path):
-    # core/nx_launcher.py: commands run on the server's event loop; a thread per command made
-    # threads, the database lock and the GIL hand over to each other on every command.
+    # dockflow/embedded/launcher.py: commands run on the server's event loop; a thread per command
+    # made threads, the database lock and the GIL hand over to each other on every command.
     server = EmbeddedMongo(tmp_path)
     url = await server.start()
     try:
@@ -123,8 +123,9 @@ def _wal_commits(wal: Path) -> int:
 
 
 async def test_the_embedded_server_commits_a_write_command_once(tmp_path: Path):
-    # core/nx_launcher.py: an insert of 50 documents was 50 SQLite transactions, a bulk write of
-    # 20 updates 20; each command is one now, and a duplicate key still fails only its document.
+    # dockflow/embedded/launcher.py: an insert of 50 documents was 50 SQLite transactions, a bulk
+    # write of 20 updates 20; each command is one now, and a duplicate key still fails only its
+    # document.
     server = EmbeddedMongo(tmp_path)
     url = await server.start()
     try:
@@ -158,8 +159,8 @@ async def test_the_embedded_server_commits_a_write_command_once(tmp_path: Path):
 
 
 def test_a_termination_signal_ends_the_embedded_server_even_inside_a_finalizer():
-    # core/nx_launcher.py: nx-27017's own handler raised SystemExit in place, and a signal that
-    # landed in a finalizer (ignored exceptions) left the server running after dockflow died.
+    # dockflow/embedded/launcher.py: nx-27017's own handler raised SystemExit in place, and a signal
+    # that landed in a finalizer (ignored exceptions) left the server running after dockflow died.
     class Finalized:
         def __del__(self) -> None:
             _exit_on_signal(signal.SIGTERM, None)

@@ -194,7 +194,7 @@ async def test_numbers_set_by_update_compare_as_numbers(storage: Storage):
 
 
 async def test_null_matches_a_missing_field_and_ne_null_does_not(storage: Storage):
-    # core/deliveries.py: the endpoint's failure clock starts only when it is not running.
+    # core/outbox/deliveries.py: the endpoint's failure clock starts only when it is not running.
     # (the embedded server matches a missing field with a bare $ne null; add $exists)
     await storage.webhook_endpoints.insert_one({"_id": "e"})
     unset = await storage.webhook_endpoints.update_one(
@@ -220,7 +220,7 @@ async def test_null_matches_a_missing_field_and_ne_null_does_not(storage: Storag
 
 
 async def test_update_many_with_in_and_range(storage: Storage):
-    # core/deliveries.py: recover re-queues every failed/dead delivery since a time.
+    # core/outbox/deliveries.py: recover re-queues every failed/dead delivery since a time.
     now = datetime.now(UTC)
     await storage.webhook_deliveries.insert_many(
         [
@@ -249,7 +249,7 @@ async def test_update_many_with_in_and_range(storage: Storage):
 
 
 async def test_replace_one_compare_and_set_keeps_datetimes(storage: Storage):
-    # core/throttle.py and core/tokens.py (key rotation) write times with whole-document
+    # core/auth/throttle.py and core/auth/tokens.py (key rotation) write times with whole-document
     # replaces: the embedded server stores a top-level datetime written by `$set` as a string.
     # Times in the future: the collection has a TTL index on `until`.
     now = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
@@ -280,7 +280,10 @@ async def test_booleans_set_by_update_still_match_boolean_queries(storage: Stora
     await storage.webhook_endpoints.update_one({"_id": "a"}, {"$set": {"enabled": True}})
     enabled = await storage.webhook_endpoints.find({"enabled": True}).sort("_id", 1).to_list()
     assert [d["_id"] for d in enabled] == ["a", "b"]
-    assert [d["enabled"] for d in enabled] == [True, True]  # booleans, not 1 (core/embedded.py)
+    assert [d["enabled"] for d in enabled] == [
+        True,
+        True,
+    ]  # booleans, not 1 (dockflow/embedded/supervisor.py)
     disabled = await storage.webhook_endpoints.find_one_and_update(
         {"_id": "b"}, {"$set": {"enabled": False}}, return_document=ReturnDocument.AFTER
     )
@@ -289,7 +292,7 @@ async def test_booleans_set_by_update_still_match_boolean_queries(storage: Stora
 
 
 async def test_gridfs_upload_in_chunks_download_and_delete(storage: Storage):
-    # core/shipment_documents.py: open_upload_stream + write per chunk + close, download by id
+    # core/shipments/attachments.py: open_upload_stream + write per chunk + close, download by id
     # in chunks, delete. (The embedded server keeps GridFS files its own way: query fs.files,
     # not fs.chunks, and do not abort a file that was never closed.)
     from gridfs.asynchronous import AsyncGridFSBucket
@@ -319,7 +322,7 @@ async def test_gridfs_upload_in_chunks_download_and_delete(storage: Storage):
 
 
 async def test_feed_tailer_reads_by_integer_id_ranges_and_sets(storage: Storage):
-    # core/feed_reader.py: the newest id, ids above a mark in order, the ids of known gaps.
+    # core/feed/reader.py: the newest id, ids above a mark in order, the ids of known gaps.
     await storage.push_messages.insert_many([{"_id": i, "business": "b"} for i in (1, 2, 4, 7)])
 
     newest = await storage.push_messages.find_one({}, {"_id": 1}, sort=[("_id", -1)])
@@ -334,7 +337,7 @@ async def test_feed_tailer_reads_by_integer_id_ranges_and_sets(storage: Storage)
 
 
 async def test_integer_id_ranges_beside_equality_filters_compare_as_numbers(storage: Storage):
-    # core/feed_reader.py pages by `_id` with business/facility filters. (Not beside a *date*
+    # core/feed/reader.py pages by `_id` with business/facility filters. (Not beside a *date*
     # range: the embedded server then compares `_id` as text, so 10 < 9; sent_at is checked
     # in Python instead.)
     await storage.push_messages.insert_many(
@@ -353,9 +356,9 @@ async def test_integer_id_ranges_beside_equality_filters_compare_as_numbers(stor
 
 
 async def test_id_number_range_and_sort_across_digit_counts(storage: Storage):
-    # The feed tailer's cursor (`_id > highest`, sorted, limited) on the embedded server runs in
-    # SQL (core/embedded.py): numbers compare and sort by value, never as text, and a number
-    # range does not match string ids.
+    # The feed tailer's cursor (`_id > highest`, sorted, limited) on the embedded server runs in SQL
+    # (dockflow/embedded/supervisor.py): numbers compare and sort by value, never as text, and a
+    # number range does not match string ids.
     await storage.push_messages.insert_many(
         [{"_id": i, "business": "b"} for i in (9, 10, 99, 100, 101)] + [{"_id": "s1"}]
     )
@@ -372,7 +375,7 @@ async def test_id_number_range_and_sort_across_digit_counts(storage: Storage):
 
 
 async def test_dashboard_paging_date_ranges_and_field_exclusion(storage: Storage):
-    # core/dashboard_queries.py: newest-first pages with skip/limit, a created_at range, a
+    # core/reads/dashboard_queries.py: newest-first pages with skip/limit, a created_at range, a
     # projection that leaves out one field, and "not completed" as equality with null.
     base = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
     await storage.shipments.insert_many(
@@ -407,8 +410,8 @@ async def test_dashboard_paging_date_ranges_and_field_exclusion(storage: Storage
 
 
 async def test_history_length_compare_and_set_with_size_and_null_conditions(storage: Storage):
-    # core.lifecycle: replace a shipment only while its history has the length that was read
-    # and a condition field is still null (arrival, completion happen exactly once).
+    # core.shipments.lifecycle: replace a shipment only while its history has the length that was
+    # read and a condition field is still null (arrival, completion happen exactly once).
     moment = datetime(2026, 5, 1, tzinfo=UTC)
     entry = {"status": "NEW", "at": moment}
     await storage.shipments.insert_one({"_id": 1, "history": [entry], "completed_at": None})
@@ -424,8 +427,8 @@ async def test_history_length_compare_and_set_with_size_and_null_conditions(stor
 
 
 async def test_set_datetime_round_trips_as_datetime_and_matches_ranges(storage: Storage):
-    # nx-27017 needed a fix for this (core/embedded.py): a top-level datetime written by $set
-    # came back as text, so `next_attempt_at <= now` style claims silently matched nothing.
+    # nx-27017 needed a fix for this (dockflow/embedded/supervisor.py): a top-level datetime written
+    # by $set came back as text, so `next_attempt_at <= now` style claims silently matched nothing.
     moment = datetime(2026, 3, 1, 8, 0, 0, 250000, tzinfo=UTC)
     await storage.webhook_deliveries.insert_one({"_id": "d", "next_attempt_at": None})
     await storage.webhook_deliveries.update_one({"_id": "d"}, {"$set": {"next_attempt_at": moment}})
@@ -503,7 +506,7 @@ async def test_lock_documents_conditional_delete_on_owner_and_datetime(storage: 
 
 
 async def test_batch_claim_update_many_in_ids_while_status_matches(storage: Storage):
-    # core/deliveries.py claim_pending: candidates by a sorted, limited find; one update_many
+    # core/outbox/deliveries.py claim_pending: candidates by a sorted, limited find; one update_many
     # leases those still PENDING under one token; a find by ids + token says which were won.
     await storage.webhook_deliveries.insert_many(
         [
@@ -540,8 +543,8 @@ async def test_batch_claim_update_many_in_ids_while_status_matches(storage: Stor
 
 
 async def test_bulk_update_one_unordered_only_where_the_claim_holds(storage: Storage):
-    # core/deliveries.py record_successes: one bulk_write of UpdateOne per finished claim, each
-    # conditional on its lease token; a lost claim is left alone. Then one update_many stops
+    # core/outbox/deliveries.py record_successes: one bulk_write of UpdateOne per finished claim,
+    # each conditional on its lease token; a lost claim is left alone. Then one update_many stops
     # the failure clock of every endpoint concerned.
     await storage.webhook_deliveries.insert_many(
         [
@@ -602,7 +605,7 @@ async def test_ordered_insert_many_stops_at_the_first_duplicate_and_counts_the_r
 
 
 async def test_find_one_and_update_returns_the_projected_document_after(storage: Storage):
-    # core/intake.py: the shipment update answers the shipment's status after it.
+    # core/intake/documents.py: the shipment update answers the shipment's status after it.
     await storage.shipments.insert_one({"_id": 7, "status": "LOADING", "fields": {"a": 1}})
     at = datetime(2026, 5, 1, 12, 0, 0, 125000, tzinfo=UTC)
     after = await storage.shipments.find_one_and_update(
@@ -647,7 +650,7 @@ async def test_date_comparisons_with_in_keep_milliseconds_and_sort(storage: Stor
 
 
 async def test_collections_created_and_dropped_are_seen_by_the_next_command(storage: Storage):
-    # core/nx_launcher.py keeps the embedded server's list of collections until the schema
+    # dockflow/embedded/launcher.py keeps the embedded server's list of collections until the schema
     # changes: a collection created, dropped or created again must show at once.
     database = storage.client[storage.businesses.database.name]
     scratch = database["scratch"]

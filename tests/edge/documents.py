@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.access import Principal
-from core.documents import parse_document
-from core.intake import apply_document
+from core.auth.access import Principal
+from core.intake.contract import parse_document
+from core.intake.documents import apply_document
 from core.storage import Storage
 from tests.factories import Tenant
 

@@ -12,8 +12,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from core import tenancy
 from core.services import Services
+from core.tenancy import tenants
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 from edge.auth import CACHE, camera_for
 from edge.server import EdgeServer
@@ -144,7 +144,7 @@ async def test_a_disabled_camera_is_refused_once_its_cache_entry_ends(
     metadata = tenant.camera_metadata("D4")
     assert (await _submit(echo_channel, metadata)).status == edge_pb2.ACCEPTED
 
-    await tenancy.set_camera_disabled(services.storage, tenant.camera_ids["D4"])
+    await tenants.set_camera_disabled(services.storage, tenant.camera_ids["D4"])
     CACHE.clear()  # as when the cache time (auth_cache_s) has passed
 
     with pytest.raises(grpc.aio.AioRpcError) as caught:

@@ -11,11 +11,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from core.embedded import EmbeddedMongo
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
+from dockflow.embedded.supervisor import EmbeddedMongo
 from edge.server import EdgeServer
 from tests.core.test_pallets_crash import assert_pallets_and_messages_pair_up
 from tests.edge.helpers import reading, stream, stub

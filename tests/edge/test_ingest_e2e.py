@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import pytest
 
-from core.crypto import SecretBox
+from core.auth.crypto import SecretBox
+from core.outbox.webhook_endpoints import create_endpoint
 from core.services import Services
 from core.storage import Storage
-from core.webhook_endpoints import create_endpoint
 from dockflow.edge.v1 import edge_pb2
 from tests.edge.documents import post_shipment
 from tests.edge.helpers import BASE_TIME, reading, stream, stub

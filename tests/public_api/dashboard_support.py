@@ -11,9 +11,9 @@ import grpc
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
-from core import tenancy
 from core.services import Services
-from core.tenancy import Operator
+from core.tenancy import tenants
+from core.tenancy.tenants import Operator
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 from edge.server import EdgeServer
 from tests.edge.documents import post_shipment
@@ -26,7 +26,7 @@ _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 async def make_operator(
     services: Services, username: str = "lead", businesses: Sequence[str] | None = ("acme",)
 ) -> Operator:
-    return await tenancy.create_operator(
+    return await tenants.create_operator(
         services.storage,
         username,
         OPERATOR_PASSWORD,

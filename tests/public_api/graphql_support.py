@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import ClientWebSocketResponse, WSMsgType
 from aiohttp.test_utils import TestClient
 
-from core.feed import NewMessage, WrittenMessages, append_messages
+from core.feed.publish import NewMessage, WrittenMessages, append_messages
 from core.storage import Storage
 
 GRAPHQL = "/public_graphql"

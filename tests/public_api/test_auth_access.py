@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from core import tenancy
-from core.access import Principal, check_access
+from core.auth.access import Principal, check_access
 from core.errors import Forbidden, NotFound
 from core.services import Services
+from core.tenancy import tenants
 from tests.factories import Tenant
 
 
@@ -27,8 +27,8 @@ def _document(business: str, facility: str) -> dict[str, str]:
 
 async def _restricted_token(services: Services, tenant: Tenant) -> dict[str, str]:
     """A second facility `dc2` in the tenant's business, and a client limited to `dc1`."""
-    await tenancy.create_facility(services.storage, tenant.business, "dc2", docks=("D1",))
-    created = await tenancy.create_client(services.storage, tenant.business, facilities=["dc1"])
+    await tenants.create_facility(services.storage, tenant.business, "dc2", docks=("D1",))
+    created = await tenants.create_client(services.storage, tenant.business, facilities=["dc1"])
     issued = await services.tokens.issue(created.entity)
     return {"Authorization": f"Bearer {issued.access_token}"}
 

@@ -19,11 +19,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
+from core.auth.tokens import TokenService
 from core.errors import Unauthenticated
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from core.tokens import TokenService
 from public_api.app import create_app
 from tests.factories import Tenant
 

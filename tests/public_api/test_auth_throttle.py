@@ -11,10 +11,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from core.auth.throttle import ThrottlePolicy
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from core.throttle import ThrottlePolicy
 from public_api.app import create_app
 from tests.factories import Tenant
 

@@ -19,11 +19,11 @@ from aiohttp.test_utils import TestClient
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from core import tenancy
+from core.auth.tokens import TokenService
 from core.errors import Unauthenticated
 from core.services import Services
 from core.settings import Settings
-from core.tokens import TokenService
+from core.tenancy import tenants
 from tests.factories import Tenant
 
 ISSUER = "http://testserver"
@@ -213,7 +213,7 @@ async def test_rotated_key_still_verifies_old_tokens(
 
     new_kid = await services.tokens.rotate()
     fresh = (
-        await services.tokens.issue(await tenancy.get_client(services.storage, tenant.client_id))
+        await services.tokens.issue(await tenants.get_client(services.storage, tenant.client_id))
     ).access_token
 
     assert new_kid != old_kid
@@ -234,7 +234,7 @@ async def test_another_process_verifies_with_the_keys_in_the_database(
     assert (await other_process.verify(tenant.token)).subject == tenant.client_id
 
     await TokenService(services.storage, settings).rotate()
-    client = await tenancy.get_client(services.storage, tenant.client_id)
+    client = await tenants.get_client(services.storage, tenant.client_id)
     fresh = await TokenService(services.storage, settings).issue(client)
     assert (await other_process.verify(fresh.access_token)).business == "acme"
 
@@ -245,7 +245,7 @@ async def test_disabled_client_tokens_stop_verifying(
     verifier = TokenService(services.storage, settings_factory(auth_cache_s=0))
     assert (await verifier.verify(tenant.token)).subject == tenant.client_id
 
-    await tenancy.set_client_disabled(services.storage, tenant.client_id)
+    await tenants.set_client_disabled(services.storage, tenant.client_id)
 
     with pytest.raises(Unauthenticated, match="disabled"):
         await verifier.verify(tenant.token)

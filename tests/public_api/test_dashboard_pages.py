@@ -11,14 +11,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from core import dashboard_queries
-from core.crypto import SecretBox
-from core.dashboard_queries import ShipmentFilter
+from core.auth.crypto import SecretBox
+from core.outbox.webhook_endpoints import create_endpoint
+from core.reads import dashboard_queries
+from core.reads.dashboard_queries import ShipmentFilter
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from core.tenancy import Operator
-from core.webhook_endpoints import create_endpoint
+from core.tenancy.tenants import Operator
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
 from tests.factories import Tenant

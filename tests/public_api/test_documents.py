@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from core import tenancy
 from core.services import Services
 from core.storage import Doc, Storage
+from core.tenancy import tenants
 from tests.factories import Tenant
 
 BASE = {"business": "acme", "facility": "dc1", "direction": "OUTBOUND"}
@@ -333,8 +333,8 @@ async def test_401_comes_before_the_body_is_looked_at(
 async def test_a_client_restricted_to_other_facilities_gets_403(
     api: TestClient[Any, Any], services: Services, tenant: Tenant
 ):
-    await tenancy.create_facility(services.storage, "acme", "dc2", name="DC2", docks=("D1",))
-    created = await tenancy.create_client(services.storage, "acme", facilities=["dc2"])
+    await tenants.create_facility(services.storage, "acme", "dc2", name="DC2", docks=("D1",))
+    created = await tenants.create_client(services.storage, "acme", facilities=["dc2"])
     token = (await services.tokens.issue(created.entity)).access_token
 
     resp = await api.post(

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from core import intake, locks
+from core import locks
 from core.errors import Unavailable
+from core.intake import documents
 from core.services import Services
 from tests.factories import Tenant
 
@@ -187,7 +188,7 @@ async def test_same_key_while_the_first_runs_is_409(
 ):
     document = {**BASE, "orderNumber": "O1", "items": ITEMS}
     headers = {**tenant.auth, "Idempotency-Key": "k-3"}
-    key = intake.order_key("acme", "dc1", "OUTBOUND", "O1")
+    key = documents.order_key("acme", "dc1", "OUTBOUND", "O1")
 
     async with locks.hold(services.storage, [key]):  # the first request will wait on this
         first = asyncio.create_task(api.post("/documents", json=document, headers=headers))

@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 from openapi_spec_validator import OpenAPIV31SpecValidator
 
-from core.documents import parse_document
+from core.intake.contract import parse_document
 from public_api.xml_documents import document_from_xml
 from tests.factories import Tenant
 

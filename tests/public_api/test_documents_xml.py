@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from core import tenancy
 from core.services import Services
+from core.tenancy import tenants
 from public_api.xml_documents import document_to_xml
 from tests.factories import Tenant
 
@@ -94,7 +94,7 @@ async def test_xml_gives_the_same_result_as_json(
     api: TestClient[Any, Any], services: Services, tenant: Tenant, scenario: str
 ):
     # JSON documents go to facility dc1, their XML twins to dc2, so the two runs don't meet.
-    await tenancy.create_facility(services.storage, "acme", "dc2", name="DC2", docks=("D1",))
+    await tenants.create_facility(services.storage, "acme", "dc2", name="DC2", docks=("D1",))
     for index, document in enumerate(SCENARIOS[scenario]):
         json_resp = await api.post("/documents", json=document, headers=tenant.auth)
         xml_resp = await api.post(

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from core.feed import NewMessage, build_messages, write_messages
+from core.feed.publish import NewMessage, build_messages, write_messages
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage

@@ -15,8 +15,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pymongo import AsyncMongoClient, monitoring
 
-from core import shipment_queries
-from core.access import Principal
+from core.auth.access import Principal
+from core.reads import shipment_queries
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage

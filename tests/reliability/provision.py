@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core import tenancy
-from core.crypto import SecretBox
+from core.auth.crypto import SecretBox
+from core.outbox.webhook_endpoints import create_endpoint
 from core.settings import Settings
-from core.tenancy import LabelFieldMapping
-from core.webhook_endpoints import create_endpoint
+from core.tenancy import tenants
+from core.tenancy.tenants import LabelFieldMapping
 from dockflow.runtime import open_services
 from tests.reliability.serve_process import ServeProcess
 
@@ -46,19 +46,19 @@ async def provision(serve: ServeProcess, webhook_url: str, docks: int = 8) -> Se
     slugs = [f"D{i + 1}" for i in range(docks)]
     async with open_services(settings) as services:
         storage = services.storage
-        await tenancy.create_business(storage, "acme", "Acme Inc.")
-        await tenancy.create_facility(
+        await tenants.create_business(storage, "acme", "Acme Inc.")
+        await tenants.create_facility(
             storage, "acme", "dc1", docks=slugs,
             label_fields=[LabelFieldMapping("lpn", "licensePlate"),
                           LabelFieldMapping("sku", "skus", multiple=True)],
         )  # fmt: skip
-        client = await tenancy.create_client(storage, "acme", name="wms")
+        client = await tenants.create_client(storage, "acme", name="wms")
         token = (await services.tokens.issue(client.entity)).access_token
         cameras = [
-            (await tenancy.create_camera(storage, "acme", "dc1", dock=slug)).secret
+            (await tenants.create_camera(storage, "acme", "dc1", dock=slug)).secret
             for slug in slugs
         ]
-        await tenancy.create_operator(storage, "alice", OPERATOR_PASSWORD)
+        await tenants.create_operator(storage, "alice", OPERATOR_PASSWORD)
         endpoint = await create_endpoint(
             storage, SecretBox(settings), "acme", webhook_url,
             auth_kind="basic", username="dockflow", password=WEBHOOK_PASSWORD,

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from bench.soak import HookReceiver
-from core.documents import parse_document
 from core.errors import DockflowError
+from core.intake.contract import parse_document
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
 from public_api.xml_documents import document_from_xml

@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestClient
 
-from core.feed import NewMessage, append_messages
+from core.feed.publish import NewMessage, append_messages
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage

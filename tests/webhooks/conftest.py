@@ -1,5 +1,5 @@
 """A real aiohttp receiver standing in for the customer's server, and helpers to feed the outbox
-through the real write path (core.feed.append_messages)."""
+through the real write path (core.feed.publish.append_messages)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from core.crypto import SecretBox
-from core.feed import NewMessage, append_messages
+from core.auth.crypto import SecretBox
+from core.feed.publish import NewMessage, append_messages
+from core.outbox.webhook_endpoints import WebhookEndpoint, create_endpoint
 from core.services import Services
 from core.settings import Settings
 from core.storage import Doc, Storage
-from core.tenancy import Created
-from core.webhook_endpoints import WebhookEndpoint, create_endpoint
+from core.tenancy.tenants import Created
 from tests.factories import Tenant
 from webhooks.worker import WebhookWorker
 

@@ -11,11 +11,11 @@ from typing import Any
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-from core.feed import NewMessage, append_messages
+from core.feed.publish import NewMessage, append_messages
+from core.outbox.webhook_endpoints import rotate_signing_secret
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from core.webhook_endpoints import rotate_signing_secret
 from tests.factories import Tenant
 from tests.webhooks.conftest import (
     Received,

@@ -11,14 +11,14 @@ from datetime import UTC, datetime
 import pytest
 from aiohttp import web
 
-from core import deliveries
-from core.feed import (
+from core.feed.publish import (
     NewMessage,
     WrittenMessages,
     build_messages,
     insert_ignoring_duplicates,
     write_messages,
 )
+from core.outbox import deliveries
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage

@@ -16,14 +16,14 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
-from core import tenancy
-from core.access import LEEWAY_S, Principal, decode_claims, principal_from_claims
+from core.auth.access import LEEWAY_S, Principal, decode_claims, principal_from_claims
+from core.auth.external_issuer import ExternalIssuer, JwksFetcher
+from core.auth.throttle import AuthThrottle, ThrottlePolicy
 from core.errors import Unauthenticated
-from core.external_issuer import ExternalIssuer, JwksFetcher
 from core.settings import Settings
 from core.storage import Doc, Storage
-from core.tenancy import ApiClient
-from core.throttle import AuthThrottle, ThrottlePolicy
+from core.tenancy import tenants
+from core.tenancy.tenants import ApiClient
 
 ALGORITHM = "RS256"  # pinned: tokens claiming any other algorithm are refused
 KEY_RELOAD_MIN_INTERVAL_S = 1.0  # an unknown kid reloads keys at most this often
@@ -167,7 +167,7 @@ class TokenService:
         """
         key = f"client:{client_id[:200]}"
         await self.throttle.check(key)
-        client = await tenancy.authenticate_client(self.storage, client_id, client_secret)
+        client = await tenants.authenticate_client(self.storage, client_id, client_secret)
         if client is None:
             await self.throttle.record_failure(key)
             raise Unauthenticated("client authentication failed")

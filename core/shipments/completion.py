@@ -1,9 +1,9 @@
 """Shipment completion: exactly once per shipment, with its SHIPMENT_COMPLETE push message.
 
 Triggers (the first one wins): DOOR_CLOSED or TRAILER_DEPARTED at the shipment's dock
-(`core.dock_events`), every expected LPN observed in the expected direction when the facility's
-`complete_on_all_lpns` is on (`check_all_lpns_observed`, run after each pallet batch), or an
-explicit request (`complete_shipment`, used by GraphQL and the dashboard).
+(`core.shipments.dock_events`), every expected LPN observed in the expected direction when the
+facility's `complete_on_all_lpns` is on (`check_all_lpns_observed`, run after each pallet batch),
+or an explicit request (`complete_shipment`, used by GraphQL and the dashboard).
 
 Exactly once: a message id is reserved, then one compare-and-set on ``completed_at: None`` stores
 the completion together with that id (`completion_message_id`). Only the writer whose update
@@ -23,11 +23,12 @@ from typing import Any
 
 from pymongo import ASCENDING
 
-from core import feed, lifecycle
 from core.errors import NotFound
+from core.feed import publish
 from core.settings import Settings
+from core.shipments import lifecycle
 from core.storage import Doc, Storage
-from core.tenancy import Facility, find_facility
+from core.tenancy.tenants import Facility, find_facility
 
 REQUESTED = "REQUESTED"
 DOOR_CLOSED = "DOOR_CLOSED"
@@ -115,10 +116,10 @@ async def _write_completion_message(
     settings: Settings, storage: Storage, shipment: Doc, message_id: int
 ) -> None:
     payload = await build_completion_payload(settings, storage, shipment)
-    written = await feed.build_messages(
+    written = await publish.build_messages(
         storage,
         [
-            feed.NewMessage(
+            publish.NewMessage(
                 business=shipment["business"],
                 facility=shipment["facility"],
                 type="SHIPMENT_COMPLETE",
@@ -128,7 +129,7 @@ async def _write_completion_message(
         ],
         ids=[message_id],
     )
-    await feed.write_messages(storage, written)
+    await publish.write_messages(storage, written)
 
 
 async def complete_shipment(
@@ -153,7 +154,7 @@ async def complete_shipment(
     if shipment is None:
         raise NotFound(f"shipment {shipment_id} not found")
     if shipment.get("completed_at") is None:
-        message_id = (await feed.reserve_message_ids(storage, 1)).first
+        message_id = (await publish.reserve_message_ids(storage, 1)).first
         final = status or lifecycle.DONE_STATUS.get(shipment["direction"], "LOADED")
         written = await lifecycle.update_with_history(
             storage,

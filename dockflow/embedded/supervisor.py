@@ -27,8 +27,8 @@ from core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-# The server runs with fixes for its storage layer (core/nx_launcher.py).
-_LAUNCHER_MODULE = "core.nx_launcher"
+# The server runs with fixes for its storage layer (dockflow/embedded/launcher.py).
+_LAUNCHER_MODULE = "dockflow.embedded.launcher"
 START_TIMEOUT_S = 30.0  # first start creates the SQLite files; generous for slow CI disks
 STOP_TIMEOUT_S = 10.0
 WATCH_INTERVAL_S = 0.2  # how often the supervisor looks at the child

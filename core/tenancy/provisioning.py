@@ -14,12 +14,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from core import tenancy, webhook_endpoints
-from core.crypto import SecretBox
+from core.auth.credentials import new_secret
+from core.auth.crypto import SecretBox
 from core.errors import ConfigError, FieldError, NotFound, ValidationFailed
-from core.secrets import new_secret
+from core.outbox import webhook_endpoints
 from core.storage import Storage
-from core.tenancy import LabelFieldMapping
+from core.tenancy import tenants
+from core.tenancy.tenants import LabelFieldMapping
 
 Action = Literal["created", "updated", "unchanged"]
 
@@ -140,19 +141,19 @@ async def apply_declaration(
 
 async def _apply_business(storage: Storage, spec: BusinessSpec) -> Change:
     try:
-        current = await tenancy.get_business(storage, spec.slug)
+        current = await tenants.get_business(storage, spec.slug)
     except NotFound:
-        await tenancy.create_business(storage, spec.slug, spec.name)
+        await tenants.create_business(storage, spec.slug, spec.name)
         return Change("business", spec.slug, "created")
     if current.name == (spec.name or spec.slug):
         return Change("business", spec.slug, "unchanged")
-    await tenancy.update_business(storage, spec.slug, name=spec.name)
+    await tenants.update_business(storage, spec.slug, name=spec.name)
     return Change("business", spec.slug, "updated")
 
 
 async def _apply_facility(storage: Storage, business: str, spec: FacilitySpec) -> Change:
-    key = tenancy.facility_key(business, spec.slug)
-    wanted = tenancy.build_facility(
+    key = tenants.facility_key(business, spec.slug)
+    wanted = tenants.build_facility(
         business,
         spec.slug,
         name=spec.name,
@@ -161,9 +162,9 @@ async def _apply_facility(storage: Storage, business: str, spec: FacilitySpec) -
         label_fields=[LabelFieldMapping.parse(f) for f in spec.label_fields],
         complete_on_all_lpns=spec.complete_on_all_lpns,
     )
-    current = await tenancy.find_facility(storage, business, spec.slug)
+    current = await tenants.find_facility(storage, business, spec.slug)
     if current is None:
-        await tenancy.create_facility(
+        await tenants.create_facility(
             storage,
             business,
             spec.slug,
@@ -176,16 +177,16 @@ async def _apply_facility(storage: Storage, business: str, spec: FacilitySpec) -
         return Change("facility", key, "created")
     if current == wanted:
         return Change("facility", key, "unchanged")
-    await tenancy.update_facility(storage, wanted)
+    await tenants.update_facility(storage, wanted)
     return Change("facility", key, "updated")
 
 
 async def _apply_client(storage: Storage, business: str, spec: ClientSpec) -> Change:
     try:
-        current = await tenancy.get_client(storage, spec.id)
+        current = await tenants.get_client(storage, spec.id)
     except NotFound:
         secret = spec.secret or new_secret("dfs_")
-        await tenancy.create_client(
+        await tenants.create_client(
             storage,
             business,
             facilities=spec.facilities,
@@ -198,12 +199,12 @@ async def _apply_client(storage: Storage, business: str, spec: ClientSpec) -> Ch
     if current.business != business:
         raise ValidationFailed(f"client {spec.id!r} belongs to business {current.business!r}")
     wanted_facilities = None if spec.facilities is None else frozenset(spec.facilities)
-    secret_differs = spec.secret is not None and not await tenancy.client_secret_is(
+    secret_differs = spec.secret is not None and not await tenants.client_secret_is(
         storage, spec.id, spec.secret
     )
     if current.facilities == wanted_facilities and current.name == spec.name and not secret_differs:
         return Change("client", spec.id, "unchanged")
-    await tenancy.update_client(
+    await tenants.update_client(
         storage,
         spec.id,
         facilities=spec.facilities,
@@ -215,9 +216,9 @@ async def _apply_client(storage: Storage, business: str, spec: ClientSpec) -> Ch
 
 async def _apply_camera(storage: Storage, business: str, spec: CameraSpec) -> Change:
     try:
-        current = await tenancy.get_camera(storage, spec.id)
+        current = await tenants.get_camera(storage, spec.id)
     except NotFound:
-        created = await tenancy.create_camera(
+        created = await tenants.create_camera(
             storage,
             business,
             spec.facility,
@@ -230,7 +231,7 @@ async def _apply_camera(storage: Storage, business: str, spec: CameraSpec) -> Ch
         return Change("camera", spec.id, "created", "token", generated)
     if current.business != business:
         raise ValidationFailed(f"camera {spec.id!r} belongs to business {current.business!r}")
-    token_differs = spec.token is not None and not await tenancy.camera_token_is(
+    token_differs = spec.token is not None and not await tenants.camera_token_is(
         storage, spec.id, spec.token
     )
     same_place = (current.facility, current.dock, current.kind) == (
@@ -240,7 +241,7 @@ async def _apply_camera(storage: Storage, business: str, spec: CameraSpec) -> Ch
     )
     if same_place and not token_differs:
         return Change("camera", spec.id, "unchanged")
-    await tenancy.update_camera(
+    await tenants.update_camera(
         storage,
         spec.id,
         facility=spec.facility,
@@ -319,19 +320,19 @@ async def _apply_webhook(
 
 async def _apply_operator(storage: Storage, spec: OperatorSpec) -> Change:
     try:
-        current = await tenancy.get_operator(storage, spec.username)
+        current = await tenants.get_operator(storage, spec.username)
     except NotFound:
         password = spec.password or new_secret(nbytes=12)
-        await tenancy.create_operator(storage, spec.username, password, businesses=spec.businesses)
+        await tenants.create_operator(storage, spec.username, password, businesses=spec.businesses)
         generated = "" if spec.password else password
         return Change("operator", spec.username, "created", "password", generated)
     wanted = None if not spec.businesses else frozenset(spec.businesses)
-    password_differs = spec.password is not None and not await tenancy.operator_password_is(
+    password_differs = spec.password is not None and not await tenants.operator_password_is(
         storage, spec.username, spec.password
     )
     if current.businesses == wanted and not password_differs:
         return Change("operator", spec.username, "unchanged")
-    await tenancy.update_operator(
+    await tenants.update_operator(
         storage,
         spec.username,
         businesses=spec.businesses,

@@ -1,6 +1,6 @@
 """Dock events from cameras: TRAILER_ARRIVED, DOOR_OPENED, DOOR_CLOSED, TRAILER_DEPARTED.
 
-Each updates the dock's current shipment (`core.lifecycle`):
+Each updates the dock's current shipment (`core.shipments.lifecycle`):
 - TRAILER_ARRIVED: the shipment at the dock gets a history entry; with none there, the oldest
   shipment planned for the dock (NEW/SCHEDULED/AT_FACILITY with that `dock`) becomes
   DOOR_ASSIGNED, so the next pallets join it.
@@ -22,11 +22,11 @@ from typing import Literal
 from pymongo import DESCENDING
 from pymongo.errors import DuplicateKeyError
 
-from core import completion, lifecycle
 from core.errors import Forbidden, ValidationFailed
 from core.settings import Settings
+from core.shipments import completion, lifecycle
 from core.storage import Doc, Storage
-from core.tenancy import Camera, get_facility
+from core.tenancy.tenants import Camera, get_facility
 
 
 @dataclass(frozen=True)

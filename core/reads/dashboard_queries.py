@@ -13,11 +13,11 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from core import lifecycle
 from core.errors import NotFound
-from core.shipment_queries import ShipmentView, load_views
+from core.reads.shipment_queries import ShipmentView, load_views
+from core.shipments import lifecycle
 from core.storage import Doc, Storage, time_range
-from core.tenancy import Facility, Operator, facility_key, find_facility, list_facilities
+from core.tenancy.tenants import Facility, Operator, facility_key, find_facility, list_facilities
 
 # The pallet direction that counts toward a shipment of each direction.
 EXPECTED_PALLET_DIRECTION = {"OUTBOUND": "LOADING", "INBOUND": "UNLOADING"}

@@ -7,10 +7,10 @@
 | CHECKED_OUT | DEPARTED | any status but DEPARTED |
 
 Each change appends `{status, at, source}` to the shipment's history through
-`core.lifecycle.update_with_history` (a compare-and-set on the version read), conditional on the
-status the rule was checked against, so a concurrent change makes the event re-check.
+`core.shipments.lifecycle.update_with_history` (a compare-and-set on the version read), conditional
+on the status the rule was checked against, so a concurrent change makes the event re-check.
 Checking out does not complete the shipment: completion has its own triggers
-(`core.completion`; `request_completion` below is the customer's).
+(`core.shipments.completion`; `request_completion` below is the customer's).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from core import completion, lifecycle
-from core.access import Principal, check_access
+from core.auth.access import Principal, check_access
 from core.errors import Conflict, NotFound, ValidationFailed
 from core.settings import Settings
+from core.shipments import completion, lifecycle
 from core.storage import Doc, Storage
-from core.tenancy import get_facility
+from core.tenancy.tenants import get_facility
 
 SchedulingEvent = Literal["AT_FACILITY", "DOOR_ASSIGNED", "CHECKED_OUT"]
 
@@ -96,7 +96,7 @@ async def request_completion(
     storage: Storage, settings: Settings, principal: Principal, shipment_id: int
 ) -> completion.Completion:
     """A customer says the shipment is complete (GraphQL `completeShipment`): exactly once,
-    through `core.completion`; completing a completed shipment changes nothing."""
+    through `core.shipments.completion`; completing a completed shipment changes nothing."""
     doc = await storage.shipments.find_one({"_id": shipment_id}, {"business": 1, "facility": 1})
     if doc is None or doc.get("business") != principal.business:
         raise NotFound(f"shipment {shipment_id} not found")

@@ -1,6 +1,7 @@
 """Runs the embedded database server (nx-27017) with fixes for defects of its storage layer.
 
-Started by `core.embedded` as ``python -m core.nx_launcher ARGS`` (ARGS are nx-27017's). Each
+Started by `dockflow.embedded.supervisor` as ``python -m dockflow.embedded.launcher ARGS`` (ARGS
+are nx-27017's). Each
 patch below fixes a measured difference from MongoDB, or a full scan where MongoDB uses an index;
 none changes what a query means on real MongoDB. `tests/core/test_storage_conformance.py` runs
 each affected operation. Pinned with nx-27017 < 0.9: an upgrade must pass that module first.

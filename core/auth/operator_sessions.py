@@ -14,12 +14,12 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from core import tenancy
+from core.auth.throttle import AuthThrottle, ThrottlePolicy
 from core.errors import NotFound
 from core.services import Services
 from core.storage import Storage
-from core.tenancy import Operator
-from core.throttle import AuthThrottle, ThrottlePolicy
+from core.tenancy import tenants
+from core.tenancy.tenants import Operator
 
 # A session's expiry is pushed forward at most this often, not on every request.
 TOUCH_INTERVAL_S = 60.0
@@ -77,7 +77,7 @@ class SessionStore:
             await self.storage.operator_sessions.delete_one({"_id": session_hash})
             return None
         try:
-            operator = await tenancy.get_operator(self.storage, doc["username"])
+            operator = await tenants.get_operator(self.storage, doc["username"])
         except NotFound:  # the account was removed: its sessions end with it
             await self.storage.operator_sessions.delete_one({"_id": session_hash})
             return None
@@ -102,7 +102,7 @@ class SessionStore:
         keys = (f"operator:{username.lower()}", f"operator-ip:{remote}")
         for key in keys:
             await self.throttle.check(key)
-        operator = await tenancy.authenticate_operator(self.storage, username, password)
+        operator = await tenants.authenticate_operator(self.storage, username, password)
         if operator is None:
             for key in keys:
                 await self.throttle.record_failure(key)

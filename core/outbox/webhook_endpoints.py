@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 from typing import Literal, TypedDict, Unpack
 from urllib.parse import urlsplit
 
-from core.crypto import SecretBox, new_signing_secret
+from core.auth.crypto import SecretBox, new_signing_secret
 from core.errors import NotFound, ValidationFailed
 from core.storage import Doc, Storage
-from core.tenancy import Created, get_business, get_facility
+from core.tenancy.tenants import Created, get_business, get_facility
 
 EVENTS = ("PALLET_EVENT", "SHIPMENT_COMPLETE")
 AuthKind = Literal["none", "basic", "token"]

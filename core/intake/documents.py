@@ -20,9 +20,18 @@ from datetime import UTC, datetime
 
 from pymongo import DESCENDING, ReturnDocument, UpdateOne
 
-from core import locks, tenancy
-from core.access import Principal, check_access
-from core.documents import (
+from core import locks
+from core.auth.access import Principal, check_access
+from core.errors import (
+    DockflowError,
+    DuplicateItemInRequest,
+    DuplicateOrderItemKey,
+    FieldError,
+    NotFound,
+    OrderItemNotFound,
+    ValidationFailed,
+)
+from core.intake.contract import (
     ChangeEntry,
     DocumentItem,
     DocumentOrder,
@@ -33,18 +42,10 @@ from core.documents import (
     ResponseShipment,
     effective_strategy,
 )
-from core.errors import (
-    DockflowError,
-    DuplicateItemInRequest,
-    DuplicateOrderItemKey,
-    FieldError,
-    NotFound,
-    OrderItemNotFound,
-    ValidationFailed,
-)
-from core.lifecycle import ORDER_STATUS_NEW
-from core.shipments import ELIGIBLE, is_eligible
+from core.shipments.eligibility import ELIGIBLE, is_eligible
+from core.shipments.lifecycle import ORDER_STATUS_NEW
 from core.storage import Doc, Storage
+from core.tenancy import tenants
 
 SHIPMENT_STATUS_NEW = "SCHEDULED"
 HISTORY_SOURCE = "document"
@@ -101,7 +102,7 @@ async def apply_document(
     """Apply a validated document for `principal`. Raises (and writes nothing) when any part of
     it is rejected: 404/403 scope, 409 conflicts, 422 fields the current state requires."""
     check_access(principal, document.business, document.facility)
-    facility = await tenancy.find_facility(storage, document.business, document.facility)
+    facility = await tenants.find_facility(storage, document.business, document.facility)
     if facility is None:
         raise NotFound(f"facility {document.business}/{document.facility} not found")
     if document.dock_slug is not None and document.dock_slug not in {

@@ -14,12 +14,12 @@ from typing import Any
 
 from pymongo import ASCENDING, DESCENDING
 
-from core import lifecycle
-from core.access import Principal, check_access
+from core.auth.access import Principal, check_access
 from core.errors import ErrorList, NotFound
-from core.feed_reader import check_scope
+from core.feed.reader import check_scope
+from core.shipments import lifecycle
 from core.storage import Doc, Storage, time_range
-from core.tenancy import Facility, get_facility
+from core.tenancy.tenants import Facility, get_facility
 
 DEFAULT_SHIPMENTS_PAGE = 100  # shipments(filter) answers this many when `first` is not given
 MAX_SHIPMENTS_PAGE = 1000
@@ -178,7 +178,7 @@ async def get_facility_view(
     storage: Storage, principal: Principal, business: str, facility_slug: str
 ) -> FacilityView:
     """A facility with each dock's current shipment: the newest not completed one at the door
-    (`core.lifecycle.current_shipments_at_docks`)."""
+    (`core.shipments.lifecycle.current_shipments_at_docks`)."""
     check_scope(principal, business, facility_slug)
     facility = await get_facility(storage, business, facility_slug)
     slugs = [dock.slug for dock in facility.docks]

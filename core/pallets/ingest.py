@@ -39,12 +39,14 @@ from typing import Any, Literal
 from pymongo import DESCENDING
 from pymongo.asynchronous.collection import AsyncCollection
 
-from core import completion, feed, lifecycle, metrics
-from core.dock_events import resolve_dock
+from core import metrics
 from core.errors import DockflowError, ValidationFailed
+from core.feed import publish
 from core.settings import Settings
+from core.shipments import completion, lifecycle
+from core.shipments.dock_events import resolve_dock
 from core.storage import Doc, Storage
-from core.tenancy import Camera, Facility, find_facility
+from core.tenancy.tenants import Camera, Facility, find_facility
 
 AckStatus = Literal["ACCEPTED", "DUPLICATE", "REJECTED"]
 LPN_LABEL = "lpn"  # canonical camera label names that matching reads
@@ -194,7 +196,7 @@ class BatchPlan:
     `writes` is public so a test can run only the first steps, as a crash would."""
 
     pallets: list[Doc] = field(default_factory=list)
-    messages: feed.WrittenMessages = field(default_factory=feed.WrittenMessages)
+    messages: publish.WrittenMessages = field(default_factory=publish.WrittenMessages)
     claims: list[Doc] = field(default_factory=list)
     results: list[ReadingResult | None] = field(default_factory=list)
     # Shipments touched by this batch in facilities that complete on all LPNs: checked after
@@ -206,18 +208,20 @@ class BatchPlan:
         """The write steps in order, each a zero-argument coroutine function."""
 
         async def pallets() -> None:
-            await feed.insert_ignoring_duplicates(storage, "pallets", self.pallets)
+            await publish.insert_ignoring_duplicates(storage, "pallets", self.pallets)
 
         async def deliveries() -> None:
-            await feed.insert_ignoring_duplicates(
+            await publish.insert_ignoring_duplicates(
                 storage, "webhook_deliveries", self.messages.deliveries
             )
 
         async def messages() -> None:
-            await feed.write_messages(storage, feed.WrittenMessages(self.messages.messages, []))
+            await publish.write_messages(
+                storage, publish.WrittenMessages(self.messages.messages, [])
+            )
 
         async def claims() -> None:
-            await feed.insert_ignoring_duplicates(storage, "readings", self.claims)
+            await publish.insert_ignoring_duplicates(storage, "readings", self.claims)
 
         return [pallets, deliveries, messages, claims]
 
@@ -268,7 +272,7 @@ async def plan_batch(
     sites = {(c.business, c.facility) for c, _ in batch}
     keys = [f"{c.camera_id}:{r.reading_id}" for c, r in batch]
     pallet_ids = [pallet_id_for(c.camera_id, r.reading_id) for c, r in batch]
-    endpoints = feed.EndpointCache(storage)
+    endpoints = publish.EndpointCache(storage)
     facilities, claims, stored, _ = await asyncio.gather(
         _facilities(storage, sites),
         _by_id(storage.readings, keys),
@@ -323,7 +327,7 @@ async def plan_batch(
             await _arrive(storage, fresh)
 
         _, reserved = await asyncio.gather(
-            match_and_arrive(), feed.reserve_message_ids(storage, len(fresh))
+            match_and_arrive(), publish.reserve_message_ids(storage, len(fresh))
         )
         block = list(reserved)
         new_messages = []
@@ -340,7 +344,7 @@ async def plan_batch(
                 message_id,
             )  # fmt: skip
         plan.messages.extend(
-            await feed.build_messages(
+            await publish.build_messages(
                 storage, new_messages, ids=block, sent_at=now, endpoints=endpoints
             )
         )
@@ -383,8 +387,8 @@ def _claim(key: str, pallet: Doc) -> Doc:
     }
 
 
-def _message_for(pallet: Doc) -> feed.NewMessage:
-    return feed.NewMessage(
+def _message_for(pallet: Doc) -> publish.NewMessage:
+    return publish.NewMessage(
         business=pallet["business"],
         facility=pallet["facility"],
         type="PALLET_EVENT",
@@ -400,7 +404,7 @@ async def _answer_known(
     items: list[_Item],
     claims: dict[str, Doc],
     pallets: dict[str, Doc],
-    endpoints: feed.EndpointCache,
+    endpoints: publish.EndpointCache,
 ) -> list[_Item]:
     """Answer readings seen before (`claims` and `pallets` of the batch's keys and pallet ids);
     returns the ones never seen."""
@@ -432,7 +436,7 @@ async def _answer_known(
         )  # fmt: skip
     if repairs:
         plan.messages.extend(
-            await feed.build_messages(
+            await publish.build_messages(
                 storage,
                 [_message_for(p) for p in repairs],
                 ids=[int(p["message_id"]) for p in repairs],

@@ -13,14 +13,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pymongo.errors import DuplicateKeyError
 
-from core.errors import AlreadyExists, NotFound, ValidationFailed
-from core.secrets import (
+from core.auth.credentials import (
     hash_password,
     hash_secret,
     new_secret,
     password_matches,
     secret_matches,
 )
+from core.errors import AlreadyExists, NotFound, ValidationFailed
 from core.storage import Doc, Storage
 
 SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

@@ -1,6 +1,6 @@
 """The read side of the push message feed: paged queries and the live per-process hub.
 
-Message ids are reserved before the write (`core.feed`), so id 7 may commit before id 6. A
+Message ids are reserved before the write (`core.feed.publish`), so id 7 may commit before id 6. A
 reader that hands out 7 and then moves past it would never see 6. The hub therefore keeps a
 *low watermark*: the highest id at or below which every id is committed (and released, in id
 order) or abandoned. Messages above a gap wait until the gap fills, or until the gap is older
@@ -36,9 +36,9 @@ from typing import Any
 import bson
 from pymongo import ASCENDING, DESCENDING
 
-from core import feed
-from core.access import Principal
+from core.auth.access import Principal
 from core.errors import DockflowError, ErrorList, Forbidden
+from core.feed import publish
 from core.settings import Settings
 from core.storage import UNAVAILABLE_ERRORS, Doc, Storage
 
@@ -272,12 +272,12 @@ class FeedHub:
         await self._initialise()
         self._ready.set()
         self._task = asyncio.create_task(self.run(), name="feed-hub")
-        feed.add_written_listener(self._written)
+        publish.add_written_listener(self._written)
 
     async def stop(self) -> None:
         """Stop following; current subscribers end with an UNAVAILABLE error. Idempotent."""
         self._stopped = True
-        feed.remove_written_listener(self._written)
+        publish.remove_written_listener(self._written)
         task, self._task = self._task, None
         if task is not None:
             task.cancel()

@@ -496,8 +496,8 @@ async def load_message(storage: Storage, message_id: int) -> Doc | None:
     return await storage.push_messages.find_one({"_id": message_id})
 
 
-# Deliveries are written just before their push message (core/feed.py `write_messages`), so a
-# claim can come between the two; the writer is milliseconds behind.
+# Deliveries are written just before their push message (core/feed/publish.py `write_messages`), so
+# a claim can come between the two; the writer is milliseconds behind.
 MESSAGE_RECHECKS_S = (0.005, 0.02, 0.05, 0.1, 0.25)
 
 

@@ -20,8 +20,8 @@ from typing import Any, Literal
 from pymongo.errors import BulkWriteError
 
 from core import metrics
+from core.outbox.webhook_endpoints import endpoints_for
 from core.storage import Doc, IdBlock, Storage
-from core.webhook_endpoints import endpoints_for
 
 MessageType = Literal["PALLET_EVENT", "SHIPMENT_COMPLETE"]
 SEQUENCE = "push_messages"

@@ -20,7 +20,7 @@ from gridfs.asynchronous import AsyncGridFSBucket
 from gridfs.errors import NoFile
 from pymongo.errors import PyMongoError
 
-from core.access import Principal, check_access
+from core.auth.access import Principal, check_access
 from core.errors import NotFound, PayloadTooLarge, ValidationFailed
 from core.storage import Doc, Storage
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import jwt
 
-from core.access import Principal, decode_claims, principal_from_claims
+from core.auth.access import Principal, decode_claims, principal_from_claims
 from core.errors import ConfigError, Unauthenticated, Unavailable
 from core.settings import Settings
 

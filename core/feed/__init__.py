@@ -1,0 +1,2 @@
+"""The push message feed: writing messages with their deliveries (`publish`), and reading them in
+pages or live through the per-process hub (`reader`)."""

@@ -1,0 +1,1 @@
+"""Pallet readings from dock cameras: validation, matching to a shipment, and the pallet message."""
