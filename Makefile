@@ -5,15 +5,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint proto clean browser
+# Installs come from the lock files (exact versions, hashes); `make lock` refreshes them after a
+# change to pyproject.toml's dependencies.
+LOCK_RUNTIME := requirements.txt
+LOCK_DEV := requirements-dev.txt
+UV_COMPILE := pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes \
+	--quiet --custom-compile-command "make lock"
+
+.PHONY: run test lint proto clean browser lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet -e '.[dev]'
+$(STAMP): $(BIN)/python pyproject.toml $(LOCK_DEV)
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r $(LOCK_DEV)
+	$(BIN)/pip install --quiet --no-deps -e .
+	$(BIN)/pip check
 	touch $(STAMP)
+
+lock: $(STAMP)
+	$(BIN)/uv $(UV_COMPILE) --output-file $(LOCK_RUNTIME)
+	$(BIN)/uv $(UV_COMPILE) --extra dev --output-file $(LOCK_DEV)
 
 run: $(STAMP)
 	$(BIN)/dockflow serve --demo
