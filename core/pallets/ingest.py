@@ -39,7 +39,7 @@ from typing import Any, Literal
 from pymongo import DESCENDING
 from pymongo.asynchronous.collection import AsyncCollection
 
-from core import metrics
+from core import metrics, urls
 from core.errors import DockflowError, ValidationFailed
 from core.feed import publish
 from core.settings import Settings
@@ -100,10 +100,6 @@ def pallet_id_for(camera_id: str, reading_id: str) -> str:
     """Deterministic: a resend of a half-written reading finds its pallet."""
     digest = hashlib.sha256(f"{camera_id}\x00{reading_id}".encode()).hexdigest()
     return f"plt_{digest[:20]}"
-
-
-def pallet_url(settings: Settings, pallet_id: str) -> str:
-    return f"{settings.dashboard_base_url}/pallets/{pallet_id}"
 
 
 def iso_utc(at: datetime) -> str:
@@ -593,7 +589,7 @@ def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
         "serviceShipmentId": str(shipment_id),
         "servicePalletId": item.pallet_id,
         "occurredAt": iso_utc(item.occurred_at),
-        "url": pallet_url(settings, item.pallet_id),
+        "url": urls.pallet_url(settings, item.pallet_id),
         "direction": item.reading.direction,
         "orders": list(item.orders),
         "dockId": item.dock,

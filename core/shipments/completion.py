@@ -23,6 +23,7 @@ from typing import Any
 
 from pymongo import ASCENDING
 
+from core import urls
 from core.errors import NotFound
 from core.feed import publish
 from core.settings import Settings
@@ -44,10 +45,6 @@ class Completion:
     completed_at: datetime
     # False when the shipment had already been completed (by this or another trigger).
     completed_now: bool
-
-
-def shipment_url(settings: Settings, shipment_id: int) -> str:
-    return f"{settings.dashboard_base_url}/shipments/{shipment_id}"
 
 
 def opposite(direction: str) -> str:
@@ -106,7 +103,7 @@ async def build_completion_payload(settings: Settings, storage: Storage, shipmen
     return {
         "serviceShipmentId": str(shipment_id),
         "orders": await shipment_order_numbers(storage, shipment_id),
-        "url": shipment_url(settings, shipment_id),
+        "url": urls.shipment_url(settings, shipment_id),
         "dockId": dock,
         "pallets": [{k: v for k, v in p["payload"].items() if k != "occurredAt"} for p in kept],
     }
