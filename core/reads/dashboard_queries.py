@@ -15,12 +15,10 @@ from zoneinfo import ZoneInfo
 
 from core.errors import NotFound
 from core.reads.shipment_queries import ShipmentView, load_views
-from core.shipments import lifecycle
+from core.shipments import directions, lifecycle
 from core.storage import Doc, Storage, time_range
 from core.tenancy.tenants import Facility, Operator, facility_key, find_facility, list_facilities
 
-# The pallet direction that counts toward a shipment of each direction.
-EXPECTED_PALLET_DIRECTION = {"OUTBOUND": "LOADING", "INBOUND": "UNLOADING"}
 PROBLEM_DELIVERY_STATUSES = ("FAILED", "DEAD")
 # Most rows one page of a list shows.
 MAX_PAGE_SIZE = 200
@@ -221,7 +219,7 @@ class LpnProgress:
 def lpn_progress(direction: str, items: list[Doc], pallets: list[Doc]) -> LpnProgress:
     """Compare expected and observed LPNs; a load and an unload of the same LPN cancel out."""
     expected = sorted({str(i["lpn"]) for i in items if i.get("lpn")})
-    towards = EXPECTED_PALLET_DIRECTION.get(direction, "LOADING")
+    towards = directions.reading_direction(direction)
     net: Counter[str] = Counter()
     reversed_seen: set[str] = set()
     for pallet in pallets:

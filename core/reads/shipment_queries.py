@@ -17,14 +17,12 @@ from pymongo import ASCENDING, DESCENDING
 from core.auth.access import Principal, check_access
 from core.errors import ErrorList, NotFound
 from core.feed.reader import check_scope
-from core.shipments import lifecycle
+from core.shipments import directions, lifecycle
 from core.storage import Doc, Storage, time_range
 from core.tenancy.tenants import Facility, get_facility
 
 DEFAULT_SHIPMENTS_PAGE = 100  # shipments(filter) answers this many when `first` is not given
 MAX_SHIPMENTS_PAGE = 1000
-# Pallet direction that counts as progress for each shipment direction.
-EXPECTED_PALLET_DIRECTION = {"OUTBOUND": "LOADING", "INBOUND": "UNLOADING"}
 
 
 @dataclass
@@ -60,7 +58,7 @@ class ShipmentView:
     def observed_lpns(self) -> list[str]:
         """LPNs read on the shipment's pallets in its direction, net of reversing readings
         (a pallet loaded then unloaded is no longer observed on an outbound shipment)."""
-        forward = EXPECTED_PALLET_DIRECTION.get(self.shipment.get("direction", ""), "LOADING")
+        forward = directions.reading_direction(self.shipment.get("direction", ""))
         balance: Counter[str] = Counter()
         order: dict[str, None] = {}
         for pallet in sorted(self.pallets, key=_pallet_sort_key):

@@ -27,7 +27,7 @@ from core import urls
 from core.errors import NotFound
 from core.feed import publish
 from core.settings import Settings
-from core.shipments import lifecycle
+from core.shipments import directions, lifecycle
 from core.storage import Doc, Storage
 from core.tenancy.tenants import Facility, find_facility
 
@@ -47,10 +47,6 @@ class Completion:
     completed_now: bool
 
 
-def opposite(direction: str) -> str:
-    return "UNLOADING" if direction == "LOADING" else "LOADING"
-
-
 def pallet_key(pallet: Doc) -> str:
     """What makes two readings the same physical pallet: its LPNs, else the pallet itself."""
     lpns = sorted(pallet.get("lpns") or [])
@@ -66,7 +62,7 @@ def net_pallets(pallets: Iterable[Doc], expected: str | None = None) -> list[Doc
     stacks: dict[str, list[Doc]] = {}
     for pallet in ordered:
         stack = stacks.setdefault(pallet_key(pallet), [])
-        cancels = stack and stack[-1]["direction"] == opposite(pallet["direction"])
+        cancels = stack and stack[-1]["direction"] == directions.opposite(pallet["direction"])
         if cancels and expected is not None:
             cancels = stack[-1]["direction"] == expected
         if cancels:
@@ -75,10 +71,6 @@ def net_pallets(pallets: Iterable[Doc], expected: str | None = None) -> list[Doc
             stack.append(pallet)
     kept = {id(p) for stack in stacks.values() for p in stack}
     return [p for p in ordered if id(p) in kept]
-
-
-def expected_direction(shipment: Doc) -> str:
-    return "LOADING" if shipment.get("direction") == "OUTBOUND" else "UNLOADING"
 
 
 async def shipment_order_numbers(storage: Storage, shipment_id: int) -> list[str]:
@@ -98,7 +90,7 @@ async def build_completion_payload(settings: Settings, storage: Storage, shipmen
         {"shipment_id": shipment_id},
         {"payload": 1, "occurred_at": 1, "direction": 1, "lpns": 1, "dock": 1},
     ).to_list()
-    kept = net_pallets(pallets, expected_direction(shipment))
+    kept = net_pallets(pallets, directions.reading_direction(shipment["direction"]))
     dock = shipment.get("dock") or (kept[-1]["dock"] if kept else "") or ""
     return {
         "serviceShipmentId": str(shipment_id),
@@ -152,7 +144,7 @@ async def complete_shipment(
         raise NotFound(f"shipment {shipment_id} not found")
     if shipment.get("completed_at") is None:
         message_id = (await publish.reserve_message_ids(storage, 1)).first
-        final = status or lifecycle.DONE_STATUS.get(shipment["direction"], "LOADED")
+        final = status or directions.done_status(shipment["direction"])
         written = await lifecycle.update_with_history(
             storage,
             shipment_id,
@@ -241,7 +233,7 @@ async def check_all_lpns_observed(
 
 
 async def _all_observed(storage: Storage, shipment: Doc, expected: set[str]) -> bool:
-    want = expected_direction(shipment)
+    want = directions.reading_direction(shipment["direction"])
     pallets: list[Any] = await storage.pallets.find(
         {"shipment_id": shipment["_id"]},
         {"lpns": 1, "direction": 1, "occurred_at": 1},
