@@ -15,7 +15,8 @@ from zoneinfo import ZoneInfo
 
 from core.errors import NotFound
 from core.reads.shipment_queries import ShipmentView, load_views
-from core.shipments import directions, lifecycle
+from core.shipments import lifecycle
+from core.shipments.observed import LpnProgress
 from core.storage import Doc, Storage, time_range
 from core.tenancy.tenants import Facility, Operator, facility_key, find_facility, list_facilities
 
@@ -196,51 +197,6 @@ async def list_shipments(
 
 
 @dataclass
-class LpnProgress:
-    """Expected LPNs (from order items) against those observed on pallets."""
-
-    expected: list[str]
-    observed: list[str]  # observed in the shipment's direction, net of removals
-    missing: list[str]  # expected, not observed
-    unexpected: list[str]  # observed, not expected
-    removed: list[str]  # observed, then read in the opposite direction (net zero)
-
-    @property
-    def observed_expected(self) -> int:
-        return len(set(self.expected) & set(self.observed))
-
-    @property
-    def percent(self) -> int:
-        if not self.expected:
-            return 0
-        return round(100 * self.observed_expected / len(self.expected))
-
-
-def lpn_progress(direction: str, items: list[Doc], pallets: list[Doc]) -> LpnProgress:
-    """Compare expected and observed LPNs; a load and an unload of the same LPN cancel out."""
-    expected = sorted({str(i["lpn"]) for i in items if i.get("lpn")})
-    towards = directions.reading_direction(direction)
-    net: Counter[str] = Counter()
-    reversed_seen: set[str] = set()
-    for pallet in pallets:
-        for lpn in pallet.get("lpns") or []:
-            if pallet.get("direction") == towards:
-                net[lpn] += 1
-            else:
-                net[lpn] -= 1
-                reversed_seen.add(lpn)
-    observed = sorted(lpn for lpn, count in net.items() if count > 0)
-    removed = sorted(lpn for lpn in reversed_seen if net[lpn] <= 0)
-    return LpnProgress(
-        expected=expected,
-        observed=observed,
-        missing=sorted(set(expected) - set(observed)),
-        unexpected=sorted(set(observed) - set(expected)),
-        removed=removed,
-    )
-
-
-@dataclass
 class ShipmentDetail:
     view: ShipmentView  # the shipment with orders, items, pallets and documents
     facility: Facility | None
@@ -272,11 +228,10 @@ async def shipment_detail(storage: Storage, operator: Operator, shipment_id: int
     latest = await latest_message_id(
         storage, operator, business=shipment["business"], facility=shipment["facility"]
     )
-    items = [item for order in view.orders for item in order.items]
     return ShipmentDetail(
         view=view,
         facility=facility,
-        progress=lpn_progress(shipment.get("direction", "OUTBOUND"), items, view.pallets),
+        progress=view.progress,
         completion_message=completion,
         latest_message_id=latest,
         linked=linked,

@@ -7,17 +7,15 @@ order items, pallets, documents), never one per shipment or per item. Joins happ
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from pymongo import ASCENDING, DESCENDING
 
 from core.auth.access import Principal, check_access
 from core.errors import ErrorList, NotFound
 from core.feed.reader import check_scope
-from core.shipments import directions, lifecycle
+from core.shipments import lifecycle, observed
 from core.storage import Doc, Storage, time_range
 from core.tenancy.tenants import Facility, get_facility
 
@@ -45,42 +43,12 @@ class ShipmentView:
         return int(self.shipment["_id"])
 
     @property
-    def expected_lpns(self) -> list[str]:
-        """LPNs named on the shipment's order items, in order of appearance."""
-        seen: dict[str, None] = {}
-        for order in self.orders:
-            for item in order.items:
-                if item.get("lpn"):
-                    seen.setdefault(item["lpn"], None)
-        return list(seen)
-
-    @property
-    def observed_lpns(self) -> list[str]:
-        """LPNs read on the shipment's pallets in its direction, net of reversing readings
-        (a pallet loaded then unloaded is no longer observed on an outbound shipment)."""
-        forward = directions.reading_direction(self.shipment.get("direction", ""))
-        balance: Counter[str] = Counter()
-        order: dict[str, None] = {}
-        for pallet in sorted(self.pallets, key=_pallet_sort_key):
-            step = 1 if pallet.get("direction") == forward else -1
-            for lpn in pallet.get("lpns") or []:
-                balance[lpn] += step
-                order.setdefault(lpn, None)
-        return [lpn for lpn in order if balance[lpn] > 0]
-
-    @property
-    def missing_lpns(self) -> list[str]:
-        observed = set(self.observed_lpns)
-        return [lpn for lpn in self.expected_lpns if lpn not in observed]
-
-    @property
-    def unexpected_lpns(self) -> list[str]:
-        expected = set(self.expected_lpns)
-        return [lpn for lpn in self.observed_lpns if lpn not in expected]
-
-
-def _pallet_sort_key(pallet: Doc) -> tuple[Any, str]:
-    return (pallet.get("occurred_at") or pallet.get("created_at"), str(pallet["_id"]))
+    def progress(self) -> observed.LpnProgress:
+        """Expected against observed LPNs (`core.shipments.observed`)."""
+        items = (item for order in self.orders for item in order.items)
+        return observed.lpn_progress(
+            self.shipment.get("direction", ""), observed.expected_lpns(items), self.pallets
+        )
 
 
 async def load_views(storage: Storage, shipments: list[Doc]) -> list[ShipmentView]:
@@ -107,7 +75,7 @@ async def load_views(storage: Storage, shipments: list[Doc]) -> list[ShipmentVie
     for document in documents:
         views[int(document["shipment_id"])].documents.append(document)
     for view in views.values():
-        view.pallets.sort(key=_pallet_sort_key)
+        view.pallets.sort(key=observed.reading_order)
     return [views[i] for i in ids]
 
 

@@ -19,7 +19,6 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from pymongo import ASCENDING
 
@@ -27,7 +26,7 @@ from core import urls
 from core.errors import NotFound
 from core.feed import publish
 from core.settings import Settings
-from core.shipments import directions, lifecycle
+from core.shipments import directions, lifecycle, observed
 from core.storage import Doc, Storage
 from core.tenancy.tenants import Facility, find_facility
 
@@ -193,9 +192,9 @@ async def check_all_lpns_observed(
     shipment_ids: Iterable[int],
     facilities: Mapping[tuple[str, str], Facility] | None = None,
 ) -> list[Completion]:
-    """Complete each shipment whose expected LPNs were all observed in its direction (net of
-    load/unload pairs), if its facility's policy says so. `facilities` are those the caller
-    has read already; others are looked up."""
+    """Complete each shipment whose expected LPNs were all observed (`core.shipments.observed`),
+    if its facility's policy says so. `facilities` are those the caller has read already;
+    others are looked up."""
     done: list[Completion] = []
     ids = sorted(set(shipment_ids))
     if not ids:
@@ -210,10 +209,9 @@ async def check_all_lpns_observed(
             {"shipment_id": {"$in": ids}}, {"shipment_id": 1, "lpn": 1}
         ).to_list(),
     )
-    expected: dict[int, set[str]] = {}
+    items_of: dict[int, list[Doc]] = {}
     for item in items:
-        if item.get("lpn"):
-            expected.setdefault(int(item["shipment_id"]), set()).add(item["lpn"])
+        items_of.setdefault(int(item["shipment_id"]), []).append(item)
     known = facilities or {}
     policies: dict[tuple[str, str], bool] = {}
     for shipment in shipments:
@@ -222,26 +220,16 @@ async def check_all_lpns_observed(
         if site not in policies:
             facility = known.get(site) or await find_facility(storage, *site)
             policies[site] = facility is not None and facility.complete_on_all_lpns
-        lpns = expected.get(shipment_id)
-        if policies[site] and lpns and await _all_observed(storage, shipment, lpns):
+        expected = observed.expected_lpns(items_of.get(shipment_id, []))
+        if not (policies[site] and expected):
+            continue  # the rule is off, or nothing to observe: no pallets to read
+        pallets = await storage.pallets.find(
+            {"shipment_id": shipment_id}, {"lpns": 1, "direction": 1, "occurred_at": 1}
+        ).to_list()
+        if observed.lpn_progress(shipment["direction"], expected, pallets).all_observed:
             done.append(
                 await complete_shipment(
                     storage, settings, shipment_id, "pallet", reason=ALL_LPNS_OBSERVED
                 )
             )
     return done
-
-
-async def _all_observed(storage: Storage, shipment: Doc, expected: set[str]) -> bool:
-    want = directions.reading_direction(shipment["direction"])
-    pallets: list[Any] = await storage.pallets.find(
-        {"shipment_id": shipment["_id"]},
-        {"lpns": 1, "direction": 1, "occurred_at": 1},
-    ).to_list()
-    observed = {
-        lpn
-        for p in net_pallets(pallets, want)
-        if p["direction"] == want
-        for lpn in p.get("lpns") or []
-    }
-    return expected <= observed

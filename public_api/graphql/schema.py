@@ -258,8 +258,8 @@ class Shipment:
     def from_view(cls, view: shipment_queries.ShipmentView, settings: Settings) -> "Shipment":
         doc = view.shipment
         fields: dict[str, Any] = doc.get("fields") or {}
-        observed = view.observed_lpns
-        observed_set = set(observed)
+        progress = view.progress
+        observed_set = set(progress.observed)
         arrival = fields.get("expectedArrivalAt")
         return cls(
             id=view.id,
@@ -297,10 +297,10 @@ class Shipment:
                 for o in view.orders
             ],
             lpns=LpnProgress(
-                expected=view.expected_lpns,
-                observed=observed,
-                missing=view.missing_lpns,
-                unexpected=view.unexpected_lpns,
+                expected=progress.expected,
+                observed=progress.observed,
+                missing=progress.missing,
+                unexpected=progress.unexpected,
             ),
             pallets=[Pallet.from_doc(p, settings) for p in view.pallets],
             status_history=[
