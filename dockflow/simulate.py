@@ -25,6 +25,7 @@ from typing import Any, TextIO
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from core.shipments import directions
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 
 STATUS_NAMES = {
@@ -73,8 +74,10 @@ def lpns_from_document(path: Path) -> tuple[list[str], str | None]:
         for item in order.get("items") or []:
             if item.get("lpn") and item["lpn"] not in lpns:
                 lpns.append(item["lpn"])
-    direction = {"OUTBOUND": "LOADING", "INBOUND": "UNLOADING"}.get(document.get("direction", ""))
-    return lpns, direction
+    shipment_direction = document.get("direction")
+    if shipment_direction not in directions.SHIPMENT_DIRECTIONS:
+        return lpns, None
+    return lpns, directions.reading_direction(shipment_direction)
 
 
 def _now() -> Timestamp:

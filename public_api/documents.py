@@ -12,6 +12,7 @@ import json
 
 from aiohttp import web
 
+from core import urls
 from core.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 from core.intake import documents, idempotency
 from core.intake.contract import parse_document
@@ -104,8 +105,7 @@ async def post_document(request: web.Request) -> web.Response:
     status = 201 if result.created else 200
     headers = {}
     if status == 201:
-        dashboard = services.settings.dashboard_base_url
-        headers["Location"] = f"{dashboard}/shipments/{result.shipment_id}"
+        headers["Location"] = urls.shipment_url(services.settings, result.shipment_id)
     text = result.response.model_dump_json(by_alias=True)
     if key is not None:
         await idempotency.finish(

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jwt
 
 from core.errors import Forbidden, NotFound, Unauthenticated
+
+if TYPE_CHECKING:
+    from core.tenancy.tenants import Operator
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,45 @@ class Principal:
 
     def may_see_facility(self, facility: str) -> bool:
         return self.facilities is None or facility in self.facilities
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The (business, facility) pairs a reader may see: every business of `businesses` with
+    every facility of `facilities`, None standing for all. An operator sees whole businesses;
+    an API client sees its business, perhaps only some of its facilities."""
+
+    businesses: frozenset[str] | None = None
+    facilities: frozenset[str] | None = None
+
+    @classmethod
+    def of_principal(cls, principal: Principal) -> Scope:
+        return cls(frozenset([principal.business]), principal.facilities)
+
+    @classmethod
+    def of_operator(cls, operator: Operator) -> Scope:
+        return cls(operator.businesses)
+
+    def narrowed(self, business: str | None, facility: str | None = None) -> Scope | None:
+        """This scope limited to a business and a facility (None: no limit); None when
+        nothing is left."""
+        for wanted, allowed in ((business, self.businesses), (facility, self.facilities)):
+            if wanted is not None and allowed is not None and wanted not in allowed:
+                return None
+        return Scope(
+            self.businesses if business is None else frozenset([business]),
+            self.facilities if facility is None else frozenset([facility]),
+        )
+
+    def query(self) -> dict[str, Any]:
+        """The query fragment limiting a collection with `business` and `facility` fields."""
+        fragment: dict[str, Any] = {}
+        for field, allowed in (("business", self.businesses), ("facility", self.facilities)):
+            if allowed is not None and len(allowed) == 1:
+                fragment[field] = next(iter(allowed))
+            elif allowed is not None:
+                fragment[field] = {"$in": sorted(allowed)}
+        return fragment
 
 
 def check_access(principal: Principal, business: str, facility: str | None = None) -> None:

@@ -22,9 +22,10 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from core.errors import ErrorList, FieldError, ValidationFailed
+from core.shipments.directions import ShipmentDirection
 
 Strategy = Literal["OVERWRITE", "APPEND", "MERGE", "DELETE"]
-Direction = Literal["OUTBOUND", "INBOUND"]
+Direction = ShipmentDirection
 QuantityUnit = Literal["PALLET", "CASE", "UNIT"]
 WeightUnit = Literal["POUND", "KILOGRAM"]
 ChangeType = Literal["SHIPMENT", "ORDER", "ORDER_ITEM"]

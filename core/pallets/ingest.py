@@ -21,10 +21,11 @@ Crash safety and idempotency, per (camera, reading id):
   every message its pallet; a message never exists without its pallet (pallets go first).
 
 Matching (per reading, in the reading's facility): the shipment — not completed, eligible or
-arrived, of the paired direction (LOADING <-> OUTBOUND) — whose order items carry an LPN read on
-the label; else the shipment at the reading's dock; else a new ad-hoc shipment (NEW, no number)
-at the dock, which later pallets there join. Orders: those of the shipment whose items carry a
-read LPN, else a read SKU. The shipment becomes arrived on its first pallet.
+arrived, of the paired direction (LOADING <-> OUTBOUND, `core.shipments.directions`) — whose
+order items carry an LPN read on the label; else the shipment at the reading's dock; else a new
+ad-hoc shipment (NEW, no number) at the dock, which later pallets there join. Orders: those of
+the shipment whose items carry a read LPN, else a read SKU. The shipment becomes arrived on its
+first pallet.
 """
 
 from __future__ import annotations
@@ -39,11 +40,11 @@ from typing import Any, Literal
 from pymongo import DESCENDING
 from pymongo.asynchronous.collection import AsyncCollection
 
-from core import metrics
+from core import metrics, urls
 from core.errors import DockflowError, ValidationFailed
 from core.feed import publish
 from core.settings import Settings
-from core.shipments import completion, lifecycle
+from core.shipments import completion, directions, lifecycle
 from core.shipments.dock_events import resolve_dock
 from core.storage import Doc, Storage
 from core.tenancy.tenants import Camera, Facility, find_facility
@@ -102,10 +103,6 @@ def pallet_id_for(camera_id: str, reading_id: str) -> str:
     return f"plt_{digest[:20]}"
 
 
-def pallet_url(settings: Settings, pallet_id: str) -> str:
-    return f"{settings.dashboard_base_url}/pallets/{pallet_id}"
-
-
 def iso_utc(at: datetime) -> str:
     """UTC ISO 8601 with milliseconds and a Z: ``2026-05-01T12:30:15.123Z``."""
     return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -148,7 +145,7 @@ def validate_reading(camera: Camera, facility: Facility, reading: Reading, now: 
         raise ValidationFailed("reading_id is required")
     if len(reading.reading_id) > MAX_READING_ID:
         raise ValidationFailed(f"reading_id is longer than {MAX_READING_ID} characters")
-    if reading.direction not in lifecycle.SHIPMENT_DIRECTION:
+    if reading.direction not in directions.READING_DIRECTIONS:
         raise ValidationFailed("direction must be LOADING or UNLOADING")
     if reading.occurred_at is None:
         raise ValidationFailed("occurred_at is required")
@@ -482,7 +479,7 @@ async def _match_site(
             shipments_by_lpn.setdefault(order_item["lpn"], set()).add(int(shipment_id))
 
     for item in items:
-        want = lifecycle.SHIPMENT_DIRECTION[item.reading.direction]
+        want = directions.shipment_direction(item.reading.direction)
         candidates = {s for lpn in item.lpns for s in shipments_by_lpn.get(lpn, ())}
         paired = [shipments[s] for s in candidates if shipments[s]["direction"] == want]
         chosen = _best(paired, item.dock)
@@ -593,7 +590,7 @@ def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
         "serviceShipmentId": str(shipment_id),
         "servicePalletId": item.pallet_id,
         "occurredAt": iso_utc(item.occurred_at),
-        "url": pallet_url(settings, item.pallet_id),
+        "url": urls.pallet_url(settings, item.pallet_id),
         "direction": item.reading.direction,
         "orders": list(item.orders),
         "dockId": item.dock,

@@ -8,19 +8,19 @@ does not reveal that it exists.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from core.auth.access import Scope
 from core.errors import NotFound
-from core.reads.shipment_queries import ShipmentView, load_views
+from core.reads.shipment_queries import ShipmentFilter, ShipmentView, find_shipments, load_views
 from core.shipments import lifecycle
-from core.storage import Doc, Storage, time_range
+from core.shipments.observed import LpnProgress
+from core.storage import Doc, Storage
 from core.tenancy.tenants import Facility, Operator, facility_key, find_facility, list_facilities
 
-# The pallet direction that counts toward a shipment of each direction.
-EXPECTED_PALLET_DIRECTION = {"OUTBOUND": "LOADING", "INBOUND": "UNLOADING"}
 PROBLEM_DELIVERY_STATUSES = ("FAILED", "DEAD")
 # Most rows one page of a list shows.
 MAX_PAGE_SIZE = 200
@@ -28,9 +28,7 @@ MAX_PAGE_SIZE = 200
 
 def scope_filter(operator: Operator) -> Doc:
     """The query fragment limiting a collection with a `business` field to the operator."""
-    if operator.businesses is None:
-        return {}
-    return {"business": {"$in": sorted(operator.businesses)}}
+    return Scope.of_operator(operator).query()
 
 
 def _check_scope(operator: Operator, doc: Doc | None, what: str) -> Doc:
@@ -130,19 +128,8 @@ async def facilities_overview(
 # --- shipments list -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ShipmentFilter:
-    business: str | None = None
-    facility: str | None = None
-    status: str | None = None
-    dock: str | None = None
-    direction: str | None = None
-    created_from: datetime | None = None  # inclusive
-    created_until: datetime | None = None  # exclusive
-
-
 @dataclass
-class ShipmentPage:
+class ShipmentListPage:
     shipments: list[Doc]
     orders: dict[int, list[str]]  # order numbers per shipment id
     page: int
@@ -156,30 +143,13 @@ async def list_shipments(
     *,
     page: int = 1,
     page_size: int = 50,
-) -> ShipmentPage:
+) -> ShipmentListPage:
     """One page of shipments, newest first, with their order numbers."""
-    page = max(1, page)
-    page_size = max(1, min(page_size, MAX_PAGE_SIZE))
-    query: Doc = scope_filter(operator)
-    if where.business is not None:
-        if not operator.may_see_business(where.business):
-            return ShipmentPage([], {}, page, False)
-        query["business"] = where.business
-    for name in ("facility", "status", "dock", "direction"):
-        value = getattr(where, name)
-        if value is not None:
-            query[name] = value
-    if created := time_range(where.created_from, where.created_until):
-        query["created_at"] = created
-    rows = await (
-        storage.shipments.find(query, {"history": 0})
-        .sort("_id", -1)
-        .skip((page - 1) * page_size)
-        .limit(page_size + 1)
-        .to_list()
+    selector = replace(where, first=max(1, min(page_size, MAX_PAGE_SIZE)), page=max(1, page))
+    found = await find_shipments(
+        storage, Scope.of_operator(operator), selector, projection={"history": 0}
     )
-    has_next = len(rows) > page_size
-    rows = rows[:page_size]
+    rows = found.shipments
     orders: dict[int, list[str]] = defaultdict(list)
     if rows:
         docs = await (
@@ -191,55 +161,10 @@ async def list_shipments(
         )
         for order in docs:
             orders[order["shipment_id"]].append(order["number"])
-    return ShipmentPage(rows, dict(orders), page, has_next)
+    return ShipmentListPage(rows, dict(orders), found.page, found.has_next)
 
 
 # --- shipment page ------------------------------------------------------------------------
-
-
-@dataclass
-class LpnProgress:
-    """Expected LPNs (from order items) against those observed on pallets."""
-
-    expected: list[str]
-    observed: list[str]  # observed in the shipment's direction, net of removals
-    missing: list[str]  # expected, not observed
-    unexpected: list[str]  # observed, not expected
-    removed: list[str]  # observed, then read in the opposite direction (net zero)
-
-    @property
-    def observed_expected(self) -> int:
-        return len(set(self.expected) & set(self.observed))
-
-    @property
-    def percent(self) -> int:
-        if not self.expected:
-            return 0
-        return round(100 * self.observed_expected / len(self.expected))
-
-
-def lpn_progress(direction: str, items: list[Doc], pallets: list[Doc]) -> LpnProgress:
-    """Compare expected and observed LPNs; a load and an unload of the same LPN cancel out."""
-    expected = sorted({str(i["lpn"]) for i in items if i.get("lpn")})
-    towards = EXPECTED_PALLET_DIRECTION.get(direction, "LOADING")
-    net: Counter[str] = Counter()
-    reversed_seen: set[str] = set()
-    for pallet in pallets:
-        for lpn in pallet.get("lpns") or []:
-            if pallet.get("direction") == towards:
-                net[lpn] += 1
-            else:
-                net[lpn] -= 1
-                reversed_seen.add(lpn)
-    observed = sorted(lpn for lpn, count in net.items() if count > 0)
-    removed = sorted(lpn for lpn in reversed_seen if net[lpn] <= 0)
-    return LpnProgress(
-        expected=expected,
-        observed=observed,
-        missing=sorted(set(expected) - set(observed)),
-        unexpected=sorted(set(observed) - set(expected)),
-        removed=removed,
-    )
 
 
 @dataclass
@@ -274,11 +199,10 @@ async def shipment_detail(storage: Storage, operator: Operator, shipment_id: int
     latest = await latest_message_id(
         storage, operator, business=shipment["business"], facility=shipment["facility"]
     )
-    items = [item for order in view.orders for item in order.items]
     return ShipmentDetail(
         view=view,
         facility=facility,
-        progress=lpn_progress(shipment.get("direction", "OUTBOUND"), items, view.pallets),
+        progress=view.progress,
         completion_message=completion,
         latest_message_id=latest,
         linked=linked,

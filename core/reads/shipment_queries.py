@@ -1,4 +1,5 @@
-"""Read models for shipments: orders, items, expected vs observed LPNs, pallets, documents.
+"""Read models for shipments: orders, items, expected vs observed LPNs, pallets, documents;
+and the one shipment list with its filter, for GraphQL and the dashboard alike.
 
 Every read is batched: a page of shipments costs one query per collection (shipments, orders,
 order items, pallets, documents), never one per shipment or per item. Joins happen in Python
@@ -7,24 +8,20 @@ order items, pallets, documents), never one per shipment or per item. Joins happ
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from pymongo import ASCENDING, DESCENDING
 
-from core.auth.access import Principal, check_access
+from core.auth.access import Principal, Scope, check_access
 from core.errors import ErrorList, NotFound
 from core.feed.reader import check_scope
-from core.shipments import lifecycle
+from core.shipments import lifecycle, observed
 from core.storage import Doc, Storage, time_range
 from core.tenancy.tenants import Facility, get_facility
 
-DEFAULT_SHIPMENTS_PAGE = 100  # shipments(filter) answers this many when `first` is not given
+DEFAULT_SHIPMENTS_PAGE = 100  # a shipment list shows this many when `first` is not given
 MAX_SHIPMENTS_PAGE = 1000
-# Pallet direction that counts as progress for each shipment direction.
-EXPECTED_PALLET_DIRECTION = {"OUTBOUND": "LOADING", "INBOUND": "UNLOADING"}
 
 
 @dataclass
@@ -47,42 +44,12 @@ class ShipmentView:
         return int(self.shipment["_id"])
 
     @property
-    def expected_lpns(self) -> list[str]:
-        """LPNs named on the shipment's order items, in order of appearance."""
-        seen: dict[str, None] = {}
-        for order in self.orders:
-            for item in order.items:
-                if item.get("lpn"):
-                    seen.setdefault(item["lpn"], None)
-        return list(seen)
-
-    @property
-    def observed_lpns(self) -> list[str]:
-        """LPNs read on the shipment's pallets in its direction, net of reversing readings
-        (a pallet loaded then unloaded is no longer observed on an outbound shipment)."""
-        forward = EXPECTED_PALLET_DIRECTION.get(self.shipment.get("direction", ""), "LOADING")
-        balance: Counter[str] = Counter()
-        order: dict[str, None] = {}
-        for pallet in sorted(self.pallets, key=_pallet_sort_key):
-            step = 1 if pallet.get("direction") == forward else -1
-            for lpn in pallet.get("lpns") or []:
-                balance[lpn] += step
-                order.setdefault(lpn, None)
-        return [lpn for lpn in order if balance[lpn] > 0]
-
-    @property
-    def missing_lpns(self) -> list[str]:
-        observed = set(self.observed_lpns)
-        return [lpn for lpn in self.expected_lpns if lpn not in observed]
-
-    @property
-    def unexpected_lpns(self) -> list[str]:
-        expected = set(self.expected_lpns)
-        return [lpn for lpn in self.observed_lpns if lpn not in expected]
-
-
-def _pallet_sort_key(pallet: Doc) -> tuple[Any, str]:
-    return (pallet.get("occurred_at") or pallet.get("created_at"), str(pallet["_id"]))
+    def progress(self) -> observed.LpnProgress:
+        """Expected against observed LPNs (`core.shipments.observed`)."""
+        items = (item for order in self.orders for item in order.items)
+        return observed.lpn_progress(
+            self.shipment.get("direction", ""), observed.expected_lpns(items), self.pallets
+        )
 
 
 async def load_views(storage: Storage, shipments: list[Doc]) -> list[ShipmentView]:
@@ -109,7 +76,7 @@ async def load_views(storage: Storage, shipments: list[Doc]) -> list[ShipmentVie
     for document in documents:
         views[int(document["shipment_id"])].documents.append(document)
     for view in views.values():
-        view.pallets.sort(key=_pallet_sort_key)
+        view.pallets.sort(key=observed.reading_order)
     return [views[i] for i in ids]
 
 
@@ -124,41 +91,69 @@ async def get_shipment(storage: Storage, principal: Principal, shipment_id: int)
 
 @dataclass(frozen=True)
 class ShipmentFilter:
-    business: str
+    """Which shipments a list shows, and which page of them (newest first)."""
+
+    business: str | None = None  # None: every business in scope
     facility: str | None = None
     status: str | None = None
     dock: str | None = None
+    direction: str | None = None
     since: datetime | None = None  # created at or after
     before: datetime | None = None  # created before
-    first: int | None = None
+    first: int | None = None  # page size; None: DEFAULT_SHIPMENTS_PAGE
+    page: int = 1  # from 1; skips (page - 1) * first shipments
+
+
+@dataclass
+class ShipmentPage:
+    shipments: list[Doc]
+    page: int
+    has_next: bool
+
+
+async def find_shipments(
+    storage: Storage, scope: Scope, selector: ShipmentFilter, *, projection: Doc | None = None
+) -> ShipmentPage:
+    """One page of the shipments in `scope` that match the filter, by id descending. A
+    business or facility outside the scope matches nothing."""
+    errors = ErrorList()
+    for name, value in (("since", selector.since), ("before", selector.before)):
+        if value is not None and value.utcoffset() is None:
+            errors.add(name, "must carry a UTC offset")
+    size = DEFAULT_SHIPMENTS_PAGE if selector.first is None else selector.first
+    if not 1 <= size <= MAX_SHIPMENTS_PAGE:
+        errors.add("first", f"must be between 1 and {MAX_SHIPMENTS_PAGE}")
+    if selector.page < 1:
+        errors.add("page", "must be 1 or more")
+    errors.raise_if_any("invalid shipments filter")
+    within = scope.narrowed(selector.business, selector.facility)
+    if within is None:
+        return ShipmentPage([], selector.page, False)
+    query: Doc = within.query()
+    for name in ("status", "dock", "direction"):
+        value = getattr(selector, name)
+        if value is not None:
+            query[name] = value
+    if created := time_range(selector.since, selector.before):
+        query["created_at"] = created
+    rows = await (
+        storage.shipments.find(query, projection)
+        .sort("_id", DESCENDING)
+        .skip((selector.page - 1) * size)
+        .limit(size + 1)
+        .to_list()
+    )
+    return ShipmentPage(rows[:size], selector.page, len(rows) > size)
 
 
 async def list_shipments(
     storage: Storage, principal: Principal, selector: ShipmentFilter
 ) -> list[ShipmentView]:
-    """The newest shipments matching the filter (by id, descending), with their details."""
-    check_scope(principal, selector.business, selector.facility)
-    errors = ErrorList()
-    for name, value in (("since", selector.since), ("before", selector.before)):
-        if value is not None and value.utcoffset() is None:
-            errors.add(name, "must carry a UTC offset")
-    page = DEFAULT_SHIPMENTS_PAGE if selector.first is None else selector.first
-    if not 1 <= page <= MAX_SHIPMENTS_PAGE:
-        errors.add("first", f"must be between 1 and {MAX_SHIPMENTS_PAGE}")
-    errors.raise_if_any("invalid shipments filter")
-    query: Doc = {"business": selector.business}
-    if selector.facility is not None:
-        query["facility"] = selector.facility
-    elif principal.facilities is not None:
-        query["facility"] = {"$in": sorted(principal.facilities)}
-    if selector.status is not None:
-        query["status"] = selector.status
-    if selector.dock is not None:
-        query["dock"] = selector.dock
-    if created := time_range(selector.since, selector.before):
-        query["created_at"] = created
-    docs = await storage.shipments.find(query).sort("_id", DESCENDING).limit(page).to_list()
-    return await load_views(storage, docs)
+    """The API client's page of shipments matching the filter, with their details; a business
+    or facility it may not see is FORBIDDEN."""
+    check_scope(principal, selector.business or principal.business, selector.facility)
+    found = await find_shipments(storage, Scope.of_principal(principal), selector)
+    return await load_views(storage, found.shipments)
 
 
 @dataclass

@@ -19,14 +19,14 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from pymongo import ASCENDING
 
+from core import urls
 from core.errors import NotFound
 from core.feed import publish
 from core.settings import Settings
-from core.shipments import lifecycle
+from core.shipments import directions, lifecycle, observed
 from core.storage import Doc, Storage
 from core.tenancy.tenants import Facility, find_facility
 
@@ -46,14 +46,6 @@ class Completion:
     completed_now: bool
 
 
-def shipment_url(settings: Settings, shipment_id: int) -> str:
-    return f"{settings.dashboard_base_url}/shipments/{shipment_id}"
-
-
-def opposite(direction: str) -> str:
-    return "UNLOADING" if direction == "LOADING" else "LOADING"
-
-
 def pallet_key(pallet: Doc) -> str:
     """What makes two readings the same physical pallet: its LPNs, else the pallet itself."""
     lpns = sorted(pallet.get("lpns") or [])
@@ -69,7 +61,7 @@ def net_pallets(pallets: Iterable[Doc], expected: str | None = None) -> list[Doc
     stacks: dict[str, list[Doc]] = {}
     for pallet in ordered:
         stack = stacks.setdefault(pallet_key(pallet), [])
-        cancels = stack and stack[-1]["direction"] == opposite(pallet["direction"])
+        cancels = stack and stack[-1]["direction"] == directions.opposite(pallet["direction"])
         if cancels and expected is not None:
             cancels = stack[-1]["direction"] == expected
         if cancels:
@@ -78,10 +70,6 @@ def net_pallets(pallets: Iterable[Doc], expected: str | None = None) -> list[Doc
             stack.append(pallet)
     kept = {id(p) for stack in stacks.values() for p in stack}
     return [p for p in ordered if id(p) in kept]
-
-
-def expected_direction(shipment: Doc) -> str:
-    return "LOADING" if shipment.get("direction") == "OUTBOUND" else "UNLOADING"
 
 
 async def shipment_order_numbers(storage: Storage, shipment_id: int) -> list[str]:
@@ -101,12 +89,12 @@ async def build_completion_payload(settings: Settings, storage: Storage, shipmen
         {"shipment_id": shipment_id},
         {"payload": 1, "occurred_at": 1, "direction": 1, "lpns": 1, "dock": 1},
     ).to_list()
-    kept = net_pallets(pallets, expected_direction(shipment))
+    kept = net_pallets(pallets, directions.reading_direction(shipment["direction"]))
     dock = shipment.get("dock") or (kept[-1]["dock"] if kept else "") or ""
     return {
         "serviceShipmentId": str(shipment_id),
         "orders": await shipment_order_numbers(storage, shipment_id),
-        "url": shipment_url(settings, shipment_id),
+        "url": urls.shipment_url(settings, shipment_id),
         "dockId": dock,
         "pallets": [{k: v for k, v in p["payload"].items() if k != "occurredAt"} for p in kept],
     }
@@ -155,7 +143,7 @@ async def complete_shipment(
         raise NotFound(f"shipment {shipment_id} not found")
     if shipment.get("completed_at") is None:
         message_id = (await publish.reserve_message_ids(storage, 1)).first
-        final = status or lifecycle.DONE_STATUS.get(shipment["direction"], "LOADED")
+        final = status or directions.done_status(shipment["direction"])
         written = await lifecycle.update_with_history(
             storage,
             shipment_id,
@@ -204,9 +192,9 @@ async def check_all_lpns_observed(
     shipment_ids: Iterable[int],
     facilities: Mapping[tuple[str, str], Facility] | None = None,
 ) -> list[Completion]:
-    """Complete each shipment whose expected LPNs were all observed in its direction (net of
-    load/unload pairs), if its facility's policy says so. `facilities` are those the caller
-    has read already; others are looked up."""
+    """Complete each shipment whose expected LPNs were all observed (`core.shipments.observed`),
+    if its facility's policy says so. `facilities` are those the caller has read already;
+    others are looked up."""
     done: list[Completion] = []
     ids = sorted(set(shipment_ids))
     if not ids:
@@ -221,10 +209,9 @@ async def check_all_lpns_observed(
             {"shipment_id": {"$in": ids}}, {"shipment_id": 1, "lpn": 1}
         ).to_list(),
     )
-    expected: dict[int, set[str]] = {}
+    items_of: dict[int, list[Doc]] = {}
     for item in items:
-        if item.get("lpn"):
-            expected.setdefault(int(item["shipment_id"]), set()).add(item["lpn"])
+        items_of.setdefault(int(item["shipment_id"]), []).append(item)
     known = facilities or {}
     policies: dict[tuple[str, str], bool] = {}
     for shipment in shipments:
@@ -233,26 +220,16 @@ async def check_all_lpns_observed(
         if site not in policies:
             facility = known.get(site) or await find_facility(storage, *site)
             policies[site] = facility is not None and facility.complete_on_all_lpns
-        lpns = expected.get(shipment_id)
-        if policies[site] and lpns and await _all_observed(storage, shipment, lpns):
+        expected = observed.expected_lpns(items_of.get(shipment_id, []))
+        if not (policies[site] and expected):
+            continue  # the rule is off, or nothing to observe: no pallets to read
+        pallets = await storage.pallets.find(
+            {"shipment_id": shipment_id}, {"lpns": 1, "direction": 1, "occurred_at": 1}
+        ).to_list()
+        if observed.lpn_progress(shipment["direction"], expected, pallets).all_observed:
             done.append(
                 await complete_shipment(
                     storage, settings, shipment_id, "pallet", reason=ALL_LPNS_OBSERVED
                 )
             )
     return done
-
-
-async def _all_observed(storage: Storage, shipment: Doc, expected: set[str]) -> bool:
-    want = expected_direction(shipment)
-    pallets: list[Any] = await storage.pallets.find(
-        {"shipment_id": shipment["_id"]},
-        {"lpns": 1, "direction": 1, "occurred_at": 1},
-    ).to_list()
-    observed = {
-        lpn
-        for p in net_pallets(pallets, want)
-        if p["direction"] == want
-        for lpn in p.get("lpns") or []
-    }
-    return expected <= observed

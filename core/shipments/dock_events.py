@@ -24,7 +24,7 @@ from pymongo.errors import DuplicateKeyError
 
 from core.errors import Forbidden, ValidationFailed
 from core.settings import Settings
-from core.shipments import completion, lifecycle
+from core.shipments import completion, directions, lifecycle
 from core.storage import Doc, Storage
 from core.tenancy.tenants import Camera, get_facility
 
@@ -57,7 +57,7 @@ async def _departing_shipment(
                 "business": business,
                 "facility": facility,
                 "dock": dock,
-                "status": {"$in": list(lifecycle.DONE_STATUS.values())},
+                "status": {"$in": list(directions.DONE_STATUSES)},
             }
         )
         .sort("_id", DESCENDING)

@@ -16,10 +16,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from core.errors import Conflict, NotFound
+from core.shipments import directions
+from core.shipments.directions import ShipmentDirection
 from core.storage import Doc, Storage
 
-ReadingDirection = Literal["LOADING", "UNLOADING"]
-ShipmentDirection = Literal["OUTBOUND", "INBOUND"]
 DockEventType = Literal["TRAILER_ARRIVED", "DOOR_OPENED", "DOOR_CLOSED", "TRAILER_DEPARTED"]
 DOCK_EVENT_TYPES: tuple[str, ...] = (
     "TRAILER_ARRIVED",
@@ -28,10 +28,6 @@ DOCK_EVENT_TYPES: tuple[str, ...] = (
     "TRAILER_DEPARTED",
 )
 
-# A pallet LOADING pairs with OUTBOUND orders, UNLOADING with INBOUND.
-SHIPMENT_DIRECTION: dict[str, ShipmentDirection] = {"LOADING": "OUTBOUND", "UNLOADING": "INBOUND"}
-ARRIVED_STATUS = {"OUTBOUND": "LOADING", "INBOUND": "UNLOADING"}
-DONE_STATUS = {"OUTBOUND": "LOADED", "INBOUND": "UNLOADED"}
 # Every shipment status, in lifecycle order (DESIGN.md section 7).
 SHIPMENT_STATUSES: tuple[str, ...] = (
     "NEW",
@@ -200,7 +196,7 @@ async def mark_arrived(
     """The shipment's first pallet: LOADING/UNLOADING, `arrived_at`, its dock. Exactly once."""
     if shipment.get("arrived_at") is not None:
         return False
-    status = ARRIVED_STATUS[shipment["direction"]]
+    status = directions.arrived_status(shipment["direction"])
     written = await update_with_history(
         storage,
         shipment["_id"],

@@ -29,9 +29,9 @@ from core.auth.operator_sessions import Session, SessionStore
 from core.errors import DockflowError, NotFound, RateLimited
 from core.outbox import deliveries
 from core.reads import dashboard_queries, shipment_queries
-from core.reads.dashboard_queries import ShipmentFilter
+from core.reads.shipment_queries import ShipmentFilter
 from core.services import Services
-from core.shipments import attachments, completion, lifecycle
+from core.shipments import attachments, completion, directions, lifecycle
 from core.tenancy.tenants import Operator
 from public_api.dashboard import formatting
 from public_api.dashboard.session import (
@@ -377,9 +377,9 @@ async def shipments_page(request: web.Request) -> web.Response:
         facility=chosen.slug if chosen else None,
         status=status if status in lifecycle.SHIPMENT_STATUSES else None,
         dock=(query.get("dock") or "").strip() or None,
-        direction=direction if direction in ("OUTBOUND", "INBOUND") else None,
-        created_from=datetime.combine(day_from, time(0), tzinfo=zone) if day_from else None,
-        created_until=(
+        direction=direction if direction in directions.SHIPMENT_DIRECTIONS else None,
+        since=datetime.combine(day_from, time(0), tzinfo=zone) if day_from else None,
+        before=(
             datetime.combine(day_to + timedelta(days=1), time(0), tzinfo=zone) if day_to else None
         ),
     )

@@ -13,6 +13,7 @@ from strawberry.file_uploads import Upload
 from strawberry.scalars import JSON
 from strawberry.types import Info
 
+from core import urls
 from core.errors import DockflowError
 from core.feed import reader
 from core.reads import shipment_queries
@@ -190,7 +191,7 @@ class Pallet:
             ],
             image_urls=list(doc.get("image_urls") or []),
             message_id=doc.get("message_id"),
-            url=f"{settings.dashboard_base_url}/pallets/{doc['_id']}",
+            url=urls.pallet_url(settings, str(doc["_id"])),
         )
 
 
@@ -213,7 +214,7 @@ class ShipmentDocument:
             content_type=doc["content_type"],
             type=doc.get("type"),
             created_at=doc["created_at"],
-            download_url=f"{settings.public_base_url}/shipment-documents/{doc['_id']}",
+            download_url=urls.shipment_document_url(settings, doc["_id"]),
         )
 
 
@@ -257,8 +258,8 @@ class Shipment:
     def from_view(cls, view: shipment_queries.ShipmentView, settings: Settings) -> "Shipment":
         doc = view.shipment
         fields: dict[str, Any] = doc.get("fields") or {}
-        observed = view.observed_lpns
-        observed_set = set(observed)
+        progress = view.progress
+        observed_set = set(progress.observed)
         arrival = fields.get("expectedArrivalAt")
         return cls(
             id=view.id,
@@ -296,10 +297,10 @@ class Shipment:
                 for o in view.orders
             ],
             lpns=LpnProgress(
-                expected=view.expected_lpns,
-                observed=observed,
-                missing=view.missing_lpns,
-                unexpected=view.unexpected_lpns,
+                expected=progress.expected,
+                observed=progress.observed,
+                missing=progress.missing,
+                unexpected=progress.unexpected,
             ),
             pallets=[Pallet.from_doc(p, settings) for p in view.pallets],
             status_history=[
@@ -307,7 +308,7 @@ class Shipment:
                 for h in doc.get("history") or []
             ],
             documents=[ShipmentDocument.from_doc(d, settings) for d in view.documents],
-            url=f"{settings.dashboard_base_url}/shipments/{view.id}",
+            url=urls.shipment_url(settings, view.id),
         )
 
 

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient
 from core.auth.crypto import SecretBox
 from core.outbox.webhook_endpoints import create_endpoint
 from core.reads import dashboard_queries
-from core.reads.dashboard_queries import ShipmentFilter
+from core.reads.shipment_queries import ShipmentFilter
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
