@@ -20,9 +20,11 @@ from core.errors import (
 )
 from core.intake import documents
 from core.intake.contract import parse_document
+from core.pallets.ingest import record_pallets
 from core.services import Services
 from core.shipments import eligibility
 from core.storage import Doc, Storage
+from tests.core.pallet_helpers import camera_of, pallet
 from tests.factories import Tenant
 
 BASE = {"business": "acme", "facility": "dc1", "direction": "OUTBOUND"}
@@ -419,6 +421,27 @@ async def test_ineligible_shipments_are_not_matched(
     assert new_order["_id"] != old_order["_id"]
     assert await items_of(storage, old_order["_id"]) == {L1}
     assert await items_of(storage, new_order["_id"]) == {("L1", "S1", 9, "UNIT")}
+
+
+async def test_shipments_of_intake_and_of_pallets_have_the_same_fields(
+    services: Services, principal: Principal, tenant: Tenant
+):
+    storage = services.storage
+    announced = await post(
+        storage, principal, orderNumber="O1", items=[item("L1", "S1", 1, "CASE")]
+    )
+    camera = await camera_of(storage, tenant, "D2")
+    (adhoc,) = await record_pallets(storage, services.settings, [(camera, pallet("NOBODY-1"))])
+
+    documented = await storage.shipments.find_one({"_id": announced.shipment_id})
+    unannounced = await storage.shipments.find_one({"_id": adhoc.shipment_id})
+
+    assert documented is not None
+    assert unannounced is not None
+    assert documented["_id"] != unannounced["_id"]
+    assert sorted(documented) == sorted(unannounced)
+    assert unannounced["completion_message_id"] is None
+    assert documented["completion_message_id"] is None
 
 
 async def test_most_recently_created_eligible_order_wins(services: Services, principal: Principal):
