@@ -611,9 +611,3 @@ def _response_item(item: Doc) -> ResponseItem:
         quantity_unit=item["quantity_unit"],
         id=item["_id"],
     )
-
-
-async def order_items(storage: Storage, order_id: str) -> list[Doc]:
-    """An order's items in their order (used by tests and readers that need the item set)."""
-    items = await storage.order_items.find({"order_id": order_id}).to_list()
-    return sorted(items, key=_item_order)

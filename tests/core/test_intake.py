@@ -24,6 +24,7 @@ from core.pallets.ingest import record_pallets
 from core.services import Services
 from core.shipments import eligibility
 from core.storage import Doc, Storage
+from tests.core.intake_helpers import order_items
 from tests.core.pallet_helpers import camera_of, pallet
 from tests.factories import Tenant
 
@@ -63,7 +64,7 @@ async def eligible_order(storage: Storage, number: str) -> Doc:
 async def items_of(storage: Storage, order_id: str) -> Items:
     return {
         (i["lpn"], i["sku"], i["quantity"], i["quantity_unit"])
-        for i in await documents.order_items(storage, order_id)
+        for i in await order_items(storage, order_id)
     }
 
 
@@ -275,7 +276,7 @@ async def test_overwrite_twice_answers_201_both_times_removing_the_old_ids(
     assert set(second_items).isdisjoint(first_items)
     assert refs(second.response.updated) == ["ORDER:O1", "SHIPMENT:O1"]
     order = await eligible_order(services.storage, "O1")
-    stored = await documents.order_items(services.storage, order["_id"])
+    stored = await order_items(services.storage, order["_id"])
     assert [i["_id"] for i in stored] == second_items
 
 
@@ -302,7 +303,7 @@ async def test_merge_updates_only_given_fields_and_creates_the_rest(
     assert refs(result.response.updated) == ["ORDER:O1", "ORDER_ITEM:line-1", "SHIPMENT:O1"]
     assert refs(result.response.created) == ["ORDER_ITEM:L2"]
     order = await eligible_order(storage, "O1")
-    merged, added = await documents.order_items(storage, order["_id"])
+    merged, added = await order_items(storage, order["_id"])
     assert (merged["quantity"], merged["quantity_unit"], merged["lot"]) == (1, "CASE", "B")
     assert merged["identifier"] == "line-1"
     assert merged["reference"] == "line-1"
