@@ -389,7 +389,7 @@ async def test_an_empty_item_list_overwrites_to_no_items(services: Services, pri
 
 @pytest.mark.parametrize("condition", ["arrived", "linked"])
 async def test_ineligible_shipments_are_not_matched(
-    services: Services, principal: Principal, condition: str
+    services: Services, principal: Principal, tenant: Tenant, condition: str
 ):
     storage = services.storage
     first = await post(
@@ -397,15 +397,19 @@ async def test_ineligible_shipments_are_not_matched(
         principal,
         orderNumber="O1",
         shipmentNumber="SH1",
-        items=[item("L1", "S1", 1, "CASE")],
+        items=[item("L1", "S1", 1, "CASE"), item("L2", "S2", 2, "CASE")],
     )
     other = await post(storage, principal, orderNumber="OX", shipmentNumber="SHX")
-    if condition == "arrived":
-        await eligibility.mark_arrived(storage, first.shipment_id, status="LOADING")
-    else:
+    if condition == "arrived":  # its first pallet, read at a dock
+        camera = await camera_of(storage, tenant, "D1")
+        await record_pallets(storage, services.settings, [(camera, pallet("L1"))])
+    else:  # an operator or the customer links it to another shipment
         await eligibility.link_shipments(storage, first.shipment_id, other.shipment_id)
     old_order = await storage.orders.find_one({"number": "O1"})
     assert old_order is not None
+    old_shipment = await storage.shipments.find_one({"_id": first.shipment_id})
+    assert old_shipment is not None
+    assert not eligibility.is_eligible(old_shipment)
 
     result = await post(
         storage,
@@ -416,11 +420,12 @@ async def test_ineligible_shipments_are_not_matched(
         items=[item("L1", "S1", 9, "UNIT")],  # no conflict: the old order is not matched
     )
 
-    assert result.shipment_id != first.shipment_id
+    assert result.shipment_id not in (first.shipment_id, other.shipment_id)
     assert refs(result.response.created) == ["ORDER:O1", "ORDER_ITEM:L1", "SHIPMENT:SH1"]
     new_order = await eligible_order(storage, "O1")
     assert new_order["_id"] != old_order["_id"]
-    assert await items_of(storage, old_order["_id"]) == {L1}
+    assert new_order["shipment_id"] == result.shipment_id
+    assert await items_of(storage, old_order["_id"]) == {L1, L2}
     assert await items_of(storage, new_order["_id"]) == {("L1", "S1", 9, "UNIT")}
 
 
