@@ -22,7 +22,7 @@ from core.intake import documents
 from core.intake.contract import parse_document
 from core.pallets.ingest import record_pallets
 from core.services import Services
-from core.shipments import eligibility
+from core.shipments import eligibility, linking
 from core.storage import Doc, Storage
 from tests.core.intake_helpers import order_items
 from tests.core.pallet_helpers import camera_of, pallet
@@ -404,7 +404,9 @@ async def test_ineligible_shipments_are_not_matched(
         camera = await camera_of(storage, tenant, "D1")
         await record_pallets(storage, services.settings, [(camera, pallet("L1"))])
     else:  # an operator or the customer links it to another shipment
-        await eligibility.link_shipments(storage, first.shipment_id, other.shipment_id)
+        await linking.link_shipment(
+            storage, first.shipment_id, other.shipment_id, source="operator:lead"
+        )
     old_order = await storage.orders.find_one({"number": "O1"})
     assert old_order is not None
     old_shipment = await storage.shipments.find_one({"_id": first.shipment_id})
@@ -427,6 +429,37 @@ async def test_ineligible_shipments_are_not_matched(
     assert new_order["shipment_id"] == result.shipment_id
     assert await items_of(storage, old_order["_id"]) == {L1, L2}
     assert await items_of(storage, new_order["_id"]) == {("L1", "S1", 9, "UNIT")}
+
+
+async def test_an_order_on_a_linked_shipment_is_not_moved_to_the_named_shipment(
+    services: Services, principal: Principal
+):
+    storage = services.storage
+    first = await post(
+        storage,
+        principal,
+        orderNumber="O1",
+        shipmentNumber="SH1",
+        items=[item("L1", "S1", 1, "CASE")],
+    )
+    main = await post(storage, principal, orderNumber="OM", shipmentNumber="SH2")
+    await linking.link_shipment(storage, first.shipment_id, main.shipment_id, source="admin")
+
+    # The document names SH2 for O1: the old O1 lies on a linked shipment, so it stays there
+    # and a new O1 is created on SH2.
+    result = await post(
+        storage,
+        principal,
+        orderNumber="O1",
+        shipmentNumber="SH2",
+        items=[item("L9", "S9", 1, "CASE")],
+    )
+
+    assert result.shipment_id == main.shipment_id
+    assert refs(result.response.created) == ["ORDER:O1", "ORDER_ITEM:L9"]
+    orders = await storage.orders.find({"number": "O1"}).sort("created_seq", 1).to_list()
+    assert [o["shipment_id"] for o in orders] == [first.shipment_id, main.shipment_id]
+    assert await items_of(storage, orders[0]["_id"]) == {L1}
 
 
 async def test_shipments_of_intake_and_of_pallets_have_the_same_fields(
