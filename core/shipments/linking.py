@@ -51,9 +51,9 @@ async def link_shipment(
     `principal` (a customer), a shipment outside its scope is NOT_FOUND (another business) or
     FORBIDDEN (a facility the client is restricted from), as for every other shipment change.
     """
+    shipment = await _find(storage, shipment_id, principal)
     if to == shipment_id:
         raise ValidationFailed(f"shipment {shipment_id} cannot be linked to itself")
-    shipment = await _find(storage, shipment_id, principal)
     keys = [_link_key(shipment_id)]
     if to is not None:
         keys.append(_link_key(to))
