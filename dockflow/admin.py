@@ -1,4 +1,4 @@
-"""``dockflow admin``: the operator's commands for tenants and credentials.
+"""``dockflow admin``: the operator's commands for tenants, credentials and shipment links.
 
 Every command takes ``--json`` (machine-readable output on stdout) and fails with exit code 2
 and one line on stderr (duplicates, unknown references, invalid values). Secrets are printed
@@ -28,6 +28,7 @@ from core.errors import DockflowError
 from core.outbox import webhook_endpoints
 from core.services import Services
 from core.settings import Settings, load_settings
+from core.shipments import linking
 from core.storage import UNAVAILABLE_ERRORS
 from core.tenancy import provisioning, tenants
 from core.tenancy.tenants import ApiClient, Camera, Facility, LabelFieldMapping
@@ -150,6 +151,17 @@ def register(commands: Any) -> None:
     for name, disabled in (("disable-camera", True), ("enable-camera", False)):
         p = command(name, _set_camera(disabled), f"{name.split('-')[0]} a camera")
         p.add_argument("camera_id", metavar="CAMERA_ID")
+
+    p = command(
+        "link-shipment",
+        _link_shipment,
+        "link a shipment to another of its facility (it is then no longer matched to documents)",
+    )
+    p.add_argument("shipment_id", metavar="ID", type=int)
+    p.add_argument("--to", required=True, type=int, metavar="OTHER", help="the shipment linked to")
+
+    p = command("unlink-shipment", _unlink_shipment, "remove a shipment's link")
+    p.add_argument("shipment_id", metavar="ID", type=int)
 
     command(
         "rotate-signing-key",
@@ -494,6 +506,30 @@ def _set_camera(disabled: bool) -> Handler:
         return Output(_camera_data(camera), f"{state} camera {camera.camera_id}")
 
     return handler
+
+
+def _link_data(shipment: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "shipment_id": shipment["_id"],
+        "business": shipment["business"],
+        "facility": shipment["facility"],
+        "number": shipment.get("number"),
+        "linked_to": shipment.get("linked_to"),
+    }
+
+
+async def _link_shipment(services: Services, args: argparse.Namespace) -> Output:
+    shipment = await linking.link_shipment(
+        services.storage, args.shipment_id, args.to, source="admin"
+    )
+    return Output(
+        _link_data(shipment), f"shipment {shipment['_id']} is linked to shipment {args.to}"
+    )
+
+
+async def _unlink_shipment(services: Services, args: argparse.Namespace) -> Output:
+    shipment = await linking.link_shipment(services.storage, args.shipment_id, None, source="admin")
+    return Output(_link_data(shipment), f"shipment {shipment['_id']} is not linked")
 
 
 async def _rotate_signing_key(services: Services, args: argparse.Namespace) -> Output:

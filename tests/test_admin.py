@@ -24,6 +24,7 @@ from core.services import Services
 from core.settings import Settings
 from core.tenancy import tenants
 from dockflow import cli
+from tests.edge.documents import post_shipment
 from tests.factories import Tenant
 
 
@@ -400,5 +401,61 @@ def test_admin_help_lists_every_command():
     for name in (
         "create-business", "create-facility", "create-client", "create-camera", "create-webhook",
         "create-operator", "list", "disable-client", "rotate-signing-key", "apply",
+        "link-shipment", "unlink-shipment",
     ):  # fmt: skip
         assert name in result.stdout
+
+
+async def test_link_and_unlink_shipment(admin: Any, services: Services, tenant: Tenant):
+    storage = services.storage
+    first = await post_shipment(storage, tenant, {"SO-1": ["L1"]}, number="SHP-1")
+    main = await post_shipment(storage, tenant, {"SO-2": ["L2"]}, number="SHP-2")
+
+    linked = await admin("link-shipment", str(first), "--to", str(main), "--json")
+    shown = await admin("link-shipment", str(first), "--to", str(main))
+    stored = await storage.shipments.find_one({"_id": first})
+    unlinked = await admin("unlink-shipment", str(first), "--json")
+
+    assert linked.code == 0, linked
+    assert linked.json == {
+        "shipment_id": first,
+        "business": "acme",
+        "facility": "dc1",
+        "number": "SHP-1",
+        "linked_to": main,
+    }
+    assert shown.out.strip() == f"shipment {first} is linked to shipment {main}"
+    assert stored is not None
+    assert stored["linked_to"] == main
+    assert unlinked.code == 0, unlinked
+    assert unlinked.json["linked_to"] is None
+    assert await storage.shipments.count_documents({"linked_to": {"$ne": None}}) == 0
+
+
+async def test_link_shipment_errors_exit_2_with_one_line(
+    admin: Any, services: Services, tenant: Tenant, other_tenant: Tenant
+):
+    storage = services.storage
+    a, b, c = [
+        await post_shipment(storage, tenant, {f"SO-{n}": [f"L{n}"]}, number=f"SHP-{n}")
+        for n in "abc"
+    ]
+    theirs = await post_shipment(storage, other_tenant, {"G": ["G1"]}, number="G")
+    assert (await admin("link-shipment", str(b), "--to", str(c))).code == 0
+
+    _assert_one_line_error(await admin("link-shipment", str(a), "--to", str(a)), "itself")
+    _assert_one_line_error(
+        await admin("link-shipment", str(a), "--to", "999999"), "shipment 999999 not found"
+    )
+    _assert_one_line_error(
+        await admin("link-shipment", str(a), "--to", str(theirs)), "one facility"
+    )
+    _assert_one_line_error(
+        await admin("link-shipment", str(a), "--to", str(b)), f"itself linked to shipment {c}"
+    )
+    _assert_one_line_error(await admin("unlink-shipment", "999999"), "not found")
+    usage = await admin("link-shipment", str(a))  # --to is required
+    assert usage.code == 2
+    stored = await storage.shipments.find_one({"_id": a})
+    assert stored is not None
+    assert stored["linked_to"] is None

@@ -43,7 +43,7 @@ from core.intake.contract import (
     effective_strategy,
 )
 from core.shipments.eligibility import ELIGIBLE, is_eligible
-from core.shipments.lifecycle import ORDER_STATUS_NEW
+from core.shipments.lifecycle import ORDER_STATUS_NEW, new_shipment
 from core.storage import Doc, Storage
 from core.tenancy import tenants
 
@@ -407,21 +407,18 @@ async def _execute(storage: Storage, plan: _Plan) -> tuple[int, str]:
     if plan.shipment is None:
         shipment_id = await storage.next_id("shipments")
         await storage.shipments.insert_one(
-            {
-                "_id": shipment_id,
-                **scope,
-                "number": plan.shipment_number,
-                "status": SHIPMENT_STATUS_NEW,
-                "history": [{"status": SHIPMENT_STATUS_NEW, "at": now, "source": HISTORY_SOURCE}],
-                "dock": plan.dock,
-                "arrived_at": None,
-                "linked_to": None,
-                "completed_at": None,
-                "completion_reason": None,
-                "fields": plan.shipment_fields,
-                "created_at": now,
-                "updated_at": now,
-            }
+            new_shipment(
+                shipment_id,
+                business=plan.business,
+                facility=plan.facility,
+                direction=plan.direction,
+                number=plan.shipment_number,
+                status=SHIPMENT_STATUS_NEW,
+                dock=plan.dock,
+                at=now,
+                source=HISTORY_SOURCE,
+                fields=plan.shipment_fields,
+            )
         )
         plan.created.append(
             ChangeEntry(type="SHIPMENT", id=str(shipment_id), reference=shipment_ref)
@@ -614,9 +611,3 @@ def _response_item(item: Doc) -> ResponseItem:
         quantity_unit=item["quantity_unit"],
         id=item["_id"],
     )
-
-
-async def order_items(storage: Storage, order_id: str) -> list[Doc]:
-    """An order's items in their order (used by tests and readers that need the item set)."""
-    items = await storage.order_items.find({"order_id": order_id}).to_list()
-    return sorted(items, key=_item_order)

@@ -108,6 +108,41 @@ async def _open_shipments_at_docks(
     return first
 
 
+def new_shipment(
+    shipment_id: int,
+    *,
+    business: str,
+    facility: str,
+    direction: str,
+    number: str | None,
+    status: str,
+    dock: str | None,
+    at: datetime,
+    source: str,
+    fields: Doc | None = None,
+) -> Doc:
+    """A new shipment document. Every shipment is built here, so each one carries the same
+    fields from its creation on (queries such as eligibility's rely on them being present)."""
+    return {
+        "_id": shipment_id,
+        "business": business,
+        "facility": facility,
+        "direction": direction,
+        "number": number,
+        "status": status,
+        "history": [history_entry(status, at, source)],
+        "dock": dock,
+        "arrived_at": None,
+        "linked_to": None,
+        "completed_at": None,
+        "completion_reason": None,
+        "completion_message_id": None,
+        "fields": fields or {},
+        "created_at": at,
+        "updated_at": at,
+    }
+
+
 async def create_adhoc_shipment(
     storage: Storage,
     business: str,
@@ -117,25 +152,17 @@ async def create_adhoc_shipment(
     at: datetime,
 ) -> Doc:
     """A shipment without a number, opened at `dock` by a pallet nobody announced."""
-    shipment_id = await storage.next_id("shipments")
-    doc: Doc = {
-        "_id": shipment_id,
-        "business": business,
-        "facility": facility,
-        "direction": direction,
-        "number": None,
-        "status": "NEW",
-        "history": [history_entry("NEW", at, "pallet")],
-        "dock": dock,
-        "arrived_at": None,
-        "linked_to": None,
-        "completed_at": None,
-        "completion_reason": None,
-        "completion_message_id": None,
-        "fields": {},
-        "created_at": at,
-        "updated_at": at,
-    }
+    doc = new_shipment(
+        await storage.next_id("shipments"),
+        business=business,
+        facility=facility,
+        direction=direction,
+        number=None,
+        status="NEW",
+        dock=dock,
+        at=at,
+        source="pallet",
+    )
     await storage.shipments.insert_one(doc)
     return doc
 

@@ -2,8 +2,8 @@
 
 Mounted as a sub-application at the path of `settings.dashboard_base_url` (default
 ``/dashboard``). Views translate between HTTP and core calls; the reads live in
-`core.reads.dashboard_queries`, the actions in `core.shipments.completion` and
-`core.outbox.deliveries`.
+`core.reads.dashboard_queries`, the actions in `core.shipments.completion`,
+`core.shipments.linking` and `core.outbox.deliveries`.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ import jinja2
 from aiohttp import web
 
 from core.auth.operator_sessions import Session, SessionStore
-from core.errors import DockflowError, NotFound, RateLimited
+from core.errors import DockflowError, NotFound, RateLimited, ValidationFailed
 from core.outbox import deliveries
 from core.reads import dashboard_queries, shipment_queries
 from core.reads.shipment_queries import ShipmentFilter
 from core.services import Services
-from core.shipments import attachments, completion, directions, lifecycle
+from core.shipments import attachments, completion, directions, lifecycle, linking
 from core.tenancy.tenants import Operator
 from public_api.dashboard import formatting
 from public_api.dashboard.session import (
@@ -487,6 +487,32 @@ async def complete_submit(request: web.Request) -> web.StreamResponse:
     raise _see_other(_notice_url(f"{dash.prefix}/shipments/{shipment_id}", notice))
 
 
+async def link_submit(request: web.Request) -> web.StreamResponse:
+    """Link the shipment to the shipment id in the form's `to`."""
+    form = await request.post()
+    try:
+        to = int(_form_str(form, "to").strip())
+    except ValueError:
+        raise ValidationFailed("enter the id of the shipment to link to") from None
+    return await _change_link(request, to, f"Linked to shipment {to}.")
+
+
+async def unlink_submit(request: web.Request) -> web.StreamResponse:
+    return await _change_link(request, None, "Link removed.")
+
+
+async def _change_link(request: web.Request, to: int | None, notice: str) -> web.StreamResponse:
+    dash = _dash(request)
+    storage = dash.services.storage
+    operator = _operator(request)
+    shipment_id = _shipment_id(request)
+    # Scope first: a shipment of another business is "not found"; the one linked to must be of
+    # the same facility (a rule of the link itself), so in scope too.
+    await dashboard_queries.shipment_detail(storage, operator, shipment_id)
+    await linking.link_shipment(storage, shipment_id, to, source=f"operator:{operator.username}")
+    raise _see_other(_notice_url(f"{dash.prefix}/shipments/{shipment_id}", notice))
+
+
 async def document_download(request: web.Request) -> web.StreamResponse:
     services = _dash(request).services
     doc = await dashboard_queries.shipment_document(
@@ -681,6 +707,8 @@ def build_app(services: Services) -> tuple[str, web.Application]:
     router.add_post(
         "/shipments/{shipment_id}/complete", complete_submit, name="shipment_complete_submit"
     )
+    router.add_post("/shipments/{shipment_id}/link", link_submit, name="shipment_link")
+    router.add_post("/shipments/{shipment_id}/unlink", unlink_submit, name="shipment_unlink")
     router.add_get(
         "/shipments/{shipment_id}/documents/{document_id}",
         document_download,

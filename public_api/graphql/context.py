@@ -6,14 +6,17 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from aiohttp import web
+from strawberry.dataloader import DataLoader
 
 from core.auth.access import Principal
 from core.errors import Unauthenticated
 from core.feed.reader import FeedHub
 from core.services import Services
+from core.shipments import linking
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,14 @@ class GraphQLContext:
     principal: Principal | None = None
     # The websocket's connection_init payload (strawberry fills this in).
     connection_params: dict[str, Any] | None = field(default=None)
+    # `Shipment.linkedFrom` of every shipment in a result, in one query (not cached: a mutation
+    # may change links within the same request).
+    linked_from: DataLoader[int, list[int]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.linked_from = DataLoader(
+            partial(linking.linked_from, self.services.storage), cache=False
+        )
 
     def require_principal(self) -> Principal:
         if self.principal is None:

@@ -14,11 +14,11 @@ from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from core import urls
-from core.errors import DockflowError
+from core.errors import DockflowError, ValidationFailed
 from core.feed import reader
 from core.reads import shipment_queries
 from core.settings import Settings
-from core.shipments import attachments, scheduling
+from core.shipments import attachments, linking, scheduling
 from core.storage import Doc
 from public_api.graphql.context import SLOW_CONSUMER_CLOSE_CODE, GraphQLContext
 from public_api.graphql.errors import ErrorCodes
@@ -238,7 +238,9 @@ class Shipment:
     arrived_at: dt.datetime | None
     completed_at: dt.datetime | None
     completion_reason: str | None
-    linked_to: int | None
+    linked_to: int | None = strawberry.field(
+        description="The shipment this one is linked to (it is then never matched to documents)."
+    )
     created_at: dt.datetime | None
     updated_at: dt.datetime | None
     expected_arrival_at: str | None
@@ -253,6 +255,10 @@ class Shipment:
     status_history: list[StatusChange]
     documents: list[ShipmentDocument]
     url: str
+
+    @strawberry.field(description="Ids of the shipments linked to this one.")
+    async def linked_from(self, info: GQLInfo) -> list[int]:
+        return await info.context.linked_from.load(self.id)
 
     @classmethod
     def from_view(cls, view: shipment_queries.ShipmentView, settings: Settings) -> "Shipment":
@@ -339,12 +345,17 @@ class ShipmentFilter:
     first: int | None = strawberry.field(default=None, description="Default 100, max 1000.")
 
 
-@strawberry.input
+@strawberry.input(description="One change per call: a scheduling `event`, or `linkedTo`.")
 class UpdateShipmentInput:
     id: int
-    event: SchedulingEvent
+    event: SchedulingEvent | None = None
     dock_slug: str | None = strawberry.field(default=None, description="For DOOR_ASSIGNED.")
     at: dt.datetime | None = strawberry.field(default=None, description="When; default now.")
+    linked_to: int | None = strawberry.field(
+        default=strawberry.UNSET,
+        description="Link to this shipment (same facility; it is then no longer matched to "
+        "documents); null unlinks.",
+    )
 
 
 @strawberry.input
@@ -444,21 +455,39 @@ class Mutation:
         view = await shipment_queries.get_shipment(storage, principal, id)
         return Shipment.from_view(view, _settings(info))
 
-    @strawberry.mutation(description="Scheduling events: AT_FACILITY, DOOR_ASSIGNED, CHECKED_OUT.")
+    @strawberry.mutation(
+        description="Scheduling events (AT_FACILITY, DOOR_ASSIGNED, CHECKED_OUT), or a link to "
+        "another shipment (linkedTo)."
+    )
     async def update_shipment(self, info: GQLInfo, input: UpdateShipmentInput) -> Shipment:
         context = info.context
         principal = context.require_principal()
         storage = context.services.storage
-        await scheduling.update_shipment(
-            storage,
-            principal,
-            scheduling.ShipmentUpdate(
-                shipment_id=input.id,
-                event=input.event.value,
-                dock=input.dock_slug,
-                at=input.at,
-            ),
-        )
+        if input.linked_to is not strawberry.UNSET:
+            if input.event is not None or input.dock_slug is not None or input.at is not None:
+                raise ValidationFailed(
+                    "give linkedTo alone: event, dockSlug and at are another call"
+                )
+            await linking.link_shipment(
+                storage,
+                input.id,
+                input.linked_to,
+                source=f"client:{principal.subject}",
+                principal=principal,
+            )
+        elif input.event is None:
+            raise ValidationFailed("give event or linkedTo")
+        else:
+            await scheduling.update_shipment(
+                storage,
+                principal,
+                scheduling.ShipmentUpdate(
+                    shipment_id=input.id,
+                    event=input.event.value,
+                    dock=input.dock_slug,
+                    at=input.at,
+                ),
+            )
         view = await shipment_queries.get_shipment(storage, principal, input.id)
         return Shipment.from_view(view, _settings(info))
 

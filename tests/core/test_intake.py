@@ -20,9 +20,12 @@ from core.errors import (
 )
 from core.intake import documents
 from core.intake.contract import parse_document
+from core.pallets.ingest import record_pallets
 from core.services import Services
-from core.shipments import eligibility
+from core.shipments import eligibility, linking
 from core.storage import Doc, Storage
+from tests.core.intake_helpers import order_items
+from tests.core.pallet_helpers import camera_of, pallet
 from tests.factories import Tenant
 
 BASE = {"business": "acme", "facility": "dc1", "direction": "OUTBOUND"}
@@ -61,7 +64,7 @@ async def eligible_order(storage: Storage, number: str) -> Doc:
 async def items_of(storage: Storage, order_id: str) -> Items:
     return {
         (i["lpn"], i["sku"], i["quantity"], i["quantity_unit"])
-        for i in await documents.order_items(storage, order_id)
+        for i in await order_items(storage, order_id)
     }
 
 
@@ -273,7 +276,7 @@ async def test_overwrite_twice_answers_201_both_times_removing_the_old_ids(
     assert set(second_items).isdisjoint(first_items)
     assert refs(second.response.updated) == ["ORDER:O1", "SHIPMENT:O1"]
     order = await eligible_order(services.storage, "O1")
-    stored = await documents.order_items(services.storage, order["_id"])
+    stored = await order_items(services.storage, order["_id"])
     assert [i["_id"] for i in stored] == second_items
 
 
@@ -300,7 +303,7 @@ async def test_merge_updates_only_given_fields_and_creates_the_rest(
     assert refs(result.response.updated) == ["ORDER:O1", "ORDER_ITEM:line-1", "SHIPMENT:O1"]
     assert refs(result.response.created) == ["ORDER_ITEM:L2"]
     order = await eligible_order(storage, "O1")
-    merged, added = await documents.order_items(storage, order["_id"])
+    merged, added = await order_items(storage, order["_id"])
     assert (merged["quantity"], merged["quantity_unit"], merged["lot"]) == (1, "CASE", "B")
     assert merged["identifier"] == "line-1"
     assert merged["reference"] == "line-1"
@@ -386,7 +389,7 @@ async def test_an_empty_item_list_overwrites_to_no_items(services: Services, pri
 
 @pytest.mark.parametrize("condition", ["arrived", "linked"])
 async def test_ineligible_shipments_are_not_matched(
-    services: Services, principal: Principal, condition: str
+    services: Services, principal: Principal, tenant: Tenant, condition: str
 ):
     storage = services.storage
     first = await post(
@@ -394,15 +397,21 @@ async def test_ineligible_shipments_are_not_matched(
         principal,
         orderNumber="O1",
         shipmentNumber="SH1",
-        items=[item("L1", "S1", 1, "CASE")],
+        items=[item("L1", "S1", 1, "CASE"), item("L2", "S2", 2, "CASE")],
     )
     other = await post(storage, principal, orderNumber="OX", shipmentNumber="SHX")
-    if condition == "arrived":
-        await eligibility.mark_arrived(storage, first.shipment_id, status="LOADING")
-    else:
-        await eligibility.link_shipments(storage, first.shipment_id, other.shipment_id)
+    if condition == "arrived":  # its first pallet, read at a dock
+        camera = await camera_of(storage, tenant, "D1")
+        await record_pallets(storage, services.settings, [(camera, pallet("L1"))])
+    else:  # an operator or the customer links it to another shipment
+        await linking.link_shipment(
+            storage, first.shipment_id, other.shipment_id, source="operator:lead"
+        )
     old_order = await storage.orders.find_one({"number": "O1"})
     assert old_order is not None
+    old_shipment = await storage.shipments.find_one({"_id": first.shipment_id})
+    assert old_shipment is not None
+    assert not eligibility.is_eligible(old_shipment)
 
     result = await post(
         storage,
@@ -413,12 +422,65 @@ async def test_ineligible_shipments_are_not_matched(
         items=[item("L1", "S1", 9, "UNIT")],  # no conflict: the old order is not matched
     )
 
-    assert result.shipment_id != first.shipment_id
+    assert result.shipment_id not in (first.shipment_id, other.shipment_id)
     assert refs(result.response.created) == ["ORDER:O1", "ORDER_ITEM:L1", "SHIPMENT:SH1"]
     new_order = await eligible_order(storage, "O1")
     assert new_order["_id"] != old_order["_id"]
-    assert await items_of(storage, old_order["_id"]) == {L1}
+    assert new_order["shipment_id"] == result.shipment_id
+    assert await items_of(storage, old_order["_id"]) == {L1, L2}
     assert await items_of(storage, new_order["_id"]) == {("L1", "S1", 9, "UNIT")}
+
+
+async def test_an_order_on_a_linked_shipment_is_not_moved_to_the_named_shipment(
+    services: Services, principal: Principal
+):
+    storage = services.storage
+    first = await post(
+        storage,
+        principal,
+        orderNumber="O1",
+        shipmentNumber="SH1",
+        items=[item("L1", "S1", 1, "CASE")],
+    )
+    main = await post(storage, principal, orderNumber="OM", shipmentNumber="SH2")
+    await linking.link_shipment(storage, first.shipment_id, main.shipment_id, source="admin")
+
+    # The document names SH2 for O1: the old O1 lies on a linked shipment, so it stays there
+    # and a new O1 is created on SH2.
+    result = await post(
+        storage,
+        principal,
+        orderNumber="O1",
+        shipmentNumber="SH2",
+        items=[item("L9", "S9", 1, "CASE")],
+    )
+
+    assert result.shipment_id == main.shipment_id
+    assert refs(result.response.created) == ["ORDER:O1", "ORDER_ITEM:L9"]
+    orders = await storage.orders.find({"number": "O1"}).sort("created_seq", 1).to_list()
+    assert [o["shipment_id"] for o in orders] == [first.shipment_id, main.shipment_id]
+    assert await items_of(storage, orders[0]["_id"]) == {L1}
+
+
+async def test_shipments_of_intake_and_of_pallets_have_the_same_fields(
+    services: Services, principal: Principal, tenant: Tenant
+):
+    storage = services.storage
+    announced = await post(
+        storage, principal, orderNumber="O1", items=[item("L1", "S1", 1, "CASE")]
+    )
+    camera = await camera_of(storage, tenant, "D2")
+    (adhoc,) = await record_pallets(storage, services.settings, [(camera, pallet("NOBODY-1"))])
+
+    documented = await storage.shipments.find_one({"_id": announced.shipment_id})
+    unannounced = await storage.shipments.find_one({"_id": adhoc.shipment_id})
+
+    assert documented is not None
+    assert unannounced is not None
+    assert documented["_id"] != unannounced["_id"]
+    assert sorted(documented) == sorted(unannounced)
+    assert unannounced["completion_message_id"] is None
+    assert documented["completion_message_id"] is None
 
 
 async def test_most_recently_created_eligible_order_wins(services: Services, principal: Principal):

@@ -17,6 +17,7 @@ from core.intake.contract import ResponseItem, ResponseOrder, ResponseShipment, 
 from core.services import Services
 from core.shipments.eligibility import is_eligible
 from core.storage import Storage
+from tests.core.intake_helpers import order_items
 from tests.factories import Tenant
 
 Pair = tuple[str, str]
@@ -179,7 +180,7 @@ async def stored_shipment(storage: Storage, shipment_id: int) -> ResponseShipmen
                         quantity_unit=i["quantity_unit"],
                         id=i["_id"],
                     )
-                    for i in await documents.order_items(storage, o["_id"])
+                    for i in await order_items(storage, o["_id"])
                 ],
             )
             for o in orders
@@ -221,7 +222,7 @@ async def check_sequence(
             shipment = await storage.shipments.find_one({"_id": orders[0]["shipment_id"]})
             assert shipment is not None
             assert is_eligible(shipment)
-            stored = await documents.order_items(storage, orders[0]["_id"])
+            stored = await order_items(storage, orders[0]["_id"])
             assert {
                 (i["lpn"], i["sku"]): (i["quantity"], i["quantity_unit"]) for i in stored
             } == items

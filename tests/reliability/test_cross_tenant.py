@@ -76,6 +76,11 @@ def _graphql_cases(acme: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]
             "{ id status } }",
             {},
         ),
+        "mutation updateShipment linkedTo": (
+            f"mutation {{ updateShipment(input: {{id: {shipment}, linkedTo: null}}) "
+            "{ id linkedTo } }",
+            {},
+        ),
     }
 
 
