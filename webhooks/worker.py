@@ -38,8 +38,8 @@ from core.feed import publish
 from core.outbox import deliveries
 from core.outbox.deliveries import AttemptResult, Claim
 from core.outbox.webhook_endpoints import WebhookEndpoint, get_endpoint, list_endpoints
-from core.settings import Settings
-from core.storage import Doc, Storage
+from core.services import Services
+from core.storage import Doc
 from webhooks import egress, signing, transport
 from webhooks.customer_auth import CustomerAuth, LoginFailed
 
@@ -113,16 +113,16 @@ class WebhookWorker:
 
     def __init__(
         self,
-        settings: Settings,
-        storage: Storage,
+        services: Services,
         *,
         worker_id: str | None = None,
         socket_factory: egress.SocketFactory | None = None,
     ) -> None:
         """`socket_factory` creates every outgoing socket (default: plain sockets); tests pass
         one that records, and refuses anything but loopback."""
+        settings = services.settings
         self.settings = settings
-        self.storage = storage
+        self.storage = services.storage
         self._socket_factory = socket_factory
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._box = SecretBox(settings)
