@@ -167,7 +167,8 @@ class WebhookWorker:
         )
         self._flush_task = asyncio.create_task(self._flush_loop(), name="webhooks-record")
         self._loop_task = asyncio.create_task(self._claim_loop(), name="webhooks-claim")
-        publish.add_written_listener(self._written)  # new deliveries written in this process
+        # Woken at once by new deliveries written in this process (through this storage).
+        publish.add_written_listener(self.storage, self._written)
         self._stats_task = asyncio.create_task(self._stats_loop(), name="webhooks-stats")
         log.info("webhook worker started", extra={"worker_id": self.worker_id})
 
@@ -186,7 +187,7 @@ class WebhookWorker:
             await self._stopped.wait()
             return
         self._stopping = True
-        publish.remove_written_listener(self._written)
+        publish.remove_written_listener(self.storage, self._written)
         background = [t for t in (self._loop_task, self._stats_task) if t is not None]
         for task in background:
             task.cancel()

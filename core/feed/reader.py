@@ -272,12 +272,12 @@ class FeedHub:
         await self._initialise()
         self._ready.set()
         self._task = asyncio.create_task(self.run(), name="feed-hub")
-        publish.add_written_listener(self._written)
+        publish.add_written_listener(self.storage, self._written)
 
     async def stop(self) -> None:
         """Stop following; current subscribers end with an UNAVAILABLE error. Idempotent."""
         self._stopped = True
-        publish.remove_written_listener(self._written)
+        publish.remove_written_listener(self.storage, self._written)
         task, self._task = self._task, None
         if task is not None:
             task.cancel()

@@ -177,6 +177,7 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
             max_subscriptions_per_connection=settings.graphql_max_subscriptions,
         )
         self.services = services
+        self.closing: set[asyncio.Task[None]] = set()  # see GraphQLContext.closing
 
     def encode_json(self, data: object) -> str | bytes:
         # A subscription result shared by every subscriber of its operation is encoded once;
@@ -206,6 +207,7 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
             services=self.services,
             hub=request.app[FEED_HUB],
             principal=principal,
+            closing=self.closing,
         )
 
     async def on_ws_connect(self, context: GraphQLContext) -> UnsetType | dict[str, Any] | None:
