@@ -31,7 +31,6 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import bson
 from pymongo import ASCENDING, DESCENDING
@@ -534,15 +533,3 @@ def _routes(selector: FeedFilter) -> list[tuple[str, str | None]]:
     if selector.facilities is None:
         return [(selector.business, None)]
     return [(selector.business, facility) for facility in selector.facilities]
-
-
-def message_view(doc: Doc) -> dict[str, Any]:
-    """The fields of a push message record, as the spec names them."""
-    return {
-        "id": int(doc["_id"]),
-        "businessSlug": doc["business"],
-        "facilitySlug": doc["facility"],
-        "messageType": doc["type"],
-        "message": doc["message"],
-        "sentAt": doc["sent_at"],
-    }
