@@ -44,7 +44,7 @@ async def test_second_process_attaches_to_running_embedded_server(tmp_path: Path
     try:
         guest = EmbeddedMongo(tmp_path)
         assert await guest.start() == url
-        assert not guest.owned
+        assert guest.process is None  # attached, not started
         await guest.stop()  # a guest never stops the owner's server
         store = await Storage.connect(url, "attach")
         assert await store.ping()
