@@ -4,6 +4,7 @@ fixes of dockflow/embedded/patches that only the server's process can show."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sqlite3
 from pathlib import Path
@@ -138,3 +139,16 @@ def test_a_termination_signal_ends_the_embedded_server_even_inside_a_finalizer()
 
     with pytest.raises(SystemExit):
         asyncio.run(serve())
+
+
+@pytest.mark.skipif("DOCKFLOW_MONGODB_URL" in os.environ, reason="the embedded server's plans")
+async def test_equality_on_an_indexed_field_is_answered_by_the_index(storage: Storage):
+    # dockflow/embedded/patches/indexed_equality.py: neosqlite read {f: v} as "f is v or an array
+    # holding v", which no index answers: every lock, claim and lookup scanned its collection.
+    await storage.order_items.insert_one({"order_id": "o1", "lpn": "L1", "sku": "S1"})
+
+    plan = await storage.order_items.find({"order_id": "o1"}).explain()
+
+    steps = [step["detail"] for step in plan["queryPlanner"]["winningPlan"]]
+    assert steps[0].startswith("SEARCH order_items USING INDEX"), steps
+    assert await storage.order_items.count_documents({"order_id": "o1"}) == 1

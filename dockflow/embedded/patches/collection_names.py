@@ -8,7 +8,8 @@ Fix: SQLite bumps `schema_version` on every change of the schema (a table create
 this connection or another), so the list is kept until it moves. A rolled-back transaction can
 take the version back: `write_transactions` forgets the list then (`forget`).
 Pinned by tests/core/test_storage_conformance.py
-`test_collections_created_and_dropped_are_seen_by_the_next_command`.
+`test_collections_created_and_dropped_are_seen_by_the_next_command`: it pins that the kept list
+is never stale (it passes without the patch too; the saving is measured by `dockflow bench`).
 """
 
 from __future__ import annotations
