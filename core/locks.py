@@ -6,7 +6,8 @@ released by deleting it. All the keys of one `hold` are inserted with one ordere
 released with one delete_many: two commands for an uncontended request, whatever its keys.
 `expires_at` bounds how long a crashed holder blocks others: an expired lock is taken over (and
 the TTL index removes leftovers). Within one process an asyncio lock per key queues contenders
-first, so only one task per process polls the database.
+first, so only one task per process polls the database (`LocalLocks`, one per `Storage`: each
+Storage object stands for one process).
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from core.errors import Unavailable
-from core.storage import Storage
+
+if TYPE_CHECKING:
+    from core.storage import Storage
 
 LOCK_TTL_S = 120.0  # a holder that crashed blocks its keys at most this long
 LOCK_WAIT_S = 30.0  # longest a caller waits for a busy key before answering 503
@@ -37,22 +41,30 @@ class _LocalLock:
     users: int = 0
 
 
-_local: dict[str, _LocalLock] = {}
+class LocalLocks:
+    """The in-process queue in front of the lock documents: an asyncio lock per key, kept while
+    some task holds or waits for it."""
 
+    def __init__(self) -> None:
+        self._locks: dict[str, _LocalLock] = {}
 
-@asynccontextmanager
-async def _local_lock(key: str) -> AsyncIterator[None]:
-    entry = _local.get(key)
-    if entry is None:
-        entry = _local[key] = _LocalLock(asyncio.Lock())
-    entry.users += 1
-    try:
-        async with entry.lock:
-            yield
-    finally:
-        entry.users -= 1
-        if entry.users == 0:
-            _local.pop(key, None)
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        entry = self._locks.get(key)
+        if entry is None:
+            entry = self._locks[key] = _LocalLock(asyncio.Lock())
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                self._locks.pop(key, None)
+
+    def __len__(self) -> int:
+        """Keys some task of this process holds or waits for."""
+        return len(self._locks)
 
 
 @asynccontextmanager
@@ -71,7 +83,7 @@ async def hold(
         try:
             async with asyncio.timeout_at(deadline):
                 for key in ordered:
-                    await stack.enter_async_context(_local_lock(key))
+                    await stack.enter_async_context(storage.local_locks.hold(key))
         except TimeoutError:
             raise Unavailable(BUSY) from None
         held: list[str] = []

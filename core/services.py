@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from core.auth.tokens import TokenService
+from core.feed.reader import FeedHub
 from core.settings import Settings
 from core.storage import Storage
 
@@ -16,9 +16,10 @@ class Services:
 
     settings: Settings
     storage: Storage
-    # Long-lived helpers registered by name (e.g. the feed hub); see `core.services.get`.
-    extras: dict[str, Any] = field(default_factory=dict)
     tokens: TokenService = field(init=False)
+    # The process's feed follower, shared by every HTTP app over these services: started by
+    # the first app that needs it (public_api/graphql/views.py), None until then.
+    feed_hub: FeedHub | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.tokens = TokenService(self.storage, self.settings)

@@ -10,6 +10,7 @@ every operation the repositories use against the backend in use.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +20,13 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ConnectionFailure, DuplicateKeyError
 
+from core.locks import LocalLocks
+
 log = logging.getLogger(__name__)
 
 Doc = dict[str, Any]
+# Called with the push messages this process has just stored (core/feed/publish.py).
+WrittenListener = Callable[[list[Doc]], None]
 
 
 def time_range(since: Any = None, before: Any = None) -> Doc | None:
@@ -128,6 +133,11 @@ class Storage:
     def __init__(self, client: AsyncMongoClient[Doc], db_name: str) -> None:
         self.client = client
         self.db: AsyncDatabase[Doc] = client[db_name]
+        # What the process keeps beside its connection, shared by its tasks and by no other
+        # Storage object (to those, as to another process, only the database is common): the
+        # queues in front of lock documents, and who hears of the messages written here.
+        self.local_locks = LocalLocks()
+        self.written_listeners: set[WrittenListener] = set()
 
     @classmethod
     async def connect(cls, url: str, db_name: str, *, timeout_ms: int = 5000) -> Storage:

@@ -52,14 +52,7 @@ def _run_parts(args: argparse.Namespace, parts: tuple[str, ...]) -> int:
         from dockflow import demo
 
         on_started = demo.on_started
-    announce = on_started
-
-    async def started(services: Services, addresses: dict[str, str]) -> None:
-        # A long-running process: keep its long-lived objects out of the collector's walks.
-        runtime.HeapFreezer(settings.gc_thaw_interval_s).install()
-        await announce(services, addresses)
-
-    asyncio.run(runtime.serve(settings, parts, on_started=started))
+    asyncio.run(runtime.serve(settings, parts, on_started=on_started))
     return 0
 
 

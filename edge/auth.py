@@ -2,9 +2,9 @@
 
 `CameraAuthInterceptor` refuses every call (except health and reflection) that lacks valid
 ``authorization: Bearer <camera token>`` metadata with UNAUTHENTICATED, before the servicer
-runs. Servicers call `camera_for(context, storage)` to get the camera the call is bound to; a
-verified token is cached for a short time so that a camera sending one unary call per reading
-does not cost a database lookup per reading.
+runs. Servicers call `CameraCache.camera_for(context)` to get the camera the call is bound to;
+a verified token is cached for a short time (`auth_cache_s`, by the cache the `EdgeServer` owns)
+so that a camera sending one unary call per reading does not cost a database lookup per reading.
 """
 
 from __future__ import annotations
@@ -31,47 +31,51 @@ OPEN_SERVICES = (
     reflection.SERVICE_NAME,
     "grpc.reflection.v1.ServerReflection",
 )
-DEFAULT_CACHE_S = 30.0  # how long a verified token stays trusted without a lookup
 CACHE_MAX_ENTRIES = 10_000  # more cameras than any one edge process serves
 MISSING_TOKEN = "a camera token is required: metadata 'authorization: Bearer <token>'"  # noqa: S105
 INVALID_TOKEN = "the camera token is invalid or the camera is disabled"  # noqa: S105
 
 
 class CameraCache:
-    """Verified camera tokens per database, by SHA-256 of the token (the token itself is not
-    kept), each trusted until its expiry."""
+    """Verified camera tokens of one database, by SHA-256 of the token (the token itself is not
+    kept), each trusted for `ttl_s` seconds."""
 
-    def __init__(self) -> None:
-        self._entries: dict[tuple[str, str], tuple[Camera, float]] = {}
+    def __init__(self, storage: Storage, ttl_s: float) -> None:
+        self.storage = storage
+        self.ttl_s = ttl_s
+        self._entries: dict[str, tuple[Camera, float]] = {}
 
-    @staticmethod
-    def _key(storage: Storage, token: str) -> tuple[str, str]:
-        return storage.db.name, hashlib.sha256(token.encode()).hexdigest()
-
-    async def camera(self, storage: Storage, token: str, ttl_s: float) -> Camera | None:
+    async def camera(self, token: str) -> Camera | None:
         """The enabled camera of `token`, from the cache or the database."""
-        key = self._key(storage, token)
+        key = hashlib.sha256(token.encode()).hexdigest()
         now = time.monotonic()
         cached = self._entries.get(key)
         if cached is not None and cached[1] > now:
             return cached[0]
-        camera = await authenticate_camera(storage, token)
+        camera = await authenticate_camera(self.storage, token)
         if camera is None:
             self._entries.pop(key, None)
             return None
-        if ttl_s > 0:
+        if self.ttl_s > 0:
             if len(self._entries) >= CACHE_MAX_ENTRIES:
                 self._entries = {k: v for k, v in self._entries.items() if v[1] > now}
                 if len(self._entries) >= CACHE_MAX_ENTRIES:
                     self._entries.clear()
-            self._entries[key] = (camera, now + ttl_s)
+            self._entries[key] = (camera, now + self.ttl_s)
+        return camera
+
+    async def camera_for(self, context: grpc.aio.ServicerContext[Any, Any]) -> Camera:
+        """The camera this call is bound to; raises `Unauthenticated` (UNAUTHENTICATED)."""
+        token = token_from_metadata(context.invocation_metadata())
+        if token is None:
+            raise Unauthenticated(MISSING_TOKEN)
+        camera = await self.camera(token)
+        if camera is None:
+            raise Unauthenticated(INVALID_TOKEN)
         return camera
 
     def clear(self) -> None:
         self._entries.clear()
-
-
-CACHE = CameraCache()
 
 
 def token_from_metadata(metadata: Sequence[tuple[str, Any]] | None) -> str | None:
@@ -84,17 +88,6 @@ def token_from_metadata(metadata: Sequence[tuple[str, Any]] | None) -> str | Non
                 return token.strip()
             return None
     return None
-
-
-async def camera_for(context: grpc.aio.ServicerContext[Any, Any], storage: Storage) -> Camera:
-    """The camera this call is bound to; raises `Unauthenticated` (UNAUTHENTICATED)."""
-    token = token_from_metadata(context.invocation_metadata())
-    if token is None:
-        raise Unauthenticated(MISSING_TOKEN)
-    camera = await CACHE.camera(storage, token, DEFAULT_CACHE_S)
-    if camera is None:
-        raise Unauthenticated(INVALID_TOKEN)
-    return camera
 
 
 def _refusal(
@@ -126,9 +119,8 @@ Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandl
 class CameraAuthInterceptor(grpc.aio.ServerInterceptor):
     """UNAUTHENTICATED for any call but health and reflection without a valid camera token."""
 
-    def __init__(self, storage: Storage, cache_s: float = DEFAULT_CACHE_S) -> None:
-        self.storage = storage
-        self.cache_s = cache_s
+    def __init__(self, cameras: CameraCache) -> None:
+        self.cameras = cameras
 
     async def intercept_service(
         self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
@@ -145,7 +137,7 @@ class CameraAuthInterceptor(grpc.aio.ServerInterceptor):
                 MISSING_TOKEN,
             )
         try:
-            camera = await CACHE.camera(self.storage, token, self.cache_s)
+            camera = await self.cameras.camera(token)
         except UNAVAILABLE_ERRORS:
             log.warning("camera lookup failed: database unavailable", extra={"method": method})
             return _refusal(

@@ -11,7 +11,7 @@ from grpc_reflection.v1alpha import reflection
 
 from core.services import Services
 from dockflow.edge.v1 import edge_pb2_grpc
-from edge.auth import CameraAuthInterceptor
+from edge.auth import CameraAuthInterceptor, CameraCache
 from edge.servicer import SERVICE_NAME as PALLET_INGEST
 from edge.servicer import PalletIngestServicer, make_batcher
 
@@ -40,6 +40,7 @@ class EdgeServer:
         self.health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         self.batcher = make_batcher(services)
+        self.cameras = CameraCache(services.storage, settings.auth_cache_s)
 
     @property
     def address(self) -> str:
@@ -73,12 +74,11 @@ class EdgeServer:
 
     def _interceptors(self) -> list[grpc.aio.ServerInterceptor]:
         # Camera tokens are checked before any servicer runs; health and reflection stay open.
-        settings = self.services.settings
-        return [CameraAuthInterceptor(self.services.storage, settings.auth_cache_s)]
+        return [CameraAuthInterceptor(self.cameras)]
 
     def _add_servicers(self, server: grpc.aio.Server) -> list[str]:
         """Register the camera services; returns their full names for reflection and health."""
-        servicer = PalletIngestServicer(self.services, self.batcher)
+        servicer = PalletIngestServicer(self.services, self.batcher, self.cameras)
         edge_pb2_grpc.add_PalletIngestServicer_to_server(servicer, server)
         return [PALLET_INGEST]
 

@@ -24,7 +24,7 @@ from core.shipments import dock_events
 from core.tenancy.tenants import Camera
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 from edge import convert
-from edge.auth import camera_for
+from edge.auth import CameraCache
 from edge.status import mapped_errors
 
 Item = tuple[Camera, Reading]
@@ -46,9 +46,12 @@ def make_batcher(services: Services) -> Batcher[Item, ReadingResult]:
 
 
 class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
-    def __init__(self, services: Services, batcher: Batcher[Item, ReadingResult]) -> None:
+    def __init__(
+        self, services: Services, batcher: Batcher[Item, ReadingResult], cameras: CameraCache
+    ) -> None:
         self.services = services
         self.batcher = batcher
+        self.cameras = cameras
 
     @mapped_errors
     async def StreamReadings(
@@ -56,7 +59,7 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         request_iterator: AsyncIterator[edge_pb2.PalletReading],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[edge_pb2.ReadingAck]:
-        camera = await camera_for(context, self.services.storage)
+        camera = await self.cameras.camera_for(context)
         # Accepted: say so at once. A client may wait for this before writing, so that a refused
         # stream's status is not lost to a failed write (grpc.aio client, grpc/grpc#36066).
         await context.send_initial_metadata(())
@@ -104,7 +107,7 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         request: edge_pb2.PalletReading,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> edge_pb2.ReadingAck:
-        camera = await camera_for(context, self.services.storage)
+        camera = await self.cameras.camera_for(context)
         ticket = self.batcher.submit((camera, convert.reading_from_proto(request)))
         return convert.ack_to_proto(await ticket.future)
 
@@ -114,7 +117,7 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         request: edge_pb2.DockEvent,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> edge_pb2.DockEventAck:
-        camera = await camera_for(context, self.services.storage)
+        camera = await self.cameras.camera_for(context)
         event = convert.dock_event_from_proto(request)
         try:
             result = await dock_events.record_dock_event(

@@ -1,14 +1,18 @@
-"""The server processes' garbage-collection policy (dockflow/runtime.py, HeapFreezer)."""
+"""The server processes' garbage-collection policy (dockflow/heap.py, HeapFreezer)."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from dockflow.runtime import HeapFreezer
+from core.services import Services
+from core.settings import Settings
+from dockflow.heap import HeapFreezer
+from dockflow.runtime import serve
 
 
 class _Node:
@@ -92,3 +96,20 @@ def test_a_thaw_comes_as_soon_as_the_frozen_heap_grows_by_half():
     finally:
         freezer.uninstall()
         gc.unfreeze()
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+async def test_serve_freezes_its_heap_unless_the_setting_turns_it_off(
+    freeze: bool, settings_factory: Callable[..., Settings]
+):
+    stop = asyncio.Event()
+    frozen_while_serving: list[int] = []
+
+    async def started(services: Services, addresses: dict[str, str]) -> None:
+        frozen_while_serving.append(gc.get_freeze_count())
+        stop.set()
+
+    await serve(settings_factory(gc_freeze_heap=freeze), (), on_started=started, stop_event=stop)
+
+    assert (frozen_while_serving[0] > 0) is freeze
+    assert gc.get_freeze_count() == 0  # handed back to the collector on stop

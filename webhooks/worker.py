@@ -38,8 +38,8 @@ from core.feed import publish
 from core.outbox import deliveries
 from core.outbox.deliveries import AttemptResult, Claim
 from core.outbox.webhook_endpoints import WebhookEndpoint, get_endpoint, list_endpoints
-from core.settings import Settings
-from core.storage import Doc, Storage
+from core.services import Services
+from core.storage import Doc
 from webhooks import egress, signing, transport
 from webhooks.customer_auth import CustomerAuth, LoginFailed
 
@@ -113,16 +113,16 @@ class WebhookWorker:
 
     def __init__(
         self,
-        settings: Settings,
-        storage: Storage,
+        services: Services,
         *,
         worker_id: str | None = None,
         socket_factory: egress.SocketFactory | None = None,
     ) -> None:
         """`socket_factory` creates every outgoing socket (default: plain sockets); tests pass
         one that records, and refuses anything but loopback."""
+        settings = services.settings
         self.settings = settings
-        self.storage = storage
+        self.storage = services.storage
         self._socket_factory = socket_factory
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._box = SecretBox(settings)
@@ -167,7 +167,8 @@ class WebhookWorker:
         )
         self._flush_task = asyncio.create_task(self._flush_loop(), name="webhooks-record")
         self._loop_task = asyncio.create_task(self._claim_loop(), name="webhooks-claim")
-        publish.add_written_listener(self._written)  # new deliveries written in this process
+        # Woken at once by new deliveries written in this process (through this storage).
+        publish.add_written_listener(self.storage, self._written)
         self._stats_task = asyncio.create_task(self._stats_loop(), name="webhooks-stats")
         log.info("webhook worker started", extra={"worker_id": self.worker_id})
 
@@ -186,7 +187,7 @@ class WebhookWorker:
             await self._stopped.wait()
             return
         self._stopping = True
-        publish.remove_written_listener(self._written)
+        publish.remove_written_listener(self.storage, self._written)
         background = [t for t in (self._loop_task, self._stats_task) if t is not None]
         for task in background:
             task.cancel()

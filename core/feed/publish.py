@@ -12,7 +12,7 @@ it (duplicate-key errors of such a rewrite are ignored).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -21,7 +21,7 @@ from pymongo.errors import BulkWriteError
 
 from core import metrics
 from core.outbox.webhook_endpoints import endpoints_for
-from core.storage import Doc, IdBlock, Storage
+from core.storage import Doc, IdBlock, Storage, WrittenListener
 
 MessageType = Literal["PALLET_EVENT", "SHIPMENT_COMPLETE"]
 SEQUENCE = "push_messages"
@@ -156,19 +156,17 @@ async def insert_ignoring_duplicates(storage: Storage, collection: str, docs: li
     return len(result.inserted_ids)
 
 
-# Called with the messages this process has just stored (or with none, when some were there
-# already and the stored copies may differ): the feed hub running here releases them at once,
-# the webhook worker looks for their deliveries. Other processes find them by polling.
-WrittenListener = Callable[[list[Doc]], None]
-_written_listeners: set[WrittenListener] = set()
+# Listeners are called with the messages written through their Storage (or with none, when some
+# were there already and the stored copies may differ): the feed hub running here releases them
+# at once, the webhook worker looks for their deliveries. Other processes find them by polling.
 
 
-def add_written_listener(listener: WrittenListener) -> None:
-    _written_listeners.add(listener)
+def add_written_listener(storage: Storage, listener: WrittenListener) -> None:
+    storage.written_listeners.add(listener)
 
 
-def remove_written_listener(listener: WrittenListener) -> None:
-    _written_listeners.discard(listener)
+def remove_written_listener(storage: Storage, listener: WrittenListener) -> None:
+    storage.written_listeners.discard(listener)
 
 
 async def write_messages(storage: Storage, written: WrittenMessages) -> None:
@@ -181,7 +179,7 @@ async def write_messages(storage: Storage, written: WrittenMessages) -> None:
     for message in written.messages:
         metrics.MESSAGES.labels(message["type"]).inc()
     stored = written.messages if inserted == len(written.messages) else []
-    for listener in list(_written_listeners):
+    for listener in list(storage.written_listeners):
         listener(stored)
 
 

@@ -31,7 +31,6 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import bson
 from pymongo import ASCENDING, DESCENDING
@@ -272,12 +271,12 @@ class FeedHub:
         await self._initialise()
         self._ready.set()
         self._task = asyncio.create_task(self.run(), name="feed-hub")
-        publish.add_written_listener(self._written)
+        publish.add_written_listener(self.storage, self._written)
 
     async def stop(self) -> None:
         """Stop following; current subscribers end with an UNAVAILABLE error. Idempotent."""
         self._stopped = True
-        publish.remove_written_listener(self._written)
+        publish.remove_written_listener(self.storage, self._written)
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -534,15 +533,3 @@ def _routes(selector: FeedFilter) -> list[tuple[str, str | None]]:
     if selector.facilities is None:
         return [(selector.business, None)]
     return [(selector.business, facility) for facility in selector.facilities]
-
-
-def message_view(doc: Doc) -> dict[str, Any]:
-    """The fields of a push message record, as the spec names them."""
-    return {
-        "id": int(doc["_id"]),
-        "businessSlug": doc["business"],
-        "facilitySlug": doc["facility"],
-        "messageType": doc["type"],
-        "message": doc["message"],
-        "sentAt": doc["sent_at"],
-    }

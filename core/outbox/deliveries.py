@@ -587,11 +587,6 @@ async def list_deliveries(
     return await cursor.to_list()
 
 
-async def list_attempts(storage: Storage, delivery_id: str) -> list[Doc]:
-    cursor = storage.delivery_attempts.find({"delivery_id": delivery_id}).sort("at", 1)
-    return await cursor.to_list()
-
-
 async def resend_delivery(storage: Storage, delivery_id: str) -> Doc:
     """Queue one delivery again now, whatever its outcome was (same message, same webhook-id)."""
     doc = await storage.webhook_deliveries.find_one({"_id": delivery_id})

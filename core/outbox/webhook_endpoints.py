@@ -183,25 +183,3 @@ async def endpoints_for(
     docs = await storage.webhook_endpoints.find({"business": business, "enabled": True}).to_list()
     endpoints = [endpoint_from_doc(d) for d in docs]
     return [e for e in endpoints if event in e.events and e.facility in (None, facility)]
-
-
-async def set_endpoint_enabled(
-    storage: Storage, endpoint_id: str, enabled: bool, reason: str = ""
-) -> None:
-    result = await storage.webhook_endpoints.update_one(
-        {"_id": endpoint_id}, {"$set": {"enabled": enabled, "disabled_reason": reason}}
-    )
-    if result.matched_count == 0:
-        raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
-
-
-async def rotate_signing_secret(storage: Storage, endpoint_id: str) -> str:
-    """Add a new signing secret in front; the previous one keeps signing until removed, so
-    customers can switch verifiers without dropping a message."""
-    endpoint = await get_endpoint(storage, endpoint_id)
-    secret = new_signing_secret()
-    await storage.webhook_endpoints.update_one(
-        {"_id": endpoint_id},
-        {"$set": {"signing_secrets": [secret, endpoint.signing_secrets[0]]}},
-    )
-    return secret

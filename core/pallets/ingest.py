@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pymongo import DESCENDING
 from pymongo.asynchronous.collection import AsyncCollection
 
 from core import metrics, urls
@@ -619,12 +618,3 @@ def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
         "message_id": item.message_id,
         "created_at": now,
     }
-
-
-async def pallets_of_shipment(storage: Storage, shipment_id: int) -> list[Doc]:
-    """The shipment's pallets, newest first (dashboard, GraphQL)."""
-    return (
-        await storage.pallets.find({"shipment_id": shipment_id})
-        .sort("occurred_at", DESCENDING)
-        .to_list()
-    )

@@ -110,10 +110,6 @@ class EmbeddedMongo:
         self.restarts = 0
         self._watcher: asyncio.Task[None] | None = None
 
-    @property
-    def owned(self) -> bool:
-        return self.process is not None
-
     async def start(self) -> str:
         """Start the server (or attach to a running one) and return its URL once it answers."""
         self.data_dir.mkdir(parents=True, exist_ok=True)

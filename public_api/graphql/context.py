@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 # that stopped reading before the connection is dropped.
 SLOW_CONSUMER_CLOSE_CODE = 1008
 CLOSE_WAIT_S = 5.0
-_closing: set[asyncio.Task[None]] = set()  # close tasks in flight (kept referenced)
 
 
 @dataclass
@@ -38,6 +37,8 @@ class GraphQLContext:
     principal: Principal | None = None
     # The websocket's connection_init payload (strawberry fills this in).
     connection_params: dict[str, Any] | None = field(default=None)
+    # Close tasks in flight, kept referenced until done: the view's, shared by its requests.
+    closing: set[asyncio.Task[None]] = field(default_factory=set)
     # `Shipment.linkedFrom` of every shipment in a result, in one query (not cached: a mutation
     # may change links within the same request).
     linked_from: DataLoader[int, list[int]] = field(init=False)
@@ -60,8 +61,8 @@ class GraphQLContext:
         if not isinstance(ws, web.WebSocketResponse) or ws.closed:
             return
         task = asyncio.create_task(_close_within(self.request, ws, code, reason))
-        _closing.add(task)
-        task.add_done_callback(_closing.discard)
+        self.closing.add(task)
+        task.add_done_callback(self.closing.discard)
 
 
 async def _close_within(

@@ -45,7 +45,6 @@ PATH = "/public_graphql"
 DOCUMENTS_PATH = "/shipment-documents/{document_id}"
 STATIC_PATH = "/static/graphiql"
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static" / "graphiql"
-FEED_HUB_EXTRA = "feed_hub"  # key of the process's FeedHub in Services.extras
 FORM_FIELD_LIMIT = 1024 * 1024  # bytes of a multipart text part (operations, map)
 SPOOL_BYTES = 1024 * 1024  # uploads larger than this are spooled to a temporary file
 
@@ -177,6 +176,7 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
             max_subscriptions_per_connection=settings.graphql_max_subscriptions,
         )
         self.services = services
+        self.closing: set[asyncio.Task[None]] = set()  # see GraphQLContext.closing
 
     def encode_json(self, data: object) -> str | bytes:
         # A subscription result shared by every subscriber of its operation is encoded once;
@@ -206,6 +206,7 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
             services=self.services,
             hub=request.app[FEED_HUB],
             principal=principal,
+            closing=self.closing,
         )
 
     async def on_ws_connect(self, context: GraphQLContext) -> UnsetType | dict[str, Any] | None:
@@ -281,20 +282,20 @@ async def download_document(request: web.Request) -> web.StreamResponse:
 async def _feed_hub_context(app: web.Application) -> AsyncIterator[None]:
     """One FeedHub per process (per Services): started by the first app, stopped by it."""
     services = app[SERVICES]
-    shared = services.extras.get(FEED_HUB_EXTRA)
-    if isinstance(shared, FeedHub):
+    shared = services.feed_hub
+    if shared is not None:
         app[FEED_HUB] = shared
         yield
         return
     hub = FeedHub(services.storage, services.settings)
     await hub.start()
-    services.extras[FEED_HUB_EXTRA] = hub
+    services.feed_hub = hub
     app[FEED_HUB] = hub
     try:
         yield
     finally:
         await hub.stop()
-        services.extras.pop(FEED_HUB_EXTRA, None)
+        services.feed_hub = None
 
 
 def setup(app: web.Application) -> None:

@@ -110,7 +110,7 @@ async def test_dock_lead_follows_a_pallet_link_and_completes_the_shipment(
         services, tenant, {"ORD-100": ["LPN-1", "LPN-2"]}, number="SHP-100"
     )
 
-    async with WebhookWorker(settings, storage):
+    async with WebhookWorker(services):
         # when: the tower camera at D1 reads the first pallet
         [ack] = await send_readings(edge_server, tenant, [reading("r-1", "LPN-1")])
         message = await storage.push_messages.find_one({"_id": int(ack.message_id)})

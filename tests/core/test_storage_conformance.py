@@ -283,7 +283,7 @@ async def test_booleans_set_by_update_still_match_boolean_queries(storage: Stora
     assert [d["enabled"] for d in enabled] == [
         True,
         True,
-    ]  # booleans, not 1 (dockflow/embedded/supervisor.py)
+    ]  # booleans, not 1 (dockflow/embedded/patches/update_types.py)
     disabled = await storage.webhook_endpoints.find_one_and_update(
         {"_id": "b"}, {"$set": {"enabled": False}}, return_document=ReturnDocument.AFTER
     )
@@ -356,9 +356,9 @@ async def test_integer_id_ranges_beside_equality_filters_compare_as_numbers(stor
 
 
 async def test_id_number_range_and_sort_across_digit_counts(storage: Storage):
-    # The feed tailer's cursor (`_id > highest`, sorted, limited) on the embedded server runs in SQL
-    # (dockflow/embedded/supervisor.py): numbers compare and sort by value, never as text, and a
-    # number range does not match string ids.
+    # The feed tailer's cursor (`_id > highest`, sorted, limited) on the embedded server runs in
+    # SQL (dockflow/embedded/patches/id_order.py): numbers compare and sort by value, never as
+    # text, and a number range does not match string ids.
     await storage.push_messages.insert_many(
         [{"_id": i, "business": "b"} for i in (9, 10, 99, 100, 101)] + [{"_id": "s1"}]
     )
@@ -427,8 +427,9 @@ async def test_history_length_compare_and_set_with_size_and_null_conditions(stor
 
 
 async def test_set_datetime_round_trips_as_datetime_and_matches_ranges(storage: Storage):
-    # nx-27017 needed a fix for this (dockflow/embedded/supervisor.py): a top-level datetime written
-    # by $set came back as text, so `next_attempt_at <= now` style claims silently matched nothing.
+    # nx-27017 needed a fix for this (dockflow/embedded/patches/update_types.py): a top-level
+    # datetime written by $set came back as text, so `next_attempt_at <= now` style claims
+    # silently matched nothing.
     moment = datetime(2026, 3, 1, 8, 0, 0, 250000, tzinfo=UTC)
     await storage.webhook_deliveries.insert_one({"_id": "d", "next_attempt_at": None})
     await storage.webhook_deliveries.update_one({"_id": "d"}, {"$set": {"next_attempt_at": moment}})
@@ -650,8 +651,9 @@ async def test_date_comparisons_with_in_keep_milliseconds_and_sort(storage: Stor
 
 
 async def test_collections_created_and_dropped_are_seen_by_the_next_command(storage: Storage):
-    # dockflow/embedded/launcher.py keeps the embedded server's list of collections until the schema
-    # changes: a collection created, dropped or created again must show at once.
+    # dockflow/embedded/patches/collection_names.py keeps the embedded server's list of
+    # collections until the schema changes: a collection created, dropped or created again must
+    # show at once.
     database = storage.client[storage.businesses.database.name]
     scratch = database["scratch"]
     assert await scratch.find_one({}) is None

@@ -4,7 +4,7 @@ is bound to the camera its token belongs to."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -13,9 +13,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from core.services import Services
+from core.settings import Settings
 from core.tenancy import tenants
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
-from edge.auth import CACHE, camera_for
+from edge.auth import CameraCache
 from edge.server import EdgeServer
 from tests.factories import Tenant
 
@@ -25,13 +26,13 @@ PALLET_INGEST = "dockflow.edge.v1.PalletIngest"
 class EchoCameraServicer(edge_pb2_grpc.PalletIngestServicer):
     """Answers with the id of the camera the call is bound to (through `camera_for`)."""
 
-    def __init__(self, services: Services) -> None:
-        self.services = services
+    def __init__(self, cameras: CameraCache) -> None:
+        self.cameras = cameras
 
     async def SubmitReading(
         self, request: edge_pb2.PalletReading, context: grpc.aio.ServicerContext[Any, Any]
     ) -> edge_pb2.ReadingAck:
-        camera = await camera_for(context, self.services.storage)
+        camera = await self.cameras.camera_for(context)
         return edge_pb2.ReadingAck(
             reading_id=request.reading_id,
             status=edge_pb2.ACCEPTED,
@@ -43,7 +44,7 @@ class EchoCameraServicer(edge_pb2_grpc.PalletIngestServicer):
         request_iterator: AsyncIterator[edge_pb2.PalletReading],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[edge_pb2.ReadingAck]:
-        camera = await camera_for(context, self.services.storage)
+        camera = await self.cameras.camera_for(context)
         async for request in request_iterator:
             yield edge_pb2.ReadingAck(reading_id=request.reading_id, error=camera.camera_id)
 
@@ -52,15 +53,21 @@ class EchoEdgeServer(EdgeServer):
     """The real edge server (with its interceptors), serving the echo servicer."""
 
     def _add_servicers(self, server: grpc.aio.Server) -> list[str]:
-        edge_pb2_grpc.add_PalletIngestServicer_to_server(EchoCameraServicer(self.services), server)
+        edge_pb2_grpc.add_PalletIngestServicer_to_server(EchoCameraServicer(self.cameras), server)
         return [PALLET_INGEST]
 
 
 @pytest.fixture
-async def echo_channel(services: Services) -> AsyncIterator[grpc.aio.Channel]:
-    async with EchoEdgeServer(services, host="127.0.0.1", port=0) as server:
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            yield channel
+async def echo_server(services: Services) -> AsyncIterator[EchoEdgeServer]:
+    server = EchoEdgeServer(services, host="127.0.0.1", port=0)
+    async with server:
+        yield server
+
+
+@pytest.fixture
+async def echo_channel(echo_server: EchoEdgeServer) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(echo_server.address) as channel:
+        yield channel
 
 
 def _bearer(token: str) -> tuple[tuple[str, str], ...]:
@@ -139,17 +146,39 @@ async def test_health_and_reflection_need_no_token(echo_channel: grpc.aio.Channe
 
 
 async def test_a_disabled_camera_is_refused_once_its_cache_entry_ends(
-    echo_channel: grpc.aio.Channel, services: Services, tenant: Tenant
+    echo_server: EchoEdgeServer, echo_channel: grpc.aio.Channel, services: Services, tenant: Tenant
 ):
     metadata = tenant.camera_metadata("D4")
     assert (await _submit(echo_channel, metadata)).status == edge_pb2.ACCEPTED
 
     await tenants.set_camera_disabled(services.storage, tenant.camera_ids["D4"])
-    CACHE.clear()  # as when the cache time (auth_cache_s) has passed
+    echo_server.cameras.clear()  # as when the cache time (auth_cache_s) has passed
 
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await _submit(echo_channel, metadata)
     assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_each_edge_server_verifies_tokens_for_itself(
+    echo_channel: grpc.aio.Channel,
+    services: Services,
+    settings_factory: Callable[..., Settings],
+    tenant: Tenant,
+):
+    # Verified tokens are the cache of one edge server (one process): a camera disabled after
+    # one server trusted it is refused by another, which has to ask the database.
+    metadata = tenant.camera_metadata("D4")
+    assert (await _submit(echo_channel, metadata)).status == edge_pb2.ACCEPTED
+    await tenants.set_camera_disabled(services.storage, tenant.camera_ids["D4"])
+    other = Services(settings=settings_factory(auth_cache_s=3600), storage=services.storage)
+
+    async with EchoEdgeServer(other, host="127.0.0.1", port=0) as second:
+        async with grpc.aio.insecure_channel(second.address) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await _submit(channel, metadata)
+
+    assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    assert (await _submit(echo_channel, metadata)).status == edge_pb2.ACCEPTED  # still trusted
 
 
 async def test_real_edge_server_refuses_pallet_ingest_without_token(

@@ -194,7 +194,7 @@ async def failing_receiver() -> AsyncIterator[str]:
 
 async def deliver_until_dead(services: Services, count: int) -> None:
     """Run the real webhook worker until `count` deliveries are DEAD (bounded wait)."""
-    async with WebhookWorker(services.settings, services.storage):
+    async with WebhookWorker(services):
         for _ in range(600):
             dead = await services.storage.webhook_deliveries.count_documents({"status": "DEAD"})
             if dead == count:

@@ -36,7 +36,7 @@ async def test_everything_arrives_once_the_customer_recovers(
     services = Services(settings=settings_factory(**SETTINGS), storage=storage)
     tenant = await make_tenant(services)
     port = free_port()
-    worker = WebhookWorker(services.settings, storage, socket_factory=LoopbackOnlySockets())
+    worker = WebhookWorker(services, socket_factory=LoopbackOnlySockets())
     await make_endpoint(services, tenant, f"http://127.0.0.1:{port}")
     ids = await append_pallets(storage, tenant, MESSAGES)
     receiver: HookReceiver | None = None

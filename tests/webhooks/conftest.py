@@ -229,7 +229,7 @@ async def start_worker(storage: Storage) -> AsyncIterator[StartWorker]:
 
     async def start(settings: Settings, **options: Any) -> WebhookWorker:
         options.setdefault("socket_factory", LoopbackOnlySockets())
-        worker = WebhookWorker(settings, storage, **options)
+        worker = WebhookWorker(Services(settings=settings, storage=storage), **options)
         await worker.start()
         workers.append(worker)
         return worker

@@ -48,7 +48,9 @@ def answers(*statuses: int, then: int = 200) -> Callable[..., Awaitable[web.Stre
 
 
 async def attempts_of(storage: Storage, delivery_id: str) -> list[dict]:
-    return await deliveries.list_attempts(storage, delivery_id)
+    return (
+        await storage.delivery_attempts.find({"delivery_id": delivery_id}).sort("at", 1).to_list()
+    )
 
 
 async def test_a_500_is_retried_with_the_same_webhook_id(

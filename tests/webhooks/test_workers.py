@@ -194,7 +194,7 @@ async def test_stop_hands_back_unfinished_deliveries_and_is_idempotent(
     await append_pallets(storage, tenant, 5)
     settings = fast_settings(webhook_endpoint_concurrency=3, shutdown_grace_s=0.1)
 
-    async with WebhookWorker(settings, storage) as worker:
+    async with WebhookWorker(Services(settings=settings, storage=storage)) as worker:
         await wait_until(lambda: receiver.in_flight == 3)
     await worker.stop()  # again: a no-op
 
@@ -203,7 +203,7 @@ async def test_stop_hands_back_unfinished_deliveries_and_is_idempotent(
     assert await storage.delivery_attempts.count_documents({}) == 0
     release.set()
 
-    async with WebhookWorker(settings, storage):
+    async with WebhookWorker(Services(settings=settings, storage=storage)):
         await wait_until(lambda: all_finished(storage))
     assert await storage.webhook_deliveries.count_documents({"status": "SUCCEEDED"}) == 5
 
@@ -254,7 +254,8 @@ async def test_a_success_frees_its_endpoint_slot_before_it_is_recorded(
         settings.mongodb_url, tz_aware=True, event_listeners=[commands]
     )
     try:
-        async with WebhookWorker(settings, Storage(client, settings.mongodb_db)):
+        monitored = Services(settings=settings, storage=Storage(client, settings.mongodb_db))
+        async with WebhookWorker(monitored):
             await wait_until(lambda: all_finished(storage))
     finally:
         await client.close()

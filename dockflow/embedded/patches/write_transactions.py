@@ -1,0 +1,63 @@
+"""A write command is one SQLite transaction.
+
+Defect: neosqlite runs SQLite in autocommit mode, and nx-27017 writes the documents of an insert
+one by one (so a duplicate key is a write error of its own): an insert of 20 order items was 20
+transactions, 20 WAL commits (1.6-2.0 ms; 1.0 ms as one transaction), and so was every update of
+a bulk write.
+MongoDB: a write command's documents are written together and acknowledged once; a failing
+document fails alone (its write error), the others are written.
+Fix: a write command runs in one transaction. What a client sees is the same: commands run one
+at a time, a failing document still fails alone (SQLite undoes the statement, not the
+transaction), and the acknowledgement comes after the commit. Commands of a client's own
+transaction (`autocommit: false`) are left to nx-27017's session handling.
+Pinned by tests/embedded/test_server.py `test_the_embedded_server_commits_a_write_command_once`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from nx_27017.handler import NeoSQLiteHandler, _msg_db_name
+
+from dockflow.embedded.patches import collection_names
+
+_WRITE_COMMANDS = frozenset({"insert", "update", "delete", "findAndModify", "findandmodify"})
+
+
+def _write_command(msg: Any) -> bool:
+    for section_type, doc in msg.get("sections") or ():
+        if section_type == "body" and isinstance(doc, dict) and doc:
+            return next(iter(doc)) in _WRITE_COMMANDS and "autocommit" not in doc
+    return False
+
+
+def _in_one_transaction(method: Any) -> Any:
+    @functools.wraps(method)
+    def run(self: Any, msg: Any) -> Any:
+        if not isinstance(msg, dict) or not _write_command(msg):
+            return method(self, msg)
+        db_name = _msg_db_name(msg)
+        with self._lock_for(db_name):
+            database = self.get_database(db_name)
+            connection = database.db
+            if connection.in_transaction:
+                return method(self, msg)
+            connection.execute("BEGIN")
+            try:
+                result = method(self, msg)
+                if connection.in_transaction:
+                    connection.execute("COMMIT")
+            except BaseException:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                    collection_names.forget(database)
+                raise
+            return result
+
+    return run
+
+
+def apply() -> None:
+    NeoSQLiteHandler.handle_insert = _in_one_transaction(NeoSQLiteHandler.handle_insert)
+    NeoSQLiteHandler.handle_command = _in_one_transaction(NeoSQLiteHandler.handle_command)

@@ -1,0 +1,81 @@
+"""The aiohttp server of the HTTP API (REST, GraphQL, dashboard), with graceful shutdown."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from types import TracebackType
+
+from aiohttp import web
+
+from core.services import Services
+from core.settings import Settings
+from public_api.app import create_app
+
+log = logging.getLogger(__name__)
+
+
+def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    if not (settings.tls_cert_file and settings.tls_key_file):
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    return context
+
+
+class HttpServer:
+    """Owns the aiohttp runner. `start()` binds; `stop()` drains; usable as `async with`."""
+
+    def __init__(self, services: Services, host: str | None = None, port: int | None = None):
+        self.services = services
+        settings = services.settings
+        self.host = settings.http_host if host is None else host
+        self.requested_port = settings.http_port if port is None else port
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        """Build the application and listen; returns once the port is bound."""
+        if self._runner is not None:
+            return
+        settings = self.services.settings
+        runner = web.AppRunner(
+            create_app(self.services), access_log=None, shutdown_timeout=settings.shutdown_grace_s
+        )
+        await runner.setup()
+        try:
+            site = web.TCPSite(
+                runner, self.host, self.requested_port, ssl_context=_ssl_context(settings)
+            )
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = runner.addresses[-1][1] if runner.addresses else self.requested_port
+        log.info("HTTP API listening", extra={"address": self.address})
+
+    async def stop(self) -> None:
+        """Stop accepting, let requests in flight finish for `shutdown_grace_s`, close the
+        application's resources. Idempotent."""
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        await runner.cleanup()
+        log.info("HTTP API stopped")
+
+    async def __aenter__(self) -> HttpServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
