@@ -41,6 +41,7 @@ from public_api.dashboard.session import (
     csrf_matches,
     set_cookie,
 )
+from public_api.problems import http_problem
 
 log = logging.getLogger(__name__)
 
@@ -195,13 +196,11 @@ async def dashboard_middleware(request: web.Request, handler: Handler) -> web.St
         response.headers["Retry-After"] = str(error.retry_after_s)
         return response
     except DockflowError as error:
-        if error.status >= 500:
+        status, title = http_problem(error)
+        if status >= 500:
             raise
         return render(
-            request,
-            "error.html",
-            {"title": error.title, "message": error.detail},
-            status=error.status,
+            request, "error.html", {"title": title, "message": error.detail}, status=status
         )
 
 

@@ -13,7 +13,7 @@ from strawberry.file_uploads import Upload
 from strawberry.scalars import JSON
 from strawberry.types import Info
 
-from core.errors import DockflowError
+from core.errors import DockflowError, SlowConsumer
 from core.feed import reader
 from core.reads import shipment_queries
 from core.settings import Settings
@@ -502,7 +502,7 @@ class Subscription:
         )
 
         def ended(error: DockflowError) -> None:
-            if isinstance(error, reader.SlowConsumer):
+            if isinstance(error, SlowConsumer):
                 context.close_websocket(
                     SLOW_CONSUMER_CLOSE_CODE,
                     f"slow consumer: over {context.hub.buffer_limit} messages behind; "
