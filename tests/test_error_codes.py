@@ -11,6 +11,7 @@ from core import errors
 from core.errors import DockflowError
 from edge.status import GRPC_CODES, status_for
 from public_api.graphql.errors import GRAPHQL_CODES, error_extensions
+from public_api.oauth import OAUTH_ERRORS
 from public_api.problems import HTTP_PROBLEMS, http_problem
 
 
@@ -38,6 +39,11 @@ def test_every_code_is_in_each_edge_table(code: str):
     assert code in HTTP_PROBLEMS
     assert code in GRAPHQL_CODES
     assert code in GRPC_CODES
+
+
+def test_the_oauth_table_maps_only_client_errors():
+    assert set(OAUTH_ERRORS) <= set(CODES)
+    assert all(400 <= status < 500 for status, _ in OAUTH_ERRORS.values())
 
 
 # What clients see for a few errors, one per row: HTTP status, GraphQL code, gRPC status.
