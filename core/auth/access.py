@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jwt
 
 from core.errors import Forbidden, NotFound, Unauthenticated
+
+if TYPE_CHECKING:
+    from core.storage import Doc
+    from core.tenancy.tenants import Operator
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,14 @@ def check_access(principal: Principal, business: str, facility: str | None = Non
         raise NotFound(f"business {business!r} not found")
     if facility is not None and not principal.may_see_facility(facility):
         raise Forbidden(f"this client may not access facility {facility!r}")
+
+
+def check_operator_scope(operator: Operator, record: Doc | None, what: str) -> Doc:
+    """`record` if the operator may see its business, else `NotFound` (as for a missing record:
+    the dashboard never reveals another business's records)."""
+    if record is None or not operator.may_see_business(str(record.get("business"))):
+        raise NotFound(f"{what} not found")
+    return record
 
 
 LEEWAY_S = 30  # clock skew tolerated on exp/iat, between dockflow processes, clients, providers
