@@ -2,9 +2,10 @@
 
 `CameraAuthInterceptor` refuses every call (except health and reflection) that lacks valid
 ``authorization: Bearer <camera token>`` metadata with UNAUTHENTICATED, before the servicer
-runs. Servicers call `camera_for(context, storage)` to get the camera the call is bound to; a
-verified token is cached for a short time so that a camera sending one unary call per reading
-does not cost a database lookup per reading.
+runs. Servicers call `camera_for(context, services)` to get the camera the call is bound to; a
+verified token is cached for `auth_cache_s` (a disabled camera is refused once that has passed)
+so that a camera sending one unary call per reading does not cost a database lookup per
+reading.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from grpc_health.v1 import health
 from grpc_reflection.v1alpha import reflection
 
 from core.errors import Unauthenticated
+from core.services import Services
 from core.storage import UNAVAILABLE_ERRORS, Storage
 from core.tenancy.tenants import Camera, authenticate_camera
+from edge.status import status_for
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +34,6 @@ OPEN_SERVICES = (
     reflection.SERVICE_NAME,
     "grpc.reflection.v1.ServerReflection",
 )
-DEFAULT_CACHE_S = 30.0  # how long a verified token stays trusted without a lookup
 CACHE_MAX_ENTRIES = 10_000  # more cameras than any one edge process serves
 MISSING_TOKEN = "a camera token is required: metadata 'authorization: Bearer <token>'"  # noqa: S105
 INVALID_TOKEN = "the camera token is invalid or the camera is disabled"  # noqa: S105
@@ -86,12 +88,12 @@ def token_from_metadata(metadata: Sequence[tuple[str, Any]] | None) -> str | Non
     return None
 
 
-async def camera_for(context: grpc.aio.ServicerContext[Any, Any], storage: Storage) -> Camera:
+async def camera_for(context: grpc.aio.ServicerContext[Any, Any], services: Services) -> Camera:
     """The camera this call is bound to; raises `Unauthenticated` (UNAUTHENTICATED)."""
     token = token_from_metadata(context.invocation_metadata())
     if token is None:
         raise Unauthenticated(MISSING_TOKEN)
-    camera = await CACHE.camera(storage, token, DEFAULT_CACHE_S)
+    camera = await CACHE.camera(services.storage, token, services.settings.auth_cache_s)
     if camera is None:
         raise Unauthenticated(INVALID_TOKEN)
     return camera
@@ -126,9 +128,8 @@ Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandl
 class CameraAuthInterceptor(grpc.aio.ServerInterceptor):
     """UNAUTHENTICATED for any call but health and reflection without a valid camera token."""
 
-    def __init__(self, storage: Storage, cache_s: float = DEFAULT_CACHE_S) -> None:
-        self.storage = storage
-        self.cache_s = cache_s
+    def __init__(self, services: Services) -> None:
+        self.services = services
 
     async def intercept_service(
         self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
@@ -137,26 +138,23 @@ class CameraAuthInterceptor(grpc.aio.ServerInterceptor):
         service = method.lstrip("/").split("/", 1)[0]
         if service in OPEN_SERVICES:
             return await continuation(handler_call_details)
+        refused: Exception
+        try:
+            await self._check_token(handler_call_details)
+        except Unauthenticated as exc:
+            refused = exc
+        except UNAVAILABLE_ERRORS as exc:
+            log.warning("camera lookup failed: database unavailable", extra={"method": method})
+            refused = exc
+        else:
+            return await continuation(handler_call_details)
+        code, detail = status_for(refused)  # the edge's one mapping of errors to status codes
+        return _refusal(await continuation(handler_call_details), code, detail)
+
+    async def _check_token(self, handler_call_details: grpc.HandlerCallDetails) -> None:
         token = token_from_metadata(handler_call_details.invocation_metadata)
         if token is None:
-            return _refusal(
-                await continuation(handler_call_details),
-                grpc.StatusCode.UNAUTHENTICATED,
-                MISSING_TOKEN,
-            )
-        try:
-            camera = await CACHE.camera(self.storage, token, self.cache_s)
-        except UNAVAILABLE_ERRORS:
-            log.warning("camera lookup failed: database unavailable", extra={"method": method})
-            return _refusal(
-                await continuation(handler_call_details),
-                grpc.StatusCode.UNAVAILABLE,
-                "the database is unavailable; retry",
-            )
-        if camera is None:
-            return _refusal(
-                await continuation(handler_call_details),
-                grpc.StatusCode.UNAUTHENTICATED,
-                INVALID_TOKEN,
-            )
-        return await continuation(handler_call_details)
+            raise Unauthenticated(MISSING_TOKEN)
+        settings = self.services.settings
+        if await CACHE.camera(self.services.storage, token, settings.auth_cache_s) is None:
+            raise Unauthenticated(INVALID_TOKEN)

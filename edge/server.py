@@ -73,8 +73,7 @@ class EdgeServer:
 
     def _interceptors(self) -> list[grpc.aio.ServerInterceptor]:
         # Camera tokens are checked before any servicer runs; health and reflection stay open.
-        settings = self.services.settings
-        return [CameraAuthInterceptor(self.services.storage, settings.auth_cache_s)]
+        return [CameraAuthInterceptor(self.services)]
 
     def _add_servicers(self, server: grpc.aio.Server) -> list[str]:
         """Register the camera services; returns their full names for reflection and health."""

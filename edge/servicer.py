@@ -55,7 +55,7 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         request_iterator: AsyncIterator[edge_pb2.PalletReading],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[edge_pb2.ReadingAck]:
-        camera = await camera_for(context, self.services.storage)
+        camera = await camera_for(context, self.services)
         # Accepted: say so at once. A client may wait for this before writing, so that a refused
         # stream's status is not lost to a failed write (grpc.aio client, grpc/grpc#36066).
         await context.send_initial_metadata(())
@@ -103,7 +103,7 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         request: edge_pb2.PalletReading,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> edge_pb2.ReadingAck:
-        camera = await camera_for(context, self.services.storage)
+        camera = await camera_for(context, self.services)
         ticket = self.batcher.submit((camera, convert.reading_from_proto(request)))
         return convert.ack_to_proto(await ticket.future)
 
@@ -113,7 +113,7 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         request: edge_pb2.DockEvent,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> edge_pb2.DockEventAck:
-        camera = await camera_for(context, self.services.storage)
+        camera = await camera_for(context, self.services)
         result = await dock_events.answer_dock_event(
             self.services.storage,
             self.services.settings,
