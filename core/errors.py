@@ -1,4 +1,6 @@
-"""The one error hierarchy. Each transport maps these once (problem+json, gRPC status, GraphQL)."""
+"""The one error hierarchy. Each error carries a stable `code` and no transport detail; each
+transport maps codes once (problem+json in `public_api.problems`, GraphQL in
+`public_api.graphql.errors`, gRPC in `edge.status`)."""
 
 from __future__ import annotations
 
@@ -17,48 +19,51 @@ class DockflowError(Exception):
     """Root of every error the domain raises on purpose. `code` is stable for clients."""
 
     code = "INTERNAL"
-    status = 500  # HTTP status the REST edge answers with
-    title = "Internal Server Error"
 
     def __init__(self, detail: str = "", *, errors: list[FieldError] | None = None) -> None:
-        super().__init__(detail or self.title)
-        self.detail = detail or self.title
+        super().__init__(detail or self.code)
+        self.detail = detail or self.code
         self.errors: list[FieldError] = errors or []
 
 
 class ConfigError(DockflowError):
+    """The settings are invalid: the process cannot start as configured."""
+
     code = "CONFIG"
-    title = "Invalid configuration"
 
 
 class BadRequest(DockflowError):
+    """The request cannot be read (malformed body, bad header)."""
+
     code = "BAD_REQUEST"
-    status = 400
-    title = "Bad Request"
+
+
+class UnsupportedGrantType(BadRequest):
+    """A token request for a grant other than client credentials."""
+
+    code = "UNSUPPORTED_GRANT_TYPE"
+
+
+class InvalidTarget(BadRequest):
+    """A token request for an audience this issuer does not serve."""
+
+    code = "INVALID_TARGET"
 
 
 class Unauthenticated(DockflowError):
     code = "UNAUTHENTICATED"
-    status = 401
-    title = "Unauthorized"
 
 
 class Forbidden(DockflowError):
     code = "FORBIDDEN"
-    status = 403
-    title = "Forbidden"
 
 
 class NotFound(DockflowError):
     code = "NOT_FOUND"
-    status = 404
-    title = "Not Found"
 
 
 class Conflict(DockflowError):
     code = "CONFLICT"
-    status = 409
-    title = "Conflict"
 
 
 class DuplicateOrderItemKey(Conflict):
@@ -85,20 +90,14 @@ class IdempotencyKeyInFlight(Conflict):
 
 class PayloadTooLarge(DockflowError):
     code = "PAYLOAD_TOO_LARGE"
-    status = 413
-    title = "Content Too Large"
 
 
 class UnsupportedMediaType(DockflowError):
     code = "UNSUPPORTED_MEDIA_TYPE"
-    status = 415
-    title = "Unsupported Media Type"
 
 
 class ValidationFailed(DockflowError):
     code = "VALIDATION_FAILED"
-    status = 422
-    title = "Unprocessable Entity"
 
 
 class IdempotencyKeyReused(ValidationFailed):
@@ -107,8 +106,6 @@ class IdempotencyKeyReused(ValidationFailed):
 
 class RateLimited(DockflowError):
     code = "RATE_LIMITED"
-    status = 429
-    title = "Too Many Requests"
 
     def __init__(self, detail: str = "", *, retry_after_s: int = 1) -> None:
         super().__init__(detail)
@@ -119,8 +116,27 @@ class Unavailable(DockflowError):
     """The database (or another dependency) cannot be reached; the caller may retry."""
 
     code = "UNAVAILABLE"
-    status = 503
-    title = "Service Unavailable"
+
+
+class DatabaseUnavailable(Unavailable):
+    """The embedded database did not start, or did not come back after a crash."""
+
+
+class FeedStopped(Unavailable):
+    """The push message feed is shutting down; subscribers reconnect elsewhere or later."""
+
+
+class SlowConsumer(DockflowError):
+    """A subscriber fell further behind than its buffer allows; it resumes from its last id."""
+
+    code = "SLOW_CONSUMER"
+
+
+class CredentialUnreadable(DockflowError):
+    """A credential stored at rest cannot be decrypted with this process's secret key (it was
+    sealed with another one)."""
+
+    code = "CREDENTIAL_UNREADABLE"
 
 
 @dataclass

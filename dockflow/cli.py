@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from core.errors import ConfigError
+from core.errors import ConfigError, DatabaseUnavailable
 from core.logs import configure_logging
 from core.services import Services
 from core.settings import Settings, load_settings
@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except ConfigError as exc:
+    except (ConfigError, DatabaseUnavailable) as exc:
         print(f"dockflow: {exc.detail}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 from core.errors import Unauthenticated
 from core.storage import UNAVAILABLE_ERRORS, Storage
 from core.tenancy.tenants import Camera, authenticate_camera
+from edge.status import status_for
 
 log = logging.getLogger(__name__)
 
@@ -129,26 +130,22 @@ class CameraAuthInterceptor(grpc.aio.ServerInterceptor):
         service = method.lstrip("/").split("/", 1)[0]
         if service in OPEN_SERVICES:
             return await continuation(handler_call_details)
+        refused: Exception
+        try:
+            await self._check_token(handler_call_details)
+        except Unauthenticated as exc:
+            refused = exc
+        except UNAVAILABLE_ERRORS as exc:
+            log.warning("camera lookup failed: database unavailable", extra={"method": method})
+            refused = exc
+        else:
+            return await continuation(handler_call_details)
+        code, detail = status_for(refused)  # the edge's one mapping of errors to status codes
+        return _refusal(await continuation(handler_call_details), code, detail)
+
+    async def _check_token(self, handler_call_details: grpc.HandlerCallDetails) -> None:
         token = token_from_metadata(handler_call_details.invocation_metadata)
         if token is None:
-            return _refusal(
-                await continuation(handler_call_details),
-                grpc.StatusCode.UNAUTHENTICATED,
-                MISSING_TOKEN,
-            )
-        try:
-            camera = await self.cameras.camera(token)
-        except UNAVAILABLE_ERRORS:
-            log.warning("camera lookup failed: database unavailable", extra={"method": method})
-            return _refusal(
-                await continuation(handler_call_details),
-                grpc.StatusCode.UNAVAILABLE,
-                "the database is unavailable; retry",
-            )
-        if camera is None:
-            return _refusal(
-                await continuation(handler_call_details),
-                grpc.StatusCode.UNAUTHENTICATED,
-                INVALID_TOKEN,
-            )
-        return await continuation(handler_call_details)
+            raise Unauthenticated(MISSING_TOKEN)
+        if await self.cameras.camera(token) is None:
+            raise Unauthenticated(INVALID_TOKEN)

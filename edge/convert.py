@@ -69,8 +69,5 @@ def dock_event_ack_to_proto(result: DockEventResult) -> edge_pb2.DockEventAck:
         event_id=result.event_id,
         status=_ACK_STATUSES[result.status],
         shipment_id="" if result.shipment_id is None else str(result.shipment_id),
+        error=result.error,
     )
-
-
-def dock_event_rejected(event_id: str, error: str) -> edge_pb2.DockEventAck:
-    return edge_pb2.DockEventAck(event_id=event_id, status=edge_pb2.REJECTED, error=error)

@@ -17,8 +17,7 @@ from typing import Any
 import grpc
 
 from core.batcher import Batcher, Ticket
-from core.errors import Forbidden, ValidationFailed
-from core.pallets.ingest import Reading, ReadingResult, record_pallets, rejection
+from core.pallets.ingest import Reading, ReadingResult, record_pallets
 from core.services import Services
 from core.shipments import dock_events
 from core.tenancy.tenants import Camera
@@ -118,13 +117,12 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> edge_pb2.DockEventAck:
         camera = await self.cameras.camera_for(context)
-        event = convert.dock_event_from_proto(request)
-        try:
-            result = await dock_events.record_dock_event(
-                self.services.storage, self.services.settings, camera, event
-            )
-        except (ValidationFailed, Forbidden) as error:
-            return convert.dock_event_rejected(event.event_id, rejection(error))
+        result = await dock_events.answer_dock_event(
+            self.services.storage,
+            self.services.settings,
+            camera,
+            convert.dock_event_from_proto(request),
+        )
         return convert.dock_event_ack_to_proto(result)
 
 

@@ -11,33 +11,42 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from core import errors
+from core.errors import DockflowError
 from core.storage import UNAVAILABLE_ERRORS
 
 log = logging.getLogger(__name__)
 
-# Most specific first: the first matching class decides.
-_CODES: tuple[tuple[type[errors.DockflowError], grpc.StatusCode], ...] = (
-    (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
-    (errors.Forbidden, grpc.StatusCode.PERMISSION_DENIED),
-    (errors.NotFound, grpc.StatusCode.NOT_FOUND),
-    (errors.BadRequest, grpc.StatusCode.INVALID_ARGUMENT),
-    (errors.ValidationFailed, grpc.StatusCode.INVALID_ARGUMENT),
-    (errors.PayloadTooLarge, grpc.StatusCode.INVALID_ARGUMENT),
-    (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
-    (errors.Conflict, grpc.StatusCode.ABORTED),
-    (errors.RateLimited, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
-)
+# Every core error code -> the status code an RPC ends with; a code missing here is INTERNAL.
+GRPC_CODES: dict[str, grpc.StatusCode] = {
+    "UNAUTHENTICATED": grpc.StatusCode.UNAUTHENTICATED,
+    "FORBIDDEN": grpc.StatusCode.PERMISSION_DENIED,
+    "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+    "BAD_REQUEST": grpc.StatusCode.INVALID_ARGUMENT,
+    "UNSUPPORTED_GRANT_TYPE": grpc.StatusCode.INVALID_ARGUMENT,
+    "INVALID_TARGET": grpc.StatusCode.INVALID_ARGUMENT,
+    "VALIDATION_FAILED": grpc.StatusCode.INVALID_ARGUMENT,
+    "IDEMPOTENCY_KEY_REUSED": grpc.StatusCode.INVALID_ARGUMENT,
+    "PAYLOAD_TOO_LARGE": grpc.StatusCode.INVALID_ARGUMENT,
+    "UNSUPPORTED_MEDIA_TYPE": grpc.StatusCode.INTERNAL,
+    "ALREADY_EXISTS": grpc.StatusCode.ALREADY_EXISTS,
+    "CONFLICT": grpc.StatusCode.ABORTED,
+    "DUPLICATE_ORDER_ITEM_KEY": grpc.StatusCode.ABORTED,
+    "DUPLICATE_ITEM_IN_REQUEST": grpc.StatusCode.ABORTED,
+    "ORDER_ITEM_NOT_FOUND": grpc.StatusCode.ABORTED,
+    "IDEMPOTENCY_KEY_IN_FLIGHT": grpc.StatusCode.ABORTED,
+    "RATE_LIMITED": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
+    "INTERNAL": grpc.StatusCode.INTERNAL,
+    "CONFIG": grpc.StatusCode.INTERNAL,
+    "CREDENTIAL_UNREADABLE": grpc.StatusCode.INTERNAL,
+    "SLOW_CONSUMER": grpc.StatusCode.INTERNAL,
+}
 
 
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status code and detail a failed RPC ends with."""
-    if isinstance(exc, errors.DockflowError):
-        for cls, code in _CODES:
-            if isinstance(exc, cls):
-                return code, exc.detail
-        return grpc.StatusCode.INTERNAL, exc.detail
+    if isinstance(exc, DockflowError):
+        return GRPC_CODES.get(exc.code, grpc.StatusCode.INTERNAL), exc.detail
     if isinstance(exc, UNAVAILABLE_ERRORS):
         return grpc.StatusCode.UNAVAILABLE, "the database is unavailable; resend unacknowledged"
     return grpc.StatusCode.INTERNAL, "internal error"

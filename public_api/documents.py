@@ -1,21 +1,20 @@
 """``POST /documents`` (and ``/v1/documents``): the order-document intake endpoint.
 
 Translation only: authenticate (401 before the body is read), check the content type (415) and
-size (413), decode JSON or XML (400), validate (422), then `core.intake.documents.apply_document`
-does the rest. Errors leave through the problem+json middleware.
+size (413), then `core.intake.submission.apply_document_idempotently` decodes it with this
+module's JSON or XML decoder (400), validates (422), applies it and keeps the Idempotency-Key's
+response. Errors leave through the problem+json middleware.
 """
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import json
 
 from aiohttp import web
 
-from core import urls
 from core.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
-from core.intake import documents, idempotency
-from core.intake.contract import parse_document
+from core.intake.submission import apply_document_idempotently
 from public_api.auth import authenticate
 from public_api.keys import SERVICES
 from public_api.xml_documents import document_from_xml
@@ -80,38 +79,23 @@ async def post_document(request: web.Request) -> web.Response:
     """Create or update the shipment, orders and items of one document."""
     principal = await authenticate(request)
     services = request.app[SERVICES]
-    storage = services.storage
     kind = body_kind(request.content_type)
     body = await read_body(request, services.settings.max_document_bytes)
-
-    key = request.headers.get(IDEMPOTENCY_HEADER)
-    if key is not None:
-        fingerprint = hashlib.sha256(kind.encode() + b"\0" + body).hexdigest()
-        stored = await idempotency.begin(storage, principal.subject, key, fingerprint)
-        if stored is not None:
-            return web.Response(
-                status=stored.status,
-                text=stored.body,
-                content_type="application/json",
-                headers={**stored.headers, REPLAYED_HEADER: "true"},
-            )
-    try:
-        document = parse_document(decode(kind, body))
-        result = await documents.apply_document(storage, principal, document)
-    except BaseException:
-        if key is not None:
-            await idempotency.abandon(storage, principal.subject, key)
-        raise
-    status = 201 if result.created else 200
-    headers = {}
-    if status == 201:
-        headers["Location"] = urls.shipment_url(services.settings, result.shipment_id)
-    text = result.response.model_dump_json(by_alias=True)
-    if key is not None:
-        await idempotency.finish(
-            storage,
-            principal.subject,
-            key,
-            idempotency.StoredResponse(status=status, body=text, headers=headers),
-        )
-    return web.Response(status=status, text=text, content_type="application/json", headers=headers)
+    answer = await apply_document_idempotently(
+        services.storage,
+        services.settings,
+        principal,
+        body,
+        kind=kind,
+        decode=functools.partial(decode, kind),
+        idempotency_key=request.headers.get(IDEMPOTENCY_HEADER),
+    )
+    headers = dict(answer.response.headers)
+    if answer.replayed:
+        headers[REPLAYED_HEADER] = "true"
+    return web.Response(
+        status=answer.response.status,
+        text=answer.response.body,
+        content_type="application/json",
+        headers=headers,
+    )

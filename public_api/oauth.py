@@ -10,35 +10,59 @@ from urllib.parse import unquote_plus
 
 from aiohttp import web
 
-from core.errors import RateLimited, Unauthenticated
+from core.errors import (
+    BadRequest,
+    DockflowError,
+    PayloadTooLarge,
+    RateLimited,
+    Unauthenticated,
+    UnsupportedMediaType,
+)
 from public_api.keys import SERVICES
 
 MAX_TOKEN_REQUEST_BYTES = 8 * 1024
+NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+
+# Core error codes -> RFC 6749 section 5.2 errors (status, error). Other errors (a database
+# outage) leave as problem+json like on every other route.
+OAUTH_ERRORS: dict[str, tuple[int, str]] = {
+    "BAD_REQUEST": (400, "invalid_request"),
+    "PAYLOAD_TOO_LARGE": (400, "invalid_request"),
+    "UNSUPPORTED_MEDIA_TYPE": (400, "invalid_request"),
+    "UNSUPPORTED_GRANT_TYPE": (400, "unsupported_grant_type"),
+    "INVALID_TARGET": (400, "invalid_target"),
+    "UNAUTHENTICATED": (401, "invalid_client"),
+    # RFC 6749 names no error for a lockout; `slow_down` is the registered OAuth code closest
+    # to it (RFC 8628), and 429 + Retry-After is what HTTP clients honour.
+    "RATE_LIMITED": (429, "slow_down"),
+}
 
 
-def oauth_error(status: int, error: str, description: str, **headers: str) -> web.Response:
-    """An RFC 6749 section 5.2 error response."""
-    body = {"error": error, "error_description": description}
-    return web.json_response(
-        body,
-        status=status,
-        headers={"Cache-Control": "no-store", "Pragma": "no-cache", **headers},
-    )
+def oauth_error(error: DockflowError) -> web.Response:
+    """The RFC 6749 section 5.2 error response for a mapped core error."""
+    status, code = OAUTH_ERRORS[error.code]
+    headers = dict(NO_STORE)
+    if isinstance(error, Unauthenticated):
+        headers["WWW-Authenticate"] = 'Basic realm="dockflow"'
+    if isinstance(error, RateLimited):
+        headers["Retry-After"] = str(error.retry_after_s)
+    body = {"error": code, "error_description": error.detail}
+    return web.json_response(body, status=status, headers=headers)
 
 
-async def _read_params(request: web.Request) -> dict[str, str] | web.Response:
+async def _read_params(request: web.Request) -> dict[str, str]:
     if request.content_length is not None and request.content_length > MAX_TOKEN_REQUEST_BYTES:
-        return oauth_error(400, "invalid_request", "the request body is too large")
+        raise PayloadTooLarge("the request body is too large")
     raw = await request.content.read(MAX_TOKEN_REQUEST_BYTES + 1)
     if len(raw) > MAX_TOKEN_REQUEST_BYTES:
-        return oauth_error(400, "invalid_request", "the request body is too large")
+        raise PayloadTooLarge("the request body is too large")
     if request.content_type == "application/json":
         try:
             data: Any = json.loads(raw or b"{}")
         except ValueError:
-            return oauth_error(400, "invalid_request", "the body is not valid JSON")
+            raise BadRequest("the body is not valid JSON") from None
         if not isinstance(data, dict):
-            return oauth_error(400, "invalid_request", "the body must be a JSON object")
+            raise BadRequest("the body must be a JSON object")
         return {k: v for k, v in data.items() if isinstance(v, str)}
     if request.content_type in ("application/x-www-form-urlencoded", ""):
         params: dict[str, str] = {}
@@ -48,12 +72,10 @@ async def _read_params(request: web.Request) -> dict[str, str] | web.Response:
             key, _, value = pair.partition("=")
             key, value = unquote_plus(key), unquote_plus(value)
             if key in params:  # RFC 6749 3.2: parameters must not be repeated
-                return oauth_error(400, "invalid_request", f"parameter {key!r} is repeated")
+                raise BadRequest(f"parameter {key!r} is repeated")
             params[key] = value
         return params
-    return oauth_error(
-        400, "invalid_request", "send application/json or application/x-www-form-urlencoded"
-    )
+    raise UnsupportedMediaType("send application/json or application/x-www-form-urlencoded")
 
 
 def _basic_credentials(header: str | None) -> tuple[str, str] | None:
@@ -71,53 +93,28 @@ def _basic_credentials(header: str | None) -> tuple[str, str] | None:
 
 
 async def token(request: web.Request) -> web.Response:
-    services = request.app[SERVICES]
-    params = await _read_params(request)
-    if isinstance(params, web.Response):
-        return params
-    basic = _basic_credentials(request.headers.get("Authorization"))
-    if basic and "client_secret" in params:
-        return oauth_error(400, "invalid_request", "use one client authentication method")
-    client_id, client_secret = basic or (params.get("client_id"), params.get("client_secret"))
-    grant_type = params.get("grant_type")
-    if not grant_type:
-        return oauth_error(400, "invalid_request", "grant_type is required")
-    if grant_type != "client_credentials":
-        return oauth_error(
-            400, "unsupported_grant_type", "only the client_credentials grant is supported"
-        )
-    if not client_id or not client_secret:
-        return oauth_error(
-            401,
-            "invalid_client",
-            "client authentication failed",
-            **{"WWW-Authenticate": 'Basic realm="dockflow"'},
-        )
-    audience = params.get("audience")
-    if audience is not None and audience.rstrip("/") != services.settings.graphql_url:
-        return oauth_error(
-            400, "invalid_target", f"audience must be {services.settings.graphql_url}"
-        )
+    """The client credentials grant: read the request, let core issue the token."""
+    tokens = request.app[SERVICES].tokens
     try:
-        issued = await services.tokens.issue_for_credentials(client_id, client_secret)
-    except RateLimited as exc:
-        # RFC 6749 names no error for this; `slow_down` is the registered OAuth code closest
-        # to it (RFC 8628), and 429 + Retry-After is what HTTP clients honour.
-        return oauth_error(429, "slow_down", exc.detail, **{"Retry-After": str(exc.retry_after_s)})
-    except Unauthenticated:
-        return oauth_error(
-            401,
-            "invalid_client",
-            "client authentication failed",
-            **{"WWW-Authenticate": 'Basic realm="dockflow"'},
+        params = await _read_params(request)
+        basic = _basic_credentials(request.headers.get("Authorization"))
+        if basic and "client_secret" in params:
+            raise BadRequest("use one client authentication method")
+        client_id, client_secret = basic or (params.get("client_id"), params.get("client_secret"))
+        issued = await tokens.issue_for_grant(
+            params.get("grant_type"), client_id, client_secret, params.get("audience")
         )
+    except DockflowError as error:
+        if error.code not in OAUTH_ERRORS:
+            raise
+        return oauth_error(error)
     return web.json_response(
         {
             "access_token": issued.access_token,
             "token_type": issued.token_type,
             "expires_in": issued.expires_in,
         },
-        headers={"Cache-Control": "no-store", "Pragma": "no-cache"},
+        headers=NO_STORE,
     )
 
 

@@ -52,15 +52,50 @@ def problem_response(
     )
 
 
+# Every core error code -> the HTTP status and title it answers with: the one table of the
+# REST edge (the dashboard renders the same statuses as pages).
+HTTP_PROBLEMS: dict[str, tuple[int, str]] = {
+    "BAD_REQUEST": (400, "Bad Request"),
+    "UNSUPPORTED_GRANT_TYPE": (400, "Bad Request"),
+    "INVALID_TARGET": (400, "Bad Request"),
+    "UNAUTHENTICATED": (401, "Unauthorized"),
+    "FORBIDDEN": (403, "Forbidden"),
+    "NOT_FOUND": (404, "Not Found"),
+    "CONFLICT": (409, "Conflict"),
+    "DUPLICATE_ORDER_ITEM_KEY": (409, "Conflict"),
+    "DUPLICATE_ITEM_IN_REQUEST": (409, "Conflict"),
+    "ALREADY_EXISTS": (409, "Conflict"),
+    "ORDER_ITEM_NOT_FOUND": (409, "Conflict"),
+    "IDEMPOTENCY_KEY_IN_FLIGHT": (409, "Conflict"),
+    "PAYLOAD_TOO_LARGE": (413, "Content Too Large"),
+    "UNSUPPORTED_MEDIA_TYPE": (415, "Unsupported Media Type"),
+    "VALIDATION_FAILED": (422, "Unprocessable Entity"),
+    "IDEMPOTENCY_KEY_REUSED": (422, "Unprocessable Entity"),
+    "RATE_LIMITED": (429, "Too Many Requests"),
+    "INTERNAL": (500, "Internal Server Error"),
+    "CONFIG": (500, "Invalid configuration"),
+    "CREDENTIAL_UNREADABLE": (500, "Internal Server Error"),
+    "UNAVAILABLE": (503, "Service Unavailable"),
+    "SLOW_CONSUMER": (503, "Subscriber too slow"),
+}
+_UNMAPPED = HTTP_PROBLEMS["INTERNAL"]
+
+
+def http_problem(error: DockflowError) -> tuple[int, str]:
+    """The HTTP status and title of a core error (500 for a code missing from the table)."""
+    return HTTP_PROBLEMS.get(error.code, _UNMAPPED)
+
+
 def problem_from_error(error: DockflowError) -> web.Response:
     headers: dict[str, str] = {}
     if isinstance(error, Unauthenticated):
         headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
     if isinstance(error, RateLimited):
         headers["Retry-After"] = str(error.retry_after_s)
+    status, title = http_problem(error)
     return problem_response(
-        error.status,
-        error.title,
+        status,
+        title,
         error.detail,
         errors=[{"path": e.path, "detail": e.detail} for e in error.errors] or None,
         headers=headers or None,
@@ -95,7 +130,7 @@ async def _handle(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except DockflowError as error:
-        if error.status >= 500:
+        if http_problem(error)[0] >= 500:
             log.error("request failed", extra={"path": request.path, "code": error.code})
         return problem_from_error(error)
     except web.HTTPException as exc:

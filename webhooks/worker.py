@@ -33,7 +33,7 @@ from typing import Any
 import aiohttp
 
 from core.auth.crypto import SecretBox
-from core.errors import ConfigError, NotFound
+from core.errors import CredentialUnreadable, NotFound
 from core.feed import publish
 from core.outbox import deliveries
 from core.outbox.deliveries import AttemptResult, Claim
@@ -425,7 +425,7 @@ class WebhookWorker:
                 result = await self._post(endpoint, claim, url, body, auth_headers)
         except LoginFailed as exc:
             return AttemptResult(at=datetime.now(UTC), error=str(exc))
-        except ConfigError as exc:  # a stored password this key cannot decrypt
+        except CredentialUnreadable as exc:  # a password sealed with another key
             return AttemptResult(at=datetime.now(UTC), error=f"auth: {exc.detail}")
         return result
 

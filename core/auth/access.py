@@ -10,6 +10,7 @@ import jwt
 from core.errors import Forbidden, NotFound, Unauthenticated
 
 if TYPE_CHECKING:
+    from core.storage import Doc
     from core.tenancy.tenants import Operator
 
 
@@ -76,6 +77,14 @@ def check_access(principal: Principal, business: str, facility: str | None = Non
         raise NotFound(f"business {business!r} not found")
     if facility is not None and not principal.may_see_facility(facility):
         raise Forbidden(f"this client may not access facility {facility!r}")
+
+
+def check_operator_scope(operator: Operator, record: Doc | None, what: str) -> Doc:
+    """`record` if the operator may see its business, else `NotFound` (as for a missing record:
+    the dashboard never reveals another business's records)."""
+    if record is None or not operator.may_see_business(str(record.get("business"))):
+        raise NotFound(f"{what} not found")
+    return record
 
 
 LEEWAY_S = 30  # clock skew tolerated on exp/iat, between dockflow processes, clients, providers

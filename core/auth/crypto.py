@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
 
-from core.errors import ConfigError
+from core.errors import ConfigError, CredentialUnreadable
 from core.settings import Settings
 
 
@@ -47,7 +47,7 @@ class SecretBox:
         try:
             return self._fernet.decrypt(sealed.encode()).decode()
         except InvalidToken:
-            raise ConfigError(
+            raise CredentialUnreadable(
                 "a stored credential cannot be decrypted with this secret key"
             ) from None
 

@@ -19,7 +19,7 @@ from jwt.algorithms import RSAAlgorithm
 from core.auth.access import LEEWAY_S, Principal, decode_claims, principal_from_claims
 from core.auth.external_issuer import ExternalIssuer, JwksFetcher
 from core.auth.throttle import AuthThrottle, ThrottlePolicy
-from core.errors import Unauthenticated
+from core.errors import BadRequest, InvalidTarget, Unauthenticated, UnsupportedGrantType
 from core.settings import Settings
 from core.storage import Doc, Storage
 from core.tenancy import tenants
@@ -29,6 +29,7 @@ ALGORITHM = "RS256"  # pinned: tokens claiming any other algorithm are refused
 KEY_RELOAD_MIN_INTERVAL_S = 1.0  # an unknown kid reloads keys at most this often
 SIGNING_KEY_REFRESH_S = 10.0  # how often the signing key is re-read (rotations elsewhere)
 CLIENT_CACHE_MAX = 10_000  # client states cached per process before the cache starts over
+CLIENT_CREDENTIALS = "client_credentials"  # the one grant type issued (RFC 6749 section 4.4)
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,34 @@ class TokenService:
         }
         token = jwt.encode(claims, key.private_pem, algorithm=ALGORITHM, headers={"kid": key.kid})
         return IssuedToken(access_token=token, expires_in=ttl)
+
+    def check_audience(self, audience: str | None) -> None:
+        """A token request may name no audience or this service's (the GraphQL URL, a trailing
+        slash allowed); any other is `InvalidTarget`."""
+        if audience is not None and audience.rstrip("/") != self.audience:
+            raise InvalidTarget(f"audience must be {self.audience}")
+
+    async def issue_for_grant(
+        self,
+        grant_type: str | None,
+        client_id: str | None,
+        client_secret: str | None,
+        audience: str | None = None,
+    ) -> IssuedToken:
+        """A token for a client credentials token request (RFC 6749 section 4.4).
+
+        Raises `BadRequest` without a grant type, `UnsupportedGrantType` for any but
+        ``client_credentials``, `Unauthenticated` for missing or bad credentials,
+        `InvalidTarget` for another audience and `RateLimited` during a lockout.
+        """
+        if not grant_type:
+            raise BadRequest("grant_type is required")
+        if grant_type != CLIENT_CREDENTIALS:
+            raise UnsupportedGrantType("only the client_credentials grant is supported")
+        if not client_id or not client_secret:
+            raise Unauthenticated("client authentication failed")
+        self.check_audience(audience)
+        return await self.issue_for_credentials(client_id, client_secret)
 
     async def issue_for_credentials(self, client_id: str, client_secret: str) -> IssuedToken:
         """A token for the client these credentials authenticate.

@@ -36,7 +36,7 @@ import bson
 from pymongo import ASCENDING, DESCENDING
 
 from core.auth.access import Principal
-from core.errors import DockflowError, ErrorList, Forbidden
+from core.errors import DockflowError, ErrorList, FeedStopped, Forbidden, SlowConsumer
 from core.feed import publish
 from core.settings import Settings
 from core.storage import UNAVAILABLE_ERRORS, Doc, Storage
@@ -50,20 +50,6 @@ POLL_WINDOW = 256  # ids above the highest seen that a poll looks up by id
 START_WINDOW = 1000  # ids below the newest at start that the hub still watches for late commits
 REPLAY_PAGE = 1000  # messages per database read when a subscription replays from `after_id`
 POLL_ERROR_BACKOFF_S = 1.0  # pause after a failed poll (database down) before trying again
-
-
-class SlowConsumer(DockflowError):
-    """A subscriber fell further behind than its buffer allows; it resumes from its last id."""
-
-    code = "SLOW_CONSUMER"
-    status = 503
-    title = "Subscriber too slow"
-
-
-class FeedStopped(DockflowError):
-    code = "UNAVAILABLE"
-    status = 503
-    title = "Service Unavailable"
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from core.errors import DockflowError, ValidationFailed
 from core.feed import publish
 from core.settings import Settings
 from core.shipments import completion, directions, lifecycle
-from core.shipments.dock_events import resolve_dock
+from core.shipments.dock_events import rejection, resolve_dock
 from core.storage import Doc, Storage
 from core.tenancy.tenants import Camera, Facility, find_facility
 
@@ -158,10 +158,6 @@ def validate_reading(camera: Camera, facility: Facility, reading: Reading, now: 
     if facility.dock(dock) is None:
         raise ValidationFailed(f"unknown dock {dock!r} in facility {facility.key}")
     return dock
-
-
-def rejection(error: DockflowError) -> str:
-    return f"{error.code}: {error.detail}"
 
 
 @dataclass

@@ -13,7 +13,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from core.auth.access import Scope
+from core.auth.access import Scope, check_operator_scope
 from core.errors import NotFound
 from core.reads.shipment_queries import ShipmentFilter, ShipmentView, find_shipments, load_views
 from core.shipments import lifecycle
@@ -29,12 +29,6 @@ MAX_PAGE_SIZE = 200
 def scope_filter(operator: Operator) -> Doc:
     """The query fragment limiting a collection with a `business` field to the operator."""
     return Scope.of_operator(operator).query()
-
-
-def _check_scope(operator: Operator, doc: Doc | None, what: str) -> Doc:
-    if doc is None or not operator.may_see_business(str(doc.get("business"))):
-        raise NotFound(f"{what} not found")
-    return doc
 
 
 async def facilities_in_scope(storage: Storage, operator: Operator) -> list[Facility]:
@@ -187,7 +181,7 @@ class ShipmentDetail:
 
 async def shipment_detail(storage: Storage, operator: Operator, shipment_id: int) -> ShipmentDetail:
     """A shipment in scope with everything its page shows."""
-    shipment = _check_scope(
+    shipment = check_operator_scope(
         operator, await storage.shipments.find_one({"_id": shipment_id}), "shipment"
     )
     view = (await load_views(storage, [shipment]))[0]
@@ -213,7 +207,7 @@ async def shipment_document(
     storage: Storage, operator: Operator, shipment_id: int, document_id: Any
 ) -> Doc:
     """A shipment document's metadata, if the operator may see its shipment."""
-    shipment = _check_scope(
+    shipment = check_operator_scope(
         operator,
         await storage.shipments.find_one({"_id": shipment_id}, {"business": 1}),
         "shipment",
@@ -272,7 +266,9 @@ async def _deliveries_with_attempts(storage: Storage, deliveries: list[Doc]) -> 
 
 
 async def pallet_detail(storage: Storage, operator: Operator, pallet_id: str) -> PalletDetail:
-    pallet = _check_scope(operator, await storage.pallets.find_one({"_id": pallet_id}), "pallet")
+    pallet = check_operator_scope(
+        operator, await storage.pallets.find_one({"_id": pallet_id}), "pallet"
+    )
     message = None
     deliveries: list[Doc] = []
     if pallet.get("message_id") is not None:
@@ -333,20 +329,6 @@ async def problem_deliveries(
             groups[endpoint_id] = EndpointDeliveries(endpoint_id, view.endpoint, [])
         groups[endpoint_id].deliveries.append(view)
     return sorted(groups.values(), key=lambda g: g.endpoint_id)
-
-
-async def delivery_in_scope(storage: Storage, operator: Operator, delivery_id: str) -> Doc:
-    return _check_scope(
-        operator, await storage.webhook_deliveries.find_one({"_id": delivery_id}), "delivery"
-    )
-
-
-async def endpoint_in_scope(storage: Storage, operator: Operator, endpoint_id: str) -> Doc:
-    return _check_scope(
-        operator,
-        await storage.webhook_endpoints.find_one({"_id": endpoint_id}, {"business": 1}),
-        "webhook endpoint",
-    )
 
 
 # --- live updates -------------------------------------------------------------------------

@@ -11,6 +11,7 @@ Each updates the dock's current shipment (`core.shipments.lifecycle`):
   DOOR_CLOSED becomes DEPARTED.
 
 Idempotent per (camera, event id): a resent event answers DUPLICATE with the first shipment id.
+An event at fault itself (`answer_dock_event`) answers REJECTED with the reason.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Literal
 from pymongo import DESCENDING
 from pymongo.errors import DuplicateKeyError
 
-from core.errors import Forbidden, ValidationFailed
+from core.errors import DockflowError, Forbidden, ValidationFailed
 from core.settings import Settings
 from core.shipments import completion, directions, lifecycle
 from core.storage import Doc, Storage
@@ -40,8 +41,20 @@ class DockEventInput:
 @dataclass(frozen=True)
 class DockEventResult:
     event_id: str
-    status: Literal["ACCEPTED", "DUPLICATE"]
+    status: Literal["ACCEPTED", "DUPLICATE", "REJECTED"]
     shipment_id: int | None = None
+    error: str = ""  # the reason of a REJECTED answer
+
+
+# Errors that are the event's own fault (missing or invalid fields, an unknown dock, a dock of
+# another facility): answered REJECTED. Any other (the database is down) fails the call, and
+# the camera resends the event.
+REJECTED_ERRORS: tuple[type[DockflowError], ...] = (ValidationFailed, Forbidden)
+
+
+def rejection(error: DockflowError) -> str:
+    """The reason a REJECTED answer (dock event or pallet reading) gives: code and detail."""
+    return f"{error.code}: {error.detail}"
 
 
 async def _departing_shipment(
@@ -101,6 +114,17 @@ def resolve_dock(camera: Camera, dock_id: str) -> str:
             )
         return dock
     return dock_id
+
+
+async def answer_dock_event(
+    storage: Storage, settings: Settings, camera: Camera, event: DockEventInput
+) -> DockEventResult:
+    """The camera's answer to a dock event: ACCEPTED or DUPLICATE once recorded
+    (`record_dock_event`), REJECTED with the reason when the event itself is at fault."""
+    try:
+        return await record_dock_event(storage, settings, camera, event)
+    except REJECTED_ERRORS as error:
+        return DockEventResult(event.event_id, "REJECTED", error=rejection(error))
 
 
 async def record_dock_event(

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from core.auth.credentials import new_secret
 from core.auth.crypto import SecretBox
-from core.errors import ConfigError, FieldError, NotFound, ValidationFailed
+from core.errors import CredentialUnreadable, FieldError, NotFound, ValidationFailed
 from core.outbox import webhook_endpoints
 from core.storage import Storage
 from core.tenancy import tenants
@@ -304,7 +304,7 @@ async def _apply_webhook(
     label = f"{endpoint.endpoint_id} {key}"
     try:
         matches = _webhook_matches(box, endpoint, spec)
-    except ConfigError:  # sealed with another secret key: rewrite it with this one
+    except CredentialUnreadable:  # sealed with another secret key: rewrite it with this one
         matches = False
     if matches:
         return Change("webhook", label, "unchanged")

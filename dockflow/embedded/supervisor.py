@@ -23,7 +23,7 @@ from types import TracebackType
 
 from pymongo import AsyncMongoClient
 
-from core.errors import ConfigError
+from core.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class EmbeddedMongo:
             if returncode is not None:
                 tail = log_path.read_text(errors="replace")[-2000:]
                 self.process = None
-                raise ConfigError(
+                raise DatabaseUnavailable(
                     f"embedded MongoDB (nx-27017) exited at start (code {returncode}); "
                     f"see {log_path}:\n{tail}"
                 )
@@ -146,7 +146,9 @@ class EmbeddedMongo:
         process, self.process = self.process, None
         process.kill()
         await asyncio.to_thread(process.wait)
-        raise ConfigError(f"embedded MongoDB did not answer ping within {START_TIMEOUT_S:.0f} s")
+        raise DatabaseUnavailable(
+            f"embedded MongoDB did not answer ping within {START_TIMEOUT_S:.0f} s"
+        )
 
     def _remove_stale_pid_file(self) -> None:
         """nx-27017 refuses to start while its pid file names a live process. A killed server
@@ -200,7 +202,7 @@ class EmbeddedMongo:
                 try:
                     await self._spawn_and_wait()
                     self.restarts += 1
-                except ConfigError:
+                except DatabaseUnavailable:
                     log.exception("embedded MongoDB did not restart; trying again")
                     self.process = process  # still ours to bring back
                     await asyncio.sleep(WATCH_INTERVAL_S)

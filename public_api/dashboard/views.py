@@ -2,8 +2,8 @@
 
 Mounted as a sub-application at the path of `settings.dashboard_base_url` (default
 ``/dashboard``). Views translate between HTTP and core calls; the reads live in
-`core.reads.dashboard_queries`, the actions in `core.shipments.completion`,
-`core.shipments.linking` and `core.outbox.deliveries`.
+`core.reads.dashboard_queries`, the actions (with their scope checks) in
+`core.shipments.operator`, `core.shipments.linking` and `core.outbox.recovery`.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ from aiohttp import web
 
 from core.auth.operator_sessions import Session, SessionStore
 from core.errors import DockflowError, NotFound, RateLimited, ValidationFailed
-from core.outbox import deliveries
+from core.outbox import recovery
 from core.reads import dashboard_queries, shipment_queries
 from core.reads.shipment_queries import ShipmentFilter
 from core.services import Services
-from core.shipments import attachments, completion, directions, lifecycle, linking
+from core.shipments import attachments, directions, lifecycle, linking
+from core.shipments.operator import complete_shipment_as_operator
 from core.tenancy.tenants import Operator
 from public_api.dashboard import formatting
 from public_api.dashboard.session import (
@@ -41,6 +42,7 @@ from public_api.dashboard.session import (
     csrf_matches,
     set_cookie,
 )
+from public_api.problems import http_problem
 
 log = logging.getLogger(__name__)
 
@@ -195,13 +197,11 @@ async def dashboard_middleware(request: web.Request, handler: Handler) -> web.St
         response.headers["Retry-After"] = str(error.retry_after_s)
         return response
     except DockflowError as error:
-        if error.status >= 500:
+        status, title = http_problem(error)
+        if status >= 500:
             raise
         return render(
-            request,
-            "error.html",
-            {"title": error.title, "message": error.detail},
-            status=error.status,
+            request, "error.html", {"title": title, "message": error.detail}, status=status
         )
 
 
@@ -472,16 +472,9 @@ async def complete_confirm_page(request: web.Request) -> web.Response:
 async def complete_submit(request: web.Request) -> web.StreamResponse:
     dash = _dash(request)
     services = dash.services
-    operator = _operator(request)
     shipment_id = _shipment_id(request)
-    # Scope first: a shipment of another business is "not found", never completed.
-    await dashboard_queries.shipment_detail(services.storage, operator, shipment_id)
-    done = await completion.complete_shipment(
-        services.storage, services.settings, shipment_id, f"operator:{operator.username}"
-    )
-    log.info(
-        "shipment completed by operator",
-        extra={"shipment_id": shipment_id, "operator": operator.username},
+    done = await complete_shipment_as_operator(
+        services.storage, services.settings, _operator(request), shipment_id
     )
     notice = "Shipment completed." if done.completed_now else "The shipment was already complete."
     raise _see_other(_notice_url(f"{dash.prefix}/shipments/{shipment_id}", notice))
@@ -584,14 +577,9 @@ async def resend_submit(request: web.Request) -> web.StreamResponse:
     dash = _dash(request)
     storage = dash.services.storage
     delivery_id = request.match_info["delivery_id"]
-    await dashboard_queries.delivery_in_scope(storage, _operator(request), delivery_id)
     form = await request.post()
     back = safe_next(_form_str(form, "next") or f"{dash.prefix}/deliveries", dash.prefix)
-    await deliveries.resend_delivery(storage, delivery_id)
-    log.info(
-        "delivery resent by operator",
-        extra={"delivery_id": delivery_id, "operator": _operator(request).username},
-    )
+    await recovery.resend_delivery_as_operator(storage, _operator(request), delivery_id)
     raise _see_other(_notice_url(back, f"Delivery {delivery_id} queued again."))
 
 
@@ -599,7 +587,6 @@ async def recover_submit(request: web.Request) -> web.StreamResponse:
     dash = _dash(request)
     storage = dash.services.storage
     endpoint_id = request.match_info["endpoint_id"]
-    await dashboard_queries.endpoint_in_scope(storage, _operator(request), endpoint_id)
     form = await request.post()
     try:
         hours = int(_form_str(form, "hours") or "24")
@@ -608,10 +595,8 @@ async def recover_submit(request: web.Request) -> web.StreamResponse:
     if hours not in RECOVER_WINDOWS_H:
         hours = 24
     since = datetime.now(UTC) - timedelta(hours=hours)
-    count = await deliveries.recover_endpoint(storage, endpoint_id, since)
-    log.info(
-        "endpoint deliveries recovered by operator",
-        extra={"endpoint_id": endpoint_id, "count": count, "operator": _operator(request).username},
+    count = await recovery.recover_endpoint_as_operator(
+        storage, _operator(request), endpoint_id, since
     )
     plural = "delivery" if count == 1 else "deliveries"
     raise _see_other(

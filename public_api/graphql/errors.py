@@ -1,16 +1,10 @@
-"""GraphQL errors: every error leaves with `extensions.code`, mapped once from core.errors.
-
-| cause | code |
-|---|---|
-| `Unauthenticated` | UNAUTHENTICATED |
-| `Forbidden` | FORBIDDEN |
-| `NotFound` | NOT_FOUND |
-| any other 4xx `DockflowError`, an invalid GraphQL document or variable | BAD_USER_INPUT |
-| anything else (database down, a bug) | INTERNAL (message masked, logged with an id) |
+"""GraphQL errors: every error leaves with `extensions.code`, mapped once from core error codes
+(`GRAPHQL_CODES`). An invalid GraphQL document or variable is BAD_USER_INPUT; anything that is
+not a core error (database down, a bug) is INTERNAL, its message masked and logged with an id.
 
 `extensions.reason` carries the core error's own code (e.g. `PAYLOAD_TOO_LARGE`,
-`SLOW_CONSUMER`), `extensions.status` the HTTP-style status, and `extensions.errors` the field
-errors of a validation failure.
+`SLOW_CONSUMER`), `extensions.status` the HTTP-style status (`public_api.problems`), and
+`extensions.errors` the field errors of a validation failure.
 """
 
 from __future__ import annotations
@@ -26,21 +20,44 @@ from strawberry.types.execution import ExecutionContext
 
 from core.errors import DockflowError
 from core.storage import UNAVAILABLE_ERRORS
+from public_api.problems import http_problem
 
 log = logging.getLogger(__name__)
 
-CODE_BY_STATUS = {401: "UNAUTHENTICATED", 403: "FORBIDDEN", 404: "NOT_FOUND"}
+# Every core error code -> the `extensions.code` GraphQL clients branch on.
+GRAPHQL_CODES: dict[str, str] = {
+    "UNAUTHENTICATED": "UNAUTHENTICATED",
+    "FORBIDDEN": "FORBIDDEN",
+    "NOT_FOUND": "NOT_FOUND",
+    "BAD_REQUEST": "BAD_USER_INPUT",
+    "UNSUPPORTED_GRANT_TYPE": "BAD_USER_INPUT",
+    "INVALID_TARGET": "BAD_USER_INPUT",
+    "CONFLICT": "BAD_USER_INPUT",
+    "DUPLICATE_ORDER_ITEM_KEY": "BAD_USER_INPUT",
+    "DUPLICATE_ITEM_IN_REQUEST": "BAD_USER_INPUT",
+    "ALREADY_EXISTS": "BAD_USER_INPUT",
+    "ORDER_ITEM_NOT_FOUND": "BAD_USER_INPUT",
+    "IDEMPOTENCY_KEY_IN_FLIGHT": "BAD_USER_INPUT",
+    "PAYLOAD_TOO_LARGE": "BAD_USER_INPUT",
+    "UNSUPPORTED_MEDIA_TYPE": "BAD_USER_INPUT",
+    "VALIDATION_FAILED": "BAD_USER_INPUT",
+    "IDEMPOTENCY_KEY_REUSED": "BAD_USER_INPUT",
+    "RATE_LIMITED": "BAD_USER_INPUT",
+    "INTERNAL": "INTERNAL",
+    "CONFIG": "INTERNAL",
+    "CREDENTIAL_UNREADABLE": "INTERNAL",
+    "UNAVAILABLE": "INTERNAL",
+    "SLOW_CONSUMER": "INTERNAL",
+}
 
 
 def error_extensions(error: DockflowError) -> dict[str, Any]:
     """The `extensions` object for a domain error."""
-    if error.status in CODE_BY_STATUS:
-        code = CODE_BY_STATUS[error.status]
-    elif 400 <= error.status < 500:
-        code = "BAD_USER_INPUT"
-    else:
-        code = "INTERNAL"
-    extensions: dict[str, Any] = {"code": code, "reason": error.code, "status": error.status}
+    extensions: dict[str, Any] = {
+        "code": GRAPHQL_CODES.get(error.code, "INTERNAL"),
+        "reason": error.code,
+        "status": http_problem(error)[0],
+    }
     if error.errors:
         extensions["errors"] = [{"path": e.path, "detail": e.detail} for e in error.errors]
     return extensions

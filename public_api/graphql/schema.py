@@ -14,7 +14,7 @@ from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from core import urls
-from core.errors import DockflowError, ValidationFailed
+from core.errors import DockflowError, SlowConsumer, ValidationFailed
 from core.feed import reader
 from core.reads import shipment_queries
 from core.settings import Settings
@@ -532,7 +532,7 @@ class Subscription:
         )
 
         def ended(error: DockflowError) -> None:
-            if isinstance(error, reader.SlowConsumer):
+            if isinstance(error, SlowConsumer):
                 context.close_websocket(
                     SLOW_CONSUMER_CLOSE_CODE,
                     f"slow consumer: over {context.hub.buffer_limit} messages behind; "

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from pymongo import AsyncMongoClient, monitoring
 
-from core.errors import ValidationFailed
+from core.errors import SlowConsumer, ValidationFailed
 from core.feed.publish import NewMessage, append_messages, build_messages, write_messages
-from core.feed.reader import FeedHub, SlowConsumer, feed_filter, list_messages
+from core.feed.reader import FeedHub, feed_filter, list_messages
 from core.settings import Settings
 from core.storage import Doc, Storage
 

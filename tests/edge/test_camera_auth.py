@@ -4,6 +4,8 @@ is bound to the camera its token belongs to."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -14,11 +16,12 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from core.services import Services
 from core.settings import Settings
+from core.storage import Storage
 from core.tenancy import tenants
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 from edge.auth import CameraCache
 from edge.server import EdgeServer
-from tests.factories import Tenant
+from tests.factories import Tenant, make_tenant
 
 PALLET_INGEST = "dockflow.edge.v1.PalletIngest"
 
@@ -190,3 +193,55 @@ async def test_real_edge_server_refuses_pallet_ingest_without_token(
         assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
         health = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
         assert health.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def _refused(channel: grpc.aio.Channel, metadata: Any) -> bool:
+    """Whether the real servicer refuses this camera (any answer, even REJECTED, is accepted)."""
+    stub = edge_pb2_grpc.PalletIngestStub(channel)
+    try:
+        await stub.SubmitReading(edge_pb2.PalletReading(reading_id="r1"), metadata=metadata)
+    except grpc.aio.AioRpcError as error:
+        if error.code() is not grpc.StatusCode.UNAUTHENTICATED:
+            raise
+        return True
+    return False
+
+
+async def test_without_a_cache_time_a_disabled_camera_is_refused_on_its_next_call(
+    settings_factory: Callable[..., Settings], storage: Storage
+):
+    services = Services(settings=settings_factory(auth_cache_s=0), storage=storage)
+    tenant = await make_tenant(services)
+    metadata = tenant.camera_metadata("D1")
+    async with (
+        EdgeServer(services, host="127.0.0.1", port=0) as server,
+        grpc.aio.insecure_channel(server.address) as channel,
+    ):
+        assert not await _refused(channel, metadata)
+
+        await tenants.set_camera_disabled(storage, tenant.camera_ids["D1"])
+
+        assert await _refused(channel, metadata)
+
+
+async def test_a_disabled_camera_is_refused_after_the_cache_time_and_not_before(
+    settings_factory: Callable[..., Settings], storage: Storage
+):
+    cache_s = 1.0
+    services = Services(settings=settings_factory(auth_cache_s=cache_s), storage=storage)
+    tenant = await make_tenant(services)
+    metadata = tenant.camera_metadata("D2")
+    async with (
+        EdgeServer(services, host="127.0.0.1", port=0) as server,
+        grpc.aio.insecure_channel(server.address) as channel,
+    ):
+        verified_after = time.monotonic()  # the token is verified (and cached) after this
+        assert not await _refused(channel, metadata)
+        await tenants.set_camera_disabled(storage, tenant.camera_ids["D2"])
+
+        deadline = verified_after + 20 * cache_s
+        while not await _refused(channel, metadata):
+            assert time.monotonic() < deadline, "a disabled camera is still accepted"
+            await asyncio.sleep(0.05)
+
+        assert time.monotonic() - verified_after >= cache_s

@@ -14,7 +14,7 @@ from core.services import Services
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
 from tests.edge.documents import post_shipment
-from tests.edge.helpers import BASE_TIME, reading, stream, stub
+from tests.edge.helpers import BASE_TIME, dock_event, reading, stream, stub
 from tests.factories import Tenant, make_tenant
 
 
@@ -150,7 +150,7 @@ async def test_a_camera_of_one_facility_cannot_write_to_another(
         [reading("L1", dock="Z9"), reading("L2", dock="globex/hub/D1"), reading("L3")],
     )
     event_ack = await stub(channel).ReportDockEvent(
-        edge_pb2.DockEvent(event_id="e1", dock_id="globex/hub/D1", type=edge_pb2.DOOR_CLOSED),
+        dock_event(edge_pb2.DOOR_CLOSED, event_id="e1", dock="globex/hub/D1"),
         metadata=metadata,
     )
 
@@ -158,6 +158,7 @@ async def test_a_camera_of_one_facility_cannot_write_to_another(
     assert "unknown dock 'Z9'" in acks[0].error
     assert acks[1].error.startswith("FORBIDDEN:")
     assert event_ack.status == edge_pb2.REJECTED
+    assert event_ack.error.startswith("FORBIDDEN:")
     for other in (other_tenant.business, remote.business):
         assert await storage.pallets.count_documents({"business": other}) == 0
         assert await storage.shipments.count_documents({"business": other}) == 0

@@ -69,10 +69,15 @@ async def test_audience_mismatch_and_grant_type_errors(api: TestClient[Any, Any]
     wrong_aud = await api.post(
         "/oauth/token", json={**creds, "grant_type": "client_credentials", "audience": "http://x/"}
     )
+    with_slash = await api.post(
+        "/oauth/token",
+        json={**creds, "grant_type": "client_credentials", "audience": GRAPHQL_URL + "/"},
+    )
     wrong_grant = await api.post("/oauth/token", json={**creds, "grant_type": "password"})
     missing_grant = await api.post("/oauth/token", json=creds)
 
     assert (wrong_aud.status, (await wrong_aud.json())["error"]) == (400, "invalid_target")
+    assert with_slash.status == 200
     assert (wrong_grant.status, (await wrong_grant.json())["error"]) == (
         400,
         "unsupported_grant_type",

@@ -21,6 +21,7 @@ from core.errors import DockflowError
 from core.intake.contract import parse_document
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
+from public_api.problems import http_problem
 from public_api.xml_documents import document_from_xml
 from tests.edge.helpers import stub
 from tests.factories import Tenant
@@ -106,7 +107,7 @@ def test_the_document_parser_only_ever_raises_validation_errors(body: Any):
     except DockflowError as raised:
         error = raised
     if error is not None:
-        assert 400 <= error.status < 500
+        assert 400 <= http_problem(error)[0] < 500
         assert error.detail
 
 
@@ -127,7 +128,7 @@ def test_the_xml_parser_only_ever_raises_validation_errors(fields: dict[str, str
         try:
             parse_document(document_from_xml(body.encode("utf-8", errors="surrogatepass")))
         except DockflowError as raised:
-            status = raised.status
+            status = http_problem(raised)[0]
         assert status < 500
 
 

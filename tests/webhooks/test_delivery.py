@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from cryptography.fernet import Fernet
 from standardwebhooks.webhooks import Webhook
 
 from core.auth.crypto import new_signing_secret
@@ -108,6 +109,34 @@ async def test_basic_auth_header_is_exact(
     stored = await storage.webhook_endpoints.find_one({})
     assert stored is not None
     assert "pässword" not in json.dumps(stored, default=str)  # encrypted at rest
+
+
+async def test_a_password_sealed_with_another_secret_key_fails_the_attempt_not_the_worker(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    # given: a basic-auth endpoint whose password was sealed with this service's secret key
+    await make_endpoint(
+        services, tenant, receiver.base_url, auth_kind="basic", username="u", password="pw"
+    )
+    await append_pallets(storage, tenant, 1)
+
+    # when: a worker configured with another secret key tries to deliver
+    await start_worker(fast_settings(secret_key=Fernet.generate_key().decode()))
+
+    # then: the attempt is recorded as failed, with the reason, and nothing is sent
+    async def attempted() -> bool:
+        return await storage.delivery_attempts.find_one({}) is not None
+
+    await wait_until(attempted)
+    attempt = await storage.delivery_attempts.find_one({})
+    assert attempt is not None
+    assert attempt["error"] == "auth: a stored credential cannot be decrypted with this secret key"
+    assert receiver.requests == []
 
 
 def _token_endpoint_options(receiver: Receiver) -> dict[str, Any]:

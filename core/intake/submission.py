@@ -1,0 +1,75 @@
+"""A submitted order document (``POST /documents``), applied at most once per Idempotency-Key.
+
+Without a key the body is decoded, validated and applied. With one, the first request's
+response is stored and a repeat of the same request (same media kind and bytes) gets it back;
+another body under the key is `IdempotencyKeyReused`, a repeat while the first still runs
+`IdempotencyKeyInFlight`, and a failed request frees the key (it wrote nothing), so a corrected
+retry may use it (`core.intake.idempotency`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from core.auth.access import Principal
+from core.intake import documents, idempotency
+from core.intake.contract import parse_document
+from core.intake.idempotency import StoredResponse
+from core.settings import Settings
+from core.storage import Storage
+from core.urls import shipment_url
+
+
+@dataclass(frozen=True)
+class DocumentAnswer:
+    """The response to a submitted document; `replayed` when it is the stored first one."""
+
+    response: StoredResponse
+    replayed: bool = False
+
+
+def request_fingerprint(kind: str, body: bytes) -> str:
+    """What makes two requests under one key "the same": the media kind and the exact bytes."""
+    return hashlib.sha256(kind.encode() + b"\0" + body).hexdigest()
+
+
+async def apply_document_idempotently(
+    storage: Storage,
+    settings: Settings,
+    principal: Principal,
+    body: bytes,
+    *,
+    kind: str,
+    decode: Callable[[bytes], object],
+    idempotency_key: str | None = None,
+) -> DocumentAnswer:
+    """Apply a document body (`kind` ``json`` or ``xml``, decoded by `decode`) for `principal`:
+    201 with the new shipment's dashboard URL as Location when anything was created, else 200;
+    with an Idempotency-Key, the stored response for a repeat."""
+    key = idempotency_key
+    if key is not None:
+        stored = await idempotency.begin(
+            storage, principal.subject, key, request_fingerprint(kind, body)
+        )
+        if stored is not None:
+            return DocumentAnswer(stored, replayed=True)
+    try:
+        document = parse_document(decode(body))
+        result = await documents.apply_document(storage, principal, document)
+    except BaseException:
+        if key is not None:
+            await idempotency.abandon(storage, principal.subject, key)
+        raise
+    headers = {}
+    if result.created:
+        headers["Location"] = shipment_url(settings, result.shipment_id)
+    response = StoredResponse(
+        status=201 if result.created else 200,
+        body=result.response.model_dump_json(by_alias=True),
+        headers=headers,
+    )
+    if key is not None:
+        await idempotency.finish(storage, principal.subject, key, response)
+    return DocumentAnswer(response)
