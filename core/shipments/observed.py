@@ -3,10 +3,10 @@
 
 The rule: what counts is the net content of the trailer in the shipment's direction. An LPN
 labels one physical pallet, so each reading of it says where that pallet is now, and its latest
-reading decides (readings in `occurred_at` order, then by pallet id). An LPN is *observed* when
-its latest reading moved it in the shipment's direction (loaded onto an outbound trailer,
-unloaded from an inbound one) and *removed* when that reading moved it back. On an outbound
-shipment:
+reading decides (readings in `occurred_at` order, then in the order they arrived). An LPN is
+*observed* when its latest reading moved it in the shipment's direction (loaded onto an outbound
+trailer, unloaded from an inbound one) and *removed* when that reading moved it back. On an
+outbound shipment:
 
 - loaded, then unloaded: removed (it is not on the trailer);
 - unloaded (a pallet that was never on it), then loaded: observed (it is on now);
@@ -28,9 +28,16 @@ from core.shipments import directions
 from core.storage import Doc
 
 
-def reading_order(pallet: Doc) -> tuple[Any, str]:
-    """The order readings happened in: `occurred_at`, then the pallet id."""
-    return (pallet.get("occurred_at") or pallet.get("created_at"), str(pallet["_id"]))
+def reading_order(pallet: Doc) -> tuple[Any, int, str]:
+    """The order readings happened in: `occurred_at`, then the order dockflow received them in
+    (their message ids increase in arrival order; the database keeps times to the millisecond,
+    so two readings of one stream often share an `occurred_at`), then the pallet id."""
+    message_id = pallet.get("message_id")
+    return (
+        pallet.get("occurred_at") or pallet.get("created_at"),
+        message_id if isinstance(message_id, int) else 0,
+        str(pallet["_id"]),
+    )
 
 
 def expected_lpns(items: Iterable[Doc]) -> list[str]:

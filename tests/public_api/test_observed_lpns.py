@@ -116,6 +116,39 @@ async def test_one_lpn_of_a_two_lpn_pallet_unloaded_again_is_missing_everywhere(
     assert "2 of 3 expected LPNs observed (67%)" in html
 
 
+@pytest.mark.parametrize(
+    ("moves", "missing"),
+    [
+        ((("A", "LOADING"), ("A", "UNLOADING")), ["A", "C"]),  # on, then off again: missing
+        ((("A", "UNLOADING"), ("A", "LOADING")), ["C"]),  # read coming off, then loaded: on
+    ],
+)
+async def test_readings_at_the_same_millisecond_count_in_the_order_they_arrived(
+    api: TestClient[Any, Any],
+    services: Services,
+    tenant: Tenant,
+    moves: tuple[tuple[str, str], ...],
+    missing: list[str],
+):
+    # A stream's readings often share a timestamp (the database keeps milliseconds); the one
+    # that arrived last decides, whatever the pallet ids.
+    storage = services.storage
+    shipment_id = await post_shipment(storage, tenant, {"O-1": ["A", "B", "C"]})
+    camera = await camera_of(storage, tenant, "D1")
+    await make_operator(services)
+    await logged_in(api)
+
+    await record_pallets(storage, services.settings, [(camera, movement(["B"], at=1))])
+    for lpn, direction in moves:
+        await record_pallets(
+            storage, services.settings, [(camera, movement([lpn], direction, at=2))]
+        )
+
+    lpns = await graphql_lpns(api, tenant, shipment_id)
+    assert lpns["missing"] == missing
+    assert await dashboard_missing(api, shipment_id) == missing
+
+
 # --- property: completion fires exactly when GraphQL shows nothing missing --------------------
 
 EXPECTED = ("A", "B", "C")
