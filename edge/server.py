@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from types import TracebackType
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from core.running import Running
 from core.services import Services
 from dockflow.edge.v1 import edge_pb2_grpc
 from edge.auth import CameraAuthInterceptor, CameraCache
@@ -28,7 +28,7 @@ KEEPALIVE_OPTIONS = [
 ]
 
 
-class EdgeServer:
+class EdgeServer(Running):
     """Owns the grpc.aio server. `start()` binds; `stop()` drains; usable as `async with`."""
 
     def __init__(self, services: Services, host: str | None = None, port: int | None = None):
@@ -91,15 +91,3 @@ class EdgeServer:
         await server.stop(self.services.settings.shutdown_grace_s if grace is None else grace)
         await self.batcher.stop()
         log.info("gRPC edge stopped")
-
-    async def __aenter__(self) -> EdgeServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 import ssl
-from types import TracebackType
 
 from aiohttp import web
 
+from core.running import Running
 from core.services import Services
 from core.settings import Settings
 from public_api.app import create_app
@@ -23,7 +23,7 @@ def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
     return context
 
 
-class HttpServer:
+class HttpServer(Running):
     """Owns the aiohttp runner. `start()` binds; `stop()` drains; usable as `async with`."""
 
     def __init__(self, services: Services, host: str | None = None, port: int | None = None):
@@ -67,15 +67,3 @@ class HttpServer:
             return
         await runner.cleanup()
         log.info("HTTP API stopped")
-
-    async def __aenter__(self) -> HttpServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()

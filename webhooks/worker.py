@@ -27,7 +27,6 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from importlib import metadata
-from types import TracebackType
 from typing import Any
 
 import aiohttp
@@ -38,6 +37,7 @@ from core.feed import publish
 from core.outbox import deliveries
 from core.outbox.deliveries import AttemptResult, Claim
 from core.outbox.webhook_endpoints import WebhookEndpoint, get_endpoint, list_endpoints
+from core.running import Running
 from core.services import Services
 from core.storage import Doc
 from webhooks import egress, signing, transport
@@ -108,7 +108,7 @@ class _RateLimit:
         return max(0, min(limit, int(self._tokens)))
 
 
-class WebhookWorker:
+class WebhookWorker(Running):
     """Delivers the webhook outbox until stopped. `start()`/`stop()` or ``async with``."""
 
     def __init__(
@@ -211,18 +211,6 @@ class WebhookWorker:
             await self._session.close()
         self._stopped.set()
         log.info("webhook worker stopped", extra={"worker_id": self.worker_id})
-
-    async def __aenter__(self) -> WebhookWorker:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     # -- claiming --------------------------------------------------------------------------
 

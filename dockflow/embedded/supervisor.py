@@ -19,11 +19,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import TracebackType
 
 from pymongo import AsyncMongoClient
 
 from core.errors import DatabaseUnavailable
+from core.running import Running
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def _spawn(data_dir: Path, port: int, log_path: Path) -> subprocess.Popen[bytes]
         )
 
 
-class EmbeddedMongo:
+class EmbeddedMongo(Running):
     """Owns (or attaches to) the nx-27017 server for one data directory."""
 
     def __init__(self, data_dir: Path, restart_delay_s: float = 1.0) -> None:
@@ -237,15 +237,3 @@ class EmbeddedMongo:
                 process.wait(STOP_TIMEOUT_S)
             if process.poll() is None:
                 process.kill()
-
-    async def __aenter__(self) -> EmbeddedMongo:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
