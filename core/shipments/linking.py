@@ -5,7 +5,8 @@ orders creates a new order on a new shipment (DESIGN.md section 5).
 
 Rules, the same for every caller:
 
-- both shipments exist (for a customer: in its business and facilities);
+- both shipments exist (for a customer: in its business and facilities; an id no database can
+  hold is a missing one);
 - they belong to the same business and facility, and are not the same shipment;
 - links are one level deep: the target is not itself linked, and a shipment that others are
   linked to cannot be linked (so there are no chains and no cycles);
@@ -28,7 +29,7 @@ from core import locks
 from core.auth.access import Principal, check_access
 from core.errors import Conflict, NotFound, ValidationFailed
 from core.intake.documents import shipment_key
-from core.storage import Doc, Storage
+from core.storage import Doc, Storage, storable_int
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,9 @@ async def linked_from(storage: Storage, shipment_ids: Sequence[int]) -> list[lis
 
 
 async def _find(storage: Storage, shipment_id: int, principal: Principal | None) -> Doc:
-    doc = await storage.shipments.find_one({"_id": shipment_id})
+    doc = None
+    if storable_int(shipment_id):  # a larger id names no shipment
+        doc = await storage.shipments.find_one({"_id": shipment_id})
     if doc is None or (principal is not None and doc.get("business") != principal.business):
         raise NotFound(f"shipment {shipment_id} not found")
     if principal is not None:

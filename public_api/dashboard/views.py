@@ -33,6 +33,7 @@ from core.reads.shipment_queries import ShipmentFilter
 from core.services import Services
 from core.shipments import attachments, directions, lifecycle, linking
 from core.shipments.operator import complete_shipment_as_operator
+from core.storage import storable_int
 from core.tenancy.tenants import Operator
 from public_api.dashboard import formatting
 from public_api.dashboard.session import (
@@ -422,9 +423,12 @@ async def shipments_page(request: web.Request) -> web.Response:
 
 def _shipment_id(request: web.Request) -> int:
     try:
-        return int(request.match_info["shipment_id"])
+        shipment_id = int(request.match_info["shipment_id"])
     except ValueError:
         raise NotFound("shipment not found") from None
+    if not storable_int(shipment_id):
+        raise NotFound("shipment not found")
+    return shipment_id
 
 
 async def shipment_page(request: web.Request) -> web.Response:
