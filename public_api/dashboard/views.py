@@ -503,10 +503,10 @@ async def _change_link(request: web.Request, to: int | None, notice: str) -> web
     storage = dash.services.storage
     operator = _operator(request)
     shipment_id = _shipment_id(request)
-    # Scope first: a shipment of another business is "not found"; the one linked to must be of
-    # the same facility (a rule of the link itself), so in scope too.
-    await dashboard_queries.shipment_detail(storage, operator, shipment_id)
-    await linking.link_shipment(storage, shipment_id, to, source=f"operator:{operator.username}")
+    # A shipment of a business the operator may not see, linked or linked to, is "not found".
+    await linking.link_shipment(
+        storage, shipment_id, to, source=f"operator:{operator.username}", operator=operator
+    )
     raise _see_other(_notice_url(f"{dash.prefix}/shipments/{shipment_id}", notice))
 
 

@@ -97,14 +97,16 @@ async def test_refused_links_are_error_pages_and_other_businesses_not_found(
     itself = await link(ours, str(ours))
     not_a_number = await link(ours, "SHP-2")
     to_theirs = await link(ours, str(theirs))
+    to_missing = await link(ours, str(theirs + 1000))
     from_theirs = await link(theirs, str(ours))
 
     assert itself[0] == 422
     assert f"shipment {ours} cannot be linked to itself" in itself[1]
     assert not_a_number[0] == 422
     assert "enter the id of the shipment to link to" in not_a_number[1]
-    assert to_theirs[0] == 422
-    assert "only shipments of one facility can be linked" in to_theirs[1]
+    # Another business's shipment answers as a missing id would: its existence stays unseen.
+    assert to_theirs == to_missing
+    assert to_theirs[0] == 404
     assert from_theirs[0] == 404
     assert await linked_to(services, ours) is None
     assert await linked_to(services, theirs) is None
