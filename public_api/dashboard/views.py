@@ -380,8 +380,10 @@ async def shipments_page(request: web.Request) -> web.Response:
         dock=(query.get("dock") or "").strip() or None,
         direction=direction if direction in directions.SHIPMENT_DIRECTIONS else None,
         since=datetime.combine(day_from, time(0), tzinfo=zone) if day_from else None,
-        before=(
-            datetime.combine(day_to + timedelta(days=1), time(0), tzinfo=zone) if day_to else None
+        before=(  # through the last day there is: no upper bound
+            datetime.combine(day_to + timedelta(days=1), time(0), tzinfo=zone)
+            if day_to and day_to < date.max
+            else None
         ),
     )
     try:
