@@ -35,6 +35,12 @@ def time_range(since: Any = None, before: Any = None) -> Doc | None:
     return bounds or None
 
 
+def storable_int(value: int) -> bool:
+    """Whether the database can hold `value` (a 64-bit signed integer). An id beyond that names
+    no record: look-ups answer "not found" instead of letting the driver raise OverflowError."""
+    return -(2**63) <= value < 2**63
+
+
 # Raised by the driver when the database cannot be reached; transports answer 503/UNAVAILABLE.
 UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (ConnectionFailure,)
 

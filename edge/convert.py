@@ -22,25 +22,32 @@ _ACK_STATUSES = {
 }
 
 
-def _timestamp(message: edge_pb2.PalletReading | edge_pb2.DockEvent) -> datetime | None:
+def _timestamp(message: edge_pb2.PalletReading | edge_pb2.DockEvent) -> tuple[datetime | None, str]:
+    """The message's `occurred_at`, or None and why it cannot be read: seconds outside years
+    1-9999 or nanos outside 0-999,999,999 are the camera's fault, for core to reject."""
     if not message.HasField("occurred_at"):
-        return None
-    return message.occurred_at.ToDatetime(tzinfo=UTC)
+        return None, ""
+    try:
+        return message.occurred_at.ToDatetime(tzinfo=UTC), ""
+    except (ValueError, OverflowError) as exc:
+        return None, f"occurred_at is not a valid timestamp ({exc})"
 
 
 def reading_from_proto(message: edge_pb2.PalletReading) -> Reading:
     """A reading as core sees it; what is missing stays empty for core to reject."""
+    occurred_at, occurred_at_error = _timestamp(message)
     return Reading(
         reading_id=message.reading_id.strip(),
         dock=message.dock_id.strip(),
         direction=_DIRECTIONS.get(message.direction, ""),
-        occurred_at=_timestamp(message),
+        occurred_at=occurred_at,
         labels=tuple(
             # float32 on the wire: keep 4 digits, not 0.8999999761581421
             Label(label.name.strip(), label.value.strip(), round(label.confidence, 4))
             for label in message.labels
         ),
         image_urls=tuple(message.image_urls),
+        occurred_at_error=occurred_at_error,
     )
 
 
@@ -56,11 +63,13 @@ def ack_to_proto(result: ReadingResult) -> edge_pb2.ReadingAck:
 
 
 def dock_event_from_proto(message: edge_pb2.DockEvent) -> DockEventInput:
+    occurred_at, occurred_at_error = _timestamp(message)
     return DockEventInput(
         event_id=message.event_id.strip(),
         dock=message.dock_id.strip(),
         type=_EVENT_TYPES.get(message.type, ""),
-        occurred_at=_timestamp(message),
+        occurred_at=occurred_at,
+        occurred_at_error=occurred_at_error,
     )
 
 

@@ -66,7 +66,7 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         # Acks not yet written: the reader stops at this many, so a camera that does not read
         # its acks stops being read too.
         window = asyncio.Semaphore(self.services.settings.ingest_batch_max)
-        reader = asyncio.create_task(self._read(camera, request_iterator, tickets, window))
+        reader = asyncio.create_task(self._read(camera, context, request_iterator, tickets, window))
         try:
             while True:
                 ticket = await tickets.get()
@@ -84,12 +84,17 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
     async def _read(
         self,
         camera: Camera,
+        context: grpc.aio.ServicerContext[Any, Any],
         request_iterator: AsyncIterator[edge_pb2.PalletReading],
         tickets: asyncio.Queue[Ticket[Item, ReadingResult] | None],
         window: asyncio.Semaphore,
     ) -> None:
         try:
             async for message in request_iterator:
+                # A stream lives for hours: each reading checks that the camera is still
+                # enabled, as a new call would (cached for auth_cache_s). A disabled camera's
+                # stream ends UNAUTHENTICATED, its earlier readings acked.
+                camera = await self.cameras.camera_for(context)
                 ticket = self.batcher.submit((camera, convert.reading_from_proto(message)))
                 tickets.put_nowait(ticket)
                 if ticket.batch.sealed:

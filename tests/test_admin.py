@@ -454,6 +454,11 @@ async def test_link_shipment_errors_exit_2_with_one_line(
         await admin("link-shipment", str(a), "--to", str(b)), f"itself linked to shipment {c}"
     )
     _assert_one_line_error(await admin("unlink-shipment", "999999"), "not found")
+    huge = str(2**63)  # no 64-bit id: not found, like any unknown id
+    _assert_one_line_error(
+        await admin("link-shipment", str(a), "--to", huge), f"shipment {huge} not found"
+    )
+    _assert_one_line_error(await admin("unlink-shipment", huge), f"shipment {huge} not found")
     usage = await admin("link-shipment", str(a))  # --to is required
     assert usage.code == 2
     stored = await storage.shipments.find_one({"_id": a})

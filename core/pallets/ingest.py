@@ -84,6 +84,9 @@ class Reading:
     occurred_at: datetime | None
     labels: tuple[Label, ...]
     image_urls: tuple[str, ...] = ()
+    # Why the transport could not read the camera's occurred_at (a clock beyond what a
+    # timestamp holds): the reading is rejected with it.
+    occurred_at_error: str = ""
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,8 @@ def validate_reading(camera: Camera, facility: Facility, reading: Reading, now: 
         raise ValidationFailed(f"reading_id is longer than {MAX_READING_ID} characters")
     if reading.direction not in directions.READING_DIRECTIONS:
         raise ValidationFailed("direction must be LOADING or UNLOADING")
+    if reading.occurred_at_error:
+        raise ValidationFailed(reading.occurred_at_error)
     if reading.occurred_at is None:
         raise ValidationFailed("occurred_at is required")
     if reading.occurred_at > now + lifecycle.MAX_FUTURE_SKEW:

@@ -17,7 +17,7 @@ from core.auth.access import Principal, Scope, check_access
 from core.errors import ErrorList, NotFound
 from core.feed.reader import check_scope
 from core.shipments import lifecycle, observed
-from core.storage import Doc, Storage, time_range
+from core.storage import Doc, Storage, storable_int, time_range
 from core.tenancy.tenants import Facility, get_facility
 
 DEFAULT_SHIPMENTS_PAGE = 100  # a shipment list shows this many when `first` is not given
@@ -120,6 +120,8 @@ async def find_shipments(
     for name, value in (("since", selector.since), ("before", selector.before)):
         if value is not None and value.utcoffset() is None:
             errors.add(name, "must carry a UTC offset")
+        elif value is not None and not lifecycle.fits_utc(value):
+            errors.add(name, "is out of range: its UTC time is not within years 1-9999")
     size = DEFAULT_SHIPMENTS_PAGE if selector.first is None else selector.first
     if not 1 <= size <= MAX_SHIPMENTS_PAGE:
         errors.add("first", f"must be between 1 and {MAX_SHIPMENTS_PAGE}")
@@ -127,7 +129,8 @@ async def find_shipments(
         errors.add("page", "must be 1 or more")
     errors.raise_if_any("invalid shipments filter")
     within = scope.narrowed(selector.business, selector.facility)
-    if within is None:
+    skipped = (selector.page - 1) * size
+    if within is None or not storable_int(skipped):  # a page past any stored count is empty
         return ShipmentPage([], selector.page, False)
     query: Doc = within.query()
     for name in ("status", "dock", "direction"):
@@ -139,7 +142,7 @@ async def find_shipments(
     rows = await (
         storage.shipments.find(query, projection)
         .sort("_id", DESCENDING)
-        .skip((selector.page - 1) * size)
+        .skip(skipped)
         .limit(size + 1)
         .to_list()
     )

@@ -36,6 +36,7 @@ class DockEventInput:
     dock: str  # empty: the camera's dock
     type: str  # DOCK_EVENT_TYPES; empty when the camera sent none
     occurred_at: datetime | None
+    occurred_at_error: str = ""  # as `Reading.occurred_at_error`: the event is rejected with it
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ async def validate_event(storage: Storage, camera: Camera, event: DockEventInput
         raise ValidationFailed("event_id is required")
     if event.type not in lifecycle.DOCK_EVENT_TYPES:
         raise ValidationFailed("type must be one of " + ", ".join(lifecycle.DOCK_EVENT_TYPES))
+    if event.occurred_at_error:
+        raise ValidationFailed(event.occurred_at_error)
     if event.occurred_at is None:
         raise ValidationFailed("occurred_at is required")
     if event.occurred_at > lifecycle.now_ms() + lifecycle.MAX_FUTURE_SKEW:

@@ -5,7 +5,8 @@ orders creates a new order on a new shipment (DESIGN.md section 5).
 
 Rules, the same for every caller:
 
-- both shipments exist (for a customer: in its business and facilities);
+- both shipments exist (for a customer: in its business and facilities; for an operator: in
+  the businesses it may see; an id no database can hold is a missing one);
 - they belong to the same business and facility, and are not the same shipment;
 - links are one level deep: the target is not itself linked, and a shipment that others are
   linked to cannot be linked (so there are no chains and no cycles);
@@ -25,10 +26,11 @@ from datetime import UTC, datetime
 from pymongo import ReturnDocument
 
 from core import locks
-from core.auth.access import Principal, check_access
+from core.auth.access import Principal, check_access, check_operator_scope
 from core.errors import Conflict, NotFound, ValidationFailed
 from core.intake.documents import shipment_key
-from core.storage import Doc, Storage
+from core.storage import Doc, Storage, storable_int
+from core.tenancy.tenants import Operator
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +46,17 @@ async def link_shipment(
     *,
     source: str,
     principal: Principal | None = None,
+    operator: Operator | None = None,
 ) -> Doc:
     """Link `shipment_id` to shipment `to` (None: unlink it); returns the shipment as written.
 
     `source` names who asked (``operator:<name>``, ``client:<id>``, ``admin``). With a
     `principal` (a customer), a shipment outside its scope is NOT_FOUND (another business) or
     FORBIDDEN (a facility the client is restricted from), as for every other shipment change.
+    With an `operator` (the dashboard), a shipment of a business the operator may not see is
+    NOT_FOUND, the target as much as the shipment linked.
     """
-    shipment = await _find(storage, shipment_id, principal)
+    shipment = await _find(storage, shipment_id, principal, operator)
     if to == shipment_id:
         raise ValidationFailed(f"shipment {shipment_id} cannot be linked to itself")
     keys = [_link_key(shipment_id)]
@@ -67,14 +72,14 @@ async def link_shipment(
             )
         )
     async with locks.hold(storage, keys):
-        shipment = await _find(storage, shipment_id, principal)
+        shipment = await _find(storage, shipment_id, principal, operator)
         current = shipment.get("linked_to")
         if current == to:
             return shipment
         if shipment.get("completed_at") is not None:
             raise Conflict(f"shipment {shipment_id} is completed: its link cannot change")
         if to is not None:
-            await _check_target(storage, shipment, await _find(storage, to, principal))
+            await _check_target(storage, shipment, await _find(storage, to, principal, operator))
         written = await storage.shipments.find_one_and_update(
             {"_id": shipment_id, "linked_to": current, "completed_at": None},
             {"$set": {"linked_to": to, "updated_at": datetime.now(UTC)}},
@@ -100,8 +105,14 @@ async def linked_from(storage: Storage, shipment_ids: Sequence[int]) -> list[lis
     return [by_target.get(int(i), []) for i in shipment_ids]
 
 
-async def _find(storage: Storage, shipment_id: int, principal: Principal | None) -> Doc:
-    doc = await storage.shipments.find_one({"_id": shipment_id})
+async def _find(
+    storage: Storage, shipment_id: int, principal: Principal | None, operator: Operator | None
+) -> Doc:
+    doc = None
+    if storable_int(shipment_id):  # a larger id names no shipment
+        doc = await storage.shipments.find_one({"_id": shipment_id})
+    if operator is not None:
+        return check_operator_scope(operator, doc, f"shipment {shipment_id}")
     if doc is None or (principal is not None and doc.get("business") != principal.business):
         raise NotFound(f"shipment {shipment_id} not found")
     if principal is not None:

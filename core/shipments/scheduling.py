@@ -58,9 +58,11 @@ async def update_shipment(storage: Storage, principal: Principal, update: Shipme
         raise ValidationFailed("DOOR_ASSIGNED needs dockSlug")
     if update.event != "DOOR_ASSIGNED" and update.dock:
         raise ValidationFailed(f"dockSlug applies to DOOR_ASSIGNED only, not {update.event}")
-    at = lifecycle.truncate_ms(update.at) if update.at else lifecycle.now_ms()
     if update.at is not None and update.at.utcoffset() is None:
         raise ValidationFailed("`at` must carry a UTC offset")
+    if update.at is not None and not lifecycle.fits_utc(update.at):
+        raise ValidationFailed("`at` is out of range: its UTC time is not within years 1-9999")
+    at = lifecycle.truncate_ms(update.at) if update.at else lifecycle.now_ms()
     status, allowed_from = _TRANSITIONS[update.event]
     for _ in range(WRITE_ATTEMPTS):
         doc = await storage.shipments.find_one({"_id": update.shipment_id})

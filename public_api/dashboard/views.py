@@ -33,6 +33,7 @@ from core.reads.shipment_queries import ShipmentFilter
 from core.services import Services
 from core.shipments import attachments, directions, lifecycle, linking
 from core.shipments.operator import complete_shipment_as_operator
+from core.storage import storable_int
 from core.tenancy.tenants import Operator
 from public_api.dashboard import formatting
 from public_api.dashboard.session import (
@@ -379,8 +380,10 @@ async def shipments_page(request: web.Request) -> web.Response:
         dock=(query.get("dock") or "").strip() or None,
         direction=direction if direction in directions.SHIPMENT_DIRECTIONS else None,
         since=datetime.combine(day_from, time(0), tzinfo=zone) if day_from else None,
-        before=(
-            datetime.combine(day_to + timedelta(days=1), time(0), tzinfo=zone) if day_to else None
+        before=(  # through the last day there is: no upper bound
+            datetime.combine(day_to + timedelta(days=1), time(0), tzinfo=zone)
+            if day_to and day_to < date.max
+            else None
         ),
     )
     try:
@@ -422,9 +425,12 @@ async def shipments_page(request: web.Request) -> web.Response:
 
 def _shipment_id(request: web.Request) -> int:
     try:
-        return int(request.match_info["shipment_id"])
+        shipment_id = int(request.match_info["shipment_id"])
     except ValueError:
         raise NotFound("shipment not found") from None
+    if not storable_int(shipment_id):
+        raise NotFound("shipment not found")
+    return shipment_id
 
 
 async def shipment_page(request: web.Request) -> web.Response:
@@ -499,10 +505,10 @@ async def _change_link(request: web.Request, to: int | None, notice: str) -> web
     storage = dash.services.storage
     operator = _operator(request)
     shipment_id = _shipment_id(request)
-    # Scope first: a shipment of another business is "not found"; the one linked to must be of
-    # the same facility (a rule of the link itself), so in scope too.
-    await dashboard_queries.shipment_detail(storage, operator, shipment_id)
-    await linking.link_shipment(storage, shipment_id, to, source=f"operator:{operator.username}")
+    # A shipment of a business the operator may not see, linked or linked to, is "not found".
+    await linking.link_shipment(
+        storage, shipment_id, to, source=f"operator:{operator.username}", operator=operator
+    )
     raise _see_other(_notice_url(f"{dash.prefix}/shipments/{shipment_id}", notice))
 
 

@@ -241,3 +241,30 @@ async def test_occurred_at_is_sent_in_utc_with_z(
     message = await storage.push_messages.find_one({"_id": int(ack.message_id)})
     assert message is not None
     assert message["message"]["occurredAt"] == "2026-05-01T12:00:00.000Z"
+
+
+async def test_timestamps_out_of_range_are_rejected_and_the_stream_goes_on(
+    channel: grpc.aio.Channel, tenant: Tenant, storage: Storage
+):
+    # A faulty camera clock: seconds past year 9999, or nanos outside 0-999,999,999. Such a
+    # reading is the camera's fault (REJECTED), not a server error that would end the stream
+    # and come back with every resend.
+    past_9999 = reading("L1")
+    past_9999.occurred_at.seconds = 253402300800
+    bad_nanos = reading("L2")
+    bad_nanos.occurred_at.nanos = -1
+    event = dock_event(edge_pb2.DOOR_OPENED)
+    event.occurred_at.nanos = 2_000_000_000
+
+    acks = await stream(
+        channel, tenant.camera_metadata("D1"), [past_9999, bad_nanos, reading("GOOD")]
+    )
+    unary = await stub(channel).SubmitReading(past_9999, metadata=tenant.camera_metadata("D1"))
+    event_ack = await stub(channel).ReportDockEvent(event, metadata=tenant.camera_metadata("D1"))
+
+    assert [a.status for a in acks] == [edge_pb2.REJECTED, edge_pb2.REJECTED, edge_pb2.ACCEPTED]
+    assert all("occurred_at is not a valid timestamp" in a.error for a in acks[:2])
+    assert unary.status == edge_pb2.REJECTED
+    assert (event_ack.status, event_ack.event_id) == (edge_pb2.REJECTED, event.event_id)
+    assert "occurred_at is not a valid timestamp" in event_ack.error
+    assert await storage.pallets.count_documents({}) == 1

@@ -97,14 +97,42 @@ async def test_refused_links_are_error_pages_and_other_businesses_not_found(
     itself = await link(ours, str(ours))
     not_a_number = await link(ours, "SHP-2")
     to_theirs = await link(ours, str(theirs))
+    to_missing = await link(ours, str(theirs + 1000))
     from_theirs = await link(theirs, str(ours))
 
     assert itself[0] == 422
     assert f"shipment {ours} cannot be linked to itself" in itself[1]
     assert not_a_number[0] == 422
     assert "enter the id of the shipment to link to" in not_a_number[1]
-    assert to_theirs[0] == 422
-    assert "only shipments of one facility can be linked" in to_theirs[1]
+    # Another business's shipment answers as a missing id would: its existence stays unseen.
+    assert to_theirs == to_missing
+    assert to_theirs[0] == 404
     assert from_theirs[0] == 404
     assert await linked_to(services, ours) is None
     assert await linked_to(services, theirs) is None
+
+
+async def test_ids_no_database_can_hold_are_not_found(
+    api: TestClient[Any, Any], services: Services, tenant: Tenant
+):
+    await make_operator(services)
+    ours = await make_shipment(services, tenant, {"ORD-1": ["LPN-1"]}, number="SHP-1")
+    await logged_in(api)
+    token = await page_csrf(api, f"/dashboard/shipments/{ours}")
+    huge = str(2**63)  # one past the largest 64-bit integer
+
+    page = await api.get(f"/dashboard/shipments/{huge}")
+    link_from = await api.post(
+        f"/dashboard/shipments/{huge}/link",
+        data={"csrf_token": token, "to": str(ours)},
+        allow_redirects=False,
+    )
+    link_to = await api.post(
+        f"/dashboard/shipments/{ours}/link",
+        data={"csrf_token": token, "to": huge},
+        allow_redirects=False,
+    )
+
+    assert (page.status, link_from.status, link_to.status) == (404, 404, 404)
+    assert "not found" in (await link_to.text()).lower()
+    assert await linked_to(services, ours) is None

@@ -92,6 +92,22 @@ async def test_shipments_list_filters_by_direction_status_dock_and_date(
     assert outbound > 0
 
 
+async def test_shipments_list_takes_the_last_day_and_any_page_number(
+    api: TestClient[Any, Any], services: Services, tenant: Tenant
+):
+    await make_operator(services)
+    await make_shipment(services, tenant, {"O-1": ["L1"]}, number="OUT-1")
+    await logged_in(api)
+
+    through_9999 = await api.get("/dashboard/shipments?to=9999-12-31")
+    far_page = await api.get(f"/dashboard/shipments?page={2**63}")
+
+    assert through_9999.status == 200
+    assert "<td>OUT-1</td>" in await through_9999.text()  # no upper bound past the last day
+    assert far_page.status == 200
+    assert "<td>OUT-1</td>" not in await far_page.text()  # a page after the last one is empty
+
+
 async def test_shipment_pages_page_newest_first_without_a_query_per_row(
     services: Services, tenant: Tenant
 ):

@@ -427,3 +427,33 @@ async def test_upload_to_another_tenants_shipment_is_not_found(
 
     assert answer["errors"][0]["extensions"]["code"] == "NOT_FOUND"
     assert await storage.shipment_documents.count_documents({}) == 0
+
+
+async def test_times_beyond_what_utc_can_hold_are_invalid_input_not_internal_errors(
+    api: TestClient[Any, Any], tenant: Tenant, storage: Storage
+):
+    # Year 1 just after midnight at +14:00 is still year 0 in UTC; 9999-12-31 late at -14:00
+    # is already year 10000. Both parse as GraphQL DateTimes, neither has a UTC instant.
+    shipment = await post_shipment(storage, tenant, {"A": ["A1"]}, number="S-A")
+    too_early, too_late = "0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"
+
+    async def listed(bound: str, value: str) -> dict[str, Any]:
+        query = f'{{ shipments(filter: {{businessSlug: "acme", {bound}: "{value}"}}) {{ id }} }}'
+        return (await gql(api, query, token=tenant.token))[1]
+
+    async def scheduled(at: str) -> dict[str, Any]:
+        update = {"id": shipment, "event": "DOOR_ASSIGNED", "dockSlug": "D1", "at": at}
+        return (await gql(api, UPDATE, {"input": update}, token=tenant.token))[1]
+
+    answers = [
+        await listed("since", too_early),
+        await listed("before", too_late),
+        await scheduled(too_early),
+        await scheduled(too_late),
+    ]
+
+    assert [a["errors"][0]["extensions"]["reason"] for a in answers] == ["VALIDATION_FAILED"] * 4
+    assert all("out of range" in json.dumps(a["errors"][0]) for a in answers)
+    stored = await storage.shipments.find_one({"_id": shipment})
+    assert stored is not None
+    assert stored["status"] == "SCHEDULED"
