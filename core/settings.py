@@ -134,6 +134,18 @@ class Settings(BaseSettings):
     feed_late_window_s: float = Field(300.0, ge=0)
     feed_subscriber_buffer: int = Field(10000, ge=1)
 
+    # Hardening: webhook egress, dashboard content, identifiers.
+    # Bytes of a webhook answer read (for the attempt's snippet); the rest is never read.
+    webhook_max_response_bytes: int = Field(64 * 1024, ge=1024)
+    # Bytes of a customer's token-login answer read; a bigger answer is a failed attempt.
+    webhook_max_login_answer_bytes: int = Field(64 * 1024, ge=1024)
+    # Longest token a customer's login may hand out (it is sent back as a header).
+    webhook_max_token_chars: int = Field(4096, ge=16)
+    # Longest identifier in a document (numbers, slugs, lpn, sku, field names): printable only.
+    intake_max_identifier_chars: int = Field(128, ge=8, le=1024)
+    # Longest free text in a document (descriptions, additional field values).
+    intake_max_text_chars: int = Field(2000, ge=16, le=100_000)
+
     @field_validator("public_base_url")
     @classmethod
     def _strip_slash(cls, value: str) -> str:

@@ -3,6 +3,8 @@
 Token: POST the customer's login URL with ``{"username", "password"}``, read the token from the
 configured JSON field, and cache it per endpoint until its ``expires_in`` runs out or the
 customer answers 401; then log in again once. Passwords are decrypted only when used.
+The login answer is read up to `webhook_max_login_answer_bytes` (a bigger one is a failed
+attempt, never buffered), and the token must be a printable ASCII header value.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ import aiohttp
 from core.auth.crypto import SecretBox
 from core.outbox.webhook_endpoints import WebhookEndpoint
 from webhooks.egress import check_url
-from webhooks.transport import describe_error
+from webhooks.transport import describe_error, read_capped
 
 # A cached token is dropped this many seconds before the expiry the customer announced.
 _EXPIRY_MARGIN_S = 30.0
 _MAX_ERROR_BODY = 200
+# Defaults of settings.webhook_max_login_answer_bytes and webhook_max_token_chars.
+DEFAULT_MAX_ANSWER_BYTES = 64 * 1024
+DEFAULT_MAX_TOKEN_CHARS = 4096
 
 
 class LoginFailed(Exception):
@@ -47,8 +52,12 @@ class CustomerAuth:
         timeout_s: float,
         allow_hosts: tuple[str, ...],
         user_agent: str,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
     ) -> None:
         self._session = session
+        self._max_answer_bytes = max_answer_bytes
+        self._max_token_chars = max_token_chars
         self._box = box
         self._timeout_s = timeout_s
         self._allow_hosts = allow_hosts
@@ -108,12 +117,21 @@ class CustomerAuth:
                 timeout=aiohttp.ClientTimeout(total=self._timeout_s),
                 allow_redirects=False,
             ) as response:
-                text = await response.text(errors="replace")
                 status = response.status
+                declared = response.content_length
+                too_big = declared is not None and declared > self._max_answer_bytes
+                if not too_big:
+                    raw, too_big = await read_capped(response, self._max_answer_bytes)
         except Exception as exc:  # reported on the attempt, like any failed call
             raise LoginFailed(
                 f"auth: login failed: {describe_error(exc, self._timeout_s)}"
             ) from exc
+        if too_big:
+            raise LoginFailed(
+                f"auth: login answer ({status}) is larger than the "
+                f"{self._max_answer_bytes} byte limit"
+            )
+        text = raw.decode("utf-8", errors="replace")
         if not 200 <= status < 300:
             raise LoginFailed(f"auth: login answered {status}: {text[:_MAX_ERROR_BODY]}")
         try:
@@ -125,6 +143,11 @@ class CustomerAuth:
             ) from None
         if not isinstance(token, str) or not token:
             raise LoginFailed(f"auth: login answer's {auth.token_field!r} is not a token")
+        if len(token) > self._max_token_chars or not _is_header_safe(token):
+            raise LoginFailed(
+                f"auth: login answer's {auth.token_field!r} is not a usable token (printable "
+                f"ASCII, at most {self._max_token_chars} characters)"
+            )
         expires_in = data.get("expires_in") if isinstance(data, dict) else None
         expires_at = None
         if isinstance(expires_in, int | float) and not isinstance(expires_in, bool):
@@ -132,3 +155,8 @@ class CustomerAuth:
             margin = min(_EXPIRY_MARGIN_S, lifetime / 10)
             expires_at = time.monotonic() + lifetime - margin
         return _CachedToken(token, expires_at)
+
+
+def _is_header_safe(token: str) -> bool:
+    """Visible ASCII only: the token goes into an Authorization header as it is."""
+    return token.isascii() and token.isprintable() and " " not in token

@@ -14,8 +14,8 @@ import aiohttp
 from core.outbox.deliveries import SNIPPET_CHARS, AttemptResult
 from webhooks.egress import EgressRefused, check_url
 
-# The response body is read (so the connection can be reused) up to this many bytes.
-_MAX_RESPONSE_READ = 64 * 1024
+# Default for `max_response_bytes`: settings.webhook_max_response_bytes.
+DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024
 
 
 async def post(
@@ -26,8 +26,11 @@ async def post(
     *,
     timeout_s: float,
     allow_hosts: tuple[str, ...],
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
 ) -> AttemptResult:
-    """POST `body` to `url`; success is a 2xx answered within `timeout_s`."""
+    """POST `body` to `url`; success is a 2xx answered within `timeout_s`. At most
+    `max_response_bytes` of the answer are read (so a short one lets the connection be reused);
+    the rest is never read."""
     at = datetime.now(UTC)
     started = time.monotonic()
     try:
@@ -39,7 +42,8 @@ async def post(
             timeout=aiohttp.ClientTimeout(total=timeout_s),
             allow_redirects=False,
         ) as response:
-            snippet = await _read_snippet(response)
+            data, _ = await read_capped(response, max_response_bytes)
+            snippet = data[: SNIPPET_CHARS * 4].decode("utf-8", errors="replace")[:SNIPPET_CHARS]
             return AttemptResult(
                 at=at,
                 status_code=response.status,
@@ -67,13 +71,15 @@ def describe_error(exc: BaseException, timeout_s: float) -> str:
     return f"internal: {type(exc).__name__}: {exc}"
 
 
-async def _read_snippet(response: aiohttp.ClientResponse) -> str:
+async def read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
+    """At most `limit` bytes of a customer's answer (decompressed), and whether there was more.
+    Every body dockflow reads from a customer goes through here: none is ever read whole."""
     data = bytearray()
     async for chunk in response.content.iter_chunked(8192):
         data += chunk
-        if len(data) >= _MAX_RESPONSE_READ:
-            break
-    return data[: SNIPPET_CHARS * 4].decode("utf-8", errors="replace")[:SNIPPET_CHARS]
+        if len(data) > limit:
+            return bytes(data[:limit]), True
+    return bytes(data), False
 
 
 def _retry_after(response: aiohttp.ClientResponse) -> float | None:

@@ -164,6 +164,8 @@ class WebhookWorker(Running):
             timeout_s=self.settings.webhook_timeout_s,
             allow_hosts=self.settings.webhook_allow_hosts,
             user_agent=USER_AGENT,
+            max_answer_bytes=self.settings.webhook_max_login_answer_bytes,
+            max_token_chars=self.settings.webhook_max_token_chars,
         )
         self._flush_task = asyncio.create_task(self._flush_loop(), name="webhooks-record")
         self._loop_task = asyncio.create_task(self._claim_loop(), name="webhooks-claim")
@@ -442,6 +444,7 @@ class WebhookWorker(Running):
             headers,
             timeout_s=self.settings.webhook_timeout_s,
             allow_hosts=self.settings.webhook_allow_hosts,
+            max_response_bytes=self.settings.webhook_max_response_bytes,
         )
 
     async def _endpoint(self, endpoint_id: str) -> WebhookEndpoint | None:

@@ -8,20 +8,27 @@ naming every bad field (``items[2].quantity``).
 
 from __future__ import annotations
 
+import unicodedata
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
     StringConstraints,
     ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 from core.errors import ErrorList, FieldError, ValidationFailed
+from core.settings import Settings
 from core.shipments.directions import ShipmentDirection
 
 Strategy = Literal["OVERWRITE", "APPEND", "MERGE", "DELETE"]
@@ -39,10 +46,96 @@ MAX_QUANTITY = 1e12  # far above any real quantity; keeps stored numbers exact e
 # An expected arrival further ahead than this is a typo (year 9999), not a plan.
 MAX_ARRIVAL_AHEAD = timedelta(days=2 * 366)
 
-# Identifiers (numbers, slugs, lpn, sku): trimmed, 1-128 characters.
-Ref = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
-# Free text (descriptions, additional field values).
-Text = Annotated[str, StringConstraints(max_length=2_000)]
+# Defaults of settings.intake_max_identifier_chars and settings.intake_max_text_chars.
+MAX_IDENTIFIER_CHARS = 128
+MAX_TEXT_CHARS = 2_000
+# Control characters free text may keep: tab and line breaks.
+_TEXT_CONTROLS_KEPT = frozenset("\t\n\r")
+
+
+@dataclass(frozen=True)
+class TextLimits:
+    """Longest identifier and longest free text a document may carry."""
+
+    identifier_chars: int = MAX_IDENTIFIER_CHARS
+    text_chars: int = MAX_TEXT_CHARS
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TextLimits:
+        return cls(settings.intake_max_identifier_chars, settings.intake_max_text_chars)
+
+
+def identifier_problem(value: str, max_chars: int = MAX_IDENTIFIER_CHARS) -> str | None:
+    """Why `value` is not an identifier (order/shipment numbers, slugs, lpn, sku, field names),
+    or None. Identifiers are stored, compared, logged and shown as they are: printable
+    characters only (no control, format or separator characters but the plain space)."""
+    if len(value) > max_chars:
+        return f"must be at most {max_chars} characters"
+    for position, char in enumerate(value):
+        if not char.isprintable():
+            return (
+                f"must contain printable characters only (U+{ord(char):04X} at position {position})"
+            )
+    return None
+
+
+def text_problem(value: str, max_chars: int = MAX_TEXT_CHARS) -> str | None:
+    """Why `value` is not acceptable free text, or None: at most `max_chars` characters, no
+    control characters but tab and line breaks, no lone surrogates (not storable as UTF-8)."""
+    if len(value) > max_chars:
+        return f"must be at most {max_chars} characters"
+    for position, char in enumerate(value):
+        if char in _TEXT_CONTROLS_KEPT:
+            continue
+        if unicodedata.category(char) in ("Cc", "Cs"):
+            return (
+                f"must not contain control characters or lone surrogates (U+{ord(char):04X} "
+                f"at position {position})"
+            )
+    return None
+
+
+def _limits(info: ValidationInfo) -> TextLimits:
+    context = info.context
+    limits = context.get("limits") if isinstance(context, dict) else None
+    return limits if isinstance(limits, TextLimits) else TextLimits()
+
+
+def _valid_identifier(value: str, info: ValidationInfo) -> str:
+    problem = identifier_problem(value, _limits(info).identifier_chars)
+    if problem is not None:
+        raise PydanticCustomError("identifier", problem)
+    return value
+
+
+def _valid_text(value: str, info: ValidationInfo) -> str:
+    problem = text_problem(value, _limits(info).text_chars)
+    if problem is not None:
+        raise PydanticCustomError("text", problem)
+    return value
+
+
+# Identifiers (numbers, slugs, lpn, sku, field names): trimmed, printable, 1 to
+# `intake_max_identifier_chars` characters. The schema shows the default limit.
+Ref = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1),
+    AfterValidator(_valid_identifier),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_IDENTIFIER_CHARS,
+            "description": "Printable characters only.",
+        }
+    ),
+]
+# Free text (descriptions, additional field values): up to `intake_max_text_chars`.
+Text = Annotated[
+    str,
+    AfterValidator(_valid_text),
+    WithJsonSchema({"type": "string", "maxLength": MAX_TEXT_CHARS}),
+]
 Quantity = Annotated[float, Field(gt=0, le=MAX_QUANTITY, allow_inf_nan=False)]
 
 
@@ -181,11 +274,12 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
 }
 
 
-def parse_document(data: Any) -> IntakeDocument:
+def parse_document(data: Any, limits: TextLimits | None = None) -> IntakeDocument:
     """Validate a decoded body (JSON object or the dict built from XML) into a document.
 
-    Raises `ValidationFailed` with one `{path, detail}` per bad field: types and limits first,
-    then the document shape and the fields each strategy requires.
+    Raises `ValidationFailed` with one `{path, detail}` per bad field: types and limits
+    (`limits`, else the defaults) first, then the document shape and the fields each strategy
+    requires.
     """
     if not isinstance(data, dict):
         raise ValidationFailed(
@@ -193,7 +287,7 @@ def parse_document(data: Any) -> IntakeDocument:
             errors=[FieldError("$", "expected an object with orderNumber or orders")],
         )
     try:
-        document = IntakeDocument.model_validate(data)
+        document = IntakeDocument.model_validate(data, context={"limits": limits or TextLimits()})
     except ValidationError as exc:
         errors = ErrorList()
         for error in exc.errors(include_url=False):

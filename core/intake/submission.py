@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from core.auth.access import Principal
 from core.intake import documents, idempotency
-from core.intake.contract import parse_document
+from core.intake.contract import TextLimits, parse_document
 from core.intake.idempotency import StoredResponse
 from core.settings import Settings
 from core.storage import Storage
@@ -56,7 +56,7 @@ async def apply_document_idempotently(
         if stored is not None:
             return DocumentAnswer(stored, replayed=True)
     try:
-        document = parse_document(decode(body))
+        document = parse_document(decode(body), TextLimits.from_settings(settings))
         result = await documents.apply_document(storage, principal, document)
     except BaseException:
         if key is not None:

@@ -3,12 +3,18 @@
 Contents go to the GridFS bucket `fs` chunk by chunk while the size is counted; a file over
 `max_upload_bytes` is aborted (its chunks deleted) and nothing is listed. The metadata
 document in `shipment_documents` is written last, so a listed document always has contents.
+
+An upload's name and Content-Type are the uploader's word: the name is kept printable, the type
+is kept only when it is a well-formed media type, and a download is always an attachment whose
+type is the stored one only for a few types no browser runs (`SERVED_AS_IS`), else
+``application/octet-stream`` (`download_headers`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -21,13 +27,22 @@ from gridfs.errors import NoFile
 from pymongo.errors import PyMongoError
 
 from core.auth.access import Principal, check_access
-from core.errors import NotFound, PayloadTooLarge, ValidationFailed
+from core.errors import FieldError, NotFound, PayloadTooLarge, ValidationFailed
+from core.intake.contract import identifier_problem
 from core.storage import Doc, Storage
 
 BUCKET = "fs"
 READ_CHUNK = 256 * 1024  # bytes read from the upload (and streamed on download) at a time
 MAX_NAME = 255  # longest file name kept
 MAX_TYPE = 64  # longest document type label
+MAX_CONTENT_TYPE = 127  # longest media type kept (RFC 6838: 127 characters each side)
+GENERIC_TYPE = "application/octet-stream"
+# Stored types a download keeps: documents and photos no browser executes (no html, no svg).
+SERVED_AS_IS = frozenset({"application/pdf", "image/png", "image/jpeg", "image/gif", "image/webp"})
+# A download is never rendered as a page of ours: no scripts, no plugins, no same origin.
+DOWNLOAD_CSP = "default-src 'none'; sandbox; frame-ancestors 'none'"
+_MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]*/[a-z0-9][a-z0-9!#$&^_.+-]*")
+_UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9._ -]")
 
 
 @dataclass(frozen=True)
@@ -56,9 +71,12 @@ async def upload_document(
     if shipment is None or shipment.get("business") != principal.business:
         raise NotFound(f"shipment {new.shipment_id} not found")
     check_access(principal, shipment["business"], shipment["facility"])
-    name = (new.name or "upload").strip()[:MAX_NAME] or "upload"
-    if new.type is not None and len(new.type) > MAX_TYPE:
-        raise ValidationFailed(f"type must be at most {MAX_TYPE} characters")
+    name = _printable(new.name or "upload").strip()[:MAX_NAME] or "upload"
+    if new.type is not None:
+        problem = identifier_problem(new.type, MAX_TYPE)
+        if problem is not None:
+            raise ValidationFailed(f"type {problem}", errors=[FieldError("type", problem)])
+    content_type = media_type(new.content_type)
     document_id = f"sdoc_{secrets.token_hex(8)}"
     if new.source.seekable():  # refuse before writing anything when the size is known
         known = new.source.seek(0, os.SEEK_END)
@@ -66,7 +84,7 @@ async def upload_document(
         if known > max_bytes:
             raise PayloadTooLarge(f"the file is larger than the {max_bytes} byte limit")
     stream = _bucket(storage).open_upload_stream(
-        name, metadata={"document_id": document_id, "contentType": new.content_type}
+        name, metadata={"document_id": document_id, "contentType": content_type}
     )
     size = 0
     try:
@@ -88,7 +106,7 @@ async def upload_document(
         "facility": shipment["facility"],
         "name": name,
         "size": size,
-        "content_type": new.content_type or "application/octet-stream",
+        "content_type": content_type,
         "type": new.type,
         "gridfs_id": stream._id,
         "uploaded_by": principal.subject,
@@ -96,6 +114,34 @@ async def upload_document(
     }
     await storage.shipment_documents.insert_one(doc)
     return doc
+
+
+def media_type(declared: str | None) -> str:
+    """The uploader's Content-Type as stored: ``type/subtype`` lowercased without parameters,
+    or ``application/octet-stream`` when it is missing or not a media type."""
+    value = (declared or "").split(";", 1)[0].strip().lower()
+    if len(value) > MAX_CONTENT_TYPE or not _MEDIA_TYPE.fullmatch(value):
+        return GENERIC_TYPE
+    return value
+
+
+def download_headers(doc: Doc) -> dict[str, str]:
+    """Headers of every download of a stored document (API and dashboard): always an
+    attachment, never sniffed, never run; its own type only for `SERVED_AS_IS` types."""
+    stored = media_type(doc.get("content_type"))
+    served = stored if stored in SERVED_AS_IS else GENERIC_TYPE
+    filename = _UNSAFE_FILENAME.sub("_", str(doc.get("name") or "")) or "download"
+    return {
+        "Content-Type": served,
+        "Content-Disposition": f'attachment; filename="{filename}"',
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": DOWNLOAD_CSP,
+        "Cache-Control": "private, no-store",
+    }
+
+
+def _printable(text: str) -> str:
+    return "".join(char for char in text if char.isprintable())
 
 
 async def get_document(storage: Storage, principal: Principal, document_id: str) -> Doc:

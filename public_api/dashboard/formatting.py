@@ -6,7 +6,13 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+# Schemes a camera- or customer-supplied URL may have to be rendered as a link.
+LINK_SCHEMES = frozenset({"http", "https"})
+# Longest supplied URL rendered as a link (longer ones are shown as text only).
+MAX_LINK_CHARS = 2048
 
 # Geometry of the pallets-per-hour chart (SVG user units).
 CHART_BAR_WIDTH = 16
@@ -108,6 +114,24 @@ def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=False, default=str, ensure_ascii=False)
 
 
+def web_link(value: Any) -> str:
+    """`value` when it is an absolute http(s) URL safe to put in an ``href``, else "".
+
+    Autoescaping keeps supplied text inside its attribute, but not a ``javascript:`` or
+    ``data:`` URL from running when clicked: supplied URLs are linked only by this filter."""
+    if not isinstance(value, str) or not value or len(value) > MAX_LINK_CHARS:
+        return ""
+    if not value.isascii() or not value.isprintable() or " " in value or "\\" in value:
+        return ""
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return ""
+    if parts.scheme.lower() not in LINK_SCHEMES or not parts.hostname:
+        return ""
+    return value
+
+
 def status_label(value: str | None) -> str:
     """``DOOR_ASSIGNED`` -> ``Door assigned``."""
     if not value:
@@ -180,4 +204,5 @@ FILTERS = {
     "file_size": file_size,
     "pretty_json": pretty_json,
     "status_label": status_label,
+    "web_link": web_link,
 }

@@ -520,14 +520,7 @@ async def document_download(request: web.Request) -> web.StreamResponse:
         _shipment_id(request),
         request.match_info["document_id"],
     )
-    name = re.sub(r"[^A-Za-z0-9._ -]", "_", str(doc.get("name") or "document"))
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": "application/octet-stream",
-            "Content-Disposition": f'attachment; filename="{name}"',
-            "Cache-Control": "no-store",
-        }
-    )
+    response = web.StreamResponse(headers=attachments.download_headers(doc))
     started = False
     async for chunk in attachments.read_contents(services.storage, doc):
         if not started:

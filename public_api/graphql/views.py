@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from importlib import resources
@@ -252,22 +251,12 @@ def _sandbox_html() -> str:
     return template.replace("__STATIC__", STATIC_PATH)
 
 
-_UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9._ -]")
-
-
 async def download_document(request: web.Request) -> web.StreamResponse:
     """GET /shipment-documents/{id}: the stored file, for the same bearer token."""
     principal = await authenticate(request)
     storage = request.app[SERVICES].storage
     doc = await attachments.get_document(storage, principal, request.match_info["document_id"])
-    filename = _UNSAFE_FILENAME.sub("_", doc["name"]) or "download"
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": doc["content_type"],
-            "Content-Disposition": f'attachment; filename="{filename}"',
-            "X-Content-Type-Options": "nosniff",
-        }
-    )
+    response = web.StreamResponse(headers=attachments.download_headers(doc))
     response.content_length = int(doc["size"])
     contents = attachments.read_contents(storage, doc)
     first = await anext(aiter(contents), b"")  # a missing file is a 404, before headers go out
