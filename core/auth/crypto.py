@@ -9,16 +9,16 @@ from pathlib import Path
 from cryptography.fernet import Fernet, InvalidToken
 
 from core.errors import ConfigError, CredentialUnreadable
+from core.files import create_private_file
 from core.settings import Settings
 
 
 def _data_dir_key(data_dir: Path) -> bytes:
-    """A key generated once per data directory, for single-machine installs without a setting."""
+    """A key generated once per data directory, for single-machine installs without a setting.
+    Created with mode 0600 from its first byte; two processes starting together agree on one."""
     path = data_dir / "secret.key"
     if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(Fernet.generate_key())
-        path.chmod(0o600)
+        create_private_file(path, Fernet.generate_key())
     return path.read_bytes().strip()
 
 
