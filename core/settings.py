@@ -134,6 +134,23 @@ class Settings(BaseSettings):
     feed_late_window_s: float = Field(300.0, ge=0)
     feed_subscriber_buffer: int = Field(10000, ge=1)
 
+    # --- Tokens, signing keys, tenancy, auth throttling, files on disk ---
+    # Seconds a process trusts its cached signing keys: a key revoked by another process
+    # (`dockflow admin rotate-signing-key --revoke`) stops verifying everywhere within this.
+    signing_key_cache_s: float = Field(10.0, ge=0)
+    # Failed authentications of one client id or operator from all addresses together before
+    # the id itself is locked (the per-address limit is `auth_failure_limit`); 0: no ceiling.
+    auth_failure_id_limit: int = Field(100, ge=0)
+    # Peers whose X-Forwarded-For is believed (addresses or CIDR networks), e.g. the load
+    # balancer; for any other peer the header is ignored and the peer address is the source.
+    trusted_proxies: tuple[str, ...] = ()
+    # Threads per process hashing and verifying passwords (argon2), off the event loop.
+    password_hash_threads: int = Field(2, ge=1)
+    # Password checks waiting for a thread beyond which a login answers 429 at once.
+    password_hash_queue_max: int = Field(32, ge=1)
+    # Idempotency keys one client may hold within the retention window (24 h); 429 beyond.
+    idempotency_keys_per_client: int = Field(10_000, ge=1)
+
     @field_validator("public_base_url")
     @classmethod
     def _strip_slash(cls, value: str) -> str:

@@ -23,6 +23,8 @@ class Principal:
     # None: every facility of the business; otherwise only these.
     facilities: frozenset[str] | None = None
     token_id: str | None = None
+    # Issued by the configured external identity provider (no client stored here).
+    external: bool = False
 
     def may_see_facility(self, facility: str) -> bool:
         return self.facilities is None or facility in self.facilities
@@ -117,7 +119,9 @@ def decode_claims(
     return claims
 
 
-def principal_from_claims(claims: dict[str, Any], business_claim: str = "business") -> Principal:
+def principal_from_claims(
+    claims: dict[str, Any], business_claim: str = "business", *, external: bool = False
+) -> Principal:
     """The principal of verified token claims: `sub`, the business (from `business_claim`) and
     an optional `facilities` list. Used for built-in and external-issuer tokens alike."""
     business = claims.get(business_claim)
@@ -134,4 +138,5 @@ def principal_from_claims(claims: dict[str, Any], business_claim: str = "busines
         business=business,
         facilities=None if facilities is None else frozenset(facilities),
         token_id=token_id if isinstance(token_id, str) else None,
+        external=external,
     )
