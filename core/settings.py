@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -150,6 +151,16 @@ class Settings(BaseSettings):
     password_hash_queue_max: int = Field(32, ge=1)
     # Idempotency keys one client may hold within the retention window (24 h); 429 beyond.
     idempotency_keys_per_client: int = Field(10_000, ge=1)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or network") from None
+        return value
 
     @field_validator("public_base_url")
     @classmethod

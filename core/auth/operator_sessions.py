@@ -14,7 +14,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from core.auth.throttle import AuthThrottle, ThrottlePolicy
+from core.auth.throttle import Attempt, AuthThrottle
 from core.errors import NotFound
 from core.services import Services
 from core.storage import Storage
@@ -43,7 +43,7 @@ class SessionStore:
     def __init__(self, services: Services) -> None:
         self.storage: Storage = services.storage
         self.settings = services.settings
-        self.throttle = AuthThrottle(self.storage, ThrottlePolicy.from_settings(self.settings))
+        self.throttle = AuthThrottle.from_settings(self.storage, self.settings)
 
     async def create(self, operator: Operator) -> tuple[str, Session]:
         """A new session for `operator`; returns the cookie value (shown only here)."""
@@ -96,16 +96,15 @@ class SessionStore:
         await self.storage.operator_sessions.delete_one({"_id": session.session_hash})
 
     async def login(self, username: str, password: str, remote: str) -> Operator | None:
-        """Check the credentials, throttled per username and per client address.
+        """Check the credentials, throttled per (username, client address) with ceilings per
+        username and per address (core/auth/throttle.py).
 
-        Raises `RateLimited` while either is locked out (before the password is checked)."""
-        keys = (f"operator:{username.lower()}", f"operator-ip:{remote}")
-        for key in keys:
-            await self.throttle.check(key)
+        Raises `RateLimited` while locked out (before the password is checked)."""
+        attempt = Attempt(f"operator:{username.lower()[:200]}", remote)
+        await self.throttle.check_attempt(attempt)
         operator = await tenants.authenticate_operator(self.storage, username, password)
         if operator is None:
-            for key in keys:
-                await self.throttle.record_failure(key)
+            await self.throttle.record_failed_attempt(attempt)
             return None
-        await self.throttle.reset(keys[0])
+        await self.throttle.record_success(attempt)
         return operator

@@ -20,7 +20,7 @@ from jwt.algorithms import RSAAlgorithm
 from core.auth.access import LEEWAY_S, Principal, decode_claims, principal_from_claims
 from core.auth.crypto import SecretBox
 from core.auth.external_issuer import ExternalIssuer, JwksFetcher
-from core.auth.throttle import AuthThrottle, ThrottlePolicy
+from core.auth.throttle import Attempt, AuthThrottle
 from core.errors import (
     BadRequest,
     ConfigError,
@@ -122,7 +122,7 @@ class TokenService:
         self.key_refresh_s = SIGNING_KEY_REFRESH_S
         # client id -> (the client as stored, or None when gone; monotonic expiry of the answer)
         self._clients: dict[str, tuple[ApiClient | None, float]] = {}
-        self.throttle = AuthThrottle(storage, ThrottlePolicy.from_settings(settings))
+        self.throttle = AuthThrottle.from_settings(storage, settings)
         self.external = ExternalIssuer.from_settings(settings)
 
     def use_jwks_fetcher(self, fetcher: JwksFetcher) -> None:
@@ -264,6 +264,8 @@ class TokenService:
         client_id: str | None,
         client_secret: str | None,
         audience: str | None = None,
+        *,
+        source: str = "unknown",
     ) -> IssuedToken:
         """A token for a client credentials token request (RFC 6749 section 4.4).
 
@@ -278,21 +280,24 @@ class TokenService:
         if not client_id or not client_secret:
             raise Unauthenticated("client authentication failed")
         self.check_audience(audience)
-        return await self.issue_for_credentials(client_id, client_secret)
+        return await self.issue_for_credentials(client_id, client_secret, source=source)
 
-    async def issue_for_credentials(self, client_id: str, client_secret: str) -> IssuedToken:
+    async def issue_for_credentials(
+        self, client_id: str, client_secret: str, *, source: str = "unknown"
+    ) -> IssuedToken:
         """A token for the client these credentials authenticate.
 
-        Raises `RateLimited` while the client id is locked out after repeated failures (also for
-        the right secret, so a lockout reveals nothing), `Unauthenticated` for bad credentials.
+        Raises `RateLimited` while the client id is locked out for this source address after
+        repeated failures (also for the right secret, so a lockout reveals nothing),
+        `Unauthenticated` for bad credentials.
         """
-        key = f"client:{client_id[:200]}"
-        await self.throttle.check(key)
+        attempt = Attempt(f"client:{client_id[:200]}", source)
+        await self.throttle.check_attempt(attempt)
         client = await tenants.authenticate_client(self.storage, client_id, client_secret)
         if client is None:
-            await self.throttle.record_failure(key)
+            await self.throttle.record_failed_attempt(attempt)
             raise Unauthenticated("client authentication failed")
-        await self.throttle.reset(key)
+        await self.throttle.record_success(attempt)
         return await self.issue(client)
 
     async def jwks(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pymongo.errors import DuplicateKeyError
 
 from core.auth.credentials import (
+    DUMMY_PASSWORD_HASH,
     hash_password,
     hash_secret,
     new_secret,
@@ -427,7 +428,7 @@ async def create_operator(
         await get_business(storage, business)
     doc = {
         "_id": username,
-        "password_hash": hash_password(password),
+        "password_hash": await hash_password(password),
         "businesses": None if not businesses else sorted(businesses),
         "created_at": _now(),
     }
@@ -441,9 +442,9 @@ async def create_operator(
 async def authenticate_operator(storage: Storage, username: str, password: str) -> Operator | None:
     doc = await storage.operators.find_one({"_id": username})
     if doc is None:
-        password_matches(password, _DUMMY_HASH)  # same cost whether or not the user exists
+        await password_matches(password, DUMMY_PASSWORD_HASH)  # same cost whether it exists
         return None
-    if not password_matches(password, doc["password_hash"]):
+    if not await password_matches(password, doc["password_hash"]):
         return None
     return _operator_from_doc(doc)
 
@@ -458,9 +459,6 @@ async def get_operator(storage: Storage, username: str) -> Operator:
 async def list_operators(storage: Storage) -> list[Operator]:
     docs = await storage.operators.find({}).sort("_id", 1).to_list()
     return [_operator_from_doc(d) for d in docs]
-
-
-_DUMMY_HASH = hash_password("dockflow-dummy-password")
 
 
 # --- updates (declarative apply) ----------------------------------------------------------
@@ -552,10 +550,10 @@ async def update_operator(
     if password is not None:
         if len(password) < 8:
             raise ValidationFailed("an operator password needs at least 8 characters")
-        fields["password_hash"] = hash_password(password)
+        fields["password_hash"] = await hash_password(password)
     await storage.operators.update_one({"_id": username}, {"$set": fields})
 
 
 async def operator_password_is(storage: Storage, username: str, password: str) -> bool:
     doc = await storage.operators.find_one({"_id": username}, {"password_hash": 1})
-    return doc is not None and password_matches(password, doc["password_hash"])
+    return doc is not None and await password_matches(password, doc["password_hash"])
