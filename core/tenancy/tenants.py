@@ -112,7 +112,7 @@ class Camera:
 @dataclass(frozen=True)
 class Operator:
     username: str
-    # None: every business.
+    # None: every business; otherwise only these (empty: none, as for a client's facilities).
     businesses: frozenset[str] | None = None
 
     def may_see_business(self, business: str) -> bool:
@@ -429,7 +429,7 @@ async def create_operator(
     doc = {
         "_id": username,
         "password_hash": await hash_password(password),
-        "businesses": None if not businesses else sorted(businesses),
+        "businesses": None if businesses is None else sorted(set(businesses)),
         "created_at": _now(),
     }
     try:
@@ -546,7 +546,7 @@ async def update_operator(
     await get_operator(storage, username)
     for business in businesses or []:
         await get_business(storage, business)
-    fields: Doc = {"businesses": None if not businesses else sorted(businesses)}
+    fields: Doc = {"businesses": None if businesses is None else sorted(set(businesses))}
     if password is not None:
         if len(password) < 8:
             raise ValidationFailed("an operator password needs at least 8 characters")
