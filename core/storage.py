@@ -89,7 +89,11 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("lpn", ASCENDING)]),
     ],
     "order_locks": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
-    "idempotency_keys": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
+    "idempotency_keys": [
+        IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
+        # the per-client cap counts a client's live keys (core/intake/idempotency.py)
+        IndexModel([("business", ASCENDING), ("client", ASCENDING), ("expires_at", ASCENDING)]),
+    ],
     "readings": [],  # _id = "{camera_id}:{reading_id}": idempotency of camera readings
     "pallets": [
         IndexModel([("shipment_id", ASCENDING)]),
