@@ -151,6 +151,8 @@ class Settings(BaseSettings):
     password_hash_queue_max: int = Field(32, ge=1)
     # Idempotency keys one client may hold within the retention window (24 h); 429 beyond.
     idempotency_keys_per_client: int = Field(10_000, ge=1)
+    # Dashboard sessions one operator may hold; a new login ends the least recently used beyond.
+    dashboard_sessions_per_operator: int = Field(20, ge=1)
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -113,7 +113,11 @@ INDEXES: dict[str, list[IndexModel]] = {
     "delivery_attempts": [IndexModel([("delivery_id", ASCENDING)])],
     "shipment_documents": [IndexModel([("shipment_id", ASCENDING)])],
     "dock_events": [],  # _id = "{camera_id}:{event_id}"
-    "operator_sessions": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
+    "operator_sessions": [
+        IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
+        # an operator's sessions: capped, and ended on a password change
+        IndexModel([("username", ASCENDING), ("last_seen_at", DESCENDING)]),
+    ],
 }
 
 

@@ -23,6 +23,8 @@ class Principal:
     # None: every facility of the business; otherwise only these.
     facilities: frozenset[str] | None = None
     token_id: str | None = None
+    # The token's `iat` (seconds since the epoch), None when it has none.
+    issued_at: int | None = None
     # Issued by the configured external identity provider (no client stored here).
     external: bool = False
 
@@ -133,10 +135,12 @@ def principal_from_claims(
     ):
         raise Unauthenticated("the bearer token's facilities claim is invalid")
     token_id = claims.get("jti")
+    issued_at = claims.get("iat")
     return Principal(
         subject=str(claims["sub"]),
         business=business,
         facilities=None if facilities is None else frozenset(facilities),
         token_id=token_id if isinstance(token_id, str) else None,
+        issued_at=issued_at if isinstance(issued_at, int) else None,
         external=external,
     )

@@ -10,6 +10,7 @@ monitor only tidies up. The cookie that carries the token is the dashboard's con
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,8 @@ from core.services import Services
 from core.storage import Storage
 from core.tenancy import tenants
 from core.tenancy.tenants import Operator
+
+log = logging.getLogger(__name__)
 
 # A session's expiry is pushed forward at most this often, not on every request.
 TOUCH_INTERVAL_S = 60.0
@@ -62,7 +65,25 @@ class SessionStore:
                 "expires_at": expires_at,
             }
         )
+        await self._end_sessions_beyond_cap(operator.username)
         return token, session
+
+    async def _end_sessions_beyond_cap(self, username: str) -> None:
+        """Keep the operator's `dashboard_sessions_per_operator` most recently used sessions."""
+        beyond = (
+            await self.storage.operator_sessions.find({"username": username}, {"_id": 1})
+            .sort("last_seen_at", -1)
+            .skip(self.settings.dashboard_sessions_per_operator)
+            .to_list()
+        )
+        if beyond:
+            await self.storage.operator_sessions.delete_many(
+                {"_id": {"$in": [d["_id"] for d in beyond]}}
+            )
+            log.info(
+                "oldest dashboard sessions ended",
+                extra={"operator": username, "ended": len(beyond)},
+            )
 
     async def load(self, token: str | None) -> Session | None:
         """The live session of this cookie value, else None (expired sessions are deleted)."""

@@ -351,7 +351,8 @@ class TokenService:
         """`principal` as its client is stored now (cached for ``auth_cache_s``): the facility
         scope is the client's current one, never wider than the token's.
 
-        Raises `Unauthenticated` when the client is disabled or gone, `Forbidden` when it may no
+        Raises `Unauthenticated` when the client is disabled or gone or its secret changed after
+        the token was issued, `Forbidden` when it may no
         longer see any facility its token named. External-issuer principals (no stored client)
         are returned unchanged. Open websockets call this again to end revoked sessions.
         """
@@ -362,6 +363,11 @@ class TokenService:
             raise Unauthenticated("the client of this bearer token is disabled")
         if client.business != principal.business:
             raise Unauthenticated("the client of this bearer token belongs to another business")
+        if client.tokens_not_before is not None and (
+            principal.issued_at is None
+            or principal.issued_at < int(client.tokens_not_before.timestamp())
+        ):
+            raise Unauthenticated("the bearer token predates the client's current secret")
         facilities = _narrowest(principal.facilities, client.facilities)
         if facilities is not None and not facilities:
             raise Forbidden("this client may no longer access any facility of its token")

@@ -97,6 +97,8 @@ class ApiClient:
     facilities: frozenset[str] | None = None
     name: str = ""
     disabled: bool = False
+    # Tokens issued before this (its secret changed since) are refused.
+    tokens_not_before: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -269,6 +271,7 @@ def _client_from_doc(doc: Doc) -> ApiClient:
         facilities=None if facilities is None else frozenset(facilities),
         name=doc.get("name", ""),
         disabled=bool(doc.get("disabled", False)),
+        tokens_not_before=doc.get("tokens_not_before"),
     )
 
 
@@ -490,7 +493,9 @@ async def update_client(
         await get_facility(storage, client.business, facility)
     fields: Doc = {"facilities": None if facilities is None else sorted(facilities), "name": name}
     if client_secret is not None:
+        # A secret is changed because it may have leaked: tokens obtained with it end too.
         fields["secret_hash"] = hash_secret(client_secret)
+        fields["tokens_not_before"] = _now()
     await storage.api_clients.update_one({"_id": client_id}, {"$set": fields})
 
 
@@ -552,6 +557,9 @@ async def update_operator(
             raise ValidationFailed("an operator password needs at least 8 characters")
         fields["password_hash"] = await hash_password(password)
     await storage.operators.update_one({"_id": username}, {"$set": fields})
+    if password is not None:
+        # A password is changed because it may have leaked: its dashboard sessions end too.
+        await storage.operator_sessions.delete_many({"username": username})
 
 
 async def operator_password_is(storage: Storage, username: str, password: str) -> bool:

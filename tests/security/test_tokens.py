@@ -210,6 +210,66 @@ async def test_current_principal_answers_the_client_as_stored_now(
         await tokens.current_principal(principal)
 
 
+# Same class: a changed credential ends what it granted (tokens, dashboard sessions).
+
+
+async def test_a_changed_client_secret_ends_the_tokens_issued_with_the_old_one(
+    services: Services, tenant: Tenant
+):
+    tokens = TokenService(
+        services.storage, services.settings.model_copy(update={"auth_cache_s": 0})
+    )
+    earlier = await _leaked_key_token(services, tenant, iat=int(time.time()) - 60)
+    assert (await tokens.verify(earlier)).subject == tenant.client_id
+
+    await tenants.update_client(
+        services.storage, tenant.client_id, facilities=None, name="", client_secret="new-secret"
+    )
+
+    with pytest.raises(Unauthenticated, match="predates"):
+        await tokens.verify(earlier)
+    fresh = await tokens.issue_for_credentials(tenant.client_id, "new-secret")
+    assert (await tokens.verify(fresh.access_token)).subject == tenant.client_id
+
+
+async def _dashboard_session(api: Client) -> int:
+    resp = await api.get("/dashboard/", allow_redirects=False)
+    return resp.status
+
+
+async def test_a_changed_operator_password_ends_its_dashboard_sessions(
+    api: Client, services: Services, tenant: Tenant
+):
+    await make_operator(services)
+    assert await _dashboard_login_status(api, OPERATOR_PASSWORD, "198.51.100.20") == 303
+    assert await _dashboard_session(api) == 200
+
+    await tenants.update_operator(
+        services.storage, "lead", businesses=["acme"], password="a-new-password-2"
+    )
+
+    assert await _dashboard_session(api) == 303  # back to the login form
+
+
+async def test_an_operator_holds_a_limited_number_of_sessions(
+    aiohttp_client: ClientFactory,
+    settings_factory: Callable[..., Settings],
+    storage: Storage,
+    services: Services,
+    tenant: Tenant,
+):
+    settings = settings_factory(dashboard_sessions_per_operator=2)
+    app_services = Services(settings=settings, storage=storage)
+    await make_operator(services)
+    browsers = [await aiohttp_client(create_app(app_services)) for _ in range(3)]
+
+    for browser in browsers:
+        assert await _dashboard_login_status(browser, OPERATOR_PASSWORD, "198.51.100.20") == 303
+
+    assert [await _dashboard_session(b) for b in browsers] == [303, 200, 200]
+    assert await storage.operator_sessions.count_documents({"username": "lead"}) == 2
+
+
 # --- finding 4: an operator's empty business list ---------------------------------------------
 
 
