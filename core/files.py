@@ -20,14 +20,28 @@ def ensure_private_dir(path: Path) -> Path:
     """Create `path` (and missing parents) readable by the owner only; an existing directory
     that others may read is narrowed to the owner, with a warning."""
     path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & 0o077:
-        log.warning(
-            "data directory was readable by others; now owner only",
-            extra={"path": str(path), "mode": oct(mode)},
-        )
-        path.chmod(PRIVATE_DIR_MODE)
+    narrow_to_owner(path, PRIVATE_DIR_MODE)
     return path
+
+
+def narrow_to_owner(path: Path, mode: int) -> None:
+    """Take group and other permissions off `path` (made before dockflow kept it private, or
+    copied in); a warning names it, and one that cannot be changed (another owner) stays."""
+    current = stat.S_IMODE(path.stat().st_mode)
+    if not current & 0o077:
+        return
+    try:
+        path.chmod(mode)
+    except OSError as exc:
+        log.warning(
+            "private path is readable by others and cannot be narrowed",
+            extra={"path": str(path), "mode": oct(current), "error": str(exc)},
+        )
+        return
+    log.warning(
+        "private path was readable by others; now owner only",
+        extra={"path": str(path), "mode": oct(current)},
+    )
 
 
 def _write_temporary(directory: Path, data: bytes) -> Path:

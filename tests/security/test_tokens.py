@@ -428,11 +428,20 @@ def _make_readable_data_dir(data_dir: Path) -> None:
     data_dir.chmod(0o755)
 
 
+def _make_readable_secret_key(data_dir: Path) -> None:
+    """A data directory and key file copied in (or written by an older version) as 0755/0644."""
+    _make_readable_data_dir(data_dir)
+    key = data_dir / "secret.key"
+    key.write_bytes(b"kT0rKJ8D8k2m7aM5wXy3bq1c9Jw2s7QpVn0fHh4uLzE=")
+    key.chmod(0o644)
+
+
 @pytest.mark.parametrize(
     "prepare",
     [
         pytest.param(None, id="new-data-dir"),
         pytest.param(_make_readable_data_dir, id="existing-readable-data-dir"),
+        pytest.param(_make_readable_secret_key, id="existing-readable-secret-key"),
     ],
 )
 def test_the_data_dir_and_its_secret_key_are_the_owners_only(
