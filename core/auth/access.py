@@ -25,6 +25,10 @@ class Principal:
     token_id: str | None = None
     # The token's `iat` (seconds since the epoch), None when it has none.
     issued_at: int | None = None
+    # The token's `exp`: an open websocket ends then (`TokenService.current_principal`).
+    expires_at: int | None = None
+    # The built-in signing key that signed the token: its revocation ends the principal too.
+    key_id: str | None = None
     # Issued by the configured external identity provider (no client stored here).
     external: bool = False
 
@@ -135,12 +139,13 @@ def principal_from_claims(
     ):
         raise Unauthenticated("the bearer token's facilities claim is invalid")
     token_id = claims.get("jti")
-    issued_at = claims.get("iat")
+    issued_at, expires_at = claims.get("iat"), claims.get("exp")
     return Principal(
         subject=str(claims["sub"]),
         business=business,
         facilities=None if facilities is None else frozenset(facilities),
         token_id=token_id if isinstance(token_id, str) else None,
         issued_at=issued_at if isinstance(issued_at, int) else None,
+        expires_at=expires_at if isinstance(expires_at, int) else None,
         external=external,
     )

@@ -351,13 +351,19 @@ class TokenService:
         """`principal` as its client is stored now (cached for ``auth_cache_s``): the facility
         scope is the client's current one, never wider than the token's.
 
-        Raises `Unauthenticated` when the client is disabled or gone or its secret changed after
-        the token was issued, `Forbidden` when it may no
-        longer see any facility its token named. External-issuer principals (no stored client)
-        are returned unchanged. Open websockets call this again to end revoked sessions.
+        Raises `Unauthenticated` when the token has expired, its signing key was revoked (or
+        retired longer ago than a token lives), the client is disabled or gone or its secret
+        changed after the token was issued; `Forbidden` when it may no longer see any facility
+        its token named. External-issuer principals (no stored client) are checked for expiry
+        only. Open websockets call this again, with the principal `verify` gave, to end revoked
+        sessions.
         """
+        if principal.expires_at is not None and principal.expires_at + LEEWAY_S < time.time():
+            raise Unauthenticated("the bearer token has expired")
         if principal.external:
             return principal
+        if principal.key_id is not None and await self._public_key(principal.key_id) is None:
+            raise Unauthenticated("the bearer token was signed by an unknown key")
         client = await self._stored_client(principal.subject)
         if client is None or client.disabled:
             raise Unauthenticated("the client of this bearer token is disabled")
@@ -401,7 +407,7 @@ class TokenService:
             token, key, algorithm=ALGORITHM, audience=self.audience, issuer=self.issuer,
             require=["exp", "iat", "iss", "aud", "sub"],
         )  # fmt: skip
-        return principal_from_claims(claims)
+        return replace(principal_from_claims(claims), key_id=kid)
 
 
 def _narrowest(

@@ -14,6 +14,7 @@ import os
 import stat
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -194,20 +195,55 @@ async def test_a_narrowed_facility_list_applies_to_tokens_already_issued(
         assert body["status"] == 403
 
 
-async def test_current_principal_answers_the_client_as_stored_now(
-    services: Services, tenant: Tenant
-):
-    tokens = TokenService(
-        services.storage, services.settings.model_copy(update={"auth_cache_s": 0})
-    )
-    principal = await tokens.verify(tenant.token)
+async def _revoke_signing_key(services: Services, tenant: Tenant) -> None:
+    await services.tokens.rotate(revoke=True)
 
-    await _narrow_to_nothing(services, tenant)
-    with pytest.raises(Forbidden):
-        await tokens.current_principal(principal)
+
+async def _disable_client(services: Services, tenant: Tenant) -> None:
     await tenants.set_client_disabled(services.storage, tenant.client_id)
-    with pytest.raises(Unauthenticated, match="disabled"):
+
+
+async def _change_client_secret(services: Services, tenant: Tenant) -> None:
+    await tenants.update_client(
+        services.storage, tenant.client_id, facilities=None, name="", client_secret="new-secret"
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        pytest.param(_revoke_signing_key, Unauthenticated, id="signing-key-revoked"),
+        pytest.param(_disable_client, Unauthenticated, id="client-disabled"),
+        pytest.param(_change_client_secret, Unauthenticated, id="client-secret-changed"),
+        pytest.param(_narrow_to_nothing, Forbidden, id="facilities-emptied"),
+    ],
+)
+async def test_an_open_session_rechecked_with_current_principal_ends_after_a_change(
+    settings_factory: Callable[..., Settings],
+    services: Services,
+    tenant: Tenant,
+    change: Callable[[Services, Tenant], Awaitable[None]],
+    error: type[Exception],
+):
+    # What an open websocket holds: the principal its token gave at connection time.
+    tokens = TokenService(services.storage, settings_factory(auth_cache_s=0, signing_key_cache_s=0))
+    earlier = await _leaked_key_token(services, tenant, iat=int(time.time()) - 60)
+    principal = await tokens.verify(earlier)
+    assert await tokens.current_principal(principal) == principal
+
+    await change(services, tenant)
+
+    with pytest.raises(error):
         await tokens.current_principal(principal)
+
+
+async def test_current_principal_ends_at_token_expiry(services: Services, tenant: Tenant):
+    principal = await services.tokens.verify(tenant.token)
+
+    expired = replace(principal, expires_at=int(time.time()) - LEEWAY_S - 1)  # time passed
+
+    with pytest.raises(Unauthenticated, match="expired"):
+        await services.tokens.current_principal(expired)
 
 
 # Same class: a changed credential ends what it granted (tokens, dashboard sessions).
