@@ -303,26 +303,31 @@ class TokenService:
     async def jwks(self) -> dict[str, Any]:
         """Public keys of every key whose tokens are still accepted (none revoked or retired
         longer ago than a token lives)."""
-        async with self._lock:
-            await self._load()
+        await self._reload_keys_older_than(self.settings.signing_key_cache_s)
         now = datetime.now(UTC)
         ttl = self.settings.token_ttl_s
         return {"keys": [k.public_jwk for k in self._keys.values() if k.verifies_at(now, ttl)]}
+
+    async def _reload_keys_older_than(self, age_s: float) -> None:
+        if time.monotonic() - self._loaded_at <= age_s:
+            return
+        async with self._lock:
+            # Checked again: requests that waited for the lock find the keys just loaded.
+            if time.monotonic() - self._loaded_at > age_s:
+                await self._load()
 
     async def _public_key(self, kid: str) -> Any:
         # Keys are re-read every `signing_key_cache_s`, so a revocation made by another process
         # applies here within that time. A key another process just added (rotation) is loaded
         # at once; an unknown kid costs one indexed lookup, never a reload of every key.
-        stale = time.monotonic() - self._loaded_at > self.settings.signing_key_cache_s
-        if stale or (
-            kid not in self._public_keys
-            and (
-                time.monotonic() - self._loaded_at > KEY_RELOAD_MIN_INTERVAL_S
-                or await self.storage.signing_keys.find_one({"_id": kid}, {"_id": 1})
-            )
+        await self._reload_keys_older_than(self.settings.signing_key_cache_s)
+        if kid not in self._public_keys and (
+            time.monotonic() - self._loaded_at > KEY_RELOAD_MIN_INTERVAL_S
+            or await self.storage.signing_keys.find_one({"_id": kid}, {"_id": 1})
         ):
             async with self._lock:
-                await self._load()
+                if kid not in self._public_keys:
+                    await self._load()
         key = self._keys.get(kid)
         if key is None:
             return None
