@@ -139,8 +139,9 @@ class Settings(BaseSettings):
     # Seconds a process trusts its cached signing keys: a key revoked by another process
     # (`dockflow admin rotate-signing-key --revoke`) stops verifying everywhere within this.
     signing_key_cache_s: float = Field(10.0, ge=0)
-    # Failed authentications of one client id or operator from all addresses together before
-    # the id itself is locked (the per-address limit is `auth_failure_limit`); 0: no ceiling.
+    # Ceiling on failed authentications of one client id or operator from all addresses (and of
+    # one address over all ids) before it is locked as a whole; the limit per (id, address) is
+    # `auth_failure_limit`. 0: no ceilings.
     auth_failure_id_limit: int = Field(100, ge=0)
     # Peers whose X-Forwarded-For is believed (addresses or CIDR networks), e.g. the load
     # balancer; for any other peer the header is ignored and the peer address is the source.
