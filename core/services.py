@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.auth.credentials import configure_password_work
 from core.auth.tokens import TokenService
 from core.feed.reader import FeedHub
 from core.settings import Settings
@@ -22,4 +23,7 @@ class Services:
     feed_hub: FeedHub | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
+        configure_password_work(
+            self.settings.password_hash_threads, self.settings.password_hash_queue_max
+        )
         self.tokens = TokenService(self.storage, self.settings)

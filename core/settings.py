@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -145,6 +146,36 @@ class Settings(BaseSettings):
     intake_max_identifier_chars: int = Field(128, ge=8, le=1024)
     # Longest free text in a document (descriptions, additional field values).
     intake_max_text_chars: int = Field(2000, ge=16, le=100_000)
+
+    # --- Tokens, signing keys, tenancy, auth throttling, files on disk ---
+    # Seconds a process trusts its cached signing keys: a key revoked by another process
+    # (`dockflow admin rotate-signing-key --revoke`) stops verifying everywhere within this.
+    signing_key_cache_s: float = Field(10.0, ge=0)
+    # Ceiling on failed authentications of one client id or operator from all addresses (and of
+    # one address over all ids) before it is locked as a whole; the limit per (id, address) is
+    # `auth_failure_limit`. 0: no ceilings.
+    auth_failure_id_limit: int = Field(100, ge=0)
+    # Peers whose X-Forwarded-For is believed (addresses or CIDR networks), e.g. the load
+    # balancer; for any other peer the header is ignored and the peer address is the source.
+    trusted_proxies: tuple[str, ...] = ()
+    # Threads per process hashing and verifying passwords (argon2), off the event loop.
+    password_hash_threads: int = Field(2, ge=1)
+    # Password checks waiting for a thread beyond which a login answers 429 at once.
+    password_hash_queue_max: int = Field(32, ge=1)
+    # Idempotency keys one client may hold within the retention window (24 h); 429 beyond.
+    idempotency_keys_per_client: int = Field(10_000, ge=1)
+    # Dashboard sessions one operator may hold; a new login ends the least recently used beyond.
+    dashboard_sessions_per_operator: int = Field(20, ge=1)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or network") from None
+        return value
 
     @field_validator("public_base_url")
     @classmethod

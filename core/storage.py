@@ -95,7 +95,11 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("lpn", ASCENDING)]),
     ],
     "order_locks": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
-    "idempotency_keys": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
+    "idempotency_keys": [
+        IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
+        # the per-client cap counts a client's live keys (core/intake/idempotency.py)
+        IndexModel([("business", ASCENDING), ("client", ASCENDING), ("expires_at", ASCENDING)]),
+    ],
     "readings": [],  # _id = "{camera_id}:{reading_id}": idempotency of camera readings
     "pallets": [
         IndexModel([("shipment_id", ASCENDING)]),
@@ -115,7 +119,11 @@ INDEXES: dict[str, list[IndexModel]] = {
     "delivery_attempts": [IndexModel([("delivery_id", ASCENDING)])],
     "shipment_documents": [IndexModel([("shipment_id", ASCENDING)])],
     "dock_events": [],  # _id = "{camera_id}:{event_id}"
-    "operator_sessions": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
+    "operator_sessions": [
+        IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
+        # an operator's sessions: capped, and ended on a password change
+        IndexModel([("username", ASCENDING), ("last_seen_at", DESCENDING)]),
+    ],
 }
 
 

@@ -163,10 +163,15 @@ def register(commands: Any) -> None:
     p = command("unlink-shipment", _unlink_shipment, "remove a shipment's link")
     p.add_argument("shipment_id", metavar="ID", type=int)
 
-    command(
+    p = command(
         "rotate-signing-key",
         _rotate_signing_key,
         "sign new access tokens with a new key; old keys verify until their tokens expire",
+    )
+    p.add_argument(
+        "--revoke",
+        action="store_true",
+        help="emergency (a leaked key): refuse every token of the old keys at once",
     )
 
     p = command("apply", _apply, "create or update the tenants declared in a YAML file")
@@ -464,6 +469,7 @@ async def _list_signing_keys(services: Services, business: str | None) -> list[d
             "kid": d["_id"],
             "created_at": str(d["created_at"]),
             "retired_at": "" if d.get("retired_at") is None else str(d["retired_at"]),
+            "revoked_at": "" if d.get("revoked_at") is None else str(d["revoked_at"]),
         }
         for d in docs
     ]
@@ -477,7 +483,7 @@ _LISTERS: dict[str, tuple[Lister, list[str]]] = {
     "cameras": (_list_cameras, ["camera_id", "business", "facility", "dock", "kind", "disabled"]),
     "webhooks": (_list_webhooks, ["id", "business", "facility", "url", "events", "enabled"]),
     "operators": (_list_operators, ["username", "businesses"]),
-    "signing-keys": (_list_signing_keys, ["kid", "created_at", "retired_at"]),
+    "signing-keys": (_list_signing_keys, ["kid", "created_at", "retired_at", "revoked_at"]),
 }
 
 
@@ -533,9 +539,19 @@ async def _unlink_shipment(services: Services, args: argparse.Namespace) -> Outp
 
 
 async def _rotate_signing_key(services: Services, args: argparse.Namespace) -> Output:
-    kid = await services.tokens.rotate()
-    ttl = services.settings.token_ttl_s
-    data = {"kid": kid, "previous_keys_valid_for_s": ttl}
+    settings = services.settings
+    kid = await services.tokens.rotate(revoke=args.revoke)
+    if args.revoke:
+        within = settings.signing_key_cache_s
+        data: dict[str, Any] = {"kid": kid, "previous_keys": "revoked", "applies_within_s": within}
+        return Output(
+            data,
+            f"new signing key {kid}; every token signed by the previous keys is refused, by "
+            f"every running process within {within:g} s (signing_key_cache_s); clients "
+            "request new tokens",
+        )
+    ttl = settings.token_ttl_s
+    data = {"kid": kid, "previous_keys": "retired", "previous_keys_valid_for_s": ttl}
     return Output(
         data,
         f"new signing key {kid}; tokens signed before stay valid until they expire "

@@ -8,15 +8,14 @@ hashes are stored in the database, so the credentials are also kept in
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shlex
 from pathlib import Path
 from typing import Any
 
 from core.auth.crypto import SecretBox
 from core.errors import NotFound
+from core.files import write_private_file
 from core.services import Services
 from core.tenancy import provisioning, tenants
 from core.tenancy.provisioning import (
@@ -110,12 +109,7 @@ async def ensure_demo_tenant(services: Services) -> tuple[bool, dict[str, Any] |
 
 
 def _write_credentials(path: Path, credentials: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as file:
-        json.dump(credentials, file, indent=2)
+    write_private_file(path, json.dumps(credentials, indent=2).encode())
 
 
 def _read_credentials(path: Path) -> dict[str, Any] | None:

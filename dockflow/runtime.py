@@ -10,6 +10,7 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 
+from core.files import ensure_private_dir
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -31,6 +32,8 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
     url = settings.mongodb_url
     try:
         if url is None:
+            # Database files, their log and pid file: the owner's only (files below inherit it).
+            ensure_private_dir(settings.data_dir)
             embedded = EmbeddedMongo(settings.data_dir, settings.embedded_restart_delay_s)
             atexit.register(embedded.stop_now)
             url = await embedded.start()

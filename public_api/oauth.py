@@ -18,6 +18,7 @@ from core.errors import (
     Unauthenticated,
     UnsupportedMediaType,
 )
+from public_api.client_address import request_source
 from public_api.keys import SERVICES
 
 MAX_TOKEN_REQUEST_BYTES = 8 * 1024
@@ -102,7 +103,11 @@ async def token(request: web.Request) -> web.Response:
             raise BadRequest("use one client authentication method")
         client_id, client_secret = basic or (params.get("client_id"), params.get("client_secret"))
         issued = await tokens.issue_for_grant(
-            params.get("grant_type"), client_id, client_secret, params.get("audience")
+            params.get("grant_type"),
+            client_id,
+            client_secret,
+            params.get("audience"),
+            source=request_source(request, request.app[SERVICES].settings.trusted_proxies),
         )
     except DockflowError as error:
         if error.code not in OAUTH_ERRORS:

@@ -18,6 +18,7 @@ import jwt
 import pytest
 
 from core.auth.crypto import SecretBox
+from core.auth.tokens import TokenService
 from core.errors import Unauthenticated
 from core.outbox import webhook_endpoints
 from core.services import Services
@@ -222,17 +223,39 @@ async def test_rotate_signing_key_keeps_old_tokens_valid(
     admin: Any, services: Services, settings: Settings, tenant: Tenant
 ):
     old_kid = jwt.get_unverified_header(tenant.token)["kid"]
-    services.tokens.key_refresh_s = 0  # as once its refresh interval has passed
+    # A server with the admin command's secret key (the data directory's: no setting).
+    tokens = TokenService(services.storage, settings.model_copy(update={"secret_key": None}))
 
     run = await admin("rotate-signing-key", "--json")
 
     assert run.code == 0
     assert run.json["kid"] != old_kid
+    assert run.json["previous_keys"] == "retired"
     client = await tenants.get_client(services.storage, tenant.client_id)
-    fresh = await services.tokens.issue(client)
+    fresh = await tokens.issue(client)
     assert jwt.get_unverified_header(fresh.access_token)["kid"] == run.json["kid"]
+    assert (await tokens.verify(tenant.token)).subject == tenant.client_id
+    assert {k["kid"] for k in (await tokens.jwks())["keys"]} == {old_kid, run.json["kid"]}
+
+
+async def test_rotate_signing_key_revoke_refuses_old_tokens_at_once(
+    admin: Any, services: Services, tenant: Tenant
+):
+    old_kid = jwt.get_unverified_header(tenant.token)["kid"]
     assert (await services.tokens.verify(tenant.token)).subject == tenant.client_id
-    assert {k["kid"] for k in (await services.tokens.jwks())["keys"]} == {old_kid, run.json["kid"]}
+
+    run = await admin("rotate-signing-key", "--revoke", "--json")
+
+    assert run.code == 0
+    assert run.json["previous_keys"] == "revoked"
+    assert run.json["applies_within_s"] == services.settings.signing_key_cache_s
+    keys = await admin("list", "signing-keys", "--json")
+    assert [k["kid"] for k in keys.json if k["revoked_at"]] == [old_kid]
+    # A fresh process (or this one, once its key cache is older than signing_key_cache_s).
+    fresh = TokenService(services.storage, services.settings)
+    with pytest.raises(Unauthenticated, match="revoked"):
+        await fresh.verify(tenant.token)
+    assert old_kid not in {k["kid"] for k in (await fresh.jwks())["keys"]}
 
 
 DECLARATION = """

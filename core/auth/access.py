@@ -23,6 +23,14 @@ class Principal:
     # None: every facility of the business; otherwise only these.
     facilities: frozenset[str] | None = None
     token_id: str | None = None
+    # The token's `iat` (seconds since the epoch), None when it has none.
+    issued_at: int | None = None
+    # The token's `exp`: an open websocket ends then (`TokenService.current_principal`).
+    expires_at: int | None = None
+    # The built-in signing key that signed the token: its revocation ends the principal too.
+    key_id: str | None = None
+    # Issued by the configured external identity provider (no client stored here).
+    external: bool = False
 
     def may_see_facility(self, facility: str) -> bool:
         return self.facilities is None or facility in self.facilities
@@ -117,7 +125,9 @@ def decode_claims(
     return claims
 
 
-def principal_from_claims(claims: dict[str, Any], business_claim: str = "business") -> Principal:
+def principal_from_claims(
+    claims: dict[str, Any], business_claim: str = "business", *, external: bool = False
+) -> Principal:
     """The principal of verified token claims: `sub`, the business (from `business_claim`) and
     an optional `facilities` list. Used for built-in and external-issuer tokens alike."""
     business = claims.get(business_claim)
@@ -129,9 +139,13 @@ def principal_from_claims(claims: dict[str, Any], business_claim: str = "busines
     ):
         raise Unauthenticated("the bearer token's facilities claim is invalid")
     token_id = claims.get("jti")
+    issued_at, expires_at = claims.get("iat"), claims.get("exp")
     return Principal(
         subject=str(claims["sub"]),
         business=business,
         facilities=None if facilities is None else frozenset(facilities),
         token_id=token_id if isinstance(token_id, str) else None,
+        issued_at=issued_at if isinstance(issued_at, int) else None,
+        expires_at=expires_at if isinstance(expires_at, int) else None,
+        external=external,
     )

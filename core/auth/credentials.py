@@ -2,14 +2,58 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
+import logging
 import secrets
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
+from core.errors import RateLimited
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 _passwords = PasswordHasher()
+
+
+class PasswordWork:
+    """Runs argon2 (tens of milliseconds of CPU each) in a few threads of its own, off the event
+    loop, so a burst of logins neither stalls every request of the process nor queues without
+    end: beyond `queue_max` waiting checks a login is refused with `RateLimited` at once."""
+
+    def __init__(self, threads: int = 2, queue_max: int = 32) -> None:
+        self.threads = threads
+        self.queue_max = queue_max
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="argon2")
+        self._pending = 0
+
+    async def run(self, function: Callable[..., T], *args: Any) -> T:
+        if self._pending >= self.threads + self.queue_max:
+            log.warning(
+                "password checks refused: too many waiting", extra={"pending": self._pending}
+            )
+            raise RateLimited("too many logins in progress; retry in a second", retry_after_s=1)
+        self._pending += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, function, *args)
+        finally:
+            self._pending -= 1
+
+
+_work = PasswordWork()
+
+
+def configure_password_work(threads: int, queue_max: int) -> None:
+    """Size the process's password hashing (settings `password_hash_threads`, `..._queue_max`)."""
+    global _work
+    if (_work.threads, _work.queue_max) != (threads, queue_max):
+        _work = PasswordWork(threads, queue_max)
 
 
 def new_secret(prefix: str = "", nbytes: int = 32) -> str:
@@ -27,12 +71,20 @@ def secret_matches(secret: str, stored_hash: str) -> bool:
     return hmac.compare_digest(hash_secret(secret), stored_hash)
 
 
-def hash_password(password: str) -> str:
-    return _passwords.hash(password)
+async def hash_password(password: str) -> str:
+    return await _work.run(_passwords.hash, password)
 
 
-def password_matches(password: str, stored_hash: str) -> bool:
+def _verify_password(password: str, stored_hash: str) -> bool:
     try:
         return _passwords.verify(stored_hash, password)
     except (VerificationError, InvalidHashError):
         return False
+
+
+async def password_matches(password: str, stored_hash: str) -> bool:
+    return await _work.run(_verify_password, password, stored_hash)
+
+
+# Checked against when an operator does not exist: the same work as for one who does.
+DUMMY_PASSWORD_HASH = _passwords.hash("dockflow-dummy-password")

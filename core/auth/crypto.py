@@ -9,16 +9,23 @@ from pathlib import Path
 from cryptography.fernet import Fernet, InvalidToken
 
 from core.errors import ConfigError, CredentialUnreadable
+from core.files import (
+    PRIVATE_FILE_MODE,
+    create_private_file,
+    ensure_private_dir,
+    narrow_to_owner,
+)
 from core.settings import Settings
 
 
 def _data_dir_key(data_dir: Path) -> bytes:
-    """A key generated once per data directory, for single-machine installs without a setting."""
-    path = data_dir / "secret.key"
+    """A key generated once per data directory, for single-machine installs without a setting.
+    Created with mode 0600 from its first byte; two processes starting together agree on one."""
+    path = ensure_private_dir(data_dir) / "secret.key"
     if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(Fernet.generate_key())
-        path.chmod(0o600)
+        create_private_file(path, Fernet.generate_key())
+    else:
+        narrow_to_owner(path, PRIVATE_FILE_MODE)
     return path.read_bytes().strip()
 
 

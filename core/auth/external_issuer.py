@@ -124,4 +124,4 @@ class ExternalIssuer:
             token, key.key, algorithm=str(alg), audience=self.audience, issuer=self.issuer,
             require=["exp", "iss", "aud", "sub"],
         )  # fmt: skip
-        return principal_from_claims(claims, self.business_claim)
+        return principal_from_claims(claims, self.business_claim, external=True)

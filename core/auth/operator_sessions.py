@@ -10,16 +10,19 @@ monitor only tidies up. The cookie that carries the token is the dashboard's con
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from core.auth.throttle import AuthThrottle, ThrottlePolicy
+from core.auth.throttle import Attempt, AuthThrottle
 from core.errors import NotFound
 from core.services import Services
 from core.storage import Storage
 from core.tenancy import tenants
 from core.tenancy.tenants import Operator
+
+log = logging.getLogger(__name__)
 
 # A session's expiry is pushed forward at most this often, not on every request.
 TOUCH_INTERVAL_S = 60.0
@@ -43,7 +46,7 @@ class SessionStore:
     def __init__(self, services: Services) -> None:
         self.storage: Storage = services.storage
         self.settings = services.settings
-        self.throttle = AuthThrottle(self.storage, ThrottlePolicy.from_settings(self.settings))
+        self.throttle = AuthThrottle.from_settings(self.storage, self.settings)
 
     async def create(self, operator: Operator) -> tuple[str, Session]:
         """A new session for `operator`; returns the cookie value (shown only here)."""
@@ -62,7 +65,25 @@ class SessionStore:
                 "expires_at": expires_at,
             }
         )
+        await self._end_sessions_beyond_cap(operator.username)
         return token, session
+
+    async def _end_sessions_beyond_cap(self, username: str) -> None:
+        """Keep the operator's `dashboard_sessions_per_operator` most recently used sessions."""
+        beyond = (
+            await self.storage.operator_sessions.find({"username": username}, {"_id": 1})
+            .sort("last_seen_at", -1)
+            .skip(self.settings.dashboard_sessions_per_operator)
+            .to_list()
+        )
+        if beyond:
+            await self.storage.operator_sessions.delete_many(
+                {"_id": {"$in": [d["_id"] for d in beyond]}}
+            )
+            log.info(
+                "oldest dashboard sessions ended",
+                extra={"operator": username, "ended": len(beyond)},
+            )
 
     async def load(self, token: str | None) -> Session | None:
         """The live session of this cookie value, else None (expired sessions are deleted)."""
@@ -96,16 +117,15 @@ class SessionStore:
         await self.storage.operator_sessions.delete_one({"_id": session.session_hash})
 
     async def login(self, username: str, password: str, remote: str) -> Operator | None:
-        """Check the credentials, throttled per username and per client address.
+        """Check the credentials, throttled per (username, client address) with ceilings per
+        username and per address (core/auth/throttle.py).
 
-        Raises `RateLimited` while either is locked out (before the password is checked)."""
-        keys = (f"operator:{username.lower()}", f"operator-ip:{remote}")
-        for key in keys:
-            await self.throttle.check(key)
+        Raises `RateLimited` while locked out (before the password is checked)."""
+        attempt = Attempt(f"operator:{username.lower()[:200]}", remote)
+        await self.throttle.check_attempt(attempt)
         operator = await tenants.authenticate_operator(self.storage, username, password)
         if operator is None:
-            for key in keys:
-                await self.throttle.record_failure(key)
+            await self.throttle.record_failed_attempt(attempt)
             return None
-        await self.throttle.reset(keys[0])
+        await self.throttle.record_success(attempt)
         return operator

@@ -1,19 +1,28 @@
 """``Idempotency-Key``: the first response to a key is kept 24 h and replayed for repeats.
 
-One document per ``{client}:{key}`` in `idempotency_keys`, created by insert (the unique `_id`
-decides which of two racing requests runs). While it runs the document is IN_FLIGHT and repeats
-answer 409; afterwards it holds the response. A failed request deletes its key: a rejected
-document wrote nothing, so the client may fix it and retry with the same key.
+One document per (business, client, key) in `idempotency_keys`, created by insert (the unique
+`_id` decides which of two racing requests runs); a client holds at most
+`idempotency_keys_per_client` keys at a time (`RateLimited`, 429, beyond). While it runs the
+document is IN_FLIGHT and repeats answer 409; afterwards it holds the response. A failed request
+deletes its key: a rejected document wrote nothing, so the client may fix it and retry with the
+same key.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from pymongo.errors import DuplicateKeyError
 
-from core.errors import BadRequest, IdempotencyKeyInFlight, IdempotencyKeyReused
+from core.errors import (
+    BadRequest,
+    IdempotencyKeyInFlight,
+    IdempotencyKeyReused,
+    RateLimited,
+)
 from core.storage import Storage
 
 KEY_TTL = timedelta(hours=24)  # how long a response is replayed (DESIGN.md section 5)
@@ -29,8 +38,17 @@ class StoredResponse:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def _id(scope: str, key: str) -> str:
-    return f"{scope}:{key}"
+@dataclass(frozen=True)
+class KeyScope:
+    """Whose keys: one client of one business (two businesses' clients never share keys, even
+    when an external issuer gives both the same subject)."""
+
+    business: str
+    client: str
+    max_keys: int  # keys the client may hold within the retention window
+
+    def id(self, key: str) -> str:
+        return json.dumps([self.business, self.client, key])
 
 
 def check_key(key: str) -> str:
@@ -39,16 +57,41 @@ def check_key(key: str) -> str:
     return key
 
 
-async def begin(storage: Storage, scope: str, key: str, fingerprint: str) -> StoredResponse | None:
+async def _check_key_count(storage: Storage, scope: KeyScope, now: datetime) -> None:
+    """Refuse a new key while the client holds `max_keys` live ones (until the oldest expires).
+    Concurrent first uses may each pass the check: the cap can be exceeded by a few."""
+    live = {"business": scope.business, "client": scope.client, "expires_at": {"$gt": now}}
+    if await storage.idempotency_keys.count_documents(live, limit=scope.max_keys) < scope.max_keys:
+        return
+    oldest = await storage.idempotency_keys.find_one(live, sort=[("expires_at", 1)])
+    retry_after = 1
+    if oldest is not None:
+        retry_after = max(1, math.ceil((oldest["expires_at"] - now).total_seconds()))
+    raise RateLimited(
+        f"this client already holds {scope.max_keys} Idempotency-Keys of the last "
+        f"{KEY_TTL.total_seconds() / 3600:g} h; retry without a new key or after {retry_after} s",
+        retry_after_s=retry_after,
+    )
+
+
+async def begin(
+    storage: Storage, scope: KeyScope, key: str, fingerprint: str
+) -> StoredResponse | None:
     """Claim `key` for this request (None: run it, then `finish` or `abandon`), or return the
-    stored response to replay. Raises 422 for another body, 409 while the first still runs."""
-    doc_id = _id(scope, check_key(key))
+    stored response to replay. Raises 422 for another body, 409 while the first still runs,
+    429 for a new key beyond the client's cap. Check access before: a replay reveals the
+    stored response."""
+    doc_id = scope.id(check_key(key))
     for _ in range(3):
         now = datetime.now(UTC)
+        if await storage.idempotency_keys.find_one({"_id": doc_id}, {"_id": 1}) is None:
+            await _check_key_count(storage, scope, now)
         try:
             await storage.idempotency_keys.insert_one(
                 {
                     "_id": doc_id,
+                    "business": scope.business,
+                    "client": scope.client,
                     "fingerprint": fingerprint,
                     "state": "IN_FLIGHT",
                     "started_at": now,
@@ -79,10 +122,10 @@ async def begin(storage: Storage, scope: str, key: str, fingerprint: str) -> Sto
     raise IdempotencyKeyInFlight("this Idempotency-Key is contended; retry later")
 
 
-async def finish(storage: Storage, scope: str, key: str, response: StoredResponse) -> None:
+async def finish(storage: Storage, scope: KeyScope, key: str, response: StoredResponse) -> None:
     """Store the response of the request that claimed `key`."""
     await storage.idempotency_keys.update_one(
-        {"_id": _id(scope, key)},
+        {"_id": scope.id(key)},
         {
             "$set": {
                 "state": "DONE",
@@ -94,6 +137,6 @@ async def finish(storage: Storage, scope: str, key: str, response: StoredRespons
     )
 
 
-async def abandon(storage: Storage, scope: str, key: str) -> None:
+async def abandon(storage: Storage, scope: KeyScope, key: str) -> None:
     """Release `key` after a failed request, so a corrected retry may use it."""
-    await storage.idempotency_keys.delete_one({"_id": _id(scope, key), "state": "IN_FLIGHT"})
+    await storage.idempotency_keys.delete_one({"_id": scope.id(key), "state": "IN_FLIGHT"})

@@ -13,10 +13,10 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.auth.access import Principal
+from core.auth.access import Principal, check_access
 from core.intake import documents, idempotency
 from core.intake.contract import TextLimits, parse_document
-from core.intake.idempotency import StoredResponse
+from core.intake.idempotency import KeyScope, StoredResponse
 from core.settings import Settings
 from core.storage import Storage
 from core.urls import shipment_url
@@ -49,18 +49,20 @@ async def apply_document_idempotently(
     201 with the new shipment's dashboard URL as Location when anything was created, else 200;
     with an Idempotency-Key, the stored response for a repeat."""
     key = idempotency_key
+    document = parse_document(decode(body), TextLimits.from_settings(settings))
+    # Before any replay: a client that lost access to this business or facility since must not
+    # read the stored response either.
+    check_access(principal, document.business, document.facility)
+    scope = KeyScope(principal.business, principal.subject, settings.idempotency_keys_per_client)
     if key is not None:
-        stored = await idempotency.begin(
-            storage, principal.subject, key, request_fingerprint(kind, body)
-        )
+        stored = await idempotency.begin(storage, scope, key, request_fingerprint(kind, body))
         if stored is not None:
             return DocumentAnswer(stored, replayed=True)
     try:
-        document = parse_document(decode(body), TextLimits.from_settings(settings))
         result = await documents.apply_document(storage, principal, document)
     except BaseException:
         if key is not None:
-            await idempotency.abandon(storage, principal.subject, key)
+            await idempotency.abandon(storage, scope, key)
         raise
     headers = {}
     if result.created:
@@ -71,5 +73,5 @@ async def apply_document_idempotently(
         headers=headers,
     )
     if key is not None:
-        await idempotency.finish(storage, principal.subject, key, response)
+        await idempotency.finish(storage, scope, key, response)
     return DocumentAnswer(response)

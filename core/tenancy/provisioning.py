@@ -78,7 +78,7 @@ class BusinessSpec(_Strict):
 class OperatorSpec(_Strict):
     username: str
     password: str | None = None
-    businesses: list[str] | None = None  # None: every business
+    businesses: list[str] | None = None  # None: every business; []: none
 
 
 class Declaration(_Strict):
@@ -326,7 +326,7 @@ async def _apply_operator(storage: Storage, spec: OperatorSpec) -> Change:
         await tenants.create_operator(storage, spec.username, password, businesses=spec.businesses)
         generated = "" if spec.password else password
         return Change("operator", spec.username, "created", "password", generated)
-    wanted = None if not spec.businesses else frozenset(spec.businesses)
+    wanted = None if spec.businesses is None else frozenset(spec.businesses)
     password_differs = spec.password is not None and not await tenants.operator_password_is(
         storage, spec.username, spec.password
     )

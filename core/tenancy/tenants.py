@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pymongo.errors import DuplicateKeyError
 
 from core.auth.credentials import (
+    DUMMY_PASSWORD_HASH,
     hash_password,
     hash_secret,
     new_secret,
@@ -96,6 +97,8 @@ class ApiClient:
     facilities: frozenset[str] | None = None
     name: str = ""
     disabled: bool = False
+    # Tokens issued before this (its secret changed since) are refused.
+    tokens_not_before: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ class Camera:
 @dataclass(frozen=True)
 class Operator:
     username: str
-    # None: every business.
+    # None: every business; otherwise only these (empty: none, as for a client's facilities).
     businesses: frozenset[str] | None = None
 
     def may_see_business(self, business: str) -> bool:
@@ -268,6 +271,7 @@ def _client_from_doc(doc: Doc) -> ApiClient:
         facilities=None if facilities is None else frozenset(facilities),
         name=doc.get("name", ""),
         disabled=bool(doc.get("disabled", False)),
+        tokens_not_before=doc.get("tokens_not_before"),
     )
 
 
@@ -427,8 +431,8 @@ async def create_operator(
         await get_business(storage, business)
     doc = {
         "_id": username,
-        "password_hash": hash_password(password),
-        "businesses": None if not businesses else sorted(businesses),
+        "password_hash": await hash_password(password),
+        "businesses": None if businesses is None else sorted(set(businesses)),
         "created_at": _now(),
     }
     try:
@@ -441,9 +445,9 @@ async def create_operator(
 async def authenticate_operator(storage: Storage, username: str, password: str) -> Operator | None:
     doc = await storage.operators.find_one({"_id": username})
     if doc is None:
-        password_matches(password, _DUMMY_HASH)  # same cost whether or not the user exists
+        await password_matches(password, DUMMY_PASSWORD_HASH)  # same cost whether it exists
         return None
-    if not password_matches(password, doc["password_hash"]):
+    if not await password_matches(password, doc["password_hash"]):
         return None
     return _operator_from_doc(doc)
 
@@ -458,9 +462,6 @@ async def get_operator(storage: Storage, username: str) -> Operator:
 async def list_operators(storage: Storage) -> list[Operator]:
     docs = await storage.operators.find({}).sort("_id", 1).to_list()
     return [_operator_from_doc(d) for d in docs]
-
-
-_DUMMY_HASH = hash_password("dockflow-dummy-password")
 
 
 # --- updates (declarative apply) ----------------------------------------------------------
@@ -492,7 +493,9 @@ async def update_client(
         await get_facility(storage, client.business, facility)
     fields: Doc = {"facilities": None if facilities is None else sorted(facilities), "name": name}
     if client_secret is not None:
+        # A secret is changed because it may have leaked: tokens obtained with it end too.
         fields["secret_hash"] = hash_secret(client_secret)
+        fields["tokens_not_before"] = _now()
     await storage.api_clients.update_one({"_id": client_id}, {"$set": fields})
 
 
@@ -548,14 +551,17 @@ async def update_operator(
     await get_operator(storage, username)
     for business in businesses or []:
         await get_business(storage, business)
-    fields: Doc = {"businesses": None if not businesses else sorted(businesses)}
+    fields: Doc = {"businesses": None if businesses is None else sorted(set(businesses))}
     if password is not None:
         if len(password) < 8:
             raise ValidationFailed("an operator password needs at least 8 characters")
-        fields["password_hash"] = hash_password(password)
+        fields["password_hash"] = await hash_password(password)
     await storage.operators.update_one({"_id": username}, {"$set": fields})
+    if password is not None:
+        # A password is changed because it may have leaked: its dashboard sessions end too.
+        await storage.operator_sessions.delete_many({"username": username})
 
 
 async def operator_password_is(storage: Storage, username: str, password: str) -> bool:
     doc = await storage.operators.find_one({"_id": username}, {"password_hash": 1})
-    return doc is not None and password_matches(password, doc["password_hash"])
+    return doc is not None and await password_matches(password, doc["password_hash"])

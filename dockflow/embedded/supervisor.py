@@ -23,6 +23,7 @@ from pathlib import Path
 from pymongo import AsyncMongoClient
 
 from core.errors import DatabaseUnavailable
+from core.files import PRIVATE_FILE_MODE, ensure_private_dir, write_private_file
 from core.running import Running
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,8 @@ async def _answers_ping(url: str, timeout_s: float) -> bool:
 
 def _spawn(data_dir: Path, port: int, log_path: Path) -> subprocess.Popen[bytes]:
     """Start nx-27017 on 127.0.0.1:`port`, its output appended to `log_path`."""
-    with log_path.open("ab") as log_file:
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE)
+    with os.fdopen(fd, "ab") as log_file:
         return subprocess.Popen(  # noqa: S603 - fixed argv, no shell
             [
                 sys.executable,
@@ -92,6 +94,7 @@ def _spawn(data_dir: Path, port: int, log_path: Path) -> subprocess.Popen[bytes]
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=log_file,
+            umask=0o077,  # its data, log and pid files are the owner's only
             start_new_session=True,  # Ctrl-C reaches dockflow, which stops the db in order
             preexec_fn=_die_with_parent,  # runs before any thread starts in the child
         )
@@ -112,7 +115,7 @@ class EmbeddedMongo(Running):
 
     async def start(self) -> str:
         """Start the server (or attach to a running one) and return its URL once it answers."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.data_dir)
         attached = await self._attach()
         if attached:
             return attached
@@ -137,7 +140,8 @@ class EmbeddedMongo(Running):
                     f"see {log_path}:\n{tail}"
                 )
             if await _answers_ping(self.url, 0.5):
-                self._state_file.write_text(json.dumps({"pid": self.process.pid, "url": self.url}))
+                state = {"pid": self.process.pid, "url": self.url}
+                write_private_file(self._state_file, json.dumps(state).encode())
                 log.info(
                     "embedded MongoDB started", extra={"url": self.url, "pid": self.process.pid}
                 )

@@ -35,6 +35,7 @@ from core.shipments import attachments, directions, lifecycle, linking
 from core.shipments.operator import complete_shipment_as_operator
 from core.storage import storable_int
 from core.tenancy.tenants import Operator
+from public_api.client_address import request_source
 from public_api.dashboard import formatting
 from public_api.dashboard.session import (
     CSRF_FIELD,
@@ -278,7 +279,9 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
     if not username or not password:
         return _login_form(request, next_url, error="Enter your username and password.", status=400)
     try:
-        operator = await dash.sessions.login(username, password, request.remote or "unknown")
+        operator = await dash.sessions.login(
+            username, password, request_source(request, dash.services.settings.trusted_proxies)
+        )
     except RateLimited as error:
         response = _login_form(
             request,

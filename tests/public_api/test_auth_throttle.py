@@ -1,5 +1,5 @@
-"""Failed token requests are throttled per client id, across every API process (the counters
-live in MongoDB), so client secrets cannot be guessed online."""
+"""Failed token requests are throttled per (client id, source address), across every API process
+(the counters live in MongoDB), so client secrets cannot be guessed online."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ async def test_lockout_ends_and_the_next_failure_locks_longer(
     assert (await _token(first, tenant.client_id, tenant.client_secret))[0] == 429
 
     # Time passes: the lockout is over (moved into the past rather than slept through).
-    doc = await storage.auth_failures.find_one({"_id": f"client:{tenant.client_id}"})
+    doc = await storage.auth_failures.find_one({"_id": f"client:{tenant.client_id}@127.0.0.1"})
     assert doc is not None
     doc["locked_until"] = datetime.now(UTC) - timedelta(seconds=1)
     await storage.auth_failures.replace_one({"_id": doc["_id"]}, doc)

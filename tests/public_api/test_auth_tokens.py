@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestClient
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from core.auth.crypto import SecretBox
 from core.auth.tokens import TokenService
 from core.errors import Unauthenticated
 from core.services import Services
@@ -54,11 +55,12 @@ async def _signing_key(services: Services) -> tuple[str, bytes, bytes]:
     """kid, private PEM and public PEM of the service's current signing key."""
     doc = await services.storage.signing_keys.find_one({}, sort=[("created_at", -1)])
     assert doc is not None
-    private = serialization.load_pem_private_key(doc["private_pem"].encode(), password=None)
+    private_pem = SecretBox(services.settings).open(doc["private_sealed"]).encode()
+    private = serialization.load_pem_private_key(private_pem, password=None)
     public_pem = private.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    return doc["_id"], doc["private_pem"].encode(), public_pem
+    return doc["_id"], private_pem, public_pem
 
 
 @functools.cache

@@ -162,7 +162,9 @@ async def test_same_key_replays_the_first_response(
     stored = await services.storage.order_items.find().to_list()
     created = {e["id"] for e in (await first.json())["created"] if e["type"] == "ORDER_ITEM"}
     assert {i["_id"] for i in stored} == created
-    key = await services.storage.idempotency_keys.find_one({"_id": f"{tenant.client_id}:k-1"})
+    key = await services.storage.idempotency_keys.find_one(
+        {"business": tenant.business, "client": tenant.client_id}
+    )
     assert key is not None
     ttl = key["expires_at"] - key["started_at"]
     assert ttl == timedelta(hours=24)
