@@ -11,9 +11,10 @@ closes with 4403 in both protocols, and a connection that sends no `connection_i
 accepted `connection_init` (4401 in both protocols). Open websockets are counted and re-checked
 (`public_api.graphql.connections`).
 
-Bodies: JSON bodies are capped by `http_max_body_bytes` (the application's `client_max_size`,
-chunked bodies too); a multipart body, read only after authentication, by `max_upload_bytes` in
-total and by `graphql_multipart_max_parts` / `graphql_multipart_max_files`.
+Bodies: JSON bodies and websocket messages are capped by `http_max_body_bytes` (the
+application's `client_max_size`, chunked bodies too); a multipart body, read only after
+authentication, by `max_upload_bytes` of files, `FORM_FIELDS_BYTES` of fields, and
+`graphql_multipart_max_parts` / `graphql_multipart_max_files` parts.
 """
 
 from __future__ import annotations
@@ -276,10 +277,12 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
     async def create_websocket_response(
         self, request: web.Request, subprotocol: str | None
     ) -> web.WebSocketResponse:
-        # Protocol-independent keep-alive: websocket pings (graphql-ws also sends "ka").
+        # Protocol-independent keep-alive: websocket pings (graphql-ws also sends "ka"). A
+        # message is held whole while parsed: one larger than a request body closes with 1009.
         ws = web.WebSocketResponse(
             protocols=[subprotocol] if subprotocol else [],
             heartbeat=self.services.settings.graphql_keepalive_s,
+            max_msg_size=self.services.settings.http_max_body_bytes,
         )
         await ws.prepare(request)
         return ws

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestClient, TestServer
 from cryptography.hazmat.primitives.asymmetric import rsa
-from graphql import ExecutionResult
+from graphql import ExecutionResult, get_introspection_query
 from jwt.algorithms import RSAAlgorithm
 
 from core.errors import DockflowError, SlowConsumer
@@ -306,8 +306,9 @@ async def test_too_many_fields_are_refused_before_execution(
         "{" + MESSAGES_PAGE % ", first: 10000" + " { id message } }",
         '{ shipments(filter: {businessSlug: "acme"}) '
         "{ id pallets { id } orders { items { id } } } }",
+        get_introspection_query(descriptions=True, input_value_deprecation=True),
     ],
-    ids=["one full page", "a default shipments page with nesting"],
+    ids=["one full page", "a default shipments page with nesting", "GraphiQL's introspection"],
 )
 async def test_ordinary_queries_stay_within_the_budget(
     api: TestClient[Any, Any], tenant: Tenant, query: str
@@ -337,6 +338,18 @@ async def test_no_operation_runs_before_connection_init(
             frames.append(json.loads(msg.data))
     assert ws.ws.close_code == 4401
     assert not [f for f in frames if f.get("type") in ("next", "data")], frames
+
+
+@pytest.mark.parametrize("protocol", [TRANSPORT_WS, LEGACY_WS])
+async def test_websocket_messages_have_the_body_limit(
+    api: TestClient[Any, Any], tenant: Tenant, protocol: str
+):
+    ws = await WsSession.open(api, protocol)
+    await ws.send(
+        {"type": "connection_init", "payload": {**tenant.auth, "pad": "x" * BIG}},
+    )
+
+    assert await ws.closed_with() == 1009  # RFC 6455: message too big
 
 
 # --- Finding 5: open websockets are re-checked against the database and the token's expiry ----
