@@ -150,6 +150,9 @@ class Settings(BaseSettings):
     graphql_max_fields: int = Field(500, ge=10)
     # Open GraphQL websockets per API client (per process); one more is closed with 4429.
     graphql_max_connections_per_client: int = Field(500, ge=1)
+    # Websockets of one process still waiting for their connection_init (anonymous so far);
+    # one more is closed at once with 1013.
+    graphql_max_pending_connections: int = Field(1000, ge=1)
     # Open websockets re-read their client's enabled state and facilities this often (a change
     # closes them with 4403); they are also closed when their token expires.
     graphql_recheck_interval_s: float = Field(15.0, gt=0)

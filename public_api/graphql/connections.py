@@ -1,5 +1,6 @@
-"""Open GraphQL websockets: at most `graphql_max_connections_per_client` per API client, and
-each re-checked while it stays open.
+"""Open GraphQL websockets: at most `graphql_max_pending_connections` awaiting their
+`connection_init` (anonymous until then), at most `graphql_max_connections_per_client` per
+API client, and each re-checked while it stays open.
 
 A connection is registered when its `connection_init` is accepted. Every
 `graphql_recheck_interval_s` one sweep re-reads the clients of all open connections from the
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 # graphql-transport-ws's 4429).
 REVOKED_CLOSE_CODE = 4403
 TOO_MANY_CONNECTIONS_CLOSE_CODE = 4429
+# RFC 6455 "try again later": the process holds its limit of connections awaiting init.
+TOO_MANY_PENDING_CLOSE_CODE = 1013
 
 
 class TooManyConnections(Exception):
@@ -53,9 +56,23 @@ class Connections:
         self.storage = storage
         self.limit = settings.graphql_max_connections_per_client
         self.interval_s = settings.graphql_recheck_interval_s
+        self.pending_limit = settings.graphql_max_pending_connections
+        self._pending: set[int] = set()  # id(context) of connections awaiting connection_init
         self._open: dict[int, _Connection] = {}  # by id(context)
         self._per_client: Counter[tuple[str, str]] = Counter()
         self._sweeper: asyncio.Task[None] | None = None
+
+    def admit(self, context: GraphQLContext) -> bool:
+        """Count a new websocket until its connection_init; False when the process already
+        holds `graphql_max_pending_connections` of them."""
+        if len(self._pending) >= self.pending_limit:
+            log.warning(
+                "websocket refused: too many awaiting connection_init",
+                extra={"limit": self.pending_limit},
+            )
+            return False
+        self._pending.add(id(context))
+        return True
 
     def open(
         self,
@@ -68,6 +85,7 @@ class Connections:
         """Register an accepted connection; `TooManyConnections` when its client already
         holds the limit."""
         self.close(context)  # a repeated connection_init replaces the registration
+        self._pending.discard(id(context))
         key = (principal.business, principal.subject)
         if self._per_client[key] >= self.limit:
             log.warning(
@@ -91,6 +109,7 @@ class Connections:
 
     def close(self, context: GraphQLContext) -> None:
         """Forget a connection that ended (idempotent)."""
+        self._pending.discard(id(context))
         connection = self._open.pop(id(context), None)
         if connection is None:
             return

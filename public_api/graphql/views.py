@@ -53,6 +53,7 @@ from public_api.auth import PRINCIPAL, authenticate
 from public_api.body_limits import own_body_limit
 from public_api.graphql.connections import (
     TOO_MANY_CONNECTIONS_CLOSE_CODE,
+    TOO_MANY_PENDING_CLOSE_CODE,
     Connections,
     TooManyConnections,
 )
@@ -182,16 +183,35 @@ def token_from_params(params: Mapping[str, Any] | None) -> str | None:
     return None
 
 
+def _connections(view: object) -> Connections:
+    assert isinstance(view, DockflowGraphQLView)
+    return view.connections
+
+
+async def _refused_as_pending(view: object, context: GraphQLContext) -> bool:
+    """Close a new websocket at once (1013) when too many await their connection_init."""
+    if _connections(view).admit(context):
+        return False
+    ws = context.response
+    if isinstance(ws, web.WebSocketResponse):
+        await ws.close(
+            code=TOO_MANY_PENDING_CLOSE_CODE,
+            message=b"too many connections awaiting connection_init; retry later",
+        )
+    return True
+
+
 class TransportWSHandler(BaseGraphQLTransportWSHandler[GraphQLContext, None]):
-    """`graphql-transport-ws`, with the connection forgotten by the view when it ends."""
+    """`graphql-transport-ws`, counted while it awaits its connection_init and forgotten by
+    the view when it ends."""
 
     async def handle(self) -> None:
+        if await _refused_as_pending(self.view, self.context):
+            return
         try:
             await super().handle()
         finally:
-            view = self.view
-            assert isinstance(view, DockflowGraphQLView)
-            view.connections.close(self.context)
+            _connections(self.view).close(self.context)
 
 
 class LegacyGraphQLWSHandler(BaseGraphQLWSHandler[GraphQLContext, None]):
@@ -199,6 +219,8 @@ class LegacyGraphQLWSHandler(BaseGraphQLWSHandler[GraphQLContext, None]):
     as `graphql-transport-ws`; a `start` before an accepted `connection_init` closes 4401."""
 
     async def handle(self) -> None:
+        if await _refused_as_pending(self.view, self.context):
+            return
         timer = asyncio.create_task(self._close_without_init())
         try:
             await super().handle()
@@ -206,9 +228,7 @@ class LegacyGraphQLWSHandler(BaseGraphQLWSHandler[GraphQLContext, None]):
             timer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await timer
-            view = self.view
-            assert isinstance(view, DockflowGraphQLView)
-            view.connections.close(self.context)
+            _connections(self.view).close(self.context)
 
     async def _close_without_init(self) -> None:
         view = self.view

@@ -471,6 +471,25 @@ async def test_websockets_per_client_are_capped(api_with: API, tenant: Tenant):
     assert not fourth.ws.closed
 
 
+@pytest.mark.parametrize("protocol", [TRANSPORT_WS, LEGACY_WS])
+async def test_websockets_awaiting_connection_init_are_capped(
+    api_with: API, tenant: Tenant, protocol: str
+):
+    api = await api_with(graphql_max_pending_connections=2)
+    waiting = [await WsSession.open(api, protocol) for _ in range(2)]
+
+    one_more = await WsSession.open(api, protocol)
+
+    code, reason = await _close_of(one_more)
+    assert code == 1013
+    assert "awaiting connection_init" in reason
+    # an accepted connection_init frees its place
+    assert (await waiting[0].init(tenant.auth))["type"] == "connection_ack"
+    assert (await (await WsSession.open(api, protocol)).init(tenant.auth))["type"] == (
+        "connection_ack"
+    )
+
+
 async def test_a_subscriber_is_ended_by_bytes_behind_not_only_by_messages(
     settings_factory: Callable[..., Settings], storage: Storage, services: Services
 ):
