@@ -114,7 +114,7 @@ class LimitedRequestAdapter(AiohttpHTTPRequestAdapter):
                         f"more than {settings.graphql_multipart_max_parts} multipart parts"
                     )
                 if part.filename is None:
-                    form[part.name] = (await field_budget.read(part)).decode()
+                    form[part.name] = _text(part.name, await field_budget.read(part))
                     continue
                 if len(files) >= settings.graphql_multipart_max_files:
                     raise BadRequest(
@@ -134,6 +134,13 @@ class LimitedRequestAdapter(AiohttpHTTPRequestAdapter):
             raise
         self._form_data = FormData(files=files, form=form)
         return self._form_data
+
+
+def _text(name: str, content: bytes) -> str:
+    try:
+        return content.decode()
+    except UnicodeDecodeError:
+        raise BadRequest(f"the multipart field {name!r} is not valid UTF-8") from None
 
 
 class _ByteBudget:
@@ -370,17 +377,17 @@ def _body_limit(request: web.Request) -> int:
 
 async def graphql_endpoint(request: web.Request) -> web.StreamResponse:
     """Route every /public_graphql request: websocket (a complete handshake only), sandbox
-    page, or an authenticated GraphQL request (401, or 413 by its length, before the body is
-    read)."""
+    page, or an authenticated GraphQL request (401, then 413 by its length, before the body
+    is read)."""
     view = request.app[GRAPHQL_VIEW]
     if view.is_websocket_request(request):
         return await view(request)
     if _wants_sandbox(request):
         return web.Response(text=_sandbox_html(), content_type="text/html")
+    await authenticate(request)
     limit = _body_limit(request)
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(f"the request body is larger than the {limit} byte limit")
-    await authenticate(request)
     return await view(request)
 
 
