@@ -74,6 +74,9 @@ async def running_server(
             "DOCKFLOW_LOG_LEVEL": "WARNING",
             "DOCKFLOW_LOG_FORMAT": "console",
             "DOCKFLOW_WEBHOOK_ALLOW_HOSTS": '["127.0.0.1"]',
+            # One client token opens every subscriber of the fan-out benchmarks, all at once.
+            "DOCKFLOW_GRAPHQL_MAX_CONNECTIONS_PER_CLIENT": "100000",
+            "DOCKFLOW_GRAPHQL_MAX_PENDING_CONNECTIONS": "100000",
             **(extra_env or {}),
         }
         if os.environ.get("DOCKFLOW_MONGODB_URL"):

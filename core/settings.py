@@ -177,6 +177,33 @@ class Settings(BaseSettings):
                 raise ValueError(f"{entry!r} is not an IP address or network") from None
         return value
 
+    # HTTP and GraphQL entry points: limits on every body, query and connection.
+    # Largest request body on any route without a larger limit of its own (documents use
+    # `max_document_bytes`, GraphQL multipart uploads `max_upload_bytes`); chunked bodies too.
+    http_max_body_bytes: int = Field(64 * 1024, ge=1024)
+    # A GraphQL multipart request: most parts (fields and files), and most files.
+    graphql_multipart_max_parts: int = Field(16, ge=3)
+    graphql_multipart_max_files: int = Field(4, ge=1)
+    # Query cost budget: objects a document may ask for (list sizes from `first`, multiplied
+    # through nesting); a nested list without `first` counts as `graphql_cost_list_size` items.
+    graphql_max_cost: int = Field(50_000, ge=100)
+    graphql_cost_list_size: int = Field(10, ge=1)
+    # Aliases, and field selections (fragments expanded), in one GraphQL document.
+    graphql_max_aliases: int = Field(30, ge=1)
+    graphql_max_fields: int = Field(500, ge=10)
+    # Open GraphQL websockets per API client (per process); one more is closed with 4429.
+    graphql_max_connections_per_client: int = Field(500, ge=1)
+    # Websockets of one process still waiting for their connection_init (anonymous so far);
+    # one more is closed at once with 1013.
+    graphql_max_pending_connections: int = Field(1000, ge=1)
+    # Open websockets re-read their client's enabled state and facilities this often (a change
+    # closes them with 4403); they are also closed when their token expires.
+    graphql_recheck_interval_s: float = Field(15.0, gt=0)
+    # Bytes of messages a live subscriber may lag (beside `feed_subscriber_buffer` messages).
+    feed_subscriber_buffer_bytes: int = Field(16 * 1024 * 1024, ge=64 * 1024)
+    # Bytes of encoded subscription results kept to share between subscribers.
+    graphql_shared_cache_bytes: int = Field(32 * 1024 * 1024, ge=64 * 1024)
+
     @field_validator("public_base_url")
     @classmethod
     def _strip_slash(cls, value: str) -> str:

@@ -6,21 +6,19 @@ from aiohttp import web
 
 from core.services import Services
 from public_api import auth, documents, graphql, health, oauth, openapi
+from public_api.body_limits import body_limit_middleware
 from public_api.dashboard import setup as setup_dashboard
 from public_api.keys import SERVICES, SETTINGS
 from public_api.problems import problem_middleware
-
-# Request bodies larger than this are refused before a handler reads them; the routes that
-# accept uploads check their own, larger limit.
-CLIENT_MAX_SIZE_SLACK = 64 * 1024
 
 
 def create_app(services: Services) -> web.Application:
     """Build the HTTP application over the given services (the caller owns their lifecycle)."""
     settings = services.settings
     app = web.Application(
-        middlewares=[problem_middleware],
-        client_max_size=settings.max_upload_bytes + CLIENT_MAX_SIZE_SLACK,
+        middlewares=[problem_middleware, body_limit_middleware],
+        # Bodies read whole (`read()`, `post()`, chunked too) stop here; see `body_limits`.
+        client_max_size=settings.http_max_body_bytes,
     )
     app[SERVICES] = services
     app[SETTINGS] = settings

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from core.auth.access import Principal
 from core.auth.tokens import bearer_token
+from public_api.body_limits import own_body_limit
 from public_api.keys import SERVICES
 
 PRINCIPAL = web.RequestKey("principal", Principal)
@@ -63,4 +64,5 @@ async def fetch_jwks(url: str) -> dict[str, Any]:
 def setup(app: web.Application) -> None:
     app[SERVICES].tokens.use_jwks_fetcher(fetch_jwks)
     # Any method: a client may probe its token with the verb its integration uses.
+    own_body_limit(app, "/v1/whoami")  # its body is never read: 401 from the headers alone
     app.router.add_route("*", "/v1/whoami", whoami)

@@ -16,6 +16,7 @@ from aiohttp import web
 from core.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 from core.intake.submission import apply_document_idempotently
 from public_api.auth import authenticate
+from public_api.body_limits import own_body_limit
 from public_api.keys import SERVICES
 from public_api.xml_documents import document_from_xml
 
@@ -28,6 +29,7 @@ READ_CHUNK = 64 * 1024
 
 
 def setup(app: web.Application) -> None:
+    own_body_limit(app, *PATHS)  # `max_document_bytes`, checked in `read_body`
     for path in PATHS:
         app.router.add_post(path, post_document)
 

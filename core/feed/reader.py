@@ -17,8 +17,9 @@ never steps over an id that commits later, and `pushMessages` followed by a subs
 the last id seen (`afterId`) misses nothing.
 
 One `FeedHub` per process runs one polling task for every business; subscribers get messages
-from memory (no database query per subscriber). Each subscriber's buffer is bounded: one that
-falls behind is ended with `SlowConsumer`, and resumes from its last id.
+from memory (no database query per subscriber). Each subscriber's buffer is bounded in messages
+and in bytes (`feed_subscriber_buffer`, `feed_subscriber_buffer_bytes`): one that falls behind
+is ended with `SlowConsumer`, and resumes from its last id.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ class Subscriber:
         start_id: int,
         limit: int,
         on_fail: Callable[[DockflowError], None] | None = None,
+        byte_limit: int | None = None,
     ) -> None:
         self.hub = hub
         # Told at once when the subscriber is ended (a slow consumer): the transport may be
@@ -175,11 +177,15 @@ class Subscriber:
         self.selector = selector
         self.start_id = start_id  # live delivery covers ids above this (the watermark then)
         self.limit = limit
-        self._items: deque[Doc] = deque()
+        self.byte_limit = byte_limit  # None: counted in messages only
+        self._items: deque[tuple[Doc, int]] = deque()
+        self._bytes = 0
         self._wake = asyncio.Event()
         self._error: DockflowError | None = None
 
-    def offer(self, message: Doc) -> None:
+    def offer(self, message: Doc, size: int = 0) -> None:
+        """Queue a message of `size` bytes (its stored size), or end a subscriber that lags
+        more than `limit` messages or `byte_limit` bytes."""
         if self._error is not None:
             return
         if len(self._items) >= self.limit:
@@ -190,7 +196,16 @@ class Subscriber:
                 )
             )
             return
-        self._items.append(message)
+        if self.byte_limit is not None and self._bytes + size > self.byte_limit:
+            self.fail(
+                SlowConsumer(
+                    f"the subscriber fell more than {self.byte_limit} bytes behind; resume with "
+                    "pushMessages or a subscription from the last id received (afterId)"
+                )
+            )
+            return
+        self._items.append((message, size))
+        self._bytes += size
         self._wake.set()
 
     def fail(self, error: DockflowError) -> None:
@@ -198,6 +213,7 @@ class Subscriber:
         if first:
             self._error = error
             self._items.clear()  # what it missed is re-read from the database on resume
+            self._bytes = 0
         self.hub.remove(self)
         self._wake.set()
         if first and self.on_fail is not None:
@@ -208,7 +224,9 @@ class Subscriber:
             if self._error is not None:
                 raise self._error
             if self._items:
-                return self._items.popleft()
+                message, size = self._items.popleft()
+                self._bytes -= size
+                return message
             self._wake.clear()
             await self._wake.wait()
 
@@ -225,6 +243,7 @@ class FeedHub:
         self.gap_grace_s = settings.feed_gap_grace_s
         self.late_window_s = settings.feed_late_window_s
         self.buffer_limit = settings.feed_subscriber_buffer
+        self.buffer_byte_limit = settings.feed_subscriber_buffer_bytes
         self.watermark = 0  # every id <= this is released or abandoned
         self._highest = 0  # highest id seen
         self._pending: dict[int, Doc] = {}  # seen above the watermark, waiting for a gap
@@ -418,10 +437,12 @@ class FeedHub:
 
     def _fan_out(self, message: Doc) -> None:
         business = message["business"]
+        size = 0  # measured once, for the first subscriber that takes it
         for route in ((business, None), (business, message["facility"])):
             for subscriber in list(self._routes.get(route, ())):
                 if subscriber.selector.matches(message):
-                    subscriber.offer(message)
+                    size = size or len(bson.encode(message))
+                    subscriber.offer(message, size)
 
     def add(
         self, selector: FeedFilter, on_fail: Callable[[DockflowError], None] | None = None
@@ -429,7 +450,14 @@ class FeedHub:
         """Register a live subscriber from the current watermark on."""
         if self._stopped:
             raise FeedStopped("the server is shutting down; reconnect")
-        subscriber = Subscriber(self, selector, self.watermark, self.buffer_limit, on_fail)
+        subscriber = Subscriber(
+            self,
+            selector,
+            self.watermark,
+            self.buffer_limit,
+            on_fail,
+            byte_limit=self.buffer_byte_limit,
+        )
         self._subscribers.add(subscriber)
         for route in _routes(selector):
             self._routes.setdefault(route, set()).add(subscriber)

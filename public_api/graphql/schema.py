@@ -21,11 +21,11 @@ from core.settings import Settings
 from core.shipments import attachments, linking, scheduling
 from core.storage import Doc
 from public_api.graphql.context import SLOW_CONSUMER_CLOSE_CODE, GraphQLContext
+from public_api.graphql.cost import CostLimits, QueryCostLimiter
 from public_api.graphql.errors import ErrorCodes
 from public_api.graphql.shared_events import SharedResults, shared_execution_context_class
 
 GQLInfo = Info[GraphQLContext, None]
-MAX_ALIASES = 30  # aliases per document: a cheap guard against fan-out queries
 
 
 @strawberry.enum
@@ -535,8 +535,8 @@ class Subscription:
             if isinstance(error, SlowConsumer):
                 context.close_websocket(
                     SLOW_CONSUMER_CLOSE_CODE,
-                    f"slow consumer: over {context.hub.buffer_limit} messages behind; "
-                    "resume with afterId (last id processed)",
+                    f"slow consumer: over {context.hub.buffer_limit} messages or "
+                    f"{context.hub.buffer_byte_limit} bytes behind; resume with afterId",
                 )
 
         stream = context.hub.subscribe(
@@ -558,9 +558,10 @@ class DockflowSchema(strawberry.Schema):
 
 
 def build_schema(settings: Settings) -> DockflowSchema:
-    """The schema with its limits: depth, tokens, aliases; every error carries a code.
+    """The schema with its limits: depth, tokens, aliases, cost and field count (refused
+    before execution); every error carries a code.
     Subscription events are executed once per operation (`shared_events`)."""
-    execution_context_class = shared_execution_context_class()
+    execution_context_class = shared_execution_context_class(settings.graphql_shared_cache_bytes)
     schema = DockflowSchema(
         query=Query,
         mutation=Mutation,
@@ -568,7 +569,8 @@ def build_schema(settings: Settings) -> DockflowSchema:
         extensions=[
             lambda: QueryDepthLimiter(max_depth=settings.graphql_max_depth),
             lambda: MaxTokensLimiter(max_token_count=settings.graphql_max_tokens),
-            lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
+            lambda: MaxAliasesLimiter(max_alias_count=settings.graphql_max_aliases),
+            lambda: QueryCostLimiter(CostLimits.from_settings(settings)),
             ErrorCodes,
         ],
         execution_context_class=execution_context_class,

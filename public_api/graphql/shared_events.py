@@ -6,9 +6,10 @@ subscriber*, and every frame is JSON-encoded per subscriber: with 2,000 subscrib
 
 An event payload that has a `shared_event_key()` (a `PushMessage`: immutable once written) is
 executed once per (event, operation document, operation name, variables) and the result is
-kept in a small bounded cache; every subscriber with that operation gets the same result, and
-its `data` object carries its JSON text, encoded once (`SharedData.encoded`), which the view
-splices into each subscriber's frame (only the operation id differs between frames).
+kept in a small cache (bounded in entries and in encoded bytes); every subscriber with that
+operation gets the same result, and its `data` object carries its JSON text, encoded once
+(`SharedData.encoded`), which the view splices into each subscriber's frame (only the
+operation id differs between frames).
 
 What still runs per subscriber is unchanged: the subscription resolver (scope, facility
 filter, resume from `afterId`/`since`, bounded buffer), strawberry's extensions (errors get
@@ -27,6 +28,7 @@ from graphql import ExecutionResult
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
 CACHE_ENTRIES = 4096  # results kept: a subscriber further behind than this re-executes
+CACHE_BYTES = 32 * 1024 * 1024  # encoded bytes kept (`graphql_shared_cache_bytes` in a server)
 _encode = json.JSONEncoder(separators=(",", ":")).encode  # as strawberry's `encode_json`
 
 
@@ -50,17 +52,20 @@ class SharedData(dict[str, Any]):
 class SharedResults:
     """The per-schema cache of executed events, with counters for tests and diagnostics."""
 
-    def __init__(self, max_entries: int = CACHE_ENTRIES) -> None:
+    def __init__(self, max_entries: int = CACHE_ENTRIES, max_bytes: int = CACHE_BYTES) -> None:
         self.max_entries = max_entries
-        self._results: OrderedDict[Hashable, ExecutionResult] = OrderedDict()
+        self.max_bytes = max_bytes
+        self._results: OrderedDict[Hashable, tuple[ExecutionResult, int]] = OrderedDict()
+        self.bytes = 0  # encoded size of the results kept
         self.executions = 0  # shareable events executed (cache misses)
         self.shared = 0  # results served from the cache instead of executing again
 
     def get(self, key: Hashable) -> ExecutionResult | None:
-        result = self._results.get(key)
-        if result is not None:
-            self.shared += 1
-        return result
+        entry = self._results.get(key)
+        if entry is None:
+            return None
+        self.shared += 1
+        return entry[0]
 
     def put(self, key: Hashable, result: ExecutionResult) -> ExecutionResult:
         self.executions += 1
@@ -69,9 +74,18 @@ class SharedResults:
             errors=result.errors,
             extensions=result.extensions,
         )
-        self._results[key] = shared
-        while len(self._results) > self.max_entries:
-            self._results.popitem(last=False)
+        # Counted as sent: the encoding is needed for the first frame anyway.
+        size = len(shared.data.encoded) if isinstance(shared.data, SharedData) else 0
+        if size > self.max_bytes:
+            return shared  # too large to keep: each subscriber executes it again
+        previous = self._results.pop(key, None)
+        if previous is not None:
+            self.bytes -= previous[1]
+        self._results[key] = (shared, size)
+        self.bytes += size
+        while len(self._results) > self.max_entries or self.bytes > self.max_bytes:
+            _, (_, dropped) = self._results.popitem(last=False)
+            self.bytes -= dropped
         return shared
 
     def __len__(self) -> int:
@@ -134,12 +148,14 @@ class _ExecutedEvent:
         return self.result
 
 
-def shared_execution_context_class() -> type[SharedEventExecutionContext]:
-    """A subclass with its own cache, for one schema."""
+def shared_execution_context_class(
+    max_bytes: int = CACHE_BYTES,
+) -> type[SharedEventExecutionContext]:
+    """A subclass with its own cache (of at most `max_bytes` encoded), for one schema."""
     return type(
         "SharedEventExecutionContextForSchema",
         (SharedEventExecutionContext,),
-        {"shared_results": SharedResults()},
+        {"shared_results": SharedResults(max_bytes=max_bytes)},
     )
 
 

@@ -2,29 +2,43 @@
 multipart uploads, and the GraphiQL sandbox for browsers; plus the document download route.
 
 Authentication: HTTP requests need `Authorization: Bearer` (401 problem+json before the body
-is read). Websockets authenticate in `connection_init` (`Authorization` or `authorization`,
-with or without `Bearer `) or with the upgrade request's header; a refusal closes with 4403 in
-both protocols, and a connection that sends no `connection_init` within
-`graphql_init_timeout_s` is closed with 4408 (both protocols too).
+is read). Only a complete websocket handshake (a GET with `Upgrade`, `Connection`, key and
+version, as aiohttp checks them) is a websocket; any other request, whatever its headers, is
+authenticated first. Websockets authenticate in `connection_init` (`Authorization` or
+`authorization`, with or without `Bearer `) or with the upgrade request's header; a refusal
+closes with 4403 in both protocols, and a connection that sends no `connection_init` within
+`graphql_init_timeout_s` is closed with 4408 (both protocols too). No operation runs before an
+accepted `connection_init` (4401 in both protocols). Open websockets are counted and re-checked
+(`public_api.graphql.connections`).
+
+Bodies: JSON bodies and websocket messages are capped by `http_max_body_bytes` (the
+application's `client_max_size`, chunked bodies too); a multipart body, read only after
+authentication, by `max_upload_bytes` of files, `FORM_FIELDS_BYTES` of fields, and
+`graphql_multipart_max_parts` / `graphql_multipart_max_files` parts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from importlib import resources
 from io import BytesIO
 from pathlib import Path
 from tempfile import SpooledTemporaryFile
-from typing import IO, Any
+from typing import IO, Any, TypeGuard
 
+import jwt
 from aiohttp import BodyPartReader, web
 from cross_web import AiohttpHTTPRequestAdapter, FormData
 from strawberry.aiohttp.views import GraphQLView
 from strawberry.exceptions import ConnectionRejectionError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL, GRAPHQL_WS_PROTOCOL
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
+    BaseGraphQLTransportWSHandler,
+)
 from strawberry.subscriptions.protocols.graphql_ws.handlers import BaseGraphQLWSHandler
 from strawberry.subscriptions.protocols.graphql_ws.types import ConnectionInitMessage
 from strawberry.types.unset import UnsetType
@@ -35,6 +49,13 @@ from core.feed.reader import FeedHub
 from core.services import Services
 from core.shipments import attachments
 from public_api.auth import PRINCIPAL, authenticate
+from public_api.body_limits import own_body_limit
+from public_api.graphql.connections import (
+    TOO_MANY_CONNECTIONS_CLOSE_CODE,
+    TOO_MANY_PENDING_CLOSE_CODE,
+    Connections,
+    TooManyConnections,
+)
 from public_api.graphql.context import GraphQLContext
 from public_api.graphql.schema import build_schema
 from public_api.graphql.shared_events import encode_frame
@@ -44,10 +65,13 @@ PATH = "/public_graphql"
 DOCUMENTS_PATH = "/shipment-documents/{document_id}"
 STATIC_PATH = "/static/graphiql"
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static" / "graphiql"
-FORM_FIELD_LIMIT = 1024 * 1024  # bytes of a multipart text part (operations, map)
+# Bytes of a multipart request's text parts (operations, map) together, and the room its
+# framing (boundaries, part headers) may take beside them and the files.
+FORM_FIELDS_BYTES = 64 * 1024
+MULTIPART_SLACK = 2 * FORM_FIELDS_BYTES
 SPOOL_BYTES = 1024 * 1024  # uploads larger than this are spooled to a temporary file
 
-GRAPHQL_VIEW = web.AppKey("graphql_view", GraphQLView)
+log = logging.getLogger(__name__)
 FEED_HUB = web.AppKey("feed_hub", FeedHub)
 
 
@@ -61,46 +85,95 @@ class UploadedFile:
 
 
 class LimitedRequestAdapter(AiohttpHTTPRequestAdapter):
-    """Reads multipart bodies part by part, refusing files above `max_upload_bytes` (413)
-    before they are fully read, and keeping each file's name and content type."""
+    """Reads a multipart body part by part, only for an authenticated caller, within
+    `max_upload_bytes` of files and `FORM_FIELDS_BYTES` of fields in total (413 as soon as
+    either is exceeded, chunked or not) and
+    `graphql_multipart_max_parts` / `_max_files` parts (400), keeping each file's name and
+    content type."""
 
     async def get_form_data(self) -> FormData:
         if self._form_data is not None:
             return self._form_data
+        if self.request.get(PRINCIPAL) is None:
+            raise Unauthenticated("the bearer token is missing")
         if not (self.content_type or "").startswith("multipart/form-data"):
             raise BadRequest("expected a multipart/form-data body")
-        limit = self.request.app[SERVICES].settings.max_upload_bytes
+        settings = self.request.app[SERVICES].settings
+        file_budget = _ByteBudget(settings.max_upload_bytes, "the uploaded files are")
+        field_budget = _ByteBudget(FORM_FIELDS_BYTES, "the multipart fields are")
         reader = await self.request.multipart()
         form: dict[str, Any] = {}
         files: dict[str, Any] = {}
-        while (part := await reader.next()) is not None:
-            if not isinstance(part, BodyPartReader) or not part.name:
-                raise BadRequest("unexpected nested or unnamed multipart part")
-            if part.filename is None:
-                form[part.name] = (await _read_limited(part, FORM_FIELD_LIMIT)).decode()
-                continue
-            spool: IO[bytes] = SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115
-            size = 0
-            while chunk := await part.read_chunk():
-                size += len(chunk)
-                if size > limit:
-                    spool.close()
-                    raise PayloadTooLarge(f"the file is larger than the {limit} byte limit")
-                spool.write(chunk)
-            spool.seek(0)
-            content_type = part.headers.get("Content-Type", "application/octet-stream")
-            files[part.name] = UploadedFile(spool, part.filename, content_type)
+        try:
+            while (part := await reader.next()) is not None:
+                if not isinstance(part, BodyPartReader) or not part.name:
+                    raise BadRequest("unexpected nested or unnamed multipart part")
+                if len(form) + len(files) >= settings.graphql_multipart_max_parts:
+                    raise BadRequest(
+                        f"more than {settings.graphql_multipart_max_parts} multipart parts"
+                    )
+                if part.filename is None:
+                    form[part.name] = _text(part.name, await field_budget.read(part))
+                    continue
+                if len(files) >= settings.graphql_multipart_max_files:
+                    raise BadRequest(
+                        f"more than {settings.graphql_multipart_max_files} files in one request"
+                    )
+                files[part.name] = await file_budget.spool(part)
+        except BaseException:
+            for uploaded in files.values():
+                uploaded.file.close()
+            log.info(
+                "multipart request refused",
+                extra={
+                    "parts": len(form) + len(files),
+                    "bytes": file_budget.used + field_budget.used,
+                },
+            )
+            raise
         self._form_data = FormData(files=files, form=form)
         return self._form_data
 
 
-async def _read_limited(part: BodyPartReader, limit: int) -> bytes:
-    buffer = BytesIO()
-    while chunk := await part.read_chunk():
-        if buffer.tell() + len(chunk) > limit:
-            raise PayloadTooLarge(f"the multipart field {part.name!r} is too large")
-        buffer.write(chunk)
-    return buffer.getvalue()
+def _text(name: str, content: bytes) -> str:
+    try:
+        return content.decode()
+    except UnicodeDecodeError:
+        raise BadRequest(f"the multipart field {name!r} is not valid UTF-8") from None
+
+
+class _ByteBudget:
+    """Bytes of one kind of part read so far in a multipart body, against their limit."""
+
+    def __init__(self, limit: int, what: str) -> None:
+        self.limit = limit
+        self.what = what
+        self.used = 0
+
+    def _take(self, size: int) -> None:
+        self.used += size
+        if self.used > self.limit:
+            raise PayloadTooLarge(f"{self.what} larger than the {self.limit} byte limit")
+
+    async def read(self, part: BodyPartReader) -> bytes:
+        buffer = BytesIO()
+        while chunk := await part.read_chunk():
+            self._take(len(chunk))
+            buffer.write(chunk)
+        return buffer.getvalue()
+
+    async def spool(self, part: BodyPartReader) -> UploadedFile:
+        spool: IO[bytes] = SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115
+        try:
+            while chunk := await part.read_chunk():
+                self._take(len(chunk))
+                spool.write(chunk)
+        except BaseException:
+            spool.close()
+            raise
+        spool.seek(0)
+        content_type = part.headers.get("Content-Type", "application/octet-stream")
+        return UploadedFile(spool, part.filename or "upload", content_type)
 
 
 def token_from_params(params: Mapping[str, Any] | None) -> str | None:
@@ -116,11 +189,44 @@ def token_from_params(params: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-class LegacyGraphQLWSHandler(BaseGraphQLWSHandler[GraphQLContext, None]):
-    """The legacy `graphql-ws` protocol, with the same refusal (4403) and init timeout (4408)
-    as `graphql-transport-ws`."""
+def _connections(view: object) -> Connections:
+    assert isinstance(view, DockflowGraphQLView)
+    return view.connections
+
+
+async def _refused_as_pending(view: object, context: GraphQLContext) -> bool:
+    """Close a new websocket at once (1013) when too many await their connection_init."""
+    if _connections(view).admit(context):
+        return False
+    ws = context.response
+    if isinstance(ws, web.WebSocketResponse):
+        await ws.close(
+            code=TOO_MANY_PENDING_CLOSE_CODE,
+            message=b"too many connections awaiting connection_init; retry later",
+        )
+    return True
+
+
+class TransportWSHandler(BaseGraphQLTransportWSHandler[GraphQLContext, None]):
+    """`graphql-transport-ws`, counted while it awaits its connection_init and forgotten by
+    the view when it ends."""
 
     async def handle(self) -> None:
+        if await _refused_as_pending(self.view, self.context):
+            return
+        try:
+            await super().handle()
+        finally:
+            _connections(self.view).close(self.context)
+
+
+class LegacyGraphQLWSHandler(BaseGraphQLWSHandler[GraphQLContext, None]):
+    """The legacy `graphql-ws` protocol, with the same refusal (4403) and init timeout (4408)
+    as `graphql-transport-ws`; a `start` before an accepted `connection_init` closes 4401."""
+
+    async def handle(self) -> None:
+        if await _refused_as_pending(self.view, self.context):
+            return
         timer = asyncio.create_task(self._close_without_init())
         try:
             await super().handle()
@@ -128,6 +234,7 @@ class LegacyGraphQLWSHandler(BaseGraphQLWSHandler[GraphQLContext, None]):
             timer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await timer
+            _connections(self.view).close(self.context)
 
     async def _close_without_init(self) -> None:
         view = self.view
@@ -145,6 +252,9 @@ class LegacyGraphQLWSHandler(BaseGraphQLWSHandler[GraphQLContext, None]):
         try:
             ack_payload = await self.view.on_ws_connect(self.context)
         except ConnectionRejectionError as rejection:
+            ws = self.context.response
+            if isinstance(ws, web.WebSocketResponse) and ws.closed:
+                return  # already closed with its own code (too many connections)
             await self.send_message({"type": "connection_error", "payload": rejection.payload})
             await self.websocket.close(code=4403, reason="Forbidden")
             return
@@ -159,6 +269,7 @@ class LegacyGraphQLWSHandler(BaseGraphQLWSHandler[GraphQLContext, None]):
 
 class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
     graphql_ws_handler_class = LegacyGraphQLWSHandler
+    graphql_transport_ws_handler_class = TransportWSHandler
     request_adapter_class = LimitedRequestAdapter
 
     def __init__(self, services: Services) -> None:
@@ -176,6 +287,11 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
         )
         self.services = services
         self.closing: set[asyncio.Task[None]] = set()  # see GraphQLContext.closing
+        self.connections = Connections(services.storage, settings)
+
+    def is_websocket_request(self, request: web.Request) -> TypeGuard[web.Request]:
+        # RFC 6455: the opening handshake is a GET; aiohttp's check does not look at the method.
+        return request.method == "GET" and super().is_websocket_request(request)
 
     def encode_json(self, data: object) -> str | bytes:
         # A subscription result shared by every subscriber of its operation is encoded once;
@@ -187,10 +303,12 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
     async def create_websocket_response(
         self, request: web.Request, subprotocol: str | None
     ) -> web.WebSocketResponse:
-        # Protocol-independent keep-alive: websocket pings (graphql-ws also sends "ka").
+        # Protocol-independent keep-alive: websocket pings (graphql-ws also sends "ka"). A
+        # message is held whole while parsed: one larger than a request body closes with 1009.
         ws = web.WebSocketResponse(
             protocols=[subprotocol] if subprotocol else [],
             heartbeat=self.services.settings.graphql_keepalive_s,
+            max_msg_size=self.services.settings.http_max_body_bytes,
         )
         await ws.prepare(request)
         return ws
@@ -199,6 +317,9 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
         self, request: web.Request, response: web.StreamResponse
     ) -> GraphQLContext:
         principal = request.get(PRINCIPAL)
+        if principal is None and not isinstance(response, web.WebSocketResponse):
+            # `graphql_endpoint` authenticates every HTTP request; nothing runs without it.
+            raise Unauthenticated("the bearer token is missing")
         return GraphQLContext(
             request=request,
             response=response,
@@ -213,10 +334,29 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
             token = token_from_params(context.connection_params)
             if token is None:
                 token = bearer_token(context.request.headers.get("Authorization"))
-            context.principal = await self.services.tokens.verify(token)
+            principal = await self.services.tokens.verify(token)
         except Unauthenticated as error:
             raise ConnectionRejectionError({"message": error.detail}) from None
-        return {"business": context.principal.business}
+        # The token is verified: its expiry and issuer are read for the re-checks.
+        claims = jwt.decode(token, options={"verify_signature": False})
+        expires_at = claims.get("exp")
+        try:
+            self.connections.open(
+                context,
+                principal,
+                expires_at=float(expires_at) if isinstance(expires_at, int | float) else None,
+                api_client=claims.get("iss") == self.services.tokens.issuer,
+            )
+        except TooManyConnections as refusal:
+            ws = context.response
+            if isinstance(ws, web.WebSocketResponse):
+                await ws.close(code=TOO_MANY_CONNECTIONS_CLOSE_CODE, message=str(refusal).encode())
+            raise ConnectionRejectionError({"message": str(refusal)}) from None
+        context.principal = principal
+        return {"business": principal.business}
+
+
+GRAPHQL_VIEW = web.AppKey("graphql_view", DockflowGraphQLView)
 
 
 def _wants_sandbox(request: web.Request) -> bool:
@@ -227,22 +367,26 @@ def _wants_sandbox(request: web.Request) -> bool:
     )
 
 
-def _is_websocket(request: web.Request) -> bool:
-    return request.headers.get("Upgrade", "").lower() == "websocket"
+def _body_limit(request: web.Request) -> int:
+    settings = request.app[SERVICES].settings
+    if request.content_type.startswith("multipart/form-data"):
+        return settings.max_upload_bytes + MULTIPART_SLACK
+    return settings.http_max_body_bytes
 
 
 async def graphql_endpoint(request: web.Request) -> web.StreamResponse:
-    """Route every /public_graphql request: websocket, sandbox page, or an authenticated
-    GraphQL request (401 before the body is read)."""
+    """Route every /public_graphql request: websocket (a complete handshake only), sandbox
+    page, or an authenticated GraphQL request (401, then 413 by its length, before the body
+    is read)."""
     view = request.app[GRAPHQL_VIEW]
-    if _is_websocket(request):
+    if view.is_websocket_request(request):
         return await view(request)
     if _wants_sandbox(request):
         return web.Response(text=_sandbox_html(), content_type="text/html")
-    limit = request.app[SERVICES].settings.max_upload_bytes
-    if request.content_length is not None and request.content_length > limit + 64 * 1024:
-        raise PayloadTooLarge(f"the request body is larger than the {limit} byte limit")
     await authenticate(request)
+    limit = _body_limit(request)
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(f"the request body is larger than the {limit} byte limit")
     return await view(request)
 
 
@@ -287,10 +431,17 @@ async def _feed_hub_context(app: web.Application) -> AsyncIterator[None]:
         services.feed_hub = None
 
 
+async def _connections_context(app: web.Application) -> AsyncIterator[None]:
+    yield
+    await app[GRAPHQL_VIEW].connections.stop()
+
+
 def setup(app: web.Application) -> None:
     """Add /public_graphql, the sandbox's assets, the document downloads and the feed hub."""
     app[GRAPHQL_VIEW] = DockflowGraphQLView(app[SERVICES])
     app.cleanup_ctx.append(_feed_hub_context)
+    app.cleanup_ctx.append(_connections_context)
+    own_body_limit(app, PATH)  # multipart uploads: `max_upload_bytes` (`_body_limit`)
     app.router.add_route("*", PATH, graphql_endpoint)
     app.router.add_get(DOCUMENTS_PATH, download_document)
     app.router.add_static(STATIC_PATH, STATIC_DIR)

@@ -1,0 +1,153 @@
+"""Open GraphQL websockets: at most `graphql_max_pending_connections` awaiting their
+`connection_init` (anonymous until then), at most `graphql_max_connections_per_client` per
+API client, and each re-checked while it stays open.
+
+A connection is registered when its `connection_init` is accepted. Every
+`graphql_recheck_interval_s` one sweep re-reads the clients of all open connections from the
+database in one query (`core.auth.revalidation`): a disabled or deleted client, or a narrowed
+facility list, closes its connections with 4403 and the reason. Each connection is also closed
+with 4403 when its token expires, at that moment. Tokens of an external issuer are not API
+clients: only their expiry applies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from core.auth.access import Principal
+from core.auth.revalidation import revoked_principals
+from core.settings import Settings
+from core.storage import UNAVAILABLE_ERRORS, Storage
+from public_api.graphql.context import GraphQLContext
+
+log = logging.getLogger(__name__)
+
+# Close codes: the access the connection was opened with is gone (both protocols use 4403 for a
+# refused connection_init); one connection more than a client may hold ("too many", as
+# graphql-transport-ws's 4429).
+REVOKED_CLOSE_CODE = 4403
+TOO_MANY_CONNECTIONS_CLOSE_CODE = 4429
+# RFC 6455 "try again later": the process holds its limit of connections awaiting init.
+TOO_MANY_PENDING_CLOSE_CODE = 1013
+
+
+class TooManyConnections(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"too many open connections for this client (limit {limit})")
+
+
+@dataclass
+class _Connection:
+    context: GraphQLContext
+    principal: Principal
+    api_client: bool  # a built-in client, re-read from the database
+    expiry: asyncio.TimerHandle | None
+
+
+class Connections:
+    """The websockets of one API process, by client."""
+
+    def __init__(self, storage: Storage, settings: Settings) -> None:
+        self.storage = storage
+        self.limit = settings.graphql_max_connections_per_client
+        self.interval_s = settings.graphql_recheck_interval_s
+        self.pending_limit = settings.graphql_max_pending_connections
+        self._pending: set[int] = set()  # id(context) of connections awaiting connection_init
+        self._open: dict[int, _Connection] = {}  # by id(context)
+        self._per_client: Counter[tuple[str, str]] = Counter()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def admit(self, context: GraphQLContext) -> bool:
+        """Count a new websocket until its connection_init; False when the process already
+        holds `graphql_max_pending_connections` of them."""
+        if len(self._pending) >= self.pending_limit:
+            log.warning(
+                "websocket refused: too many awaiting connection_init",
+                extra={"limit": self.pending_limit},
+            )
+            return False
+        self._pending.add(id(context))
+        return True
+
+    def open(
+        self,
+        context: GraphQLContext,
+        principal: Principal,
+        *,
+        expires_at: float | None,
+        api_client: bool,
+    ) -> None:
+        """Register an accepted connection; `TooManyConnections` when its client already
+        holds the limit."""
+        self.close(context)  # a repeated connection_init replaces the registration
+        self._pending.discard(id(context))
+        key = (principal.business, principal.subject)
+        if self._per_client[key] >= self.limit:
+            log.warning(
+                "websocket refused: too many connections",
+                extra={"client_id": principal.subject, "limit": self.limit},
+            )
+            raise TooManyConnections(self.limit)
+        self._per_client[key] += 1
+        expiry = None
+        if expires_at is not None:
+            expiry = asyncio.get_running_loop().call_later(
+                max(expires_at - time.time(), 0.0),
+                self._revoke,
+                context,
+                principal,
+                "the token expired",
+            )
+        self._open[id(context)] = _Connection(context, principal, api_client, expiry)
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.create_task(self._sweep())
+
+    def close(self, context: GraphQLContext) -> None:
+        """Forget a connection that ended (idempotent)."""
+        self._pending.discard(id(context))
+        connection = self._open.pop(id(context), None)
+        if connection is None:
+            return
+        if connection.expiry is not None:
+            connection.expiry.cancel()
+        key = (connection.principal.business, connection.principal.subject)
+        self._per_client[key] -= 1
+        if self._per_client[key] <= 0:
+            del self._per_client[key]
+
+    async def stop(self) -> None:
+        """Stop the sweeps and the expiry timers (the application is closing)."""
+        for connection in self._open.values():
+            if connection.expiry is not None:
+                connection.expiry.cancel()
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+
+    def _revoke(self, context: GraphQLContext, principal: Principal, reason: str) -> None:
+        log.info(
+            "closing websocket: access revoked",
+            extra={"client_id": principal.subject, "reason": reason},
+        )
+        context.close_websocket(REVOKED_CLOSE_CODE, reason)
+
+    async def _sweep(self) -> None:
+        while self._open:
+            await asyncio.sleep(self.interval_s)
+            watched = [c for c in self._open.values() if c.api_client]
+            try:
+                revoked = await revoked_principals(self.storage, {c.principal for c in watched})
+            except UNAVAILABLE_ERRORS:
+                log.warning("websocket re-check skipped: database unavailable")
+                continue
+            for connection in watched:
+                reason = revoked.get(connection.principal)
+                if reason is not None:
+                    self._revoke(connection.context, connection.principal, reason)
