@@ -352,9 +352,10 @@ class TokenService:
         principal = await self._verify_builtin(token, header)
         return await self.current_principal(principal)
 
-    async def current_principal(self, principal: Principal) -> Principal:
-        """`principal` as its client is stored now (cached for ``auth_cache_s``): the facility
-        scope is the client's current one, never wider than the token's.
+    async def current_principal(self, principal: Principal, *, fresh: bool = False) -> Principal:
+        """`principal` as its client is stored now (cached for ``auth_cache_s``; `fresh` reads
+        the database): the facility scope is the client's current one, never wider than the
+        token's.
 
         Raises `Unauthenticated` when the token has expired, its signing key was revoked (or
         retired longer ago than a token lives), the client is disabled or gone or its secret
@@ -369,7 +370,7 @@ class TokenService:
             return principal
         if principal.key_id is not None and await self._public_key(principal.key_id) is None:
             raise Unauthenticated("the bearer token was signed by an unknown key")
-        client = await self._stored_client(principal.subject)
+        client = await self._stored_client(principal.subject, fresh=fresh)
         if client is None or client.disabled:
             raise Unauthenticated("the client of this bearer token is disabled")
         if client.business != principal.business:
@@ -386,11 +387,11 @@ class TokenService:
             return principal
         return replace(principal, facilities=facilities)
 
-    async def _stored_client(self, client_id: str) -> ApiClient | None:
+    async def _stored_client(self, client_id: str, *, fresh: bool = False) -> ApiClient | None:
         """The stored client (None when gone), cached for ``auth_cache_s``."""
         now = time.monotonic()
         cached = self._clients.get(client_id)
-        if cached is not None and cached[1] > now:
+        if cached is not None and cached[1] > now and not fresh:
             return cached[0]
         try:
             client: ApiClient | None = await tenants.get_client(self.storage, client_id)

@@ -3,11 +3,11 @@
 API client, and each re-checked while it stays open.
 
 A connection is registered when its `connection_init` is accepted. Every
-`graphql_recheck_interval_s` one sweep re-reads the clients of all open connections from the
-database in one query (`core.auth.revalidation`): a disabled or deleted client, or a narrowed
-facility list, closes its connections with 4403 and the reason. Each connection is also closed
-with 4403 when its token expires, at that moment. Tokens of an external issuer are not API
-clients: only their expiry applies.
+`graphql_recheck_interval_s` one sweep asks the rule every HTTP request obeys
+(`TokenService.current_principal`: the client as stored now, its signing key, its secret, the
+token's expiry) about each principal of an open connection: a disabled, deleted or re-keyed
+client, a revoked key, or a narrowed facility list closes its connections with 4403 and the
+reason. Each connection is also closed with 4403 when its token expires, at that moment.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from core.auth.access import Principal
-from core.auth.revalidation import revoked_principals
+from core.auth.tokens import TokenService
+from core.errors import DockflowError
 from core.settings import Settings
 from core.storage import UNAVAILABLE_ERRORS, Storage
 from public_api.graphql.context import GraphQLContext
@@ -52,8 +53,9 @@ class _Connection:
 class Connections:
     """The websockets of one API process, by client."""
 
-    def __init__(self, storage: Storage, settings: Settings) -> None:
+    def __init__(self, storage: Storage, settings: Settings, tokens: TokenService) -> None:
         self.storage = storage
+        self.tokens = tokens
         self.limit = settings.graphql_max_connections_per_client
         self.interval_s = settings.graphql_recheck_interval_s
         self.pending_limit = settings.graphql_max_pending_connections
@@ -143,7 +145,7 @@ class Connections:
             await asyncio.sleep(self.interval_s)
             watched = [c for c in self._open.values() if c.api_client]
             try:
-                revoked = await revoked_principals(self.storage, {c.principal for c in watched})
+                revoked = await self._revoked({c.principal for c in watched})
             except UNAVAILABLE_ERRORS:
                 log.warning("websocket re-check skipped: database unavailable")
                 continue
@@ -151,3 +153,22 @@ class Connections:
                 reason = revoked.get(connection.principal)
                 if reason is not None:
                     self._revoke(connection.context, connection.principal, reason)
+
+    async def _revoked(self, principals: set[Principal]) -> dict[Principal, str]:
+        """The principals no longer served as their connections were opened, with the reason
+        (the clients read from the database, not from the cache HTTP requests use)."""
+        revoked: dict[Principal, str] = {}
+        read: set[str] = set()  # clients read in this sweep: their other tokens use that read
+        for principal in principals:
+            fresh = principal.subject not in read
+            read.add(principal.subject)
+            try:
+                current = await self.tokens.current_principal(principal, fresh=fresh)
+            except DockflowError as error:
+                revoked[principal] = error.detail
+                continue
+            if current.facilities != principal.facilities:
+                revoked[principal] = (
+                    "the client's facilities were narrowed; reconnect with a new token"
+                )
+        return revoked

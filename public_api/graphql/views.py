@@ -287,7 +287,7 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
         )
         self.services = services
         self.closing: set[asyncio.Task[None]] = set()  # see GraphQLContext.closing
-        self.connections = Connections(services.storage, settings)
+        self.connections = Connections(services.storage, settings, services.tokens)
 
     def is_websocket_request(self, request: web.Request) -> TypeGuard[web.Request]:
         # RFC 6455: the opening handshake is a GET; aiohttp's check does not look at the method.
