@@ -5,7 +5,7 @@ stream ends. Every case goes through the real gRPC edge and the embedded databas
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 
 import grpc
@@ -13,6 +13,7 @@ import pytest
 
 from core.pallets.ingest import Label, Reading, record_pallets
 from core.services import Services
+from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import tenants
 from core.tenancy.tenants import Camera, LabelFieldMapping
@@ -227,3 +228,80 @@ async def test_a_batch_that_fails_to_store_fails_only_the_readings_at_fault(
     assert await storage.pallets.count_documents({"business": "acme"}) == 2
     assert await storage.push_messages.count_documents({"business": "acme"}) == 2
     assert await storage.readings.count_documents({}) == 2
+
+
+@pytest.fixture
+async def rechecking_edge(
+    settings_factory: Callable[..., Settings], storage: Storage
+) -> AsyncIterator[tuple[EdgeServer, Services]]:
+    # Token cache as in production (30 s): the stream must see the change without it.
+    services = Services(
+        settings=settings_factory(camera_recheck_interval_s=0.1, auth_cache_s=30), storage=storage
+    )
+    async with EdgeServer(services, host="127.0.0.1", port=0) as server:
+        yield server, services
+
+
+async def _disable(storage: Storage, tenant: Tenant) -> None:
+    await tenants.set_camera_disabled(storage, tenant.camera_ids["D1"])
+
+
+async def _replace_token(storage: Storage, tenant: Tenant) -> None:
+    camera_id = tenant.camera_ids["D1"]
+    await tenants.update_camera(
+        storage, camera_id, facility="dc1", dock="D1", kind="TOWER", token=f"{camera_id}.new"
+    )
+
+
+async def _move(storage: Storage, tenant: Tenant) -> None:
+    await tenants.update_camera(
+        storage, tenant.camera_ids["D1"], facility="dc1", dock="D2", kind="TOWER"
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "detail"),
+    [(_disable, "disabled"), (_replace_token, "token replaced"), (_move, "moved")],
+    ids=["disabled (finding 5)", "token replaced", "moved to another dock"],
+)
+async def test_an_open_stream_ends_once_its_camera_is_disabled_or_changed(
+    rechecking_edge: tuple[EdgeServer, Services],
+    change: Callable[[Storage, Tenant], Awaitable[None]],
+    detail: str,
+):
+    server, services = rechecking_edge
+    tenant = await make_tenant(services)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        call = stub(channel).StreamReadings(metadata=tenant.camera_metadata("D1"))
+        await call.write(reading("L-0"))
+        assert (await call.read()).status == edge_pb2.ACCEPTED
+
+        await change(services.storage, tenant)
+
+        for index in range(1, 400):  # polls; the check interval is 0.1 s
+            try:
+                await call.write(reading(f"L-{index}"))
+                await call.read()
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                break  # the stream ended
+            await asyncio.sleep(0.05)
+        assert call.done(), "the stream of a changed camera is still open"
+        assert await call.code() is grpc.StatusCode.UNAUTHENTICATED
+        assert detail in await call.details()
+
+
+async def test_an_open_stream_of_an_unchanged_camera_outlives_many_checks(
+    rechecking_edge: tuple[EdgeServer, Services],
+):
+    server, services = rechecking_edge
+    tenant = await make_tenant(services)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        call = stub(channel).StreamReadings(metadata=tenant.camera_metadata("D1"))
+        statuses = []
+        for index in range(10):
+            await call.write(reading(f"L-{index}"))
+            statuses.append((await call.read()).status)
+            await asyncio.sleep(0.1)  # about ten checks in all
+        await call.done_writing()
+        assert statuses == [edge_pb2.ACCEPTED] * 10
+        assert await call.code() is grpc.StatusCode.OK
