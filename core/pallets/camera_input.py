@@ -55,7 +55,9 @@ def check_label(settings: Settings, name: str, value: str) -> None:
             f"label name {shown(name)} is longer than "
             f"{settings.ingest_max_label_name_chars} characters"
         )
-    if name and not LABEL_NAME.fullmatch(name):
+    if not name:
+        raise ValidationFailed("a label needs a name")
+    if not LABEL_NAME.fullmatch(name):
         raise ValidationFailed(
             f"label name {shown(name)} may hold only letters, digits, '_' and '-'"
         )

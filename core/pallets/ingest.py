@@ -273,9 +273,9 @@ async def record_pallets(
     """Store a batch of readings and answer one result per reading, in order.
 
     A batch holds readings of many cameras and businesses, so one reading must never fail the
-    others: when storing the batch fails for any reason but an unavailable database, each
-    reading is stored again on its own (every write is idempotent; what the failed attempt
-    wrote is found and completed) and only a reading that fails alone is REJECTED."""
+    others: when storing the batch fails for any reason but an unavailable database, its halves
+    are stored again, down to single readings (every write is idempotent; what the failed
+    attempt wrote is found and completed), and only a reading that fails alone is REJECTED."""
     results = await _record_isolated(storage, settings, batch)
     for result in results:
         metrics.READINGS.labels(result.status).inc()
@@ -296,14 +296,14 @@ async def _record_isolated(
         if _transient(error):
             raise
         if len(batch) > 1:
+            # Halves, not one by one: a few guilty readings among many cost a few attempts each.
             log.warning(
-                "storing a batch of readings failed; storing each reading on its own",
+                "storing a batch of readings failed; storing it again in halves",
                 extra={"readings": len(batch), "error": repr(error)},
             )
-            isolated = []
-            for one in batch:
-                isolated += await _record_isolated(storage, settings, [one])
-            return isolated
+            half = len(batch) // 2
+            first = await _record_isolated(storage, settings, batch[:half])
+            return first + await _record_isolated(storage, settings, batch[half:])
         camera, reading = batch[0]
         log.exception(
             "a reading could not be stored; it is rejected",

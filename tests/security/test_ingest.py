@@ -68,6 +68,7 @@ POISON = {
     "label name with a control character": _label("a\tb"),
     "label name with a space": _label("lot number"),
     "label name too long": _label("n" * 65),
+    "label name empty": _label("", "x"),
     "label value too large (finding 8)": _label("note", "x" * 1025),
     "label value with NUL": _label("lot", "L\x00T"),
     "label value with a control character": _label("lot", "L\x1bT"),
