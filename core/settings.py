@@ -109,6 +109,9 @@ class Settings(BaseSettings):
     ingest_max_image_urls: int = Field(16, ge=0)
     # Characters of one image URL.
     ingest_max_image_url_chars: int = Field(2048, ge=16)
+    # Open StreamReadings calls per camera and edge process (more: RESOURCE_EXHAUSTED); one is
+    # the rule, the rest is room for reconnects that overlap the old stream.
+    ingest_max_streams_per_camera: int = Field(8, ge=1)
     # Seconds between checks that an open camera stream's camera is still enabled with the same
     # token; a disabled, deleted or moved camera's stream ends within this time.
     camera_recheck_interval_s: float = Field(10.0, gt=0, le=30)

@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import grpc
 
 from core.batcher import Batcher, Ticket
-from core.errors import Unauthenticated
+from core.errors import RateLimited, Unauthenticated
 from core.pallets.ingest import Reading, ReadingResult, record_pallets
 from core.services import Services
 from core.shipments import dock_events
@@ -59,6 +60,7 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         self.services = services
         self.batcher = batcher
         self.cameras = cameras
+        self._open_streams: Counter[str] = Counter()  # by camera id
 
     @mapped_errors
     async def StreamReadings(
@@ -68,6 +70,38 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
     ) -> AsyncIterator[edge_pb2.ReadingAck]:
         camera = await self.cameras.camera_for(context)
         token = token_from_metadata(context.invocation_metadata()) or ""
+        with self._stream_slot(camera):
+            async with contextlib.aclosing(
+                self._acks(camera, token, request_iterator, context)
+            ) as acks:
+                async for ack in acks:
+                    yield ack
+
+    @contextlib.contextmanager
+    def _stream_slot(self, camera: Camera) -> Iterator[None]:
+        """Count the camera's open streams; refuse one over `ingest_max_streams_per_camera`."""
+        limit = self.services.settings.ingest_max_streams_per_camera
+        if self._open_streams[camera.camera_id] >= limit:
+            log.warning(
+                "camera stream refused: too many open", extra={"camera_id": camera.camera_id}
+            )
+            raise RateLimited(f"a camera may have at most {limit} open streams")
+        self._open_streams[camera.camera_id] += 1
+        try:
+            yield
+        finally:
+            self._open_streams[camera.camera_id] -= 1
+            if not self._open_streams[camera.camera_id]:
+                del self._open_streams[camera.camera_id]
+
+    async def _acks(
+        self,
+        camera: Camera,
+        token: str,
+        request_iterator: AsyncIterator[edge_pb2.PalletReading],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncGenerator[edge_pb2.ReadingAck, None]:
+        """The stream's acks, in order, while the camera stays enabled (see the module doc)."""
         # Accepted: say so at once. A client may wait for this before writing, so that a refused
         # stream's status is not lost to a failed write (grpc.aio client, grpc/grpc#36066).
         await context.send_initial_metadata(())

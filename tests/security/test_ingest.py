@@ -306,3 +306,35 @@ async def test_an_open_stream_of_an_unchanged_camera_outlives_many_checks(
         await call.done_writing()
         assert statuses == [edge_pb2.ACCEPTED] * 10
         assert await call.code() is grpc.StatusCode.OK
+
+
+async def test_a_camera_may_hold_only_a_few_streams_open_and_others_are_not_affected(
+    settings_factory: Callable[..., Settings], storage: Storage
+):
+    services = Services(settings=settings_factory(ingest_max_streams_per_camera=2), storage=storage)
+    tenant = await make_tenant(services)
+    async with (
+        EdgeServer(services, host="127.0.0.1", port=0) as server,
+        grpc.aio.insecure_channel(server.address) as channel,
+    ):
+        open_calls = []
+        for index in range(2):
+            call = stub(channel).StreamReadings(metadata=tenant.camera_metadata("D1"))
+            await call.write(reading(f"L-{index}"))
+            assert (await call.read()).status == edge_pb2.ACCEPTED
+            open_calls.append(call)
+
+        refused = stub(channel).StreamReadings(metadata=tenant.camera_metadata("D1"))
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await refused.read()
+        other = await stream(channel, tenant.camera_metadata("D2"), [reading("L-D2")])
+
+        await open_calls[0].done_writing()
+        assert await open_calls[0].code() is grpc.StatusCode.OK
+        again = await stream(channel, tenant.camera_metadata("D1"), [reading("L-again")])
+        await open_calls[1].done_writing()
+
+    assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "at most 2 open streams" in (caught.value.details() or "")
+    assert [a.status for a in other] == [edge_pb2.ACCEPTED]
+    assert [a.status for a in again] == [edge_pb2.ACCEPTED]
