@@ -112,6 +112,8 @@ class Settings(BaseSettings):
     # Open StreamReadings calls per camera and edge process (more: RESOURCE_EXHAUSTED); one is
     # the rule, the rest is room for reconnects that overlap the old stream.
     ingest_max_streams_per_camera: int = Field(8, ge=1)
+    # Unary calls (SubmitReading, ReportDockEvent) in flight per camera and edge process.
+    ingest_max_calls_per_camera: int = Field(64, ge=1)
     # Seconds between checks that an open camera stream's camera is still enabled with the same
     # token; a disabled, deleted or moved camera's stream ends within this time.
     camera_recheck_interval_s: float = Field(10.0, gt=0, le=30)

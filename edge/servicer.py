@@ -61,6 +61,7 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         self.batcher = batcher
         self.cameras = cameras
         self._open_streams: Counter[str] = Counter()  # by camera id
+        self._calls: Counter[str] = Counter()  # unary calls in flight, by camera id
 
     @mapped_errors
     async def StreamReadings(
@@ -81,18 +82,16 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
     def _stream_slot(self, camera: Camera) -> Iterator[None]:
         """Count the camera's open streams; refuse one over `ingest_max_streams_per_camera`."""
         limit = self.services.settings.ingest_max_streams_per_camera
-        if self._open_streams[camera.camera_id] >= limit:
-            log.warning(
-                "camera stream refused: too many open", extra={"camera_id": camera.camera_id}
-            )
-            raise RateLimited(f"a camera may have at most {limit} open streams")
-        self._open_streams[camera.camera_id] += 1
-        try:
+        with _slot(self._open_streams, camera, limit, f"at most {limit} open streams"):
             yield
-        finally:
-            self._open_streams[camera.camera_id] -= 1
-            if not self._open_streams[camera.camera_id]:
-                del self._open_streams[camera.camera_id]
+
+    @contextlib.contextmanager
+    def _call_slot(self, camera: Camera) -> Iterator[None]:
+        """Count the camera's unary calls in flight; refuse one over the setting
+        `ingest_max_calls_per_camera`."""
+        limit = self.services.settings.ingest_max_calls_per_camera
+        with _slot(self._calls, camera, limit, f"at most {limit} calls in flight"):
+            yield
 
     async def _acks(
         self,
@@ -187,8 +186,9 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> edge_pb2.ReadingAck:
         camera = await self.cameras.camera_for(context)
-        ticket = self.batcher.submit((camera, convert.reading_from_proto(request)))
-        return convert.ack_to_proto(await ticket.future)
+        with self._call_slot(camera):
+            ticket = self.batcher.submit((camera, convert.reading_from_proto(request)))
+            return convert.ack_to_proto(await ticket.future)
 
     @mapped_errors
     async def ReportDockEvent(
@@ -197,13 +197,30 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> edge_pb2.DockEventAck:
         camera = await self.cameras.camera_for(context)
-        result = await dock_events.answer_dock_event(
-            self.services.storage,
-            self.services.settings,
-            camera,
-            convert.dock_event_from_proto(request),
-        )
+        with self._call_slot(camera):
+            result = await dock_events.answer_dock_event(
+                self.services.storage,
+                self.services.settings,
+                camera,
+                convert.dock_event_from_proto(request),
+            )
         return convert.dock_event_ack_to_proto(result)
+
+
+@contextlib.contextmanager
+def _slot(counts: Counter[str], camera: Camera, limit: int, what: str) -> Iterator[None]:
+    """Hold one of `limit` slots of this camera in `counts` (RESOURCE_EXHAUSTED when none is
+    free): one camera cannot take the edge's memory and tasks from the others."""
+    if counts[camera.camera_id] >= limit:
+        log.warning("camera call refused: %s", what, extra={"camera_id": camera.camera_id})
+        raise RateLimited(f"a camera may have {what}")
+    counts[camera.camera_id] += 1
+    try:
+        yield
+    finally:
+        counts[camera.camera_id] -= 1
+        if not counts[camera.camera_id]:
+            del counts[camera.camera_id]
 
 
 SERVICE_NAME = edge_pb2.DESCRIPTOR.services_by_name["PalletIngest"].full_name

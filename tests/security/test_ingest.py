@@ -338,3 +338,29 @@ async def test_a_camera_may_hold_only_a_few_streams_open_and_others_are_not_affe
     assert "at most 2 open streams" in (caught.value.details() or "")
     assert [a.status for a in other] == [edge_pb2.ACCEPTED]
     assert [a.status for a in again] == [edge_pb2.ACCEPTED]
+
+
+async def test_a_camera_may_have_only_a_few_unary_calls_in_flight(
+    settings_factory: Callable[..., Settings], storage: Storage
+):
+    # A long batch wait keeps the first calls in flight while the last one arrives.
+    settings = settings_factory(ingest_max_calls_per_camera=2, ingest_batch_wait_ms=3000)
+    services = Services(settings=settings, storage=storage)
+    tenant = await make_tenant(services)
+    async with (
+        EdgeServer(services, host="127.0.0.1", port=0) as server,
+        grpc.aio.insecure_channel(server.address) as channel,
+    ):
+
+        async def submit(number: int) -> str:
+            try:
+                ack = await stub(channel).SubmitReading(
+                    reading(f"L-{number}"), metadata=tenant.camera_metadata("D1")
+                )
+            except grpc.aio.AioRpcError as error:
+                return error.code().name
+            return edge_pb2.AckStatus.Name(ack.status)
+
+        answers = await asyncio.gather(*(submit(n) for n in range(3)))
+
+    assert sorted(answers) == ["ACCEPTED", "ACCEPTED", "RESOURCE_EXHAUSTED"]
