@@ -110,7 +110,7 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         # its acks stops being read too.
         window = asyncio.Semaphore(self.services.settings.ingest_batch_max)
         reader = asyncio.create_task(self._read(camera, request_iterator, tickets, window))
-        watcher = asyncio.create_task(self._watch_camera(camera, token, tickets, reader))
+        watcher = asyncio.create_task(self._watch_camera(camera, token, tickets))
         try:
             while True:
                 ticket = await tickets.get()
@@ -133,7 +133,6 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         camera: Camera,
         token: str,
         tickets: asyncio.Queue[Ticket[Item, ReadingResult] | Unauthenticated | None],
-        reader: asyncio.Task[None],
     ) -> None:
         """End the stream, after the acks already due, once its camera is disabled, deleted,
         given a new token or moved: read from the database every `camera_recheck_interval_s`
@@ -156,9 +155,8 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
                 "camera stream ended: %s", detail,
                 extra={"camera_id": camera.camera_id, "business": camera.business},
             )  # fmt: skip
-            reader.cancel()
-            tickets.put_nowait(Unauthenticated(detail))
-            return
+            tickets.put_nowait(Unauthenticated(detail))  # the stream ends there; its finally
+            return  # stops the reader
 
     async def _read(
         self,
