@@ -94,6 +94,31 @@ class Settings(BaseSettings):
     ingest_batch_wait_ms: float = Field(5.0, ge=0)
     ingest_batch_max: int = Field(256, ge=1)
 
+    # Camera ingest: what one reading or dock event may carry. A reading over a limit is
+    # REJECTED with the reason and its stream goes on (core/pallets/camera_input.py).
+    # Labels per reading.
+    ingest_max_labels: int = Field(200, ge=1)
+    # Characters of a label name (letters, digits, '_' and '-'; it becomes a payload key).
+    ingest_max_label_name_chars: int = Field(64, ge=1)
+    # UTF-8 bytes of one label value (printable text).
+    ingest_max_label_value_bytes: int = Field(1024, ge=16)
+    # Characters of a reading id or dock event id (printable text).
+    ingest_max_id_chars: int = Field(200, ge=1)
+    # Characters of the dock id a reading or dock event names.
+    ingest_max_dock_id_chars: int = Field(200, ge=1)
+    # Image URLs per reading (http or https).
+    ingest_max_image_urls: int = Field(16, ge=0)
+    # Characters of one image URL.
+    ingest_max_image_url_chars: int = Field(2048, ge=16)
+    # Open StreamReadings calls per camera and edge process (more: RESOURCE_EXHAUSTED); one is
+    # the rule, the rest is room for reconnects that overlap the old stream.
+    ingest_max_streams_per_camera: int = Field(8, ge=1)
+    # Unary calls (SubmitReading, ReportDockEvent) in flight per camera and edge process.
+    ingest_max_calls_per_camera: int = Field(64, ge=1)
+    # Seconds between checks that an open camera stream's camera is still enabled with the same
+    # token; a disabled, deleted or moved camera's stream ends within this time.
+    camera_recheck_interval_s: float = Field(10.0, gt=0, le=30)
+
     # Webhooks: attempt timeout, retry schedule (seconds after each failure), and egress rules.
     # An attempt succeeds on a 2xx answered within this many seconds.
     webhook_timeout_s: float = Field(15.0, gt=0)

@@ -4,30 +4,39 @@
 stream open. Each stream has one reader task (never a task per reading): it hands readings to
 the process-wide `Batcher`, which stores readings of all streams together, and it stops reading
 while this stream's batch is being stored, so a fast camera is held back by HTTP/2 flow control
-instead of filling memory. The RPC itself writes the acks as the results come in.
+instead of filling memory. The RPC itself writes the acks as the results come in. A watcher
+task re-reads the stream's camera from the database every `camera_recheck_interval_s` and ends
+the stream (UNAUTHENTICATED) once the camera is disabled, deleted, re-keyed or moved.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+import logging
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import grpc
 
 from core.batcher import Batcher, Ticket
+from core.errors import RateLimited, Unauthenticated
 from core.pallets.ingest import Reading, ReadingResult, record_pallets
 from core.services import Services
 from core.shipments import dock_events
-from core.tenancy.tenants import Camera
+from core.tenancy.tenants import Camera, authenticate_camera
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 from edge import convert
-from edge.auth import CameraCache
+from edge.auth import CameraCache, token_from_metadata
 from edge.status import mapped_errors
+
+log = logging.getLogger(__name__)
 
 Item = tuple[Camera, Reading]
 _END = None  # end of the request stream, in the ack queue
+CAMERA_REVOKED = "the camera was disabled or deleted, or its token replaced"
+CAMERA_MOVED = "the camera was moved to another dock or kind; reconnect"
 
 
 def make_batcher(services: Services) -> Batcher[Item, ReadingResult]:
@@ -51,6 +60,8 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         self.services = services
         self.batcher = batcher
         self.cameras = cameras
+        self._open_streams: Counter[str] = Counter()  # by camera id
+        self._calls: Counter[str] = Counter()  # unary calls in flight, by camera id
 
     @mapped_errors
     async def StreamReadings(
@@ -59,42 +70,103 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[edge_pb2.ReadingAck]:
         camera = await self.cameras.camera_for(context)
+        token = token_from_metadata(context.invocation_metadata()) or ""
+        with self._stream_slot(camera):
+            async with contextlib.aclosing(
+                self._acks(camera, token, request_iterator, context)
+            ) as acks:
+                async for ack in acks:
+                    yield ack
+
+    @contextlib.contextmanager
+    def _stream_slot(self, camera: Camera) -> Iterator[None]:
+        """Count the camera's open streams; refuse one over `ingest_max_streams_per_camera`."""
+        limit = self.services.settings.ingest_max_streams_per_camera
+        with _slot(self._open_streams, camera, limit, f"at most {limit} open streams"):
+            yield
+
+    @contextlib.contextmanager
+    def _call_slot(self, camera: Camera) -> Iterator[None]:
+        """Count the camera's unary calls in flight; refuse one over the setting
+        `ingest_max_calls_per_camera`."""
+        limit = self.services.settings.ingest_max_calls_per_camera
+        with _slot(self._calls, camera, limit, f"at most {limit} calls in flight"):
+            yield
+
+    async def _acks(
+        self,
+        camera: Camera,
+        token: str,
+        request_iterator: AsyncIterator[edge_pb2.PalletReading],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncGenerator[edge_pb2.ReadingAck, None]:
+        """The stream's acks, in order, while the camera stays enabled (see the module doc)."""
         # Accepted: say so at once. A client may wait for this before writing, so that a refused
         # stream's status is not lost to a failed write (grpc.aio client, grpc/grpc#36066).
         await context.send_initial_metadata(())
-        tickets: asyncio.Queue[Ticket[Item, ReadingResult] | None] = asyncio.Queue()
+        tickets: asyncio.Queue[Ticket[Item, ReadingResult] | Unauthenticated | None]
+        tickets = asyncio.Queue()
         # Acks not yet written: the reader stops at this many, so a camera that does not read
         # its acks stops being read too.
         window = asyncio.Semaphore(self.services.settings.ingest_batch_max)
-        reader = asyncio.create_task(self._read(camera, context, request_iterator, tickets, window))
+        reader = asyncio.create_task(self._read(camera, request_iterator, tickets, window))
+        watcher = asyncio.create_task(self._watch_camera(camera, token, tickets))
         try:
             while True:
                 ticket = await tickets.get()
                 if ticket is _END:
                     break
+                if isinstance(ticket, Unauthenticated):
+                    raise ticket
                 yield convert.ack_to_proto(await ticket.future)
                 window.release()
             await reader  # surfaces a failed read
         finally:
-            if not reader.done():
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reader
+            for task in (watcher, reader):
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+
+    async def _watch_camera(
+        self,
+        camera: Camera,
+        token: str,
+        tickets: asyncio.Queue[Ticket[Item, ReadingResult] | Unauthenticated | None],
+    ) -> None:
+        """End the stream, after the acks already due, once its camera is disabled, deleted,
+        given a new token or moved: read from the database every `camera_recheck_interval_s`
+        (the token cache is not asked, so the change shows within that interval)."""
+        storage, settings = self.services.storage, self.services.settings
+        while True:
+            await asyncio.sleep(settings.camera_recheck_interval_s)
+            try:
+                current = await authenticate_camera(storage, token)
+            except Exception as error:  # an outage must not end streams; the next check retries
+                log.warning(
+                    "camera re-check failed",
+                    extra={"camera_id": camera.camera_id, "error": repr(error)},
+                )
+                continue
+            if current == camera:
+                continue
+            detail = CAMERA_REVOKED if current is None else CAMERA_MOVED
+            log.info(
+                "camera stream ended: %s", detail,
+                extra={"camera_id": camera.camera_id, "business": camera.business},
+            )  # fmt: skip
+            tickets.put_nowait(Unauthenticated(detail))  # the stream ends there; its finally
+            return  # stops the reader
 
     async def _read(
         self,
         camera: Camera,
-        context: grpc.aio.ServicerContext[Any, Any],
         request_iterator: AsyncIterator[edge_pb2.PalletReading],
-        tickets: asyncio.Queue[Ticket[Item, ReadingResult] | None],
+        tickets: asyncio.Queue[Ticket[Item, ReadingResult] | Unauthenticated | None],
         window: asyncio.Semaphore,
     ) -> None:
         try:
             async for message in request_iterator:
-                # A stream lives for hours: each reading checks that the camera is still
-                # enabled, as a new call would (cached for auth_cache_s). A disabled camera's
-                # stream ends UNAUTHENTICATED, its earlier readings acked.
-                camera = await self.cameras.camera_for(context)
                 ticket = self.batcher.submit((camera, convert.reading_from_proto(message)))
                 tickets.put_nowait(ticket)
                 if ticket.batch.sealed:
@@ -112,8 +184,9 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> edge_pb2.ReadingAck:
         camera = await self.cameras.camera_for(context)
-        ticket = self.batcher.submit((camera, convert.reading_from_proto(request)))
-        return convert.ack_to_proto(await ticket.future)
+        with self._call_slot(camera):
+            ticket = self.batcher.submit((camera, convert.reading_from_proto(request)))
+            return convert.ack_to_proto(await ticket.future)
 
     @mapped_errors
     async def ReportDockEvent(
@@ -122,13 +195,30 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> edge_pb2.DockEventAck:
         camera = await self.cameras.camera_for(context)
-        result = await dock_events.answer_dock_event(
-            self.services.storage,
-            self.services.settings,
-            camera,
-            convert.dock_event_from_proto(request),
-        )
+        with self._call_slot(camera):
+            result = await dock_events.answer_dock_event(
+                self.services.storage,
+                self.services.settings,
+                camera,
+                convert.dock_event_from_proto(request),
+            )
         return convert.dock_event_ack_to_proto(result)
+
+
+@contextlib.contextmanager
+def _slot(counts: Counter[str], camera: Camera, limit: int, what: str) -> Iterator[None]:
+    """Hold one of `limit` slots of this camera in `counts` (RESOURCE_EXHAUSTED when none is
+    free): one camera cannot take the edge's memory and tasks from the others."""
+    if counts[camera.camera_id] >= limit:
+        log.warning("camera call refused: %s", what, extra={"camera_id": camera.camera_id})
+        raise RateLimited(f"a camera may have {what}")
+    counts[camera.camera_id] += 1
+    try:
+        yield
+    finally:
+        counts[camera.camera_id] -= 1
+        if not counts[camera.camera_id]:
+            del counts[camera.camera_id]
 
 
 SERVICE_NAME = edge_pb2.DESCRIPTOR.services_by_name["PalletIngest"].full_name

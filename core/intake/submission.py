@@ -49,16 +49,20 @@ async def apply_document_idempotently(
     201 with the new shipment's dashboard URL as Location when anything was created, else 200;
     with an Idempotency-Key, the stored response for a repeat."""
     key = idempotency_key
-    document = parse_document(decode(body), TextLimits.from_settings(settings))
-    # Before any replay: a client that lost access to this business or facility since must not
-    # read the stored response either.
-    check_access(principal, document.business, document.facility)
     scope = KeyScope(principal.business, principal.subject, settings.idempotency_keys_per_client)
+    limits = TextLimits.from_settings(settings)
     if key is not None:
+        # The key first: another body under a used key is 422, a running one 409, whatever the
+        # body holds (keys are the caller's own, so this reveals nothing of anyone else).
         stored = await idempotency.begin(storage, scope, key, request_fingerprint(kind, body))
         if stored is not None:
+            # Before a replay: a client that lost access to this business or facility since
+            # must not read the stored response either.
+            document = parse_document(decode(body), limits)
+            check_access(principal, document.business, document.facility)
             return DocumentAnswer(stored, replayed=True)
     try:
+        document = parse_document(decode(body), limits)
         result = await documents.apply_document(storage, principal, document)
     except BaseException:
         if key is not None:

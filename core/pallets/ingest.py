@@ -32,21 +32,27 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+import bson
+import bson.errors
 from pymongo.asynchronous.collection import AsyncCollection
 
 from core import metrics, urls
-from core.errors import DockflowError, ValidationFailed
+from core.errors import DockflowError, Unavailable, ValidationFailed
 from core.feed import publish
+from core.pallets import camera_input
 from core.settings import Settings
 from core.shipments import completion, directions, lifecycle
 from core.shipments.dock_events import rejection, resolve_dock
-from core.storage import Doc, Storage
+from core.storage import UNAVAILABLE_ERRORS, Doc, Storage
 from core.tenancy.tenants import Camera, Facility, find_facility
+
+log = logging.getLogger(__name__)
 
 AckStatus = Literal["ACCEPTED", "DUPLICATE", "REJECTED"]
 LPN_LABEL = "lpn"  # canonical camera label names that matching reads
@@ -63,8 +69,11 @@ FIXED_FIELDS = (
     "orders",
     "dockId",
 )
-MAX_LABELS = 200  # per reading; a camera sending more is broken
-MAX_READING_ID = 200  # characters
+# What a pallet takes from its reading, encoded; leaves room under the database's 16 MiB
+# document limit for the fixed fields (the `ingest_max_*` settings keep readings far below).
+MAX_STORED_READING_BYTES = 15 * 1024 * 1024
+# The reason a reading gets when the database refused it even on its own (it is logged).
+STORAGE_REFUSED = "STORAGE_REFUSED: the reading could not be stored; the service logged why"
 
 
 @dataclass(frozen=True)
@@ -141,12 +150,12 @@ def _values(labels: Sequence[Label], name: str) -> list[str]:
     return list(seen)
 
 
-def validate_reading(camera: Camera, facility: Facility, reading: Reading, now: datetime) -> str:
-    """The reading's dock, or a typed error (its message becomes the REJECTED reason)."""
-    if not reading.reading_id:
-        raise ValidationFailed("reading_id is required")
-    if len(reading.reading_id) > MAX_READING_ID:
-        raise ValidationFailed(f"reading_id is longer than {MAX_READING_ID} characters")
+def validate_reading(
+    settings: Settings, camera: Camera, facility: Facility, reading: Reading, now: datetime
+) -> str:
+    """The reading's dock, or a typed error (its message becomes the REJECTED reason). Nothing
+    that passes can make the database refuse the pallet (see `camera_input`)."""
+    camera_input.check_identifier("reading_id", reading.reading_id, settings.ingest_max_id_chars)
     if reading.direction not in directions.READING_DIRECTIONS:
         raise ValidationFailed("direction must be LOADING or UNLOADING")
     if reading.occurred_at_error:
@@ -155,14 +164,51 @@ def validate_reading(camera: Camera, facility: Facility, reading: Reading, now: 
         raise ValidationFailed("occurred_at is required")
     if reading.occurred_at > now + lifecycle.MAX_FUTURE_SKEW:
         raise ValidationFailed("occurred_at is in the future")
+    if len(reading.labels) > settings.ingest_max_labels:
+        raise ValidationFailed(f"a reading has at most {settings.ingest_max_labels} labels")
+    for label in reading.labels:
+        camera_input.check_label(settings, label.name, label.value)
     if not any(label.name and label.value for label in reading.labels):
         raise ValidationFailed("a reading needs at least one label with a value")
-    if len(reading.labels) > MAX_LABELS:
-        raise ValidationFailed(f"a reading has at most {MAX_LABELS} labels")
+    mapping = facility.label_mapping()
+    camera_input.check_payload_keys(
+        rule.field for label in reading.labels if (rule := mapping.get(label.name)) is not None
+    )
+    camera_input.check_image_urls(settings, reading.image_urls)
+    camera_input.check_dock_id(settings, reading.dock)
     dock = resolve_dock(camera, reading.dock)
     if facility.dock(dock) is None:
         raise ValidationFailed(f"unknown dock {dock!r} in facility {facility.key}")
     return dock
+
+
+def check_storable(facility: Facility, reading: Reading) -> dict[str, Any]:
+    """The reading's payload fields, once its content is known to fit in a pallet document.
+
+    Everything a pallet takes from the reading is encoded as the driver will encode it, before
+    any write: a reading the database layer would refuse is REJECTED here, alone, instead of
+    failing the batch it shares with other cameras after shipments were changed for it."""
+    fields = label_fields(facility, reading.labels)
+    content = {
+        "reading_id": reading.reading_id,
+        "labels": _label_docs(reading.labels),
+        "image_urls": list(reading.image_urls),
+        "payload": fields,
+    }
+    try:
+        size = len(bson.encode(content))
+    except (bson.errors.BSONError, OverflowError, TypeError, ValueError) as error:
+        raise ValidationFailed(f"the reading cannot be stored ({type(error).__name__})") from None
+    if size > MAX_STORED_READING_BYTES:
+        raise ValidationFailed(f"the reading is larger than {MAX_STORED_READING_BYTES} bytes")
+    return fields
+
+
+def _label_docs(labels: Sequence[Label]) -> list[Doc]:
+    return [
+        {"name": label.name, "value": label.value, "confidence": label.confidence}
+        for label in labels
+    ]
 
 
 @dataclass
@@ -179,6 +225,7 @@ class _Item:
     occurred_at: datetime | None = None
     lpns: list[str] = field(default_factory=list)
     skus: list[str] = field(default_factory=list)
+    fields: dict[str, Any] = field(default_factory=dict)  # the labels as payload fields
     shipment: Doc | None = None
     order_ids: list[str] = field(default_factory=list)
     unstarted_order_ids: list[str] = field(default_factory=list)  # still CREATED when read
@@ -228,7 +275,54 @@ async def record_pallets(
     settings: Settings,
     batch: Sequence[tuple[Camera, Reading]],
 ) -> list[ReadingResult]:
-    """Store a batch of readings and answer one result per reading, in order."""
+    """Store a batch of readings and answer one result per reading, in order.
+
+    A batch holds readings of many cameras and businesses, so one reading must never fail the
+    others: when storing the batch fails for any reason but an unavailable database, its halves
+    are stored again, down to single readings (every write is idempotent; what the failed
+    attempt wrote is found and completed), and only a reading that fails alone is REJECTED."""
+    results = await _record_isolated(storage, settings, batch)
+    for result in results:
+        metrics.READINGS.labels(result.status).inc()
+    return results
+
+
+def _transient(error: Exception) -> bool:
+    """A failure the camera should answer by resending (the database is unavailable)."""
+    return isinstance(error, (*UNAVAILABLE_ERRORS, Unavailable))
+
+
+async def _record_isolated(
+    storage: Storage, settings: Settings, batch: Sequence[tuple[Camera, Reading]]
+) -> list[ReadingResult]:
+    try:
+        return await _record_batch(storage, settings, batch)
+    except Exception as error:
+        if _transient(error):
+            raise
+        if len(batch) > 1:
+            # Halves, not one by one: a few guilty readings among many cost a few attempts each.
+            log.warning(
+                "storing a batch of readings failed; storing it again in halves",
+                extra={"readings": len(batch), "error": repr(error)},
+            )
+            half = len(batch) // 2
+            first = await _record_isolated(storage, settings, batch[:half])
+            return first + await _record_isolated(storage, settings, batch[half:])
+        camera, reading = batch[0]
+        log.exception(
+            "a reading could not be stored; it is rejected",
+            extra={"camera_id": camera.camera_id, "business": camera.business,
+                   "reading_id": reading.reading_id[:200]},
+        )  # fmt: skip
+        return [ReadingResult(reading.reading_id, "REJECTED", error=STORAGE_REFUSED)]
+
+
+async def _record_batch(
+    storage: Storage,
+    settings: Settings,
+    batch: Sequence[tuple[Camera, Reading]],
+) -> list[ReadingResult]:
     plan = await plan_batch(storage, settings, batch)
     *before_claims, claims = plan.writes(storage)
     for write in before_claims:
@@ -242,8 +336,6 @@ async def record_pallets(
         await claimed
     results = [r for r in plan.results if r is not None]
     assert len(results) == len(batch)
-    for result in results:
-        metrics.READINGS.labels(result.status).inc()
     return results
 
 
@@ -288,7 +380,8 @@ async def plan_batch(
         try:
             if facility is None:
                 raise ValidationFailed(f"facility {camera.business}/{camera.facility} not found")
-            dock = validate_reading(camera, facility, reading, now)
+            dock = validate_reading(settings, camera, facility, reading, now)
+            fields = check_storable(facility, reading)
         except DockflowError as error:
             plan.results[index] = ReadingResult(
                 reading.reading_id, "REJECTED", error=rejection(error)
@@ -308,6 +401,7 @@ async def plan_batch(
             dock=dock,
             occurred_at=lifecycle.truncate_ms(reading.occurred_at),
             lpns=_values(reading.labels, LPN_LABEL),
+            fields=fields,
             skus=_values(reading.labels, SKU_LABEL),
         )
         first_by_key[key] = item
@@ -594,7 +688,7 @@ def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
         "direction": item.reading.direction,
         "orders": list(item.orders),
         "dockId": item.dock,
-        **label_fields(item.facility, item.reading.labels),
+        **item.fields,
     }
     return {
         "_id": item.pallet_id,
@@ -605,10 +699,7 @@ def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
         "dock": item.dock,
         "direction": item.reading.direction,
         "occurred_at": item.occurred_at,
-        "labels": [
-            {"name": label.name, "value": label.value, "confidence": label.confidence}
-            for label in item.reading.labels
-        ],
+        "labels": _label_docs(item.reading.labels),
         "image_urls": list(item.reading.image_urls),
         "lpns": list(item.lpns),
         "skus": list(item.skus),

@@ -24,6 +24,7 @@ from pymongo import DESCENDING
 from pymongo.errors import DuplicateKeyError
 
 from core.errors import DockflowError, Forbidden, ValidationFailed
+from core.pallets import camera_input
 from core.settings import Settings
 from core.shipments import completion, directions, lifecycle
 from core.storage import Doc, Storage
@@ -81,10 +82,12 @@ async def _departing_shipment(
     return docs[0] if docs else None
 
 
-async def validate_event(storage: Storage, camera: Camera, event: DockEventInput) -> DockEventInput:
+async def validate_event(
+    storage: Storage, settings: Settings, camera: Camera, event: DockEventInput
+) -> DockEventInput:
     """The event with its dock resolved, or a typed error saying what is wrong with it."""
-    if not event.event_id:
-        raise ValidationFailed("event_id is required")
+    camera_input.check_identifier("event_id", event.event_id, settings.ingest_max_id_chars)
+    camera_input.check_dock_id(settings, event.dock)
     if event.type not in lifecycle.DOCK_EVENT_TYPES:
         raise ValidationFailed("type must be one of " + ", ".join(lifecycle.DOCK_EVENT_TYPES))
     if event.occurred_at_error:
@@ -134,7 +137,7 @@ async def record_dock_event(
     storage: Storage, settings: Settings, camera: Camera, event: DockEventInput
 ) -> DockEventResult:
     """Validate, record once, and apply a dock event to the dock's shipment."""
-    event = await validate_event(storage, camera, event)
+    event = await validate_event(storage, settings, camera, event)
     key = f"{camera.camera_id}:{event.event_id}"
     existing = await storage.dock_events.find_one({"_id": key})
     if existing is not None:

@@ -21,7 +21,6 @@ from core.tenancy import tenants
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 from edge.auth import CameraCache
 from edge.server import EdgeServer
-from tests.edge.helpers import reading
 from tests.factories import Tenant, make_tenant
 
 PALLET_INGEST = "dockflow.edge.v1.PalletIngest"
@@ -246,37 +245,3 @@ async def test_a_disabled_camera_is_refused_after_the_cache_time_and_not_before(
             await asyncio.sleep(0.05)
 
         assert time.monotonic() - verified_after >= cache_s
-
-
-async def test_an_open_stream_of_a_disabled_camera_is_refused_like_a_new_call(
-    settings_factory: Callable[..., Settings], storage: Storage
-):
-    # A stream stays open for hours: its camera is checked per reading (through the same cache
-    # as new calls), not once when the stream opened.
-    services = Services(settings=settings_factory(auth_cache_s=0), storage=storage)
-    tenant = await make_tenant(services)
-    readings: asyncio.Queue[edge_pb2.PalletReading | None] = asyncio.Queue()
-
-    async def requests() -> AsyncIterator[edge_pb2.PalletReading]:
-        while (message := await readings.get()) is not None:
-            yield message
-
-    async with (
-        EdgeServer(services, host="127.0.0.1", port=0) as server,
-        grpc.aio.insecure_channel(server.address) as channel,
-    ):
-        call = edge_pb2_grpc.PalletIngestStub(channel).StreamReadings(
-            requests(), metadata=tenant.camera_metadata("D1")
-        )
-        readings.put_nowait(reading("LPN-1"))
-        first = await call.read()
-        await tenants.set_camera_disabled(storage, tenant.camera_ids["D1"])
-        readings.put_nowait(reading("LPN-2"))
-        with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await call.read()
-        readings.put_nowait(None)
-
-    assert isinstance(first, edge_pb2.ReadingAck)
-    assert first.status == edge_pb2.ACCEPTED
-    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert await storage.pallets.count_documents({}) == 1
