@@ -119,11 +119,16 @@ async def test_create_commands_print_credentials_that_work(admin: Any, services:
     assert (bound.camera_id, bound.dock, bound.kind) == (camera.json["camera_id"], "D2", "LIFT")
 
     endpoint = await webhook_endpoints.get_endpoint(storage, webhook.json["id"])
-    assert webhook.json["signing_secret"] == endpoint.signing_secrets[0]
-    assert endpoint.signing_secrets[0].startswith("whsec_")
+    admin_box = SecretBox(services.settings.model_copy(update={"secret_key": None}))
+    assert webhook_endpoints.signing_secrets_of(admin_box, endpoint) == (
+        webhook.json["signing_secret"],
+    )
+    assert webhook.json["signing_secret"].startswith("whsec_")
+    # Kept sealed at rest: the stored endpoint does not hold the secret in the clear.
+    stored_endpoint = await storage.webhook_endpoints.find_one({"_id": webhook.json["id"]})
+    assert webhook.json["signing_secret"] not in repr(stored_endpoint)
     assert endpoint.events == ("SHIPMENT_COMPLETE",)
-    admin_settings = services.settings.model_copy(update={"secret_key": None})
-    assert SecretBox(admin_settings).open(endpoint.auth.password_sealed) == "hook-pass"
+    assert admin_box.open(endpoint.auth.password_sealed) == "hook-pass"
 
     assert operator.json == {"username": "alice", "businesses": ["acme"]}
     assert await tenants.authenticate_operator(storage, "alice", "correct horse battery")

@@ -8,12 +8,12 @@ import hashlib
 import hmac
 from collections.abc import Sequence
 
-SECRET_PREFIX = "whsec_"  # noqa: S105 - a prefix, not a secret
+from core.auth.crypto import SIGNING_SECRET_PREFIX
 
 
 def secret_key(secret: str) -> bytes:
     """The HMAC key of a ``whsec_…`` secret: the base64-decoded part after the prefix."""
-    encoded = secret.removeprefix(SECRET_PREFIX)
+    encoded = secret.removeprefix(SIGNING_SECRET_PREFIX)
     return base64.b64decode(encoded + "=" * (-len(encoded) % 4))
 
 

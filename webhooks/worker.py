@@ -36,7 +36,12 @@ from core.errors import CredentialUnreadable, NotFound
 from core.feed import publish
 from core.outbox import deliveries
 from core.outbox.deliveries import AttemptResult, Claim
-from core.outbox.webhook_endpoints import WebhookEndpoint, get_endpoint, list_endpoints
+from core.outbox.webhook_endpoints import (
+    WebhookEndpoint,
+    get_endpoint,
+    list_endpoints,
+    signing_secrets_of,
+)
 from core.running import Running
 from core.services import Services
 from core.storage import Doc
@@ -429,11 +434,10 @@ class WebhookWorker(Running):
     ) -> AttemptResult:
         assert self._session is not None
         headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **auth_headers}
-        if endpoint.signing_secrets:
+        secrets = signing_secrets_of(self._box, endpoint)
+        if secrets:
             headers.update(
-                signing.webhook_headers(
-                    str(claim.message_id), int(time.time()), body, endpoint.signing_secrets
-                )
+                signing.webhook_headers(str(claim.message_id), int(time.time()), body, secrets)
             )
         else:
             headers.update({"webhook-id": str(claim.message_id)})

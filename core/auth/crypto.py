@@ -1,4 +1,5 @@
-"""Encryption of credentials kept at rest (customers' webhook passwords), keyed by settings."""
+"""Encryption of credentials kept at rest (customers' webhook passwords and signing secrets),
+keyed by settings."""
 
 from __future__ import annotations
 
@@ -59,6 +60,9 @@ class SecretBox:
             ) from None
 
 
+SIGNING_SECRET_PREFIX = "whsec_"  # noqa: S105 - a prefix, not a secret
+
+
 def new_signing_secret() -> str:
     """A Standard Webhooks signing secret: ``whsec_`` + base64 of 24 random bytes."""
-    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    return SIGNING_SECRET_PREFIX + base64.b64encode(secrets.token_bytes(24)).decode()

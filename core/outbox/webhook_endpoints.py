@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Literal, TypedDict, Unpack
 from urllib.parse import urlsplit
 
-from core.auth.crypto import SecretBox, new_signing_secret
+from core.auth.crypto import SIGNING_SECRET_PREFIX, SecretBox, new_signing_secret
 from core.errors import NotFound, ValidationFailed
 from core.storage import Doc, Storage
 from core.tenancy.tenants import Created, get_business, get_facility
@@ -35,14 +35,24 @@ class WebhookEndpoint:
     base_url: str
     events: tuple[str, ...]
     auth: EndpointAuth
-    # Newest first; during a rotation every listed secret signs each request.
-    signing_secrets: tuple[str, ...]
+    # Newest first, sealed with the secret key (`signing_secrets_of` opens them); during a
+    # rotation every listed secret signs each request.
+    signing_secrets_sealed: tuple[str, ...]
     enabled: bool = True
     disabled_reason: str = ""
 
     def route(self, event: str) -> str:
         path = "/api/palletEvent" if event == "PALLET_EVENT" else "/api/shipmentComplete"
         return self.base_url.rstrip("/") + path
+
+
+def signing_secrets_of(box: SecretBox, endpoint: WebhookEndpoint) -> tuple[str, ...]:
+    """The endpoint's signing secrets in the clear, newest first (an endpoint stored before
+    secrets were sealed holds ``whsec_…`` values as they are)."""
+    return tuple(
+        sealed if sealed.startswith(SIGNING_SECRET_PREFIX) else box.open(sealed)
+        for sealed in endpoint.signing_secrets_sealed
+    )
 
 
 def endpoint_from_doc(doc: Doc) -> WebhookEndpoint:
@@ -61,7 +71,9 @@ def endpoint_from_doc(doc: Doc) -> WebhookEndpoint:
             token_field=auth.get("token_field", "access_token"),
             header_format=auth.get("header_format", "Bearer {token}"),
         ),
-        signing_secrets=tuple(doc.get("signing_secrets", ())),
+        signing_secrets_sealed=tuple(doc.get("signing_secrets_sealed", ()))
+        # Endpoints created before secrets were sealed keep them in the clear.
+        or tuple(doc.get("signing_secrets", ())),
         enabled=bool(doc.get("enabled", True)),
         disabled_reason=doc.get("disabled_reason", ""),
     )
@@ -137,7 +149,7 @@ async def create_endpoint(
         "_id": f"whe_{secrets.token_hex(6)}",
         "business": business,
         **fields,
-        "signing_secrets": [signing_secret],
+        "signing_secrets_sealed": [box.seal(signing_secret)],
         "enabled": True,
         "disabled_reason": "",
         "created_at": datetime.now(UTC),

@@ -29,6 +29,7 @@ from core.auth.crypto import SecretBox
 from core.auth.tokens import TokenService
 from core.errors import Forbidden, RateLimited, Unauthenticated
 from core.intake.submission import apply_document_idempotently
+from core.outbox import webhook_endpoints
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -590,3 +591,25 @@ async def test_a_client_holds_a_limited_number_of_keys(
     assert int(over.headers["Retry-After"]) > 0
     assert repeat.status == 201
     assert repeat.headers["Idempotent-Replayed"] == "true"  # a held key still replays
+
+
+async def test_webhook_signing_secrets_are_sealed_at_rest_and_older_clear_ones_still_sign(
+    services: Services,
+):
+    # A leaked database must not hand out the secrets that prove a request comes from dockflow.
+    box = SecretBox(services.settings)
+    await tenants.create_business(services.storage, "acme", "Acme")
+    created = await webhook_endpoints.create_endpoint(
+        services.storage, box, "acme", "https://hooks.acme.example"
+    )
+    stored = await services.storage.webhook_endpoints.find_one({"_id": created.entity.endpoint_id})
+    assert created.secret not in repr(stored)
+    assert webhook_endpoints.signing_secrets_of(box, created.entity) == (created.secret,)
+
+    # An endpoint stored before sealing holds its secret in the clear: it still signs.
+    await services.storage.webhook_endpoints.update_one(
+        {"_id": created.entity.endpoint_id},
+        {"$unset": {"signing_secrets_sealed": ""}, "$set": {"signing_secrets": [created.secret]}},
+    )
+    legacy = await webhook_endpoints.get_endpoint(services.storage, created.entity.endpoint_id)
+    assert webhook_endpoints.signing_secrets_of(box, legacy) == (created.secret,)
