@@ -165,6 +165,21 @@ class _Estimator:
         return self.limits.list_size
 
 
+def _with_defaults(
+    operation: OperationDefinitionNode, variables: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The variables an operation runs with: those given, else their declared defaults."""
+    values = dict(variables)
+    for definition in operation.variable_definitions or ():
+        name = definition.variable.name.value
+        if name not in values and definition.default_value is not None:
+            try:
+                values[name] = value_from_ast_untyped(definition.default_value)
+            except (TypeError, ValueError):  # an invalid default: validation reports it
+                continue
+    return values
+
+
 def document_cost(
     context: ValidationContext, variables: Mapping[str, Any], limits: CostLimits
 ) -> DocumentCost:
@@ -181,7 +196,8 @@ def document_cost(
         root_type: GraphQLObjectType | None = context.schema.get_root_type(definition.operation)
         if root_type is None:
             continue
-        estimator = _Estimator(context.schema, fragments, variables, limits)
+        values = _with_defaults(definition, variables)
+        estimator = _Estimator(context.schema, fragments, values, limits)
         estimator.total.cost = estimator.cost(definition.selection_set, root_type, root=True)
         worst.cost = max(worst.cost, estimator.total.cost)
         worst.fields = max(worst.fields, estimator.total.fields)

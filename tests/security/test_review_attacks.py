@@ -1,0 +1,60 @@
+"""Attacks tried against the multi-tenant hardening from outside, kept as regression cases.
+
+Each case is an attempt to get around a limit or a check through a path its own tests did not
+take; the defects it found are fixed at their mechanism."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from tests.factories import Tenant
+from tests.public_api.graphql_support import gql
+
+ALIASES = 30
+FILTER = '{businessSlug: "acme", since: "2020-01-01T00:00:00Z", first: 10000}'
+
+# --- The cost budget: a page size given by a variable's declared default ----------------------
+
+DEFAULTED = {
+    "Int variable with a default": (
+        "query Q($n: Int = 10000) {"
+        + " ".join(
+            f'a{i}: pushMessages(input: {{businessSlug: "acme", '
+            f'since: "2020-01-01T00:00:00Z", first: $n}}) {{ id }}'
+            for i in range(ALIASES)
+        )
+        + "}"
+    ),
+    "input object variable with a default": (
+        f"query Q($input: PushMessageFilter = {FILTER}) {{"
+        + " ".join(f"a{i}: pushMessages(input: $input) {{ id }}" for i in range(ALIASES))
+        + "}"
+    ),
+}
+
+
+@pytest.mark.parametrize("query", DEFAULTED.values(), ids=DEFAULTED.keys())
+async def test_a_variables_default_counts_in_the_cost_budget(
+    api: TestClient[Any, Any], tenant: Tenant, query: str
+):
+    status, body = await gql(api, query, token=tenant.token)
+
+    assert status == 200
+    assert body.get("data") is None, "nothing was executed"
+    assert [e["extensions"]["code"] for e in body["errors"]] == ["QUERY_TOO_COSTLY"], body
+    assert body["errors"][0]["extensions"]["cost"] == ALIASES * 10000
+
+
+async def test_a_given_variable_overrides_its_default_in_the_cost_budget(
+    api: TestClient[Any, Any], tenant: Tenant
+):
+    query = DEFAULTED["Int variable with a default"]
+
+    status, body = await gql(api, query, {"n": 10}, token=tenant.token)
+
+    assert status == 200
+    assert "errors" not in body, body
+    assert len(body["data"]) == ALIASES
