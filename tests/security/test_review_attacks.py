@@ -6,11 +6,17 @@ take; the defects it found are fixed at their mechanism."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
 import pytest
 from aiohttp.test_utils import TestClient
 
+from core.storage import Storage
+from dockflow.edge.v1 import edge_pb2
+from edge.server import EdgeServer
+from tests.edge.helpers import reading, stream
 from tests.factories import Tenant
 from tests.public_api.graphql_support import LEGACY_WS, TRANSPORT_WS, WsSession, gql
 
@@ -111,3 +117,29 @@ async def test_a_query_over_the_legacy_protocol_is_a_user_error(
     assert answer["type"] == "error"
     errors = answer["payload"] if isinstance(answer["payload"], list) else [answer["payload"]]
     assert [e["extensions"]["code"] for e in errors] == ["BAD_USER_INPUT"], answer
+
+
+# --- Camera readings: a confidence the database cannot store -----------------------------------
+
+
+@pytest.fixture
+async def channel(edge_server: EdgeServer) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(edge_server.address) as chan:
+        yield chan
+
+
+@pytest.mark.parametrize("confidence", [float("nan"), float("inf"), float("-inf")])
+async def test_a_confidence_that_is_not_a_number_is_rejected_before_any_write(
+    channel: grpc.aio.Channel, tenant: Tenant, storage: Storage, confidence: float
+):
+    # It reached the batch other cameras share: the batch failed and was stored again in
+    # halves, and the reading came back "could not be stored" instead of with its reason.
+    poisoned = reading("L-POISON")
+    poisoned.labels.append(edge_pb2.LabelField(name="lot", value="x", confidence=confidence))
+
+    acks = await stream(channel, tenant.camera_metadata("D1"), [poisoned, reading("L-GOOD")])
+
+    assert [a.status for a in acks] == [edge_pb2.REJECTED, edge_pb2.ACCEPTED]
+    assert acks[0].error.startswith("VALIDATION_FAILED: "), acks[0].error
+    assert "confidence" in acks[0].error
+    assert await storage.pallets.count_documents({"reading_id": acks[0].reading_id}) == 0
