@@ -83,6 +83,10 @@ def with_code(error: GraphQLError) -> GraphQLError:
     elif isinstance(original, UNAVAILABLE_ERRORS):
         extensions = {"code": "INTERNAL", "reason": "UNAVAILABLE", "status": 503}
         message = "the database is unavailable; retry later"
+    elif error.path is None and error.nodes:
+        # Located in the document and not at a result path: raised while validating the
+        # document, e.g. by an Int literal too long for Python to convert (ValueError).
+        extensions = {"code": "BAD_USER_INPUT"}
     else:
         error_id = uuid.uuid4().hex
         log.error(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
@@ -322,6 +323,18 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
     def is_websocket_request(self, request: web.Request) -> TypeGuard[web.Request]:
         # RFC 6455: the opening handshake is a GET; aiohttp's check does not look at the method.
         return request.method == "GET" and super().is_websocket_request(request)
+
+    def decode_json(self, data: str | bytes) -> object:
+        # Every way a body or message fails to be JSON is "not JSON" (400 over HTTP, 4400 on a
+        # websocket): also bytes that are not UTF-8, nesting deeper than the parser recurses and
+        # an integer longer than Python converts, which answered 500 and broke the websocket.
+        try:
+            return json.loads(data)
+        except json.JSONDecodeError:
+            raise
+        except (ValueError, RecursionError) as exc:
+            text = data if isinstance(data, str) else data.decode(errors="replace")
+            raise json.JSONDecodeError(f"unreadable JSON ({type(exc).__name__})", text, 0) from None
 
     def encode_json(self, data: object) -> str | bytes:
         # A subscription result shared by every subscriber of its operation is encoded once;

@@ -18,7 +18,7 @@ from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
 from tests.edge.helpers import reading, stream
 from tests.factories import Tenant
-from tests.public_api.graphql_support import LEGACY_WS, TRANSPORT_WS, WsSession, gql
+from tests.public_api.graphql_support import GRAPHQL, LEGACY_WS, TRANSPORT_WS, WsSession, gql
 
 ALIASES = 30
 FILTER = '{businessSlug: "acme", since: "2020-01-01T00:00:00Z", first: 10000}'
@@ -143,3 +143,78 @@ async def test_a_confidence_that_is_not_a_number_is_rejected_before_any_write(
     assert acks[0].error.startswith("VALIDATION_FAILED: "), acks[0].error
     assert "confidence" in acks[0].error
     assert await storage.pallets.count_documents({"reading_id": acks[0].reading_id}) == 0
+
+
+# --- JSON that json.loads cannot turn into a value: 400 / 4400, never 500 ----------------------
+
+LONG_INT = "9" * 5000  # over Python's int conversion limit (4300 digits): a ValueError
+UNREADABLE_JSON = {
+    "an integer of 5000 digits": (
+        '{"query": "{ __typename }", "variables": {"n": ' + LONG_INT + "}}"
+    ).encode(),
+    "bytes that are not UTF-8": b'{"query": "{ __typename }", "x": "\xff\xfe"}',
+    "nesting deeper than the parser recurses": (
+        b'{"query": "{ __typename }", "variables": {"a": ' + b"[" * 30000 + b"]" * 30000 + b"}}"
+    ),
+}
+
+
+@pytest.mark.parametrize("body", UNREADABLE_JSON.values(), ids=UNREADABLE_JSON.keys())
+async def test_unreadable_json_on_graphql_is_400(
+    api: TestClient[Any, Any], tenant: Tenant, body: bytes
+):
+    response = await api.post(
+        GRAPHQL,
+        data=body,
+        headers={"Authorization": f"Bearer {tenant.token}", "Content-Type": "application/json"},
+    )
+
+    assert response.status == 400, await response.text()
+
+
+TEXT_UNREADABLE = {k: v.decode() for k, v in UNREADABLE_JSON.items() if v.isascii()}
+
+
+@pytest.mark.parametrize("protocol", [TRANSPORT_WS, LEGACY_WS])
+@pytest.mark.parametrize("text", TEXT_UNREADABLE.values(), ids=TEXT_UNREADABLE.keys())
+async def test_unreadable_json_on_a_websocket_is_not_json(
+    api: TestClient[Any, Any], tenant: Tenant, protocol: str, text: str
+):
+    ws = await WsSession.open(api, protocol)
+
+    await ws.ws.send_str(text)
+
+    if protocol == TRANSPORT_WS:
+        assert await ws.closed_with() == 4400
+    else:  # the legacy protocol ignores what is not JSON and goes on
+        ack = await ws.init({"Authorization": f"Bearer {tenant.token}"})
+        assert ack["type"] == "connection_ack"
+
+
+async def test_an_integer_literal_too_long_to_convert_is_a_user_error(
+    api: TestClient[Any, Any], tenant: Tenant
+):
+    status, body = await gql(api, "{ shipment(id: " + LONG_INT + ") { id } }", token=tenant.token)
+
+    assert status == 200
+    assert body.get("data") is None
+    assert [e["extensions"]["code"] for e in body["errors"]] == ["BAD_USER_INPUT"], body
+
+
+async def test_a_document_with_an_integer_too_long_to_convert_is_400(
+    api: TestClient[Any, Any], tenant: Tenant
+):
+    body = (
+        '{"business": "acme", "facility": "dc1", "direction": "OUTBOUND", "orderNumber": "SO-1",'
+        ' "items": [{"lpn": "L1", "sku": "S1", "quantity": '
+        + LONG_INT
+        + ', "quantityUnit": "UNIT"}]}'
+    )
+
+    response = await api.post(
+        "/v1/documents",
+        data=body,
+        headers={"Authorization": f"Bearer {tenant.token}", "Content-Type": "application/json"},
+    )
+
+    assert response.status == 400, await response.text()
