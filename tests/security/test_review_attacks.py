@@ -6,19 +6,23 @@ take; the defects it found are fixed at their mechanism."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import aiohttp
 import grpc
 import pytest
 from aiohttp.test_utils import TestClient
 
+from core.settings import Settings
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
 from tests.edge.helpers import reading, stream
 from tests.factories import Tenant
 from tests.public_api.graphql_support import GRAPHQL, LEGACY_WS, TRANSPORT_WS, WsSession, gql
+from tests.webhooks.conftest import LoopbackOnlySockets
+from webhooks import egress, transport
 
 ALIASES = 30
 FILTER = '{businessSlug: "acme", since: "2020-01-01T00:00:00Z", first: 10000}'
@@ -218,3 +222,39 @@ async def test_a_document_with_an_integer_too_long_to_convert_is_400(
     )
 
     assert response.status == 400, await response.text()
+
+
+# --- Attacks that found nothing, kept so that they stay that way -------------------------------
+
+
+async def test_the_cost_budget_also_holds_for_a_query_sent_by_get(
+    api: TestClient[Any, Any], tenant: Tenant
+):
+    response = await api.get(
+        GRAPHQL,
+        params={"query": DEFAULTED["Int variable with a default"]},
+        headers={"Authorization": f"Bearer {tenant.token}"},
+    )
+
+    body = await response.json()
+    assert body.get("data") is None
+    assert [e["extensions"]["code"] for e in body["errors"]] == ["QUERY_TOO_COSTLY"], body
+
+
+@pytest.mark.parametrize("host", ["2130706433", "0177.0.0.1", "127.1", "0x7f.0.0.1", "0"])
+async def test_numeric_forms_of_loopback_get_no_webhook_connection(
+    settings_factory: Callable[..., Settings], host: str
+):
+    # Decimal, octal, short and hex forms of 127.0.0.1 (and 0): not IP literals to the URL
+    # check, so they must be refused by the client or by the resolver, never connected to.
+    sockets = LoopbackOnlySockets()
+    settings = settings_factory(webhook_allow_hosts=())
+    async with aiohttp.ClientSession(
+        connector=egress.make_connector(settings, socket_factory=sockets)
+    ) as session:
+        result = await transport.post(
+            session, f"https://{host}/hook", b"{}", {}, timeout_s=2, allow_hosts=()
+        )
+
+    assert result.error is not None
+    assert sockets.targets == []
