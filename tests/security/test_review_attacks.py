@@ -71,6 +71,27 @@ async def test_a_given_variable_overrides_its_default_in_the_cost_budget(
     assert len(body["data"]) == ALIASES
 
 
+async def test_fragments_spread_twice_at_every_level_stop_at_the_field_limit(
+    api: TestClient[Any, Any], tenant: Tenant
+):
+    # 16 fragments, each spreading the next twice: 65,536 fields from ~600 bytes. The budget
+    # walked every one (2^24 stalled the event loop for minutes); it stops past the limit.
+    levels = 16
+    query = (
+        "{ ...F0 } "
+        + " ".join(f"fragment F{i} on Query {{ ...F{i + 1} ...F{i + 1} }}" for i in range(levels))
+        + f" fragment F{levels} on Query {{ __typename }}"
+    )
+
+    status, body = await gql(api, query, token=tenant.token)
+
+    assert status == 200
+    assert body.get("data") is None
+    [error] = body["errors"]
+    assert error["extensions"]["code"] == "TOO_MANY_FIELDS"
+    assert error["extensions"]["fields"] == error["extensions"]["limit"] + 1, "walk stopped"
+
+
 # --- Websocket messages of the wrong shape, before and after connection_init ------------------
 
 MALFORMED = {
