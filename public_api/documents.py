@@ -75,6 +75,8 @@ def decode(kind: str, body: bytes) -> object:
         raise BadRequest("the JSON body is not valid UTF-8") from None
     except RecursionError:
         raise BadRequest("the JSON body is nested too deeply") from None
+    except ValueError:  # an integer longer than Python converts (sys.get_int_max_str_digits)
+        raise BadRequest("the JSON body has a number with too many digits") from None
 
 
 async def post_document(request: web.Request) -> web.Response:

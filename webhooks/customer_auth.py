@@ -137,7 +137,7 @@ class CustomerAuth:
         try:
             data = json.loads(text)
             token = data[auth.token_field]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # nesting: RecursionError
             raise LoginFailed(
                 f"auth: login answer has no {auth.token_field!r} field: {text[:_MAX_ERROR_BODY]}"
             ) from None

@@ -9,6 +9,7 @@ a path (``a.b``). Limits are settings (`ingest_max_*`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from urllib.parse import urlsplit
@@ -48,8 +49,9 @@ def check_dock_id(settings: Settings, dock_id: str) -> None:
         raise ValidationFailed(f"dock_id {shown(dock_id)} has control or unprintable characters")
 
 
-def check_label(settings: Settings, name: str, value: str) -> None:
-    """One label: a plain name (it becomes a payload key) and a printable value of capped size."""
+def check_label(settings: Settings, name: str, value: str, confidence: float) -> None:
+    """One label: a plain name (it becomes a payload key), a printable value of capped size and
+    a confidence that is a number (NaN or infinity is not JSON, and a database may refuse it)."""
     if len(name) > settings.ingest_max_label_name_chars:
         raise ValidationFailed(
             f"label name {shown(name)} is longer than "
@@ -67,6 +69,8 @@ def check_label(settings: Settings, name: str, value: str) -> None:
         )
     if not value.isprintable():
         raise ValidationFailed(f"label {name!r} has control or unprintable characters")
+    if not math.isfinite(confidence):
+        raise ValidationFailed(f"label {name!r} has a confidence that is not a number")
 
 
 def check_payload_keys(keys: Iterable[str]) -> None:

@@ -167,7 +167,7 @@ def validate_reading(
     if len(reading.labels) > settings.ingest_max_labels:
         raise ValidationFailed(f"a reading has at most {settings.ingest_max_labels} labels")
     for label in reading.labels:
-        camera_input.check_label(settings, label.name, label.value)
+        camera_input.check_label(settings, label.name, label.value, label.confidence)
     if not any(label.name and label.value for label in reading.labels):
         raise ValidationFailed("a reading needs at least one label with a value")
     mapping = facility.label_mapping()

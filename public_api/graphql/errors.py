@@ -16,6 +16,7 @@ from typing import Any
 
 from graphql import GraphQLError
 from strawberry.extensions import SchemaExtension
+from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 from strawberry.types.execution import ExecutionContext
 
 from core.errors import DockflowError
@@ -51,6 +52,11 @@ GRAPHQL_CODES: dict[str, str] = {
 }
 
 
+# A document the transport cannot run (a query over the legacy graphql-ws protocol, which runs
+# subscriptions only; an operation it cannot find): the client's mistake, not ours.
+REFUSED_OPERATIONS = (InvalidOperationTypeError, CannotGetOperationTypeError)
+
+
 def error_extensions(error: DockflowError) -> dict[str, Any]:
     """The `extensions` object for a domain error."""
     extensions: dict[str, Any] = {
@@ -72,11 +78,15 @@ def with_code(error: GraphQLError) -> GraphQLError:
     if isinstance(original, DockflowError):
         extensions = error_extensions(original)
         message = original.detail
-    elif original is None or isinstance(original, GraphQLError):
+    elif original is None or isinstance(original, (GraphQLError, *REFUSED_OPERATIONS)):
         extensions = {"code": "BAD_USER_INPUT"}  # a parse, validation or coercion error
     elif isinstance(original, UNAVAILABLE_ERRORS):
         extensions = {"code": "INTERNAL", "reason": "UNAVAILABLE", "status": 503}
         message = "the database is unavailable; retry later"
+    elif error.path is None and error.nodes:
+        # Located in the document and not at a result path: raised while validating the
+        # document, e.g. by an Int literal too long for Python to convert (ValueError).
+        extensions = {"code": "BAD_USER_INPUT"}
     else:
         error_id = uuid.uuid4().hex
         log.error(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
@@ -207,6 +208,24 @@ async def _refused_as_pending(view: object, context: GraphQLContext) -> bool:
     return True
 
 
+def _malformed(message: object, operation_type: str) -> str | None:
+    """Why a websocket message cannot be handled (not an object, or an operation whose payload
+    is not {query, variables?, operationName?}), or None. The protocol handlers index into
+    messages as they come, so these answered with a traceback and a broken connection."""
+    if not isinstance(message, dict):
+        return "a message must be a JSON object"
+    if message.get("type") != operation_type:
+        return None
+    payload = message.get("payload")
+    if not isinstance(payload, dict) or not isinstance(payload.get("query"), str):
+        return "an operation's payload must be an object with a query string"
+    if not isinstance(payload.get("variables") or {}, dict):
+        return "an operation's variables must be an object"
+    if not isinstance(payload.get("operationName") or "", str):
+        return "an operation's operationName must be a string"
+    return None
+
+
 class TransportWSHandler(BaseGraphQLTransportWSHandler[GraphQLContext, None]):
     """`graphql-transport-ws`, counted while it awaits its connection_init and forgotten by
     the view when it ends."""
@@ -218,6 +237,12 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[GraphQLContext, None]):
             await super().handle()
         finally:
             _connections(self.view).close(self.context)
+
+    async def handle_message(self, message: Any) -> None:
+        if (reason := _malformed(message, "subscribe")) is not None:
+            await self.handle_invalid_message(reason)  # 4400
+            return
+        await super().handle_message(message)
 
 
 class LegacyGraphQLWSHandler(BaseGraphQLWSHandler[GraphQLContext, None]):
@@ -235,6 +260,12 @@ class LegacyGraphQLWSHandler(BaseGraphQLWSHandler[GraphQLContext, None]):
             with contextlib.suppress(asyncio.CancelledError):
                 await timer
             _connections(self.view).close(self.context)
+
+    async def handle_message(self, message: Any) -> None:
+        if (reason := _malformed(message, "start")) is not None:
+            await self.websocket.close(code=4400, reason=reason)
+            return
+        await super().handle_message(message)
 
     async def _close_without_init(self) -> None:
         view = self.view
@@ -292,6 +323,18 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
     def is_websocket_request(self, request: web.Request) -> TypeGuard[web.Request]:
         # RFC 6455: the opening handshake is a GET; aiohttp's check does not look at the method.
         return request.method == "GET" and super().is_websocket_request(request)
+
+    def decode_json(self, data: str | bytes) -> object:
+        # Every way a body or message fails to be JSON is "not JSON" (400 over HTTP, 4400 on a
+        # websocket): also bytes that are not UTF-8, nesting deeper than the parser recurses and
+        # an integer longer than Python converts, which answered 500 and broke the websocket.
+        try:
+            return json.loads(data)
+        except json.JSONDecodeError:
+            raise
+        except (ValueError, RecursionError) as exc:
+            text = data if isinstance(data, str) else data.decode(errors="replace")
+            raise json.JSONDecodeError(f"unreadable JSON ({type(exc).__name__})", text, 0) from None
 
     def encode_json(self, data: object) -> str | bytes:
         # A subscription result shared by every subscriber of its operation is encoded once;

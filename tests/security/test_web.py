@@ -210,6 +210,13 @@ async def _token_too_long(request: web.Request) -> web.StreamResponse:
     return web.json_response({"jwt": "t" * 5000})
 
 
+async def _nested_too_deeply(request: web.Request) -> web.StreamResponse:
+    # Within the byte cap, deeper than the JSON parser recurses: a RecursionError, not a
+    # ValueError, which escaped the attempt (no attempt recorded, retried at every lease).
+    nested = "[" * 5000 + "]" * 5000
+    return web.Response(text='{"jwt": ' + nested + "}", content_type="application/json")
+
+
 @pytest.mark.parametrize(
     ("login", "error"),
     [
@@ -217,8 +224,9 @@ async def _token_too_long(request: web.Request) -> web.StreamResponse:
         (_endless, "auth: login answer (200) is larger than the 65536 byte limit"),
         (_token_with_newline, "auth: login answer's 'jwt' is not a usable token"),
         (_token_too_long, "auth: login answer's 'jwt' is not a usable token"),
+        (_nested_too_deeply, "auth: login answer has no 'jwt' field"),
     ],
-    ids=["declared-length", "chunked-endless", "header-injection", "token-too-long"],
+    ids=["declared-length", "chunked-endless", "header-injection", "token-too-long", "nested"],
 )
 async def test_customer_login_answers_are_read_with_a_cap(
     services: Services,
