@@ -59,8 +59,12 @@ def test_intake_tiny() -> None:
     figures = run_bench("intake")
     assert set(figures) >= {
         "documents", "documents_per_s", "p50_ms", "p99_ms", "limit_per_s", "ratio", "statuses",
+        "round_trips_per_document", "db_limit_per_s", "ratio_db",
     }  # fmt: skip
     assert int(figures["documents"]) > 0
+    # counted, not assumed: an OVERWRITE document costs several reads and writes
+    assert float(figures["round_trips_per_document"]) >= 4
+    assert float(figures["db_limit_per_s"]) > 0
     assert {s.split(":")[0] for s in figures["statuses"].split(",")} <= {"200", "201"}
 
 
@@ -77,8 +81,11 @@ def test_webhooks_tiny() -> None:
     figures = run_bench("webhooks")
     assert set(figures) >= {
         "deliveries", "deliveries_per_s", "direct_per_s", "ratio", "overhead_ms", "duplicates",
+        "round_trips_per_delivery", "db_limit_per_s", "ratio_db",
     }  # fmt: skip
     assert figures["deliveries"] == "200"
+    assert float(figures["round_trips_per_delivery"]) > 0
+    assert float(figures["db_limit_per_s"]) > 0
 
 
 @pytest.mark.timeout(240)
