@@ -2,7 +2,8 @@
 
 `python -m bench.commands PART...` runs `dockflow PART...` with a pymongo CommandListener that
 records every command the process sends to its database (BSON, with start and end times), and
-writes the log to `$BENCH_COMMAND_LOG` on SIGUSR1 (`dump_log`). The bench then:
+writes the log to `$BENCH_COMMAND_LOG` on SIGUSR1 (`dump_log`). With `BENCH_COMMAND_RECORD=0`
+it starts without recording; SIGUSR2 starts (`start_recording`). The bench then:
 
 - counts them: commands in the measured window per unit of work are its round trips to the
   database (each command is one request and one reply on a connection);
@@ -35,6 +36,7 @@ from pymongo.errors import PyMongoError
 from core.storage import Storage
 
 LOG_ENV = "BENCH_COMMAND_LOG"
+RECORD_ENV = "BENCH_COMMAND_RECORD"
 # The driver's own traffic (handshakes, monitoring, session ends), not the process's work.
 NOT_WORK = frozenset(
     {"hello", "ismaster", "isMaster", "ping", "endSessions", "saslStart", "saslContinue",
@@ -65,14 +67,15 @@ class Command:
 class CommandRecorder(monitoring.CommandListener):
     """Records the commands one process sends to one database."""
 
-    def __init__(self, database: str) -> None:
+    def __init__(self, database: str, recording: bool = True) -> None:
         self.database = database
+        self.recording = recording
         self.pending: dict[tuple[int, Any], tuple[str, bytes, float]] = {}
         self.done: list[tuple[str, bytes, float, float, int]] = []
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         name = event.command_name
-        if name in NOT_WORK:
+        if not self.recording or name in NOT_WORK:
             return
         if event.database_name != self.database and name not in TRANSACTION_ENDS:
             return
@@ -123,6 +126,11 @@ def _read_when_written(path: Path, timeout_s: float) -> list[Command]:
             raise TimeoutError(f"no command log at {path}")
         time.sleep(0.05)
     return read_log(path)
+
+
+def start_recording(process: asyncio.subprocess.Process) -> None:
+    """Start the recording of a process started with BENCH_COMMAND_RECORD=0."""
+    process.send_signal(signal.SIGUSR2)
 
 
 def read_log(path: Path) -> list[Command]:
@@ -293,10 +301,13 @@ def _main() -> None:
     """`python -m bench.commands PART...`: dockflow with its database commands recorded."""
     from dockflow.cli import main
 
-    recorder = CommandRecorder(os.environ.get("DOCKFLOW_MONGODB_DB", "dockflow"))
+    recorder = CommandRecorder(
+        os.environ.get("DOCKFLOW_MONGODB_DB", "dockflow"), os.environ.get(RECORD_ENV) != "0"
+    )
     monitoring.register(recorder)
     log_path = Path(os.environ[LOG_ENV])
     signal.signal(signal.SIGUSR1, lambda *_: recorder.write(log_path))
+    signal.signal(signal.SIGUSR2, lambda *_: setattr(recorder, "recording", True))
     sys.exit(main(sys.argv[1:]))
 
 
