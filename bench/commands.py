@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import bson
+from bson.raw_bson import RawBSONDocument
 from pymongo import AsyncMongoClient, monitoring
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
@@ -62,6 +63,7 @@ class Command:
     started: float  # time.time() at send
     finished: float  # time.time() at reply (or failure)
     cursor_id: int = 0  # the cursor its reply opened or continued, if any
+    failed: bool = False  # the database refused it in the recording too
 
 
 class CommandRecorder(monitoring.CommandListener):
@@ -71,7 +73,7 @@ class CommandRecorder(monitoring.CommandListener):
         self.database = database
         self.recording = recording
         self.pending: dict[tuple[int, Any], tuple[str, bytes, float]] = {}
-        self.done: list[tuple[str, bytes, float, float, int]] = []
+        self.done: list[tuple[str, bytes, float, float, int, bool]] = []
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         name = event.command_name
@@ -86,27 +88,27 @@ class CommandRecorder(monitoring.CommandListener):
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         cursor = event.reply.get("cursor") if isinstance(event.reply, dict) else None
-        self._finish(event, int(cursor.get("id", 0)) if isinstance(cursor, dict) else 0)
+        self._finish(event, int(cursor.get("id", 0)) if isinstance(cursor, dict) else 0, False)
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        self._finish(event, 0)
+        self._finish(event, 0, True)
 
-    def _finish(self, event: Any, cursor_id: int) -> None:
+    def _finish(self, event: Any, cursor_id: int, failed: bool) -> None:
         sent = self.pending.pop((event.request_id, event.connection_id), None)
         if sent is not None:
             name, body, started = sent
-            self.done.append((name, body, started, time.time(), cursor_id))
+            self.done.append((name, body, started, time.time(), cursor_id, failed))
 
     def write(self, path: Path) -> None:
         """One BSON document per command, in the order their replies came; the file appears
         complete (renamed into place)."""
         partial = path.with_suffix(".partial")
         with partial.open("wb") as out:
-            for name, body, started, finished, cursor_id in self.done:
+            for name, body, started, finished, cursor_id, failed in self.done:
                 out.write(
                     bson.encode(
-                        {"name": name, "body": bson.decode(body), "started": started,
-                         "finished": finished, "cursor_id": cursor_id}
+                        {"name": name, "body": RawBSONDocument(body), "started": started,
+                         "finished": finished, "cursor_id": cursor_id, "failed": failed}
                     )
                 )  # fmt: skip
         partial.rename(path)
@@ -135,9 +137,9 @@ def start_recording(process: asyncio.subprocess.Process) -> None:
 
 def read_log(path: Path) -> list[Command]:
     """The commands of a log written by `CommandRecorder.write`, in the order they were sent."""
+    fields = ("name", "body", "started", "finished", "cursor_id", "failed")
     commands = [
-        Command(doc["name"], doc["body"], doc["started"], doc["finished"], doc["cursor_id"])
-        for doc in bson.decode_all(path.read_bytes())
+        Command(*(doc[name] for name in fields)) for doc in bson.decode_all(path.read_bytes())
     ]
     return sorted(commands, key=lambda c: c.started)
 
@@ -152,7 +154,7 @@ def within(commands: Iterable[Command], start: float, end: float) -> list[Comman
 class ReplayResult:
     commands: int
     elapsed_s: float
-    errors: int
+    errors: int  # commands the replay's database refused and the recording's did not
     skipped: int
     by_name: dict[str, int] = field(default_factory=dict)
 
@@ -208,7 +210,8 @@ async def replay(
             else:
                 result.skipped += 1
         except PyMongoError:
-            result.errors += 1
+            if not command.failed:
+                result.errors += 1
         finally:
             done[index].set_result(None)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from pymongo import AsyncMongoClient
+from pymongo.errors import OperationFailure
 
 from bench.commands import CommandRecorder, copy_database, count_differences, read_log, replay
 from core.storage import Storage
@@ -42,6 +43,8 @@ async def test_a_replay_ends_where_the_recording_ended(
         )
         read = await items.find({"n": {"$gte": 1000}}).to_list()
         await items.find_one_and_update({"_id": 150}, {"$set": {"seen": len(read)}})
+        with pytest.raises(OperationFailure):  # refused in the replay too: not a replay error
+            await items.find({"n": {"$bogus": 1}}).to_list()
         log = tmp_path / "commands.bson"
         recorder.write(log)
         commands = read_log(log)
