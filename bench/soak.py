@@ -306,6 +306,10 @@ async def run(size: str) -> None:
     with TemporaryDirectory(prefix="dockflow-soak-") as tmp:
         data_dir = Path(tmp)
         async with hook_receiver() as (receiver, _), AsyncExitStack() as outer:
+            # run last: the database goes once every server of the run has stopped
+            outer.push_async_callback(
+                drop_databases, os.environ.get("DOCKFLOW_MONGODB_URL"), db_name
+            )
             stack = AsyncExitStack()
             outer.push_async_callback(lambda: stack.aclose())
             server = await stack.enter_async_context(
@@ -356,7 +360,6 @@ async def run(size: str) -> None:
                 storage = services.storage
                 await wait_until(lambda: deliveries_settled(storage), 900, "webhooks delivered")
                 verdict = await verify(storage, cameras, receiver)
-        await drop_databases(server.url, db_name)
     elapsed = time.monotonic() - started
     rows: list[tuple[str, Any]] = [(name, count) for name, count in faults.items()]
     rows += [
