@@ -31,10 +31,10 @@ from core.feed.publish import NewMessage, append_messages
 from core.tenancy import tenants
 from dockflow.runtime import open_services
 
-SUBSCRIBERS = {"tiny": 40, "full": 2000}
-FACILITIES = {"tiny": 4, "full": 40}
+SUBSCRIBERS = {"tiny": 40, "small": 400, "full": 2000}
+FACILITIES = {"tiny": 4, "small": 8, "full": 40}
 RATE = 50  # messages per second
-DURATION_S = {"tiny": 2.0, "full": 20.0}
+DURATION_S = {"tiny": 2.0, "small": 5.0, "full": 20.0}
 SETTLE_S = 10.0
 
 

@@ -1,5 +1,5 @@
 """What every benchmark scenario shares: a real `dockflow serve` process on loopback ports with a
-fresh data directory, a tenant made through core, and the figures (percentiles, RSS, tables)."""
+fresh database, a tenant made through core, and the figures (percentiles, RSS, tables)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,22 @@ import signal
 import statistics
 import sys
 import tempfile
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pymongo import AsyncMongoClient
+
+from bench.commands import LOG_ENV, Command, dump_log
 from core.settings import Settings
 from core.tenancy import tenants
 from core.tenancy.tenants import LabelFieldMapping
 from dockflow.runtime import open_services
 
-SIZES = ("tiny", "full")
+SIZES = ("tiny", "small", "full")
 
 
 @dataclass
@@ -33,6 +37,21 @@ class Server:
     grpc: str
     env: dict[str, str]
     output: list[str] = field(default_factory=list)
+    command_log: Path | None = None  # where `bench.commands` writes the process's commands
+
+    @property
+    def db_name(self) -> str:
+        return self.env["DOCKFLOW_MONGODB_DB"]
+
+    @property
+    def url(self) -> str | None:
+        """The external server's URL; None when the process runs the embedded database."""
+        return self.env.get("DOCKFLOW_MONGODB_URL") or None
+
+    async def commands(self) -> list[Command]:
+        """The database commands the process has sent so far (`record_commands`)."""
+        assert self.command_log is not None, "started without record_commands"
+        return await dump_log(self.process, self.command_log)
 
     @property
     def base_url(self) -> str:
@@ -42,7 +61,8 @@ class Server:
         """Settings for this process's database, for a driver that needs core directly."""
         return Settings(
             data_dir=Path(self.env["DOCKFLOW_DATA_DIR"]),
-            mongodb_url=self.env.get("DOCKFLOW_MONGODB_URL") or None,
+            mongodb_url=self.url,
+            mongodb_db=self.db_name,
             public_base_url=self.env["DOCKFLOW_PUBLIC_BASE_URL"],
             log_level="WARNING",
         )
@@ -58,14 +78,24 @@ def _free_port() -> int:
 
 @asynccontextmanager
 async def running_server(
-    parts: str = "serve", extra_env: dict[str, str] | None = None, data_dir: Path | None = None
+    parts: str = "serve",
+    extra_env: dict[str, str] | None = None,
+    data_dir: Path | None = None,
+    *,
+    record_commands: bool = False,
+    db_name: str | None = None,
 ) -> AsyncIterator[Server]:
-    """Start `dockflow <parts>` with a fresh embedded database (or DOCKFLOW_MONGODB_URL)."""
+    """Start `dockflow <parts>` with a fresh embedded database (or a fresh database, dropped at
+    the end, on the server of DOCKFLOW_MONGODB_URL). `record_commands`: run it under
+    `bench.commands`, which logs every database command it sends. `db_name`: a database of
+    this run to use again (a restart of the same process)."""
     with tempfile.TemporaryDirectory(prefix="dockflow-bench-") as tmp:
         http_port = _free_port()
         env = {
             **os.environ,
             "DOCKFLOW_DATA_DIR": str(data_dir or Path(tmp)),
+            # Unique per run, so that runs against one external server never meet.
+            "DOCKFLOW_MONGODB_DB": db_name or fresh_db_name(),
             "DOCKFLOW_HTTP_HOST": "127.0.0.1",
             "DOCKFLOW_HTTP_PORT": str(http_port),
             "DOCKFLOW_GRPC_HOST": "127.0.0.1",
@@ -79,10 +109,11 @@ async def running_server(
             "DOCKFLOW_GRAPHQL_MAX_PENDING_CONNECTIONS": "100000",
             **(extra_env or {}),
         }
-        if os.environ.get("DOCKFLOW_MONGODB_URL"):
-            env["DOCKFLOW_MONGODB_DB"] = f"bench_{os.getpid()}_{http_port}"
+        command_log = Path(tmp) / "commands.bson" if record_commands else None
+        if command_log is not None:
+            env[LOG_ENV] = str(command_log)
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "dockflow", parts,
+            sys.executable, "-m", "bench.commands" if record_commands else "dockflow", parts,
             env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
         assert process.stdout is not None
@@ -104,6 +135,7 @@ async def running_server(
                 grpc=grpc_addr.group(1) if grpc_addr else "",
                 env=env,
                 output=output,
+                command_log=command_log,
             )
         finally:
             if process.returncode is None:
@@ -115,6 +147,26 @@ async def running_server(
                     await process.wait()
             if "drain" in locals():
                 drain.cancel()
+            if db_name is None:
+                await drop_databases(env.get("DOCKFLOW_MONGODB_URL"), env["DOCKFLOW_MONGODB_DB"])
+
+
+def fresh_db_name() -> str:
+    return f"bench_{uuid.uuid4().hex[:16]}"
+
+
+async def drop_databases(url: str | None, prefix: str) -> None:
+    """Drop the run's database and the ones named after it (copies for replays) on an external
+    server; the embedded one goes with its temporary data directory."""
+    if not url:
+        return
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(url, serverSelectionTimeoutMS=5000)
+    try:
+        for name in await client.list_database_names():
+            if name == prefix or name.startswith(prefix + "_"):
+                await client.drop_database(name)
+    finally:
+        await client.close()
 
 
 async def _drain(stream: asyncio.StreamReader, into: list[str]) -> None:

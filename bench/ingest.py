@@ -33,7 +33,7 @@ from dockflow.runtime import open_services
 
 STREAMS = 8
 WINDOW = 128  # readings in flight per stream: keeps the pipe full while latency stays meaningful
-TOTAL = {"tiny": 400, "full": 20_000}
+TOTAL = {"tiny": 400, "small": 4_000, "full": 20_000}
 RAW_BATCH = 256
 
 

@@ -29,8 +29,8 @@ from bench.subscribers import Subscriber, bare_subscriber, close_all, graphql_su
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 
 RATE = 100  # readings per second
-DURATION_S = {"tiny": 2.0, "full": 30.0}
-SUBSCRIBERS = {"tiny": 5, "full": 50}
+DURATION_S = {"tiny": 2.0, "small": 8.0, "full": 30.0}
+SUBSCRIBERS = {"tiny": 5, "small": 20, "full": 50}
 SETTLE_S = 10.0  # longest wait for the last messages after the last reading
 
 

@@ -1,7 +1,12 @@
 """`intake`: POST /documents with 20-item OVERWRITE documents from 16 concurrent clients.
 
-Figures: documents/s, latency p50/p99. Limit measured beside it: an authenticated no-op aiohttp
-handler (same token verification, same body) in its own process.
+Figures: documents/s, latency p50/p99, and the database commands (round trips) per document,
+counted in the API process. Limits measured beside it: an authenticated no-op aiohttp handler
+(same token verification, same body) in its own process, and the database's own limit for the
+same commands: every command the API process sent during a second run of the same length,
+replayed directly with pymongo on a copy of the database taken before it
+(`bench/commands.py`). The first run is not recorded, so the recording's cost (a BSON copy of
+each command in the API process) stays out of the figures; the second run's rate is printed.
 """
 
 from __future__ import annotations
@@ -15,10 +20,19 @@ from typing import Any
 
 import aiohttp
 
+from bench.commands import (
+    RECORD_ENV,
+    copy_database,
+    count_differences,
+    replay,
+    start_recording,
+    within,
+)
 from bench.harness import final_line, make_tenant, print_table, running_server, summarize_ms
+from dockflow.runtime import open_services
 
 CLIENTS = 16
-DURATION_S = {"tiny": 2.0, "full": 30.0}
+DURATION_S = {"tiny": 2.0, "small": 8.0, "full": 30.0}
 ORDERS_PER_CLIENT = 50  # each client cycles over its own orders, so clients do not serialize
 
 
@@ -77,10 +91,23 @@ async def hammer(url: str, token: str, duration_s: float) -> dict[str, Any]:
 
 async def run(size: str) -> None:
     duration = DURATION_S[size]
-    async with running_server("api") as server:
+    recording_off = {RECORD_ENV: "0"}
+    async with running_server("api", recording_off, record_commands=True) as server:
         tenant = await make_tenant(server, docks=1)
         await hammer(f"{server.base_url}/documents", tenant.token, min(duration, 2.0))  # warm-up
         result = await hammer(f"{server.base_url}/documents", tenant.token, duration)
+        async with open_services(server.settings()) as services:
+            client, copy = services.storage.client, f"{server.db_name}_replay"
+            await copy_database(client, server.db_name, copy)
+            start_recording(server.process)
+            await asyncio.sleep(0.1)  # the signal is handled at once; this only leaves it time
+            window_start = time.time()
+            recorded = await hammer(f"{server.base_url}/documents", tenant.token, duration)
+            commands = within(await server.commands(), window_start, time.time())
+            db = await replay(client, copy, commands)
+            differences = await count_differences(client, server.db_name, copy)
+        db_rate = recorded["requests"] / db.elapsed_s
+        round_trips = len(commands) / recorded["requests"]
         noop = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bench.noop_http", f"{server.base_url}/.well-known/jwks.json",
             f"{server.base_url}/public_graphql", server.base_url,
@@ -104,6 +131,13 @@ async def run(size: str) -> None:
             ("no-op handler requests/s (limit)", limit["rate"]),
             ("no-op latency p99 ms", limit["p99_ms"]),
             ("ratio to limit", result["rate"] / limit["rate"]),
+            ("documents/s while recording commands", recorded["rate"]),
+            ("db round trips per document (commands)", round_trips),
+            ("db commands", db.by_name),
+            ("db limit documents/s (same commands replayed)", db_rate),
+            ("db replay errors", db.errors),
+            ("db replay counts differ in", ", ".join(differences) or "none"),
+            ("ratio to db limit", result["rate"] / db_rate),
         ],
     )
     final_line(
@@ -114,5 +148,8 @@ async def run(size: str) -> None:
         p99_ms=round(result["p99_ms"], 2),
         limit_per_s=round(limit["rate"], 1),
         ratio=round(result["rate"] / limit["rate"], 3),
+        round_trips_per_document=round(round_trips, 2),
+        db_limit_per_s=round(db_rate, 1),
+        ratio_db=round(result["rate"] / db_rate, 3),
         statuses=",".join(f"{k}:{v}" for k, v in sorted(result["statuses"].items())),
     )

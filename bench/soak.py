@@ -277,13 +277,24 @@ SOAK_ENV = {
 # cameras, readings per camera, fault cycles, seconds between a camera's readings: the faults
 # must land while the cameras stream, and the webhooks (tens per second on the embedded
 # database) must drain within minutes.
-SIZES_SOAK = {"tiny": (8, 150, 2, 0.004), "full": (8, 600, 10, 0.02)}
+SIZES_SOAK = {
+    "tiny": (8, 150, 2, 0.004),
+    "small": (8, 300, 4, 0.01),
+    "full": (8, 600, 10, 0.02),
+}
 
 
 async def run(size: str) -> None:
     """8 cameras stream while faults alternate: serve SIGKILLed (and restarted), the embedded
     database SIGKILLed (dockflow restarts it). Then count what was lost or doubled."""
-    from bench.harness import final_line, make_tenant, print_table, running_server
+    from bench.harness import (
+        drop_databases,
+        final_line,
+        fresh_db_name,
+        make_tenant,
+        print_table,
+        running_server,
+    )
     from dockflow.runtime import open_services
 
     cameras_n, per_camera, cycles, interval_s = SIZES_SOAK[size]
@@ -291,13 +302,18 @@ async def run(size: str) -> None:
     recoveries: list[float] = []
     faults: Counter[str] = Counter()
     rng = random.Random(7)
+    db_name = fresh_db_name()  # every restart of serve opens the same database
     with TemporaryDirectory(prefix="dockflow-soak-") as tmp:
         data_dir = Path(tmp)
         async with hook_receiver() as (receiver, _), AsyncExitStack() as outer:
+            # run last: the database goes once every server of the run has stopped
+            outer.push_async_callback(
+                drop_databases, os.environ.get("DOCKFLOW_MONGODB_URL"), db_name
+            )
             stack = AsyncExitStack()
             outer.push_async_callback(lambda: stack.aclose())
             server = await stack.enter_async_context(
-                running_server(extra_env=SOAK_ENV, data_dir=data_dir)
+                running_server(extra_env=SOAK_ENV, data_dir=data_dir, db_name=db_name)
             )
             tenant = await make_tenant(server, docks=cameras_n, webhook_url=receiver.url)
             target = {"grpc": server.grpc}
@@ -327,7 +343,7 @@ async def run(size: str) -> None:
                     await stack.aclose()
                     stack = AsyncExitStack()
                     server = await stack.enter_async_context(
-                        running_server(extra_env=SOAK_ENV, data_dir=data_dir)
+                        running_server(extra_env=SOAK_ENV, data_dir=data_dir, db_name=db_name)
                     )
                     target["grpc"] = server.grpc
                 elif database_pid:

@@ -1,7 +1,10 @@
 """`webhooks`: deliveries queued in the outbox, drained by a webhook worker to a local receiver.
 
-Figures: deliveries/s and the per-delivery overhead over a direct POST. Limit measured beside it:
-direct aiohttp POSTs of the same bodies to the same receiver, at the same concurrency.
+Figures: deliveries/s, the per-delivery overhead over a direct POST, and the database commands
+(round trips) per delivery, counted in the worker process. Limits measured beside it: direct
+aiohttp POSTs of the same bodies to the same receiver, at the same concurrency; and the
+database's own limit for the same commands: every command the worker sent, replayed directly
+with pymongo on a copy of the database taken before the worker started (`bench/commands.py`).
 """
 
 from __future__ import annotations
@@ -10,16 +13,19 @@ import asyncio
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from bench.commands import LOG_ENV, copy_database, count_differences, dump_log, replay, within
 from bench.harness import final_line, make_tenant, print_table, running_server
 from bench.receiver import running_receiver
+from bench.soak import deliveries_settled, wait_until
 from core.feed.publish import NewMessage, append_messages
 from dockflow.runtime import open_services
 
-TOTAL = {"tiny": 200, "full": 10_000}
+TOTAL = {"tiny": 200, "small": 2_000, "full": 10_000}
 CONCURRENCY = 16  # per-endpoint concurrency given to the worker, and used by the direct POSTs
 ENQUEUE_BATCH = 500
 
@@ -82,16 +88,27 @@ async def run(size: str) -> None:
                             for i in range(first, min(first + ENQUEUE_BATCH, total))
                         ],
                     )
-            worker = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "dockflow", "webhooks",
-                env={**server.env, **env}, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
-            try:
-                await asyncio.wait_for(receiver.done.wait(), 600)
-            finally:
-                worker.terminate()
-                await worker.wait()
+                client, copy = services.storage.client, f"{server.db_name}_replay"
+                await copy_database(client, server.db_name, copy)
+                command_log = Path(server.env["DOCKFLOW_DATA_DIR"]) / "worker-commands.bson"
+                worker_started = time.time()
+                worker = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "bench.commands", "webhooks",
+                    env={**server.env, **env, LOG_ENV: str(command_log)},
+                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+                )  # fmt: skip
+                try:
+                    await asyncio.wait_for(receiver.done.wait(), 600)
+                    # the worker records the last outcomes after their POSTs have arrived
+                    storage = services.storage
+                    await wait_until(lambda: deliveries_settled(storage), 60, "outcomes recorded")
+                    recorded = await dump_log(worker, command_log)
+                finally:
+                    worker.terminate()
+                    await worker.wait()
+                commands = within(recorded, worker_started, time.time())
+                db = await replay(client, copy, commands)
+                differences = await count_differences(client, server.db_name, copy)
         times = sorted(receiver.arrivals.values())
         span = times[-1] - times[0]
         rate = (len(times) - 1) / span if span > 0 else float("nan")
@@ -99,6 +116,8 @@ async def run(size: str) -> None:
         posts = receiver.posts
         duplicates = posts - delivered
         direct = await direct_posts(receiver.url, total)
+    db_rate = delivered / db.elapsed_s
+    round_trips = len(commands) / delivered
 
     overhead_ms = (1 / rate - 1 / direct) * 1000 * CONCURRENCY
     print_table(
@@ -111,6 +130,12 @@ async def run(size: str) -> None:
             ("delivered (unique webhook-id)", delivered),
             ("posts received", posts),
             ("duplicates", duplicates),
+            ("db round trips per delivery (commands)", round_trips),
+            ("db commands", db.by_name),
+            ("db limit deliveries/s (same commands replayed)", db_rate),
+            ("db replay errors", db.errors),
+            ("db replay counts differ in", ", ".join(differences) or "none"),
+            ("ratio to db limit", rate / db_rate),
         ],
     )
     final_line(
@@ -121,4 +146,7 @@ async def run(size: str) -> None:
         ratio=round(rate / direct, 3),
         overhead_ms=round(overhead_ms, 2),
         duplicates=duplicates,
+        round_trips_per_delivery=round(round_trips, 3),
+        db_limit_per_s=round(db_rate, 1),
+        ratio_db=round(rate / db_rate, 3),
     )

@@ -7,20 +7,25 @@ run really went through (everything sent arrived): timings depend on the machine
 
 from __future__ import annotations
 
+import asyncio
+import os
 import subprocess
 import sys
 
 import pytest
+from pymongo import AsyncMongoClient
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def run_bench(scenario: str) -> dict[str, str]:
+def run_bench(scenario: str, mongodb_url: str | None = None) -> dict[str, str]:
+    env = {**os.environ, "DOCKFLOW_MONGODB_URL": mongodb_url} if mongodb_url else None
     result = subprocess.run(
         [sys.executable, "-m", "dockflow", "bench", scenario, "--size", "tiny"],
         capture_output=True,
         text=True,
         timeout=110,
+        env=env,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     last = result.stdout.strip().splitlines()[-1]
@@ -54,8 +59,12 @@ def test_intake_tiny() -> None:
     figures = run_bench("intake")
     assert set(figures) >= {
         "documents", "documents_per_s", "p50_ms", "p99_ms", "limit_per_s", "ratio", "statuses",
+        "round_trips_per_document", "db_limit_per_s", "ratio_db",
     }  # fmt: skip
     assert int(figures["documents"]) > 0
+    # counted, not assumed: an OVERWRITE document costs several reads and writes
+    assert float(figures["round_trips_per_document"]) >= 4
+    assert float(figures["db_limit_per_s"]) > 0
     assert {s.split(":")[0] for s in figures["statuses"].split(",")} <= {"200", "201"}
 
 
@@ -72,5 +81,23 @@ def test_webhooks_tiny() -> None:
     figures = run_bench("webhooks")
     assert set(figures) >= {
         "deliveries", "deliveries_per_s", "direct_per_s", "ratio", "overhead_ms", "duplicates",
+        "round_trips_per_delivery", "db_limit_per_s", "ratio_db",
     }  # fmt: skip
     assert figures["deliveries"] == "200"
+    assert float(figures["round_trips_per_delivery"]) > 0
+    assert float(figures["db_limit_per_s"]) > 0
+
+
+@pytest.mark.timeout(240)
+async def test_runs_against_one_external_server_each_use_a_fresh_database(mongo_url: str) -> None:
+    """Given a server shared by runs (DOCKFLOW_MONGODB_URL), when the same scenario runs twice,
+    then both go through and neither leaves its database behind."""
+    for _ in range(2):
+        figures = await asyncio.to_thread(run_bench, "ingest", mongo_url)
+        assert figures["readings"] == "400"
+    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(mongo_url)
+    try:
+        names = await client.list_database_names()
+    finally:
+        await client.close()
+    assert [name for name in names if name.startswith("bench_")] == []
