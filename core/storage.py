@@ -193,12 +193,14 @@ class Storage:
                     upsert=True,
                     return_document=ReturnDocument.AFTER,
                 )
-                break
             except DuplicateKeyError:  # two first-ever upserts raced; the loser retries
                 continue
+            if doc is not None:
+                break
+            # SecantusDB 0.7 answers no document to the loser of two first-ever upserts, having
+            # applied its increment: ask again (the ids it reserved stay unused).
         else:  # pragma: no cover - three upsert races in a row
             raise RuntimeError(f"could not allocate from sequence {sequence}")
-        assert doc is not None
         return IdBlock(first=int(doc["value"]) - count + 1, count=count)
 
     async def next_id(self, sequence: str) -> int:
