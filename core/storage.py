@@ -5,6 +5,10 @@ no ``arrayFilters``, no ``$lookup``, no ``$setOnInsert``, no partial indexes. Ch
 items, pallets, messages, deliveries) are their own documents; creation is insert + unique index +
 ``DuplicateKeyError``; joins happen in Python. ``tests/core/test_storage_conformance.py`` runs
 every operation the repositories use against the backend in use.
+
+A unique index over a field most documents lack is ``sparse``, and the field is removed with
+``$unset``, never set to null: MongoDB and SecantusDB skip documents without the field but index
+an explicit null (nx-27017 skips both, and drops ``partialFilterExpression``).
 """
 
 from __future__ import annotations
@@ -76,6 +80,8 @@ INDEXES: dict[str, list[IndexModel]] = {
                 ("status", ASCENDING),
             ]
         ),
+        # one ad-hoc shipment per dock while it holds the dock (core/shipments/lifecycle.py)
+        IndexModel([("adhoc_dock", ASCENDING)], unique=True, sparse=True),
     ],
     "orders": [
         IndexModel(
