@@ -147,7 +147,8 @@ def new_shipment(
     fields: Doc | None = None,
 ) -> Doc:
     """A new shipment document. Every shipment is built here, so each one carries the same
-    fields from its creation on (queries such as eligibility's rely on them being present)."""
+    fields from its creation on (queries such as eligibility's rely on them being present); the
+    one exception is ``adhoc_dock``, present only while an ad-hoc shipment holds its dock."""
     return {
         "_id": shipment_id,
         "business": business,
