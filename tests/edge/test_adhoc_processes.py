@@ -18,7 +18,7 @@ from tests.factories import make_tenant
 from tests.processes import DockflowProcess
 
 DOCKS = tuple(f"D{n}" for n in range(1, 7))
-ROUNDS = 15  # each round opens a shipment at every dock through both processes, then closes it
+ROUNDS = 10  # each round opens a shipment at every dock through both processes, then closes it
 
 
 async def test_two_edge_processes_open_one_adhoc_shipment_per_dock(
