@@ -5,10 +5,6 @@ no ``arrayFilters``, no ``$lookup``, no ``$setOnInsert``, no partial indexes. Ch
 items, pallets, messages, deliveries) are their own documents; creation is insert + unique index +
 ``DuplicateKeyError``; joins happen in Python. ``tests/core/test_storage_conformance.py`` runs
 every operation the repositories use against the backend in use.
-
-A unique index over a field most documents lack is ``sparse``, and the field is removed with
-``$unset``, never set to null: MongoDB and SecantusDB skip documents without the field but index
-an explicit null (nx-27017 skips both, and drops ``partialFilterExpression``).
 """
 
 from __future__ import annotations
@@ -80,7 +76,10 @@ INDEXES: dict[str, list[IndexModel]] = {
                 ("status", ASCENDING),
             ]
         ),
-        # one ad-hoc shipment per dock while it holds the dock (core/shipments/lifecycle.py)
+        # One ad-hoc shipment per dock while it holds the dock (core/shipments/lifecycle.py).
+        # Sparse, and the field is removed with $unset, never set to null: MongoDB and SecantusDB
+        # skip documents without the field but index a null (nx-27017 skips both; it drops
+        # partialFilterExpression, so a partial index would not do).
         IndexModel([("adhoc_dock", ASCENDING)], unique=True, sparse=True),
     ],
     "orders": [
@@ -201,10 +200,8 @@ class Storage:
                 )
             except DuplicateKeyError:  # two first-ever upserts raced; the loser retries
                 continue
-            if doc is not None:
+            if doc is not None:  # SecantusDB answers a lost first-upsert race with none
                 break
-            # SecantusDB 0.7 answers no document to the loser of two first-ever upserts, having
-            # applied its increment: ask again (the ids it reserved stay unused).
         else:  # pragma: no cover - three upsert races in a row
             raise RuntimeError(f"could not allocate from sequence {sequence}")
         return IdBlock(first=int(doc["value"]) - count + 1, count=count)
