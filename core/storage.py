@@ -76,6 +76,11 @@ INDEXES: dict[str, list[IndexModel]] = {
                 ("status", ASCENDING),
             ]
         ),
+        # One ad-hoc shipment per dock while it holds the dock (core/shipments/lifecycle.py).
+        # Sparse, and the field is removed with $unset, never set to null: MongoDB and SecantusDB
+        # skip documents without the field but index a null (nx-27017 skips both; it drops
+        # partialFilterExpression, so a partial index would not do).
+        IndexModel([("adhoc_dock", ASCENDING)], unique=True, sparse=True),
     ],
     "orders": [
         IndexModel(
@@ -193,12 +198,12 @@ class Storage:
                     upsert=True,
                     return_document=ReturnDocument.AFTER,
                 )
-                break
             except DuplicateKeyError:  # two first-ever upserts raced; the loser retries
                 continue
+            if doc is not None:  # SecantusDB answers a lost first-upsert race with none
+                break
         else:  # pragma: no cover - three upsert races in a row
             raise RuntimeError(f"could not allocate from sequence {sequence}")
-        assert doc is not None
         return IdBlock(first=int(doc["value"]) - count + 1, count=count)
 
     async def next_id(self, sequence: str) -> int:

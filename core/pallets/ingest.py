@@ -23,9 +23,9 @@ Crash safety and idempotency, per (camera, reading id):
 Matching (per reading, in the reading's facility): the shipment — not completed, eligible or
 arrived, of the paired direction (LOADING <-> OUTBOUND, `core.shipments.directions`) — whose
 order items carry an LPN read on the label; else the shipment at the reading's dock; else a new
-ad-hoc shipment (NEW, no number) at the dock, which later pallets there join. Orders: those of
-the shipment whose items carry a read LPN, else a read SKU. The shipment becomes arrived on its
-first pallet.
+ad-hoc shipment (NEW, no number) at the dock, which later pallets there join (one per dock, also
+across processes: `lifecycle.open_adhoc_shipment`). Orders: those of the shipment whose items
+carry a read LPN, else a read SKU. The shipment becomes arrived on its first pallet.
 """
 
 from __future__ import annotations
@@ -590,7 +590,7 @@ async def _match_site(
         if chosen is None:
             chosen = at_dock[item.dock]
         if chosen is None:
-            chosen = await lifecycle.create_adhoc_shipment(
+            chosen = await lifecycle.open_adhoc_shipment(
                 storage, business, facility, item.dock, want, item.occurred_at or now
             )
         if chosen.get("arrived_at") is None or chosen.get("dock") == item.dock:

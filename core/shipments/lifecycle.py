@@ -7,6 +7,14 @@ status is DOOR_ASSIGNED, LOADING or UNLOADING (its door was assigned, or it rece
 there). History entries are ``{status, at, source}``; the whole array is rewritten with ``$set``
 (``$push`` of sub-documents is not portable) under a compare-and-set on the history length, so
 concurrent writers never lose an entry.
+
+One ad-hoc shipment per dock, across processes: an ad-hoc shipment carries ``adhoc_dock`` (the
+dock's key) while it holds its dock, under a unique index that skips documents without the
+field, so of two processes opening one at the same dock the second insert fails and that process
+takes the first one's shipment. A shipment stops holding its dock when it is completed, leaves
+the dock's statuses or is assigned another dock: `update_with_history` removes the field in that
+same write, and a field left behind anyway (written by other code, or by an older version) is
+removed by the next opening at that dock, which checks its holder first (`holds_dock`).
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Literal
+
+from pymongo.errors import DuplicateKeyError
 
 from core.errors import Conflict, NotFound
 from core.shipments import directions
@@ -49,6 +59,11 @@ PLANNED_STATUSES = ["NEW", "SCHEDULED", "AT_FACILITY"]
 # Readings and events further ahead of the server clock than this are refused (camera clocks).
 MAX_FUTURE_SKEW = timedelta(minutes=5)
 _CAS_ATTEMPTS = 20  # history writers racing on one shipment retry this often before giving up
+# An ad-hoc shipment holds its dock in these statuses: NEW until its first pallet marks it
+# arrived (an instant, or until the next pallet if the process died in between), then at the dock.
+ADHOC_HOLDING_STATUSES = frozenset(["NEW", *AT_DOCK_STATUSES])
+# Openings of one dock's ad-hoc shipment racing with holders that are leaving it retry this often.
+_ADHOC_ATTEMPTS = 10
 
 
 def now_ms() -> datetime:
@@ -132,7 +147,8 @@ def new_shipment(
     fields: Doc | None = None,
 ) -> Doc:
     """A new shipment document. Every shipment is built here, so each one carries the same
-    fields from its creation on (queries such as eligibility's rely on them being present)."""
+    fields from its creation on (queries such as eligibility's rely on them being present); the
+    one exception is ``adhoc_dock``, present only while an ad-hoc shipment holds its dock."""
     return {
         "_id": shipment_id,
         "business": business,
@@ -153,7 +169,24 @@ def new_shipment(
     }
 
 
-async def create_adhoc_shipment(
+def adhoc_dock_key(business: str, facility: str, dock: str) -> str:
+    """The value of ``adhoc_dock`` for a dock (slugs hold no "/", so the key is unambiguous)."""
+    return f"{business}/{facility}/{dock}"
+
+
+def holds_dock(shipment: Doc) -> bool:
+    """Whether an ad-hoc shipment still holds the dock in its ``adhoc_dock``: it is not
+    completed, is NEW or at the dock, and its dock is still the one claimed."""
+    claimed = shipment.get("adhoc_dock")
+    if claimed is None or shipment.get("completed_at") is not None:
+        return False
+    if shipment.get("status") not in ADHOC_HOLDING_STATUSES:
+        return False
+    here = adhoc_dock_key(shipment["business"], shipment["facility"], shipment.get("dock") or "")
+    return bool(claimed == here)
+
+
+async def open_adhoc_shipment(
     storage: Storage,
     business: str,
     facility: str,
@@ -161,7 +194,9 @@ async def create_adhoc_shipment(
     direction: ShipmentDirection,
     at: datetime,
 ) -> Doc:
-    """A shipment without a number, opened at `dock` by a pallet nobody announced."""
+    """The ad-hoc shipment of `dock`, which has no shipment: a new one without a number, opened
+    by a pallet nobody announced, or the one another process opened there meanwhile."""
+    key = adhoc_dock_key(business, facility, dock)
     doc = new_shipment(
         await storage.next_id("shipments"),
         business=business,
@@ -173,8 +208,29 @@ async def create_adhoc_shipment(
         at=at,
         source="pallet",
     )
-    await storage.shipments.insert_one(doc)
-    return doc
+    doc["adhoc_dock"] = key
+    for _ in range(_ADHOC_ATTEMPTS):
+        try:
+            await storage.shipments.insert_one(doc)
+            return doc
+        except DuplicateKeyError:
+            pass
+        holder = await storage.shipments.find_one({"adhoc_dock": key})
+        if holder is None:
+            continue  # it left the dock meanwhile: try again
+        if holds_dock(holder):
+            return holder
+        # It left the dock without giving it up: free the dock, unless it changed meanwhile.
+        await storage.shipments.update_one(
+            {
+                "_id": holder["_id"],
+                "adhoc_dock": key,
+                "updated_at": holder.get("updated_at"),
+                "history": {"$size": len(holder.get("history") or [])},
+            },
+            {"$unset": {"adhoc_dock": ""}},
+        )
+    raise Conflict(f"the ad-hoc shipment of dock {dock!r} is changing too fast; retry")
 
 
 async def update_with_history(
@@ -194,7 +250,8 @@ async def update_with_history(
     for a first arrival): when it stops matching, nothing is written and None is returned.
     The write sets the whole history array (no portable `$push` of sub-documents) under a
     compare-and-set on the history length and `updated_at`: a concurrent writer makes this one
-    read again and retry. Returns the shipment as written.
+    read again and retry. An ad-hoc shipment that stops holding its dock gives it up in the same
+    write (`holds_dock`). Returns the shipment as written.
     """
     for _ in range(_CAS_ATTEMPTS):
         if shipment is None:
@@ -212,6 +269,11 @@ async def update_with_history(
         }
         if status is not None:
             changes["status"] = status
+        update: Doc = {"$set": changes}
+        written = {**shipment, **changes}
+        if "adhoc_dock" in shipment and not holds_dock(written):
+            update["$unset"] = {"adhoc_dock": ""}
+            del written["adhoc_dock"]
         result = await storage.shipments.update_one(
             {
                 "_id": shipment_id,
@@ -219,10 +281,10 @@ async def update_with_history(
                 "updated_at": shipment.get("updated_at"),
                 **(condition or {}),
             },
-            {"$set": changes},
+            update,
         )
         if result.modified_count == 1:
-            return {**shipment, **changes}
+            return written
         shipment = None  # changed under us: read again
     raise Conflict(f"shipment {shipment_id} is being changed by too many writers; retry")
 

@@ -6,10 +6,15 @@ import asyncio
 
 import pytest
 
+from core.settings import Settings
 from core.storage import Storage
 
 
 async def test_sequence_allocator_unique_and_increasing_under_concurrency(storage: Storage):
+    # The sequence exists already: racing first-ever reservations have their own test below
+    # (a backend may spend an id there).
+    first = await storage.next_id("test")
+
     async def worker() -> list[int]:
         return [await storage.next_id("test") for _ in range(500)]
 
@@ -18,9 +23,29 @@ async def test_sequence_allocator_unique_and_increasing_under_concurrency(storag
     every = [i for ids in results for i in ids]
     assert len(every) == 4000
     assert len(set(every)) == 4000
-    assert sorted(every) == list(range(1, 4001))
+    assert sorted(every) == list(range(first + 1, first + 4001))
     for ids in results:
         assert ids == sorted(ids)
+
+
+async def test_first_ids_of_new_sequences_reserved_by_two_processes_at_once(
+    storage: Storage, settings: Settings
+):
+    # Two connections (two processes) start each sequence together: the loser of the first
+    # upsert still gets an id of its own.
+    assert settings.mongodb_url is not None
+    other = await Storage.connect(settings.mongodb_url, settings.mongodb_db)
+    try:
+        pairs = await asyncio.gather(
+            *(
+                asyncio.gather(storage.next_id(f"race-{n}"), other.next_id(f"race-{n}"))
+                for n in range(200)
+            )
+        )
+    finally:
+        await other.close()
+
+    assert all(len(set(pair)) == 2 for pair in pairs)
 
 
 async def test_sequence_blocks_do_not_overlap(storage: Storage):

@@ -670,3 +670,20 @@ async def test_collections_created_and_dropped_are_seen_by_the_next_command(stor
     assert await database["other"].count_documents({}) == 2
     await database.drop_collection("other")
     assert await database["other"].count_documents({}) == 0
+
+
+async def test_sparse_unique_index_skips_documents_without_the_field(storage: Storage):
+    # The shipments' `adhoc_dock` index: many shipments lack the field, two may not share it,
+    # and `$unset` gives the value up (core/shipments/lifecycle.py).
+    await storage.shipments.insert_many(
+        [{"_id": 1}, {"_id": 2}, {"_id": 3, "adhoc_dock": "a/b/D1"}]
+    )
+    with pytest.raises(DuplicateKeyError):
+        await storage.shipments.insert_one({"_id": 4, "adhoc_dock": "a/b/D1"})
+    with pytest.raises(DuplicateKeyError):
+        await storage.shipments.update_one({"_id": 1}, {"$set": {"adhoc_dock": "a/b/D1"}})
+    await storage.shipments.update_one({"_id": 3}, {"$unset": {"adhoc_dock": ""}})
+    await storage.shipments.insert_one({"_id": 4, "adhoc_dock": "a/b/D1"})
+    assert [d["_id"] for d in await storage.shipments.find({"adhoc_dock": "a/b/D1"}).to_list()] == [
+        4
+    ]

@@ -1,0 +1,114 @@
+"""Real dockflow processes on one given database: `dockflow edge`, `dockflow api`,
+`dockflow webhooks` (or `serve`) as children of the test, each on free loopback ports, for the
+tests that need several processes to share a database as they do in production.
+
+    async with DockflowProcess("edge", settings, tmp_path / "edge-a.log") as edge_a:
+        channel = grpc.aio.insecure_channel(edge_a.grpc_target)
+
+The process gets the test's database (`settings.mongodb_url`, `settings.mongodb_db`), its data
+directory and secret key; keyword `env` entries (``DOCKFLOW_*``) override the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+from core.settings import Settings
+
+PARTS = ("edge", "api", "webhooks", "serve")
+READY_LINE = "Press Ctrl-C"  # dockflow's started banner ends with it (dockflow/cli.py)
+START_LIMIT_S = 60.0  # two cores shared by several test runs: starting may be slow
+STOP_LIMIT_S = 30.0  # a Ctrl-C'd process that has not exited by then is killed
+# The banner's address lines (not the log lines that also name the listeners).
+_GRPC_LINE = re.compile(r"^  gRPC edge +(\S+:\d+)$", re.MULTILINE)
+_HTTP_LINE = re.compile(r"^  HTTP API +(http://\S+:\d+)", re.MULTILINE)
+
+
+class DockflowProcess:
+    """One `dockflow <part>` child process on the test's database; start again after a stop."""
+
+    def __init__(self, part: str, settings: Settings, log_path: Path, **env: str) -> None:
+        if part not in PARTS:
+            raise ValueError(f"part must be one of {PARTS}")
+        assert settings.mongodb_url is not None, "a process shares the test's database"
+        self.part = part
+        self.log_path = log_path
+        self.env = {
+            **os.environ,
+            "DOCKFLOW_MONGODB_URL": settings.mongodb_url,
+            "DOCKFLOW_MONGODB_DB": settings.mongodb_db,
+            "DOCKFLOW_DATA_DIR": str(settings.data_dir),
+            "DOCKFLOW_SECRET_KEY": str(settings.secret_key),
+            "DOCKFLOW_HTTP_HOST": "127.0.0.1",
+            "DOCKFLOW_HTTP_PORT": "0",
+            "DOCKFLOW_GRPC_HOST": "127.0.0.1",
+            "DOCKFLOW_GRPC_PORT": "0",
+            "DOCKFLOW_WEBHOOK_ALLOW_HOSTS": '["127.0.0.1"]',
+            "DOCKFLOW_LOG_FORMAT": "console",
+            **env,
+        }
+        self.process: asyncio.subprocess.Process | None = None
+        self.grpc_target = ""  # host:port of the edge, once started (edge, serve)
+        self.base_url = ""  # http://host:port of the API, once started (api, serve)
+
+    async def start(self) -> None:
+        """Start the process and return once it says it is ready (its ports are bound)."""
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with self.log_path.open("ab") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "dockflow", self.part,
+                env=self.env, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+        deadline = time.monotonic() + START_LIMIT_S
+        while READY_LINE not in (output := self.log_text(offset)):
+            if self.process.returncode is not None or time.monotonic() > deadline:
+                await self.stop()
+                raise AssertionError(f"dockflow {self.part} did not start:\n{output}")
+            await asyncio.sleep(0.05)
+        if grpc := _GRPC_LINE.search(output):
+            self.grpc_target = grpc.group(1)
+        if http := _HTTP_LINE.search(output):
+            self.base_url = http.group(1)
+
+    def log_text(self, offset: int = 0) -> str:
+        with self.log_path.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
+
+    async def kill(self) -> None:
+        """SIGKILL: no shutdown code runs."""
+        process, self.process = self.process, None
+        if process is not None and process.returncode is None:
+            process.kill()
+            await process.wait()
+
+    async def stop(self) -> None:
+        """Ctrl-C and wait; SIGKILL if it hangs. Idempotent."""
+        process, self.process = self.process, None
+        if process is None or process.returncode is not None:
+            return
+        process.send_signal(signal.SIGINT)
+        try:
+            await asyncio.wait_for(process.wait(), STOP_LIMIT_S)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+    async def __aenter__(self) -> DockflowProcess:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
