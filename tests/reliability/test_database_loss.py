@@ -1,7 +1,7 @@
-"""Database loss: the embedded MongoDB (nx-27017) is SIGKILLed while 8 cameras stream. Meanwhile
-the service answers 503 (`/readyz`, `POST /documents`), GraphQL errors say UNAVAILABLE and camera
-streams end UNAVAILABLE; dockflow restarts the database on the same port, the driver reconnects by
-itself, and nothing that was acked is lost."""
+"""Database loss: the embedded MongoDB (of the lane's engine) is SIGKILLed while 8 cameras
+stream. Meanwhile the service answers 503 (`/readyz`, `POST /documents`), GraphQL errors say
+UNAVAILABLE and camera streams end UNAVAILABLE; dockflow restarts the database on the same port,
+the driver reconnects by itself, and nothing that was acked is lost."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from typing import Any
 
 import aiohttp
 import grpc
-import pytest
 
 from bench.soak import (
     SOAK_ENV,
@@ -44,7 +43,6 @@ def document(number: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-@pytest.mark.skipif("DOCKFLOW_MONGODB_URL" in os.environ, reason="embedded only")
 async def test_killing_the_database_mid_stream_answers_503_then_recovers_by_itself(
     tmp_path: Any, receiver: HookReceiver
 ):
