@@ -43,6 +43,8 @@ class Server:
         return Settings(
             data_dir=Path(self.env["DOCKFLOW_DATA_DIR"]),
             mongodb_url=self.env.get("DOCKFLOW_MONGODB_URL") or None,
+            # the process's own database (a fresh name on an external server), not the default
+            mongodb_db=self.env.get("DOCKFLOW_MONGODB_DB") or Settings().mongodb_db,
             public_base_url=self.env["DOCKFLOW_PUBLIC_BASE_URL"],
             log_level="WARNING",
         )
