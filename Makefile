@@ -46,9 +46,12 @@ browser:
 # (and so do the dockflow processes the tests start); DOCKFLOW_MONGODB_URL is ignored here.
 LANE = env -u DOCKFLOW_MONGODB_URL DOCKFLOW_EMBEDDED_ENGINE=$(1) $(BIN)/pytest $(PYTEST_ARGS)
 
+# The lanes run one after the other; LANE_JOBS="-j2 -O" runs them at once (each lane's output
+# shown whole when it ends), quicker on a machine with cores to spare.
+LANE_JOBS ?=
+
 test: lint browser
-	$(MAKE) --no-print-directory test-nx
-	$(MAKE) --no-print-directory test-secantusdb
+	$(MAKE) --no-print-directory $(LANE_JOBS) test-nx test-secantusdb
 
 test-nx: $(STAMP)
 	$(call LANE,nx-27017)
