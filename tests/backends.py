@@ -23,8 +23,3 @@ def only_on_nx_27017(missing: str) -> pytest.MarkDecorator:
     """Skip unless the session runs on the embedded nx-27017; `missing` names what the other
     backends lack for this test (e.g. "nx-27017 patches": it checks the patches themselves)."""
     return pytest.mark.skipif(BACKEND != "nx-27017", reason=f"{BACKEND}: {missing}")
-
-
-def only_embedded(missing: str) -> pytest.MarkDecorator:
-    """Skip on an external server: the test starts, kills or inspects the embedded one."""
-    return pytest.mark.skipif(EXTERNAL_URL is not None, reason=f"external server: {missing}")
