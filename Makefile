@@ -1,5 +1,6 @@
 # dockflow: `make run` starts the service with the embedded MongoDB and a demo tenant;
-# `make test` runs ruff, mypy and the whole test suite.
+# `make test` runs ruff, mypy and the whole test suite twice, once per embedded engine (lane):
+# nx-27017 (the default) and SecantusDB (secantusd-py, a dev dependency, started by the suite).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,7 +13,7 @@ LOCK_DEV := requirements-dev.txt
 UV_COMPILE := pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes \
 	--quiet --custom-compile-command "make lock"
 
-.PHONY: run test lint proto clean browser lock
+.PHONY: run test test-nx test-secantusdb lint proto clean browser lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +42,22 @@ lint: $(STAMP)
 browser:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update && apt-get install -y chromium) || true
 
+# A lane: the whole suite on one embedded engine, which the suite starts on a free loopback port
+# (and so do the dockflow processes the tests start); DOCKFLOW_MONGODB_URL is ignored here.
+LANE = env -u DOCKFLOW_MONGODB_URL DOCKFLOW_EMBEDDED_ENGINE=$(1) $(BIN)/pytest $(PYTEST_ARGS)
+
+# The lanes run one after the other; LANE_JOBS="-j2 -O" runs them at once (each lane's output
+# shown whole when it ends), quicker on a machine with cores to spare.
+LANE_JOBS ?=
+
 test: lint browser
-	$(BIN)/pytest
+	$(MAKE) --no-print-directory $(LANE_JOBS) test-nx test-secantusdb
+
+test-nx: $(STAMP)
+	$(call LANE,nx-27017)
+
+test-secantusdb: $(STAMP)
+	$(call LANE,secantusdb)
 
 proto: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m dockflow.protogen

@@ -29,8 +29,10 @@ import grpc
 from aiohttp import web
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from core.settings import Settings
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
+from dockflow.embedded.supervisor import engine_dir
 
 RECONNECT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)  # camera reconnect delays, the last repeats
 BASE_TIME = datetime(2026, 5, 1, 6, 0, tzinfo=UTC)
@@ -397,7 +399,8 @@ async def _wait_exit(pid: int) -> None:
 
 def _database_pid(data_dir: Path) -> int | None:
     try:
-        state = json.loads((data_dir / "mongo" / "server.json").read_text())
+        engine = Settings().embedded_engine  # the server's, from the same environment
+        state = json.loads((engine_dir(data_dir, engine) / "server.json").read_text())
     except (OSError, ValueError):
         return None
     return int(state["pid"])

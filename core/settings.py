@@ -17,6 +17,9 @@ from pydantic_settings import (
 
 from core.errors import ConfigError
 
+# The MongoDB-wire servers dockflow can start itself (dockflow/embedded/supervisor.py).
+EmbeddedEngine = Literal["nx-27017", "secantusdb"]
+
 
 def _config_file() -> Path | None:
     path = os.environ.get("DOCKFLOW_CONFIG_FILE")
@@ -28,10 +31,13 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="DOCKFLOW_", frozen=True, extra="forbid")
 
-    # Storage: unset MONGODB_URL means the embedded nx-27017 server under DATA_DIR.
+    # Storage: unset MONGODB_URL means an embedded server under DATA_DIR/mongo/<engine>.
     mongodb_url: str | None = None
     mongodb_db: str = "dockflow"
     data_dir: Path = Path("./var")
+    # The embedded server: nx-27017 (over SQLite) or secantusdb (SecantusDB's secantusd-py,
+    # over WiredTiger, a separate program installed with the dev dependencies).
+    embedded_engine: EmbeddedEngine = "nx-27017"
     # The embedded server is restarted (same port, same files) this many seconds after it
     # exits unexpectedly; requests answer 503 / UNAVAILABLE meanwhile.
     embedded_restart_delay_s: float = Field(1.0, ge=0)

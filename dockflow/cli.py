@@ -6,18 +6,25 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, get_args
 
 from core.errors import ConfigError, DatabaseUnavailable
 from core.logs import configure_logging
 from core.services import Services
-from core.settings import Settings, load_settings
+from core.settings import EmbeddedEngine, Settings, load_settings
 from dockflow import __version__, runtime
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     overrides = {}
-    for name in ("http_port", "grpc_port", "data_dir", "mongodb_url", "log_format"):
+    for name in (
+        "http_port",
+        "grpc_port",
+        "data_dir",
+        "mongodb_url",
+        "embedded_engine",
+        "log_format",
+    ):
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = value
@@ -31,6 +38,11 @@ def _add_server_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grpc-port", type=int, help="gRPC port (DOCKFLOW_GRPC_PORT)")
     parser.add_argument("--data-dir", help="data directory (DOCKFLOW_DATA_DIR)")
     parser.add_argument("--mongodb-url", help="MongoDB URL; unset: embedded (DOCKFLOW_MONGODB_URL)")
+    parser.add_argument(
+        "--embedded-engine",
+        choices=get_args(EmbeddedEngine),
+        help="the embedded server when no URL is set (DOCKFLOW_EMBEDDED_ENGINE)",
+    )
     parser.add_argument("--log-format", choices=["json", "console"], help="DOCKFLOW_LOG_FORMAT")
 
 

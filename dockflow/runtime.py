@@ -34,11 +34,16 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         if url is None:
             # Database files, their log and pid file: the owner's only (files below inherit it).
             ensure_private_dir(settings.data_dir)
-            embedded = EmbeddedMongo(settings.data_dir, settings.embedded_restart_delay_s)
+            embedded = EmbeddedMongo(
+                settings.data_dir, settings.embedded_restart_delay_s, settings.embedded_engine
+            )
             atexit.register(embedded.stop_now)
             url = await embedded.start()
             embedded.supervise()  # a killed database comes back on the same port
-            log.info("using embedded MongoDB", extra={"data_dir": str(embedded.data_dir)})
+            log.info(
+                "using embedded MongoDB",
+                extra={"engine": embedded.engine, "data_dir": str(embedded.data_dir)},
+            )
         else:
             log.info("using MongoDB", extra={"url": _redact(url)})
         storage = await Storage.connect(url, settings.mongodb_db)

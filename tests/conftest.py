@@ -1,9 +1,9 @@
 """Shared fixtures: one embedded MongoDB per test session, a fresh database per test, and real
-aiohttp / grpc.aio servers on port 0 over it. Set DOCKFLOW_MONGODB_URL to run against MongoDB."""
+aiohttp / grpc.aio servers on port 0 over it. DOCKFLOW_EMBEDDED_ENGINE picks the embedded server
+(nx-27017 or secantusdb); set DOCKFLOW_MONGODB_URL to run against an external MongoDB instead."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -19,17 +19,18 @@ from core.storage import Storage
 from dockflow.embedded.supervisor import EmbeddedMongo
 from edge.server import EdgeServer
 from public_api.app import create_app
+from tests import backends
 from tests.factories import Tenant, make_tenant
 
 
 @pytest.fixture(scope="session")
 async def mongo_url(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
-    """The database server for the whole session: DOCKFLOW_MONGODB_URL, or an embedded one."""
-    url = os.environ.get("DOCKFLOW_MONGODB_URL")
-    if url:
-        yield url
+    """The database server for the whole session: DOCKFLOW_MONGODB_URL, or the embedded engine
+    of the lane (a child process on a free loopback port, stopped at the end)."""
+    if backends.EXTERNAL_URL:
+        yield backends.EXTERNAL_URL
         return
-    embedded = EmbeddedMongo(tmp_path_factory.mktemp("mongo"))
+    embedded = EmbeddedMongo(tmp_path_factory.mktemp("mongo"), engine=backends.ENGINE)
     yield await embedded.start()
     await embedded.stop()
 

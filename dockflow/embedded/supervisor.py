@@ -1,8 +1,12 @@
-"""The embedded database: an ``nx-27017`` child process (MongoDB wire protocol over SQLite).
+"""The embedded database: a MongoDB-wire server as a child process, supervised.
 
-Started when ``DOCKFLOW_MONGODB_URL`` is unset. Its files live under ``DATA_DIR/mongo``, so data
-survives restarts. A second dockflow process on the same data directory (``dockflow admin`` while
-``dockflow serve`` runs) attaches to the running server instead of starting another one.
+Started when ``DOCKFLOW_MONGODB_URL`` is unset; ``DOCKFLOW_EMBEDDED_ENGINE`` picks the server:
+``nx-27017`` (over SQLite, run through dockflow/embedded/launcher.py with its fixes) or
+``secantusdb`` (over WiredTiger; GPL-2.0-only, so only ever its own ``secantusd-py`` program,
+never imported here). Its files live under ``DATA_DIR/mongo/<engine>``, so data survives restarts
+and switching engines never mixes files. A second dockflow process on the same data directory
+(``dockflow admin`` while ``dockflow serve`` runs) attaches to the running server instead of
+starting another one.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import ctypes
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,12 +30,14 @@ from pymongo import AsyncMongoClient
 from core.errors import DatabaseUnavailable
 from core.files import PRIVATE_FILE_MODE, ensure_private_dir, write_private_file
 from core.running import Running
+from core.settings import EmbeddedEngine
 
 log = logging.getLogger(__name__)
 
-# The server runs with fixes for its storage layer (dockflow/embedded/launcher.py).
+# nx-27017 runs with fixes for its storage layer (dockflow/embedded/launcher.py).
 _LAUNCHER_MODULE = "dockflow.embedded.launcher"
-START_TIMEOUT_S = 30.0  # first start creates the SQLite files; generous for slow CI disks
+SECANTUSD = "secantusd-py"  # SecantusDB's server program (dev lock: pip install SecantusDB)
+START_TIMEOUT_S = 30.0  # a first start creates the database files; generous for slow CI disks
 STOP_TIMEOUT_S = 10.0
 WATCH_INTERVAL_S = 0.2  # how often the supervisor looks at the child
 
@@ -71,94 +78,38 @@ async def _answers_ping(url: str, timeout_s: float) -> bool:
         await client.close()
 
 
-def _spawn(data_dir: Path, port: int, log_path: Path) -> subprocess.Popen[bytes]:
-    """Start nx-27017 on 127.0.0.1:`port`, its output appended to `log_path`."""
-    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE)
-    with os.fdopen(fd, "ab") as log_file:
-        return subprocess.Popen(  # noqa: S603 - fixed argv, no shell
-            [
-                sys.executable,
-                "-m",
-                _LAUNCHER_MODULE,
-                "--data-dir",
-                str(data_dir),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-file",
-                str(log_path),
-                "--pid-file",
-                str(data_dir / "nx-27017.pid"),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=log_file,
-            umask=0o077,  # its data, log and pid files are the owner's only
-            start_new_session=True,  # Ctrl-C reaches dockflow, which stops the db in order
-            preexec_fn=_die_with_parent,  # runs before any thread starts in the child
-        )
+class _Engine:
+    """How one server program is started in its own directory, and what it leaves behind."""
+
+    name: EmbeddedEngine
+    log_name: str
+
+    def command(self, data_dir: Path, port: int, log_path: Path) -> list[str]:
+        raise NotImplementedError
+
+    def prepare(self, data_dir: Path) -> None:
+        """Before a start: clear what a killed server left that would stop the next one."""
 
 
-class EmbeddedMongo(Running):
-    """Owns (or attaches to) the nx-27017 server for one data directory."""
+class _Nx27017(_Engine):
+    name: EmbeddedEngine = "nx-27017"
+    log_name = "nx-27017.log"
 
-    def __init__(self, data_dir: Path, restart_delay_s: float = 1.0) -> None:
-        self.data_dir = Path(data_dir).resolve() / "mongo"
-        self.url = ""
-        self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
-        self._state_file = self.data_dir / "server.json"
-        self.restart_delay_s = restart_delay_s
-        self.restarts = 0
-        self._watcher: asyncio.Task[None] | None = None
+    def command(self, data_dir: Path, port: int, log_path: Path) -> list[str]:
+        return [
+            sys.executable, "-m", _LAUNCHER_MODULE,
+            "--data-dir", str(data_dir),
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--log-file", str(log_path),
+            "--pid-file", str(data_dir / "nx-27017.pid"),
+        ]  # fmt: skip
 
-    async def start(self) -> str:
-        """Start the server (or attach to a running one) and return its URL once it answers."""
-        ensure_private_dir(self.data_dir)
-        attached = await self._attach()
-        if attached:
-            return attached
-        self.port = _free_port()
-        self.url = f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
-        await self._spawn_and_wait()
-        return self.url
-
-    async def _spawn_and_wait(self) -> None:
-        """Start the child on `self.port` and wait until it answers ping."""
-        self._remove_stale_pid_file()
-        log_path = self.data_dir / "nx-27017.log"
-        self.process = _spawn(self.data_dir, self.port, log_path)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            returncode = self.process.poll()
-            if returncode is not None:
-                tail = log_path.read_text(errors="replace")[-2000:]
-                self.process = None
-                raise DatabaseUnavailable(
-                    f"embedded MongoDB (nx-27017) exited at start (code {returncode}); "
-                    f"see {log_path}:\n{tail}"
-                )
-            if await _answers_ping(self.url, 0.5):
-                state = {"pid": self.process.pid, "url": self.url}
-                write_private_file(self._state_file, json.dumps(state).encode())
-                log.info(
-                    "embedded MongoDB started", extra={"url": self.url, "pid": self.process.pid}
-                )
-                return
-            await asyncio.sleep(0.1)
-        process, self.process = self.process, None
-        process.kill()
-        await asyncio.to_thread(process.wait)
-        raise DatabaseUnavailable(
-            f"embedded MongoDB did not answer ping within {START_TIMEOUT_S:.0f} s"
-        )
-
-    def _remove_stale_pid_file(self) -> None:
+    def prepare(self, data_dir: Path) -> None:
         """nx-27017 refuses to start while its pid file names a live process. A killed server
         leaves the file behind, and with pids reused quickly (threads take pids too) the number
         may by then belong to some other process: only a live nx-27017 keeps the file."""
-        pid_file = self.data_dir / "nx-27017.pid"
+        pid_file = data_dir / "nx-27017.pid"
         try:
             pid = int(pid_file.read_text().strip())
         except (OSError, ValueError):
@@ -170,6 +121,162 @@ class EmbeddedMongo(Running):
         if not (_pid_alive(pid) and b"nx_27017" in command):
             with contextlib.suppress(OSError):
                 pid_file.unlink()
+
+
+class _SecantusDB(_Engine):
+    """``secantusd-py`` (WiredTiger). Its lock (WiredTiger.lock) is a kernel file lock, released
+    when the process dies, so a killed server leaves nothing to clear. SIGTERM stops it cleanly
+    (WiredTiger closed, exit 0) within a few seconds."""
+
+    name: EmbeddedEngine = "secantusdb"
+    log_name = "secantusd.log"
+
+    def command(self, data_dir: Path, port: int, log_path: Path) -> list[str]:
+        # An empty config file of our own: secantusd-py would otherwise read a secantusd.toml
+        # from its working directory, ~/.secantus or /etc/secantus.
+        config = data_dir / "secantusd.toml"
+        if not config.exists():
+            write_private_file(config, b"# dockflow passes every setting as a flag\n")
+        return [
+            str(find_secantusd()),
+            "--config", str(config),
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--storage-path", str(data_dir / "data"),
+            "--log-level", "WARNING",  # INFO adds a line per connection
+        ]  # fmt: skip
+
+
+ENGINES: dict[EmbeddedEngine, _Engine] = {
+    engine.name: engine for engine in (_Nx27017(), _SecantusDB())
+}
+
+
+def engine_dir(data_dir: Path, engine: EmbeddedEngine) -> Path:
+    """Where one engine keeps its files, log and server.json for a data directory."""
+    return Path(data_dir).resolve() / "mongo" / engine
+
+
+def find_secantusd() -> Path:
+    """SecantusDB's server program: beside this Python (the venv's bin, where the dev lock puts
+    it), else on PATH."""
+    beside = Path(sys.executable).parent / SECANTUSD
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which(SECANTUSD)
+    if found:
+        return Path(found)
+    raise DatabaseUnavailable(
+        f"embedded engine secantusdb: {SECANTUSD} not found beside {sys.executable} or on "
+        f"PATH; install the dev lock (make, from requirements-dev.txt) or "
+        f"pip install SecantusDB==0.7.0b3"
+    )
+
+
+def _spawn(argv: list[str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    """Start the server program `argv` in `cwd`, its output appended to `log_path`."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE)
+    with os.fdopen(fd, "ab") as log_file:
+        return subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+            argv,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            umask=0o077,  # its data, log and pid files are the owner's only
+            start_new_session=True,  # Ctrl-C reaches dockflow, which stops the db in order
+            preexec_fn=_die_with_parent,  # runs before any thread starts in the child
+        )
+
+
+def _move_legacy_nx_files(mongo_dir: Path, nx_dir: Path) -> None:
+    """Before engines had folders, nx-27017's files lay in DATA_DIR/mongo itself: move them
+    into its folder once, unless a server of that layout still runs there."""
+    if nx_dir.exists():
+        return
+    legacy = [path for path in mongo_dir.iterdir() if path.is_file()]
+    if not legacy:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        state = json.loads((mongo_dir / "server.json").read_text())
+        if _pid_alive(int(state.get("pid", 0))):
+            return
+    ensure_private_dir(nx_dir)
+    for path in legacy:
+        if path.name == "server.json":
+            path.unlink()
+        else:
+            path.rename(nx_dir / path.name)
+    log.info("moved nx-27017's files into their folder", extra={"path": str(nx_dir)})
+
+
+class EmbeddedMongo(Running):
+    """Owns (or attaches to) the embedded server of one engine for one data directory."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        restart_delay_s: float = 1.0,
+        engine: EmbeddedEngine = "nx-27017",
+    ) -> None:
+        self.engine = engine
+        self._engine = ENGINES[engine]
+        self.data_dir = engine_dir(data_dir, engine)
+        self._mongo_dir = self.data_dir.parent
+        self.url = ""
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._state_file = self.data_dir / "server.json"
+        self.restart_delay_s = restart_delay_s
+        self.restarts = 0
+        self._watcher: asyncio.Task[None] | None = None
+
+    async def start(self) -> str:
+        """Start the server (or attach to a running one) and return its URL once it answers."""
+        ensure_private_dir(self._mongo_dir)
+        if self.engine == "nx-27017":
+            _move_legacy_nx_files(self._mongo_dir, self.data_dir)
+        ensure_private_dir(self.data_dir)
+        attached = await self._attach()
+        if attached:
+            return attached
+        self.port = _free_port()
+        self.url = f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
+        await self._spawn_and_wait()
+        return self.url
+
+    async def _spawn_and_wait(self) -> None:
+        """Start the child on `self.port` and wait until it answers ping."""
+        self._engine.prepare(self.data_dir)
+        log_path = self.data_dir / self._engine.log_name
+        argv = self._engine.command(self.data_dir, self.port, log_path)
+        self.process = _spawn(argv, self.data_dir, log_path)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            returncode = self.process.poll()
+            if returncode is not None:
+                tail = log_path.read_text(errors="replace")[-2000:]
+                self.process = None
+                raise DatabaseUnavailable(
+                    f"embedded MongoDB ({self.engine}) exited at start (code {returncode}); "
+                    f"see {log_path}:\n{tail}"
+                )
+            if await _answers_ping(self.url, 0.5):
+                state = {"pid": self.process.pid, "url": self.url, "engine": self.engine}
+                write_private_file(self._state_file, json.dumps(state).encode())
+                log.info(
+                    "embedded MongoDB started",
+                    extra={"url": self.url, "pid": self.process.pid, "engine": self.engine},
+                )
+                return
+            await asyncio.sleep(0.1)
+        process, self.process = self.process, None
+        process.kill()
+        await asyncio.to_thread(process.wait)
+        raise DatabaseUnavailable(
+            f"embedded MongoDB ({self.engine}) did not answer ping within "
+            f"{START_TIMEOUT_S:.0f} s; see {log_path}"
+        )
 
     async def _attach(self) -> str | None:
         try:

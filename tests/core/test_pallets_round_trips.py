@@ -1,7 +1,8 @@
 """Round trips a batch of readings waits for: each is a full wait on the database, and the
 batches of an edge process are stored one after another, so they are the ingest latency
-(docs/benchmarks.md). Counted with a pymongo CommandListener on the batch's own client: a round
-trip starts when a command starts while none is in flight."""
+(docs/benchmarks.md). Counted with a pymongo CommandListener on the batch's own client: the
+longest chain of commands each started after the one before it answered, which does not depend on
+how fast the server answers (concurrent steps of unequal length overlap differently on each)."""
 
 from __future__ import annotations
 
@@ -22,24 +23,35 @@ from tests.factories import Tenant
 
 
 class RoundTrips(monitoring.CommandListener):
+    """`waves[n]`: the commands `n` answered round trips deep (1 + the deepest answered before
+    each started); their number is the round trips the batch waits for."""
+
     def __init__(self) -> None:
         self.counting = False
-        self.in_flight: set[int] = set()
+        self.depth_of: dict[int, int] = {}  # in flight: request id -> its depth
+        self.answered_depth = 0  # the deepest command answered so far
         self.waves: list[list[str]] = []
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         if not self.counting:
             return
-        if not self.in_flight:
+        depth = self.answered_depth + 1
+        self.depth_of[event.request_id] = depth
+        if depth > len(self.waves):
             self.waves.append([])
-        self.in_flight.add(event.request_id)
-        self.waves[-1].append(f"{event.command_name} {event.command.get(event.command_name)}")
+        self.waves[depth - 1].append(
+            f"{event.command_name} {event.command.get(event.command_name)}"
+        )
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        self.in_flight.discard(event.request_id)
+        self.answered(event.request_id)
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        self.in_flight.discard(event.request_id)
+        self.answered(event.request_id)
+
+    def answered(self, request_id: int) -> None:
+        depth = self.depth_of.pop(request_id, 0)
+        self.answered_depth = max(self.answered_depth, depth)
 
 
 @pytest.fixture

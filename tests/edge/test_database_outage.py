@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import grpc
-import pytest
 
 from core.services import Services
 from core.settings import Settings
@@ -17,6 +16,7 @@ from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
 from dockflow.embedded.supervisor import EmbeddedMongo
 from edge.server import EdgeServer
+from tests import backends
 from tests.core.test_pallets_crash import assert_pallets_and_messages_pair_up
 from tests.edge.helpers import reading, stream, stub
 from tests.factories import make_tenant
@@ -24,11 +24,10 @@ from tests.factories import make_tenant
 TOTAL = 1500
 
 
-@pytest.mark.skipif("DOCKFLOW_MONGODB_URL" in __import__("os").environ, reason="embedded only")
 async def test_stopping_the_database_mid_stream_then_resending_repairs_everything(
     tmp_path: Path, settings_factory: Callable[..., Settings]
 ):
-    mongo = EmbeddedMongo(tmp_path / "db")
+    mongo = EmbeddedMongo(tmp_path / "db", engine=backends.ENGINE)  # its own, stopped midway
     url = await mongo.start()
     try:
         settings = settings_factory(mongodb_url=url, mongodb_db="outage")

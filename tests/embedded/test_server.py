@@ -1,25 +1,39 @@
-"""The embedded database server: data surviving a restart, a second process attaching, and the
-fixes of dockflow/embedded/patches that only the server's process can show."""
+"""The embedded database server of the lane's engine (tests/backends.py): data surviving a
+restart, a second process attaching, a killed server restarted, SecantusDB kept in its own process;
+and the fixes of dockflow/embedded/patches (nx-27017's) that only the server's process can show."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from pymongo import UpdateOne
+from pymongo import UpdateOne, WriteConcern
 from pymongo.errors import BulkWriteError
 
+from core.errors import DatabaseUnavailable
 from core.storage import Storage
 from dockflow.embedded.patches.exit_on_signal import exit_on_signal
-from dockflow.embedded.supervisor import EmbeddedMongo
+from dockflow.embedded.supervisor import SECANTUSD, EmbeddedMongo, engine_dir
+from tests import backends
+from tests.backends import ENGINE
+
+NX_PATCHES = "nx-27017 patches"
+# Tests of one engine's own process run in that engine's lane (make test-nx, test-secantusdb).
+secantusdb_lane = pytest.mark.skipif(
+    ENGINE != "secantusdb", reason="checks the secantusdb engine's process: its lane only"
+)
 
 
 async def test_data_survives_a_restart_of_the_embedded_server(tmp_path: Path):
-    first = EmbeddedMongo(tmp_path)
+    first = EmbeddedMongo(tmp_path, engine=ENGINE)
     url = await first.start()
     store = await Storage.connect(url, "restart")
     await store.businesses.insert_one({"_id": "acme", "name": "Acme"})
@@ -27,7 +41,7 @@ async def test_data_survives_a_restart_of_the_embedded_server(tmp_path: Path):
     await first.stop()
     assert first.process is None
 
-    second = EmbeddedMongo(tmp_path)
+    second = EmbeddedMongo(tmp_path, engine=ENGINE)
     url = await second.start()
     try:
         store = await Storage.connect(url, "restart")
@@ -40,10 +54,10 @@ async def test_data_survives_a_restart_of_the_embedded_server(tmp_path: Path):
 
 
 async def test_second_process_attaches_to_running_embedded_server(tmp_path: Path):
-    owner = EmbeddedMongo(tmp_path)
+    owner = EmbeddedMongo(tmp_path, engine=ENGINE)
     url = await owner.start()
     try:
-        guest = EmbeddedMongo(tmp_path)
+        guest = EmbeddedMongo(tmp_path, engine=ENGINE)
         assert await guest.start() == url
         assert guest.process is None  # attached, not started
         await guest.stop()  # a guest never stops the owner's server
@@ -54,11 +68,147 @@ async def test_second_process_attaches_to_running_embedded_server(tmp_path: Path
         await owner.stop()
 
 
+async def test_a_killed_embedded_server_is_restarted_on_the_same_port_with_its_data(
+    tmp_path: Path,
+):
+    server = EmbeddedMongo(tmp_path, restart_delay_s=0, engine=ENGINE)
+    url = await server.start()
+    try:
+        store = await Storage.connect(url, "killed", timeout_ms=30_000)
+        # Journaled: secantusdb flushes its journal in the background (about a second later),
+        # so an unjournaled write just before a SIGKILL may be lost, as on mongod with j:false.
+        businesses = store.businesses.with_options(write_concern=WriteConcern(j=True))
+        await businesses.insert_one({"_id": "acme", "name": "Acme"})
+        server.supervise()
+        assert server.process is not None
+        first_pid = server.process.pid
+        server.process.send_signal(signal.SIGKILL)
+
+        doc = await store.businesses.find_one({"_id": "acme"})  # the driver reconnects itself
+        await store.close()
+        while server.restarts == 0:  # the driver may see the server before its supervisor does
+            await asyncio.sleep(0.05)
+        assert server.restarts == 1
+        assert server.process is not None
+        assert server.process.pid != first_pid
+        assert server.url == url
+        state = json.loads((server.data_dir / "server.json").read_text())
+        assert state == {"pid": server.process.pid, "url": url, "engine": ENGINE}
+    finally:
+        await server.stop()
+
+    assert doc == {"_id": "acme", "name": "Acme"}
+
+
+async def test_each_engine_keeps_its_files_in_a_folder_of_its_own(tmp_path: Path):
+    server = EmbeddedMongo(tmp_path, engine=ENGINE)
+    await server.start()
+    await server.stop()
+
+    assert server.data_dir == await asyncio.to_thread(tmp_path.resolve) / "mongo" / ENGINE
+    assert [path.name for path in (tmp_path / "mongo").iterdir()] == [ENGINE]
+    assert not (server.data_dir / "server.json").exists()  # a clean stop leaves no state
+
+
+@backends.only_on_nx_27017("nx-27017's own files (its lane only)")
+async def test_nx_27017_files_of_the_single_folder_layout_move_into_its_folder(tmp_path: Path):
+    # Before engines had folders, nx-27017 kept its files in DATA_DIR/mongo itself.
+    old = EmbeddedMongo(tmp_path / "old", engine="nx-27017")
+    await old.start()
+    store = await Storage.connect(old.url, "moved")
+    await store.businesses.insert_one({"_id": "acme", "name": "Acme"})
+    await store.close()
+    await old.stop()
+    legacy = tmp_path / "var" / "mongo"
+    shutil.copytree(old.data_dir, legacy)
+
+    server = EmbeddedMongo(tmp_path / "var", engine="nx-27017")
+    url = await server.start()
+    try:
+        store = await Storage.connect(url, "moved")
+        doc = await store.businesses.find_one({"_id": "acme"})
+        await store.close()
+    finally:
+        await server.stop()
+
+    assert doc == {"_id": "acme", "name": "Acme"}
+    assert sorted(path.name for path in legacy.iterdir()) == ["nx-27017"]
+    assert (legacy / "nx-27017" / "moved.db").exists()
+
+
+@secantusdb_lane
+async def test_secantusdb_runs_only_as_its_own_program_never_imported(tmp_path: Path):
+    # SecantusDB is GPL-2.0-only: dockflow starts its server program and speaks the wire
+    # protocol to it; no secantus module may be loaded in dockflow's process.
+    server = EmbeddedMongo(tmp_path, engine="secantusdb")
+    url = await server.start()
+    try:
+        assert server.process is not None
+        cmdline = Path(f"/proc/{server.process.pid}/cmdline")
+        command = (await asyncio.to_thread(cmdline.read_bytes)).split(b"\0")
+        store = await Storage.connect(url, "separate")
+        hello = await store.client.admin.command("hello")
+        await store.close()
+    finally:
+        await server.stop()
+
+    assert any(part.endswith(SECANTUSD.encode()) for part in command[:2]), command
+    assert hello["setName"] == "secantus"  # SecantusDB answers, as a replica-set member
+    assert [name for name in sys.modules if name.lower().startswith("secantus")] == []
+
+
+@secantusdb_lane
+def test_the_secantusdb_lane_imports_no_secantus_module_in_any_dockflow_process(
+    tmp_path: Path,
+):
+    # The same in a fresh interpreter (no test imports could hide it): open the services on
+    # the secantusdb engine, then list the modules.
+    script = (
+        "import asyncio, sys\n"
+        "from core.settings import Settings\n"
+        "from dockflow.runtime import open_services\n"
+        "async def main():\n"
+        "    async with open_services(Settings()) as services:\n"
+        "        assert await services.storage.ping()\n"
+        "asyncio.run(main())\n"
+        "print(sorted(n for n in sys.modules if n.lower().startswith('secantus')))\n"
+    )
+    env = {
+        **{name: value for name, value in os.environ.items() if name != "DOCKFLOW_MONGODB_URL"},
+        "DOCKFLOW_EMBEDDED_ENGINE": "secantusdb",
+        "DOCKFLOW_DATA_DIR": str(tmp_path),
+        "DOCKFLOW_SECRET_KEY": "kT0rKJ8D8k2m7aM5wXy3bq1c9Jw2s7QpVn0fHh4uLzE=",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=90
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert (engine_dir(tmp_path, "secantusdb") / "data" / "WiredTiger").exists()
+
+
+async def test_a_missing_secantusd_is_named_with_its_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    server = EmbeddedMongo(tmp_path, engine="secantusdb")
+
+    with pytest.raises(DatabaseUnavailable) as failed:
+        await server.start()
+
+    assert SECANTUSD in str(failed.value)
+    assert "pip install SecantusDB==0.7.0b3" in str(failed.value)
+    assert server.process is None
+
+
+@backends.only_on_nx_27017(NX_PATCHES)
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="counts threads in /proc")
 async def test_the_embedded_server_runs_commands_without_a_thread_each(tmp_path: Path):
     # dockflow/embedded/patches/inline_commands.py: commands run on the server's event loop; a
     # thread per command made threads, the database lock and the GIL hand over on every command.
-    server = EmbeddedMongo(tmp_path)
+    server = EmbeddedMongo(tmp_path, engine="nx-27017")
     url = await server.start()
     try:
         store = await Storage.connect(url, "threads")
@@ -89,11 +239,12 @@ def _wal_commits(wal: Path) -> int:
     return commits
 
 
+@backends.only_on_nx_27017(NX_PATCHES)
 async def test_the_embedded_server_commits_a_write_command_once(tmp_path: Path):
     # dockflow/embedded/patches/write_transactions.py: an insert of 50 documents was 50 SQLite
     # transactions, a bulk write of 20 updates 20; each command is one now, and a duplicate key
     # still fails only its document.
-    server = EmbeddedMongo(tmp_path)
+    server = EmbeddedMongo(tmp_path, engine="nx-27017")
     url = await server.start()
     try:
         store = await Storage.connect(url, "commits")
@@ -141,7 +292,7 @@ def test_a_termination_signal_ends_the_embedded_server_even_inside_a_finalizer()
         asyncio.run(serve())
 
 
-@pytest.mark.skipif("DOCKFLOW_MONGODB_URL" in os.environ, reason="the embedded server's plans")
+@backends.only_on_nx_27017(f"{NX_PATCHES} (SQLite query plans)")
 async def test_equality_on_an_indexed_field_is_answered_by_the_index(storage: Storage):
     # dockflow/embedded/patches/indexed_equality.py: neosqlite read {f: v} as "f is v or an array
     # holding v", which no index answers: every lock, claim and lookup scanned its collection.

@@ -169,6 +169,8 @@ async def session_loop() -> asyncio.AbstractEventLoop:
 
 
 # A plain (sync) test driving the session loop itself, as tests/core/test_intake_property.py.
+# 43 examples of several batches each: more than the default 120 s on a slower server.
+@pytest.mark.timeout(360)
 @settings(
     max_examples=40,
     deadline=None,

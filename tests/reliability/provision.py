@@ -31,8 +31,11 @@ class ServeTenant:
 
 
 def settings_of(serve: ServeProcess) -> Settings:
+    """The serve process's database: its embedded server, whatever this process's environment
+    says (DOCKFLOW_MONGODB_URL may point the suite at an external server)."""
     return Settings(
         data_dir=serve.data_dir,
+        mongodb_url=None,
         public_base_url=serve.base_url,
         secret_key=serve.env["DOCKFLOW_SECRET_KEY"],
         log_level="WARNING",

@@ -1,6 +1,7 @@
 """`dockflow serve` as a child process for the fault tests: fixed loopback ports (a restart comes
 back on the same addresses, as cameras expect), every log line kept in a file (scanned for
-secrets), and the pid of its embedded MongoDB (killed in the database-loss scenario)."""
+secrets), and the pid of its embedded MongoDB (killed in the database-loss scenario). It always
+runs the embedded server, of the lane's engine (DOCKFLOW_EMBEDDED_ENGINE is inherited)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from dockflow.embedded.supervisor import engine_dir
+from tests import backends
 
 READY_LINE = "Press Ctrl-C"
 START_LIMIT_S = 60.0
@@ -99,7 +103,8 @@ class ServeProcess:
         return lines
 
     def database_pid(self) -> int:
-        state = json.loads((self.data_dir / "mongo" / "server.json").read_text())
+        """The embedded server's pid (the lane's engine: the process inherits the setting)."""
+        state = json.loads((engine_dir(self.data_dir, backends.ENGINE) / "server.json").read_text())
         return int(state["pid"])
 
     async def kill(self) -> None:

@@ -1,7 +1,7 @@
-"""Database loss: the embedded MongoDB (nx-27017) is SIGKILLed while 8 cameras stream. Meanwhile
-the service answers 503 (`/readyz`, `POST /documents`), GraphQL errors say UNAVAILABLE and camera
-streams end UNAVAILABLE; dockflow restarts the database on the same port, the driver reconnects by
-itself, and nothing that was acked is lost."""
+"""Database loss: the embedded MongoDB (of the lane's engine) is SIGKILLed while 8 cameras
+stream. Meanwhile the service answers 503 (`/readyz`, `POST /documents`), GraphQL errors say
+UNAVAILABLE and camera streams end UNAVAILABLE; dockflow restarts the database on the same port,
+the driver reconnects by itself, and nothing that was acked is lost."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from bench.soak import (
     wait_until,
 )
 from dockflow.runtime import open_services
+from tests import backends
 from tests.reliability.figures import record
 from tests.reliability.provision import provision, settings_of
 from tests.reliability.serve_process import ServeProcess, wait_for_exit
@@ -44,7 +45,14 @@ def document(number: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-@pytest.mark.skipif("DOCKFLOW_MONGODB_URL" in os.environ, reason="embedded only")
+# SecantusDB 0.7.0b3 acknowledges a write before its journal reaches the disk (flushed in the
+# background, about a second later, also for w:majority); a SIGKILL then loses what was acked
+# just before (measured: 20 inserts lost when killed at once, none 2 s later). mongod journals a
+# majority write before acknowledging it.
+@pytest.mark.skipif(
+    backends.BACKEND == "secantusdb",
+    reason="secantusdb: no journal write before the acknowledgement; a SIGKILL loses acked writes",
+)
 async def test_killing_the_database_mid_stream_answers_503_then_recovers_by_itself(
     tmp_path: Any, receiver: HookReceiver
 ):

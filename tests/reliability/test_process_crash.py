@@ -9,7 +9,6 @@ import asyncio
 import time
 
 import grpc
-import pytest
 
 from bench.soak import Camera, HookReceiver, deliveries_settled, make_readings, verify, wait_until
 from dockflow.runtime import open_services
@@ -21,7 +20,6 @@ CAMERAS = 8
 PER_CAMERA = 120
 
 
-@pytest.mark.skipif("DOCKFLOW_MONGODB_URL" in __import__("os").environ, reason="embedded only")
 async def test_sigkill_of_serve_mid_stream_loses_and_doubles_nothing(
     serve: ServeProcess, receiver: HookReceiver
 ):

@@ -20,6 +20,7 @@ from pymongo import AsyncMongoClient, monitoring
 from core.services import Services
 from core.settings import Settings
 from core.storage import Doc, Storage
+from tests import backends
 from tests.factories import Tenant
 from tests.webhooks.conftest import (
     Received,
@@ -33,8 +34,13 @@ from tests.webhooks.conftest import (
 )
 from webhooks.worker import WebhookWorker
 
+# SecantusDB 0.7.0b3 sorts the claim query's index scan ({status, message_id}) in memory instead
+# of reading it in order, so a claim costs time in proportion to the PENDING deliveries: fewer
+# there, for the same exactly-once property (2000 took over 100 s on a busy machine).
+MESSAGES = 500 if backends.BACKEND == "secantusdb" else 2000
 
-async def test_two_workers_deliver_2000_messages_each_exactly_once(
+
+async def test_two_workers_deliver_many_messages_each_exactly_once(
     services: Services,
     storage: Storage,
     tenant: Tenant,
@@ -43,7 +49,7 @@ async def test_two_workers_deliver_2000_messages_each_exactly_once(
     start_worker: StartWorker,
 ):
     await make_endpoint(services, tenant, receiver.base_url)
-    ids = await append_pallets(storage, tenant, 2000)
+    ids = await append_pallets(storage, tenant, MESSAGES)
     settings = fast_settings(webhook_endpoint_concurrency=16, webhook_endpoint_rate_per_s=0)
 
     started = time.monotonic()
@@ -59,13 +65,13 @@ async def test_two_workers_deliver_2000_messages_each_exactly_once(
     counts = Counter(receiver.ids())
     assert set(counts) == {str(i) for i in ids}
     assert max(counts.values()) == 1  # no message twice
-    assert first.delivered + second.delivered == 2000
+    assert first.delivered + second.delivered == MESSAGES
     assert first.delivered > 0
     assert second.delivered > 0
-    assert await storage.webhook_deliveries.count_documents({"status": "SUCCEEDED"}) == 2000
-    assert await storage.delivery_attempts.count_documents({}) == 2000
+    assert await storage.webhook_deliveries.count_documents({"status": "SUCCEEDED"}) == MESSAGES
+    assert await storage.delivery_attempts.count_documents({}) == MESSAGES
     print(  # noqa: T201 - the figure the test run reports (pytest -s)
-        f"\n2000 deliveries by 2 workers in {elapsed:.1f} s ({2000 / elapsed:.0f}/s); "
+        f"\n{MESSAGES} deliveries by 2 workers in {elapsed:.1f} s ({MESSAGES / elapsed:.0f}/s); "
         f"split {first.delivered}/{second.delivered}"
     )
 
@@ -163,7 +169,16 @@ async def test_a_slow_endpoint_uses_only_its_own_slots(
         await make_endpoint(services, tenant, receiver.base_url)
         await append_pallets(storage, tenant, 40)
 
-        await start_worker(fast_settings(webhook_endpoint_concurrency=2, webhook_max_in_flight=6))
+        # The stuck attempts outlast the test (no timeout, no retry while the 40 go through,
+        # however long those take on this machine and database).
+        await start_worker(
+            fast_settings(
+                webhook_endpoint_concurrency=2,
+                webhook_max_in_flight=6,
+                webhook_timeout_s=100,
+                webhook_lease_s=400,
+            )
+        )
         await wait_until(lambda: len(receiver.requests) == 40)
 
         assert slow.max_in_flight == 2  # the stuck customer holds 2 slots, no more
