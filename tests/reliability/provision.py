@@ -31,12 +31,16 @@ class ServeTenant:
 
 
 def settings_of(serve: ServeProcess) -> Settings:
-    return Settings(
+    settings = Settings(
         data_dir=serve.data_dir,
         public_base_url=serve.base_url,
         secret_key=serve.env["DOCKFLOW_SECRET_KEY"],
         log_level="WARNING",
+        mongodb_url=serve.mongodb_url,
     )
+    if serve.mongodb_db is None:
+        return settings
+    return settings.model_copy(update={"mongodb_db": serve.mongodb_db})
 
 
 async def provision(serve: ServeProcess, webhook_url: str, docks: int = 8) -> ServeTenant:
