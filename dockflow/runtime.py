@@ -58,15 +58,9 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
 
 async def _check_transactions(storage: Storage) -> None:
     """A MongoDB must run transactions (a replica set); the embedded nx-27017, which has none,
-    is accepted with a warning (started here or, as by the tests, given by URL)."""
-    if storage.transactions:
-        return
-    if not await _is_nx_27017(storage):
+    is accepted (started here or, as by the tests, given by URL): `serve` warns of it."""
+    if not storage.transactions and not await _is_nx_27017(storage):
         storage.require_transactions()
-    log.warning(
-        "the embedded database has no isolated transactions: documents and pallet batches are "
-        "applied write by write on it"
-    )
 
 
 async def _is_nx_27017(storage: Storage) -> bool:
@@ -102,6 +96,11 @@ async def serve(
     try:
         async with AsyncExitStack() as stack:
             services = await stack.enter_async_context(open_services(settings))
+            if not services.storage.transactions:
+                log.warning(
+                    "the embedded database has no isolated transactions: documents and pallet "
+                    "batches are applied write by write on it"
+                )
             addresses: dict[str, str] = {}
             if "edge" in parts:
                 edge = await stack.enter_async_context(EdgeServer(services))

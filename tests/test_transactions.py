@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from core.services import Services
 from core.settings import Settings
 from core.storage import Storage, runs_transactions
-from dockflow.runtime import open_services
+from dockflow.runtime import serve
 from tests.reliability.serve_process import free_port
 
 
@@ -91,17 +92,22 @@ async def test_starting_against_a_standalone_mongodb_fails_naming_the_fix(
     assert "rs.initiate()" in message
 
 
-async def test_the_embedded_server_is_accepted_with_one_warning(
+async def test_the_embedded_server_is_served_with_one_warning(
     settings: Settings, storage: Storage, caplog: pytest.LogCaptureFixture
 ):
     if storage.transactions:
         pytest.skip("this backend runs transactions: there is nothing to warn about")
     caplog.set_level(logging.WARNING, logger="dockflow.runtime")
+    stop = asyncio.Event()
 
-    async with open_services(settings) as services:
-        assert not services.storage.transactions
+    async def started(services: Services, addresses: dict[str, str]) -> None:
+        assert "http" in addresses
+        stop.set()
+
+    await serve(settings, ("api",), on_started=started, stop_event=stop)
 
     warnings = [r.getMessage() for r in caplog.records if r.name == "dockflow.runtime"]
+    assert stop.is_set()
     assert warnings == [
         "the embedded database has no isolated transactions: documents and pallet batches "
         "are applied write by write on it"
