@@ -5,26 +5,40 @@ no ``arrayFilters``, no ``$lookup``, no ``$setOnInsert``, no partial indexes. Ch
 items, pallets, messages, deliveries) are their own documents; creation is insert + unique index +
 ``DuplicateKeyError``; joins happen in Python. ``tests/core/test_storage_conformance.py`` runs
 every operation the repositories use against the backend in use.
+
+Where the server runs multi-document transactions (a replica-set member or mongos: production's
+MongoDB, SecantusDB) `Storage.transactions` is true and `in_transaction` applies a unit of work
+(one intake document, one pallet batch) all or nothing. Elsewhere (the embedded nx-27017, which
+shares one SQLite connection between sessions) the same work runs write by write, and the
+idempotent rewrites of `core/pallets/ingest.py` are what make a crash recoverable.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pymongo
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReturnDocument
+from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import ConnectionFailure, DuplicateKeyError
+from pymongo.errors import BulkWriteError, ConnectionFailure, DuplicateKeyError, PyMongoError
+from pymongo.read_concern import ReadConcern
+from pymongo.write_concern import WriteConcern
 
+from core.errors import ConfigError
 from core.locks import LocalLocks
 
 log = logging.getLogger(__name__)
 
 Doc = dict[str, Any]
+# The session of the running transaction, or None where the work runs write by write.
+Session = AsyncClientSession | None
+T = TypeVar("T")
 # Called with the push messages this process has just stored (core/feed/publish.py).
 WrittenListener = Callable[[list[Doc]], None]
 
@@ -45,6 +59,19 @@ def storable_int(value: int) -> bool:
 UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (ConnectionFailure,)
 
 PING_TIMEOUT_S = 1.0  # readiness: a database slower than this to answer a ping is not ready
+# Longest one unit of work may take with its retries (write conflicts, elections) before the
+# error reaches the caller; pymongo's own bound (120 s) outlasts every client's patience.
+TRANSACTION_LIMIT_S = 30.0
+# Times a unit of work runs again after a unique index refused one of its writes because another
+# transaction committed the same key after this one began (its reads were already stale).
+DUPLICATE_RETRIES = 3
+DUPLICATE_KEY = 11000
+NO_TRANSACTIONS = (
+    "the MongoDB server at DOCKFLOW_MONGODB_URL cannot run multi-document transactions (it is a "
+    "standalone server); dockflow applies each document and pallet batch in one transaction. "
+    "Run it as a replica set, even of one node: start mongod with --replSet rs0 and run "
+    "rs.initiate() once in mongosh"
+)
 
 # Every collection and its indexes. `docs/data-model.md` describes the fields. Indexed fields
 # hold single values, never arrays: the embedded server answers equality on them with the index
@@ -146,6 +173,37 @@ class IdBlock:
         return self.count
 
 
+def runs_transactions(hello: Doc) -> bool:
+    """Whether a server's `hello` answer is a replica-set member or a mongos: the deployments
+    where MongoDB runs multi-document transactions."""
+    return bool(hello.get("setName")) or hello.get("msg") == "isdbgrid"
+
+
+def _duplicate_key(error: PyMongoError) -> bool:
+    if isinstance(error, DuplicateKeyError):
+        return True
+    if isinstance(error, BulkWriteError):
+        codes = {e.get("code") for e in error.details.get("writeErrors", [])}
+        return codes == {DUPLICATE_KEY}
+    return False
+
+
+async def together(session: Session, *steps: Awaitable[Any]) -> list[Any]:
+    """Await `steps` concurrently outside a transaction (one round trip of waiting), one after
+    another inside one: a session runs one command at a time."""
+    if session is None:
+        return list(await asyncio.gather(*steps))
+    results: list[Any] = []
+    try:
+        for step in steps:
+            results.append(await step)
+    finally:
+        for step in steps[len(results) + 1 :]:
+            if asyncio.iscoroutine(step):
+                step.close()  # never started: no "never awaited" warning
+    return results
+
+
 class Storage:
     """The MongoDB client and dockflow's collections. Create with :meth:`connect`."""
 
@@ -157,6 +215,8 @@ class Storage:
         # queues in front of lock documents, and who hears of the messages written here.
         self.local_locks = LocalLocks()
         self.written_listeners: set[WrittenListener] = set()
+        # Whether the server runs multi-document transactions; set by `connect` from `hello`.
+        self.transactions = False
 
     @classmethod
     async def connect(cls, url: str, db_name: str, *, timeout_ms: int = 5000) -> Storage:
@@ -168,8 +228,51 @@ class Storage:
             appname="dockflow",
         )
         storage = cls(client, db_name)
-        await storage.ensure_indexes()
+        try:
+            hello = await client.admin.command("hello")
+            await storage.ensure_indexes()
+        except BaseException:
+            await client.close()
+            raise
+        storage.transactions = runs_transactions(hello)
         return storage
+
+    def require_transactions(self) -> None:
+        """Refuse a server without transactions (a standalone mongod): on it a crash could
+        leave half a document."""
+        if not self.transactions:
+            raise ConfigError(NO_TRANSACTIONS)
+
+    async def in_transaction(
+        self,
+        work: Callable[[Session], Coroutine[Any, Any, T]],
+        *,
+        limit_s: float = TRANSACTION_LIMIT_S,
+    ) -> T:
+        """Run `work(session)` in one multi-document transaction and commit it; `work(None)`,
+        write by write, where the server has no transactions.
+
+        Transient errors (a write conflict with another transaction, an election) run the whole
+        work again, and a commit of unknown outcome is retried, as the driver specification
+        recommends (`with_transaction`), within `limit_s`. So `work` may run several times:
+        it must compute everything from what it reads through `session`. A write it makes
+        without the session (an id reservation) is not undone by a retry."""
+        if not self.transactions:
+            return await work(None)
+        with pymongo.timeout(limit_s):
+            for attempt in range(DUPLICATE_RETRIES + 1):
+                async with self.client.start_session() as session:
+                    try:
+                        # Majority: a committed document survives the loss of the primary.
+                        return await session.with_transaction(
+                            work,
+                            read_concern=ReadConcern("snapshot"),
+                            write_concern=WriteConcern("majority"),
+                        )
+                    except PyMongoError as error:
+                        if attempt == DUPLICATE_RETRIES or not _duplicate_key(error):
+                            raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def __getitem__(self, name: str) -> AsyncCollection[Doc]:
         return self.db[name]
@@ -187,7 +290,10 @@ class Storage:
                 await self.db[name].create_indexes(indexes)
 
     async def next_ids(self, sequence: str, count: int = 1) -> IdBlock:
-        """Reserve `count` consecutive ids of `sequence`, unique across tasks and processes."""
+        """Reserve `count` consecutive ids of `sequence`, unique across tasks and processes.
+
+        Never part of a transaction (every writer would conflict on the counter): ids reserved
+        by a unit of work that is retried or fails are skipped, never handed out twice."""
         if count < 1:
             raise ValueError("count must be >= 1")
         for _ in range(3):

@@ -10,6 +10,8 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 
+from pymongo.errors import PyMongoError
+
 from core.files import ensure_private_dir
 from core.services import Services
 from core.settings import Settings
@@ -23,6 +25,7 @@ from webhooks.worker import WebhookWorker
 log = logging.getLogger(__name__)
 
 PARTS = ("api", "edge", "webhooks")
+NX_27017_PROCESS = "nx_27017"  # what the embedded server answers in serverStatus.process
 
 
 @asynccontextmanager
@@ -48,6 +51,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             log.info("using MongoDB", extra={"url": _redact(url)})
         storage = await Storage.connect(url, settings.mongodb_db)
         try:
+            await _check_transactions(storage)
             yield Services(settings=settings, storage=storage)
         finally:
             await storage.close()
@@ -55,6 +59,21 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         if embedded is not None:
             await embedded.stop()
             atexit.unregister(embedded.stop_now)
+
+
+async def _check_transactions(storage: Storage) -> None:
+    """A MongoDB must run transactions (a replica set); the embedded nx-27017, which has none,
+    is accepted (started here or, as by the tests, given by URL): `serve` warns of it."""
+    if not storage.transactions and not await _is_nx_27017(storage):
+        storage.require_transactions()
+
+
+async def _is_nx_27017(storage: Storage) -> bool:
+    try:
+        status = await storage.client.admin.command("serverStatus")
+    except PyMongoError:  # a MongoDB may refuse it to this user: it is no nx-27017 then
+        return False
+    return status.get("process") == NX_27017_PROCESS
 
 
 def _redact(url: str) -> str:
@@ -82,6 +101,11 @@ async def serve(
     try:
         async with AsyncExitStack() as stack:
             services = await stack.enter_async_context(open_services(settings))
+            if not services.storage.transactions:
+                log.warning(
+                    "the embedded database has no isolated transactions: documents and pallet "
+                    "batches are applied write by write on it"
+                )
             addresses: dict[str, str] = {}
             if "edge" in parts:
                 edge = await stack.enter_async_context(EdgeServer(services))

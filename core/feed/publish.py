@@ -21,7 +21,7 @@ from pymongo.errors import BulkWriteError
 
 from core import metrics
 from core.outbox.webhook_endpoints import endpoints_for
-from core.storage import Doc, IdBlock, Storage, WrittenListener
+from core.storage import Doc, IdBlock, Session, Storage, WrittenListener
 
 MessageType = Literal["PALLET_EVENT", "SHIPMENT_COMPLETE"]
 SEQUENCE = "push_messages"
@@ -141,11 +141,19 @@ async def build_messages(
     return out
 
 
-async def insert_ignoring_duplicates(storage: Storage, collection: str, docs: list[Doc]) -> int:
+async def insert_ignoring_duplicates(
+    storage: Storage, collection: str, docs: list[Doc], session: Session = None
+) -> int:
     """Insert `docs`; documents whose id already exists are kept as they are. Returns how many
-    were new. The building block of every idempotent rewrite after a crash."""
+    were new. The building block of every idempotent rewrite after a crash.
+
+    In a transaction (`session`) a duplicate aborts it instead (the server allows no error in
+    one): `Storage.in_transaction` then runs the work again on reads that show the document."""
     if not docs:
         return 0
+    if session is not None:
+        await storage[collection].insert_many(docs, session=session)
+        return len(docs)
     try:
         result = await storage[collection].insert_many(docs, ordered=False)
     except BulkWriteError as exc:
@@ -169,16 +177,24 @@ def remove_written_listener(storage: Storage, listener: WrittenListener) -> None
     storage.written_listeners.discard(listener)
 
 
-async def write_messages(storage: Storage, written: WrittenMessages) -> None:
+async def write_messages(
+    storage: Storage, written: WrittenMessages, session: Session = None
+) -> None:
     """Store deliveries first, then messages: a message that is visible has its deliveries.
-    Idempotent: what already exists is left alone."""
-    await insert_ignoring_duplicates(storage, "webhook_deliveries", written.deliveries)
-    inserted = await insert_ignoring_duplicates(storage, "push_messages", written.messages)
-    if not inserted:
-        return
-    for message in written.messages:
+    Idempotent: what already exists is left alone. In a transaction (`session`) the caller
+    announces the messages once it has committed (`announce`)."""
+    await insert_ignoring_duplicates(storage, "webhook_deliveries", written.deliveries, session)
+    inserted = await insert_ignoring_duplicates(storage, "push_messages", written.messages, session)
+    if inserted and session is None:
+        announce(storage, written.messages, whole=inserted == len(written.messages))
+
+
+def announce(storage: Storage, messages: list[Doc], *, whole: bool = True) -> None:
+    """Count newly stored `messages` and tell this process's listeners about them (about none,
+    unless `whole`: some existed already and the stored copies may differ)."""
+    for message in messages:
         metrics.MESSAGES.labels(message["type"]).inc()
-    stored = written.messages if inserted == len(written.messages) else []
+    stored = messages if whole else []
     for listener in list(storage.written_listeners):
         listener(stored)
 

@@ -6,6 +6,14 @@ plan (read the current state, compute every change, raise on any error: nothing 
 then execute (the writes). So a rejected document writes nothing, and requests for the same order
 never interleave (20 identical concurrent documents leave one shipment, one order, one item set).
 
+Where the database runs transactions, plan and execute are one transaction
+(`Storage.in_transaction`): a crash leaves the document applied whole or not at all, and the
+plan's reads are part of it, so two processes applying documents for one order serialise even
+without the lock (a write conflict runs the whole document again on fresh reads). Shipment ids and
+order sequence numbers are reserved outside it (`Storage.next_ids`): a document run again or
+rolled back skips the numbers it reserved. Without transactions (the embedded nx-27017) the
+writes are applied one by one and a crash can leave part of a document.
+
 Round trips are what the embedded database limits (one command at a time), so the response is
 built from what the plan read and the writes wrote: only intake writes order items, and only under
 the order's lock, so the items of the document's orders are known without reading them back.
@@ -13,8 +21,8 @@ the order's lock, so the items of the document's orders are known without readin
 
 from __future__ import annotations
 
-import asyncio
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -44,7 +52,7 @@ from core.intake.contract import (
 )
 from core.shipments.eligibility import ELIGIBLE, is_eligible
 from core.shipments.lifecycle import ORDER_STATUS_NEW, new_shipment
-from core.storage import Doc, Storage
+from core.storage import Doc, Session, Storage, together
 from core.tenancy import tenants
 
 SHIPMENT_STATUS_NEW = "SCHEDULED"
@@ -97,10 +105,15 @@ def order_key(business: str, facility: str, direction: str, number: str) -> str:
 
 
 async def apply_document(
-    storage: Storage, principal: Principal, document: IntakeDocument
+    storage: Storage,
+    principal: Principal,
+    document: IntakeDocument,
+    *,
+    then: Callable[[IntakeResult, Session], Awaitable[None]] | None = None,
 ) -> IntakeResult:
     """Apply a validated document for `principal`. Raises (and writes nothing) when any part of
-    it is rejected: 404/403 scope, 409 conflicts, 422 fields the current state requires."""
+    it is rejected: 404/403 scope, 409 conflicts, 422 fields the current state requires.
+    `then` writes what belongs with the document (its stored response) in the same transaction."""
     check_access(principal, document.business, document.facility)
     facility = await tenants.find_facility(storage, document.business, document.facility)
     if facility is None:
@@ -118,14 +131,21 @@ async def apply_document(
     scope = (document.business, document.facility, document.direction)
     keys = [shipment_key(*scope, document.shipment_reference)]
     keys += [order_key(*scope, o.order_number) for o in orders]
+
+    async def apply(session: Session) -> IntakeResult:
+        plan = await _plan(storage, document, orders, paths, session)
+        shipment_id, status = await _execute(storage, plan, session)
+        shipment = await _resulting_shipment(storage, plan, shipment_id, status, session)
+        response = IntakeResponse(
+            created=plan.created, updated=plan.updated, removed=plan.removed, shipment=shipment
+        )
+        result = IntakeResult(response=response, shipment_id=shipment_id)
+        if then is not None:
+            await then(result, session)
+        return result
+
     async with locks.hold(storage, keys):
-        plan = await _plan(storage, document, orders, paths)
-        shipment_id, status = await _execute(storage, plan)
-        shipment = await _resulting_shipment(storage, plan, shipment_id, status)
-    response = IntakeResponse(
-        created=plan.created, updated=plan.updated, removed=plan.removed, shipment=shipment
-    )
-    return IntakeResult(response=response, shipment_id=shipment_id)
+        return await storage.in_transaction(apply)
 
 
 def _check_request_duplicates(orders: list[DocumentOrder], paths: list[str]) -> None:
@@ -205,7 +225,11 @@ class _Problems:
 
 
 async def _plan(
-    storage: Storage, document: IntakeDocument, orders: list[DocumentOrder], paths: list[str]
+    storage: Storage,
+    document: IntakeDocument,
+    orders: list[DocumentOrder],
+    paths: list[str],
+    session: Session,
 ) -> _Plan:
     scope = {
         "business": document.business,
@@ -214,16 +238,19 @@ async def _plan(
     }
     # The named shipment and every order's candidates are independent reads: sent together.
     named_read = storage.shipments.find_one(
-        {**scope, "number": document.shipment_reference, **ELIGIBLE}, sort=[("_id", DESCENDING)]
+        {**scope, "number": document.shipment_reference, **ELIGIBLE},
+        sort=[("_id", DESCENDING)],
+        session=session,
     )
-    named, candidates = await asyncio.gather(
+    named, *candidates = await together(
+        session,
         named_read,
-        asyncio.gather(*(_orders_numbered(storage, scope, o.order_number) for o in orders)),
+        *(_orders_numbered(storage, scope, o.order_number, session) for o in orders),
     )
     named_id = None if named is None else named["_id"]
-    found = [await _eligible_order(storage, c, named_id) for c in candidates]
-    items = await asyncio.gather(
-        *(_items_of(storage, None if e is None else e["_id"]) for e in found)
+    found = [await _eligible_order(storage, c, named_id, session) for c in candidates]
+    items = await together(
+        session, *(_items_of(storage, None if e is None else e["_id"], session) for e in found)
     )
     plan = _Plan(
         business=document.business,
@@ -247,23 +274,25 @@ async def _plan(
     return plan
 
 
-async def _orders_numbered(storage: Storage, scope: Doc, number: str) -> list[Doc]:
+async def _orders_numbered(
+    storage: Storage, scope: Doc, number: str, session: Session
+) -> list[Doc]:
     """The orders with this number, most recently created first."""
     return (
-        await storage.orders.find({**scope, "number": number})
+        await storage.orders.find({**scope, "number": number}, session=session)
         .sort("created_seq", DESCENDING)
         .to_list()
     )
 
 
-async def _items_of(storage: Storage, order_id: str | None) -> list[Doc]:
+async def _items_of(storage: Storage, order_id: str | None, session: Session) -> list[Doc]:
     if order_id is None:
         return []
-    return await storage.order_items.find({"order_id": order_id}).to_list()
+    return await storage.order_items.find({"order_id": order_id}, session=session).to_list()
 
 
 async def _eligible_order(
-    storage: Storage, candidates: list[Doc], eligible_shipment: int | None
+    storage: Storage, candidates: list[Doc], eligible_shipment: int | None, session: Session
 ) -> Doc | None:
     """The most recently created of `candidates` (orders with one number, newest first) whose
     shipment is eligible. `eligible_shipment` is known eligible (the plan just found it so):
@@ -273,7 +302,9 @@ async def _eligible_order(
     if eligible_shipment is not None and candidates[0]["shipment_id"] == eligible_shipment:
         return candidates[0]
     shipment_ids = list({c["shipment_id"] for c in candidates})
-    shipments = await storage.shipments.find({"_id": {"$in": shipment_ids}}).to_list()
+    shipments = await storage.shipments.find(
+        {"_id": {"$in": shipment_ids}}, session=session
+    ).to_list()
     eligible = {s["_id"] for s in shipments if is_eligible(s)}
     return next((c for c in candidates if c["shipment_id"] in eligible), None)
 
@@ -398,7 +429,7 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(8)}"
 
 
-async def _execute(storage: Storage, plan: _Plan) -> tuple[int, str]:
+async def _execute(storage: Storage, plan: _Plan, session: Session) -> tuple[int, str]:
     """Write the plan; returns the shipment's id and status. Entries are recorded as the writes
     happen, and each order plan gets its id and resulting items."""
     now = plan.now
@@ -418,7 +449,8 @@ async def _execute(storage: Storage, plan: _Plan) -> tuple[int, str]:
                 at=now,
                 source=HISTORY_SOURCE,
                 fields=plan.shipment_fields,
-            )
+            ),
+            session=session,
         )
         plan.created.append(
             ChangeEntry(type="SHIPMENT", id=str(shipment_id), reference=shipment_ref)
@@ -427,7 +459,9 @@ async def _execute(storage: Storage, plan: _Plan) -> tuple[int, str]:
         status = SHIPMENT_STATUS_NEW
     else:
         shipment_id = plan.shipment["_id"]
-        shipment_changed, status = await _update_shipment(storage, plan.shipment, plan, now)
+        shipment_changed, status = await _update_shipment(
+            storage, plan.shipment, plan, now, session
+        )
 
     item_created: list[ChangeEntry] = []
     item_updated: list[ChangeEntry] = []
@@ -446,7 +480,8 @@ async def _execute(storage: Storage, plan: _Plan) -> tuple[int, str]:
                     "status": ORDER_STATUS_NEW,
                     "created_seq": order.created_seq,
                     "created_at": now,
-                }
+                },
+                session=session,
             )
             plan.created.append(ChangeEntry(type="ORDER", id=order_id, reference=order.number))
             shipment_changed = True
@@ -454,23 +489,25 @@ async def _execute(storage: Storage, plan: _Plan) -> tuple[int, str]:
             order_id = order.existing["_id"]
             if order.moves_from is not None:
                 await storage.orders.update_one(
-                    {"_id": order_id}, {"$set": {"shipment_id": shipment_id}}
+                    {"_id": order_id}, {"$set": {"shipment_id": shipment_id}}, session=session
                 )
                 await storage.order_items.update_many(
-                    {"order_id": order_id}, {"$set": {"shipment_id": shipment_id}}
+                    {"order_id": order_id}, {"$set": {"shipment_id": shipment_id}}, session=session
                 )
                 left_shipments.add(order.moves_from)
             if order.moves_from is not None or order.items_changed:
                 order_updated.append(ChangeEntry(type="ORDER", id=order_id, reference=order.number))
                 shipment_changed = True
         order.order_id = order_id
-        await _write_items(storage, plan, order, order_id, shipment_id, item_created, item_updated)
+        await _write_items(
+            storage, plan, order, order_id, shipment_id, item_created, item_updated, session
+        )
         if order.items_changed:
             shipment_changed = True
 
     for left in sorted(left_shipments - {shipment_id}):
         old = await storage.shipments.find_one_and_update(
-            {"_id": left}, {"$set": {"updated_at": now}}
+            {"_id": left}, {"$set": {"updated_at": now}}, session=session
         )
         if old is not None:
             plan.updated.append(
@@ -487,7 +524,7 @@ async def _execute(storage: Storage, plan: _Plan) -> tuple[int, str]:
 
 
 async def _update_shipment(
-    storage: Storage, shipment: Doc, plan: _Plan, now: datetime
+    storage: Storage, shipment: Doc, plan: _Plan, now: datetime, session: Session
 ) -> tuple[bool, str]:
     """Apply the document's shipment fields; returns whether something changed and the
     shipment's status after the update (read by the update itself)."""
@@ -502,6 +539,7 @@ async def _update_shipment(
         {"$set": {**update, "updated_at": now}},
         {"status": 1},
         return_document=ReturnDocument.AFTER,
+        session=session,
     )
     return bool(update), str((after or shipment)["status"])
 
@@ -514,19 +552,21 @@ async def _write_items(
     shipment_id: int,
     created: list[ChangeEntry],
     updated: list[ChangeEntry],
+    session: Session,
 ) -> None:
     # The plan read the order's items under its lock, and only intake writes items: what they
     # are after these writes is known without reading them back.
     items = {i["_id"]: i for i in order.current}
     if order.remove_ids:
-        await storage.order_items.delete_many({"_id": {"$in": order.remove_ids}})
+        await storage.order_items.delete_many({"_id": {"$in": order.remove_ids}}, session=session)
         plan.removed.extend(
             ChangeEntry(type="ORDER_ITEM", id=i, reference=_reference(items.pop(i, None)))
             for i in order.remove_ids
         )
     if order.updates:
         await storage.order_items.bulk_write(
-            [UpdateOne({"_id": item_id}, {"$set": values}) for item_id, values in order.updates]
+            [UpdateOne({"_id": item_id}, {"$set": values}) for item_id, values in order.updates],
+            session=session,
         )
         for item_id, values in order.updates:
             items[item_id] = {**items[item_id], **values}
@@ -546,7 +586,7 @@ async def _write_items(
             }
             for values in order.inserts
         ]
-        await storage.order_items.insert_many(docs)
+        await storage.order_items.insert_many(docs, session=session)
         created.extend(
             ChangeEntry(type="ORDER_ITEM", id=d["_id"], reference=d["reference"]) for d in docs
         )
@@ -564,7 +604,7 @@ def _reference(item: Doc | None) -> str:
 
 
 async def _resulting_shipment(
-    storage: Storage, plan: _Plan, shipment_id: int, status: str
+    storage: Storage, plan: _Plan, shipment_id: int, status: str, session: Session
 ) -> ResponseShipment:
     """The shipment after the document: its orders (read, unless every one was just created
     on a new shipment: then they are the document's) with their items (the document's orders'
@@ -577,14 +617,17 @@ async def _resulting_shipment(
         ]
     else:
         orders = (
-            await storage.orders.find({"shipment_id": shipment_id}, {"number": 1, "status": 1})
+            await storage.orders.find(
+                {"shipment_id": shipment_id}, {"number": 1, "status": 1}, session=session
+            )
             .sort("created_seq", 1)
             .to_list()
         )
     items_by_order = {order_id: o.items_after for order_id, o in written.items()}
     others = [o["_id"] for o in orders if o["_id"] not in written]
     if others:
-        for item in await storage.order_items.find({"order_id": {"$in": others}}).to_list():
+        other_items = storage.order_items.find({"order_id": {"$in": others}}, session=session)
+        for item in await other_items.to_list():
             items_by_order.setdefault(item["order_id"], []).append(item)
     return ResponseShipment(
         id=shipment_id,

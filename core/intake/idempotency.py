@@ -23,7 +23,7 @@ from core.errors import (
     IdempotencyKeyReused,
     RateLimited,
 )
-from core.storage import Storage
+from core.storage import Session, Storage
 
 KEY_TTL = timedelta(hours=24)  # how long a response is replayed (DESIGN.md section 5)
 # An IN_FLIGHT key older than this belongs to a request that died; a repeat may take it over.
@@ -122,8 +122,15 @@ async def begin(
     raise IdempotencyKeyInFlight("this Idempotency-Key is contended; retry later")
 
 
-async def finish(storage: Storage, scope: KeyScope, key: str, response: StoredResponse) -> None:
-    """Store the response of the request that claimed `key`."""
+async def finish(
+    storage: Storage,
+    scope: KeyScope,
+    key: str,
+    response: StoredResponse,
+    session: Session = None,
+) -> None:
+    """Store the response of the request that claimed `key` (in the request's transaction, when
+    `session` is one: the response is stored if and only if the document was applied)."""
     await storage.idempotency_keys.update_one(
         {"_id": scope.id(key)},
         {
@@ -134,6 +141,7 @@ async def finish(storage: Storage, scope: KeyScope, key: str, response: StoredRe
                 "headers": response.headers,
             }
         },
+        session=session,
     )
 
 

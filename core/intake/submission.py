@@ -18,7 +18,7 @@ from core.intake import documents, idempotency
 from core.intake.contract import TextLimits, parse_document
 from core.intake.idempotency import KeyScope, StoredResponse
 from core.settings import Settings
-from core.storage import Storage
+from core.storage import Session, Storage
 from core.urls import shipment_url
 
 
@@ -61,21 +61,31 @@ async def apply_document_idempotently(
             document = parse_document(decode(body), limits)
             check_access(principal, document.business, document.facility)
             return DocumentAnswer(stored, replayed=True)
+
+    async def store_response(result: documents.IntakeResult, session: Session) -> None:
+        # With the document's writes: a crash leaves both or neither.
+        assert key is not None
+        await idempotency.finish(storage, scope, key, _response(settings, result), session)
+
     try:
         document = parse_document(decode(body), limits)
-        result = await documents.apply_document(storage, principal, document)
+        result = await documents.apply_document(
+            storage, principal, document, then=None if key is None else store_response
+        )
     except BaseException:
         if key is not None:
             await idempotency.abandon(storage, scope, key)
         raise
+    return DocumentAnswer(_response(settings, result))
+
+
+def _response(settings: Settings, result: documents.IntakeResult) -> StoredResponse:
+    """201 with the new shipment's dashboard URL as Location when anything was created."""
     headers = {}
     if result.created:
         headers["Location"] = shipment_url(settings, result.shipment_id)
-    response = StoredResponse(
+    return StoredResponse(
         status=201 if result.created else 200,
         body=result.response.model_dump_json(by_alias=True),
         headers=headers,
     )
-    if key is not None:
-        await idempotency.finish(storage, scope, key, response)
-    return DocumentAnswer(response)

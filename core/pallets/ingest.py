@@ -20,6 +20,13 @@ Crash safety and idempotency, per (camera, reading id):
 - So, after the camera resends what was not acked, every pallet has exactly one message and
   every message its pallet; a message never exists without its pallet (pallets go first).
 
+Where the database runs transactions, these writes (with the orders the batch starts) are one
+transaction instead, and a crash leaves all of a batch or none of it; the steps above are then
+what makes a batch half-written by an older version, or on another backend, whole again. Kept
+outside it: message ids (reserved once per batch and kept when its transaction runs again), and
+the shipment changes of matching, a new ad-hoc shipment and a first arrival, each written once
+and exactly once (`core.shipments.lifecycle`), which a resend finds and continues.
+
 Matching (per reading, in the reading's facility): the shipment — not completed, eligible or
 arrived, of the paired direction (LOADING <-> OUTBOUND, `core.shipments.directions`) — whose
 order items carry an LPN read on the label; else the shipment at the reading's dock; else a new
@@ -49,7 +56,7 @@ from core.pallets import camera_input
 from core.settings import Settings
 from core.shipments import completion, directions, lifecycle
 from core.shipments.dock_events import rejection, resolve_dock
-from core.storage import UNAVAILABLE_ERRORS, Doc, Storage
+from core.storage import UNAVAILABLE_ERRORS, Doc, Session, Storage, together
 from core.tenancy.tenants import Camera, Facility, find_facility
 
 log = logging.getLogger(__name__)
@@ -247,27 +254,51 @@ class BatchPlan:
     # the writes, with the facilities the batch read.
     shipment_ids: set[int] = field(default_factory=set)
     facilities: dict[tuple[str, str], Facility] = field(default_factory=dict)
+    # Orders of the batch's pallets still CREATED when read: they become STARTED.
+    started_order_ids: list[str] = field(default_factory=list)
+    repairs: bool = False  # some readings complete a half-written earlier attempt
 
-    def writes(self, storage: Storage) -> list[Any]:
-        """The write steps in order, each a zero-argument coroutine function."""
+    def writes(self, storage: Storage, session: Session = None) -> list[Any]:
+        """The write steps in order, each a zero-argument coroutine function; in the
+        transaction `session` when one is given."""
 
         async def pallets() -> None:
-            await publish.insert_ignoring_duplicates(storage, "pallets", self.pallets)
+            if self.started_order_ids:
+                await storage.orders.update_many(
+                    {"_id": {"$in": self.started_order_ids}, "status": lifecycle.ORDER_STATUS_NEW},
+                    {"$set": {"status": lifecycle.ORDER_STATUS_STARTED}},
+                    session=session,
+                )
+            await publish.insert_ignoring_duplicates(storage, "pallets", self.pallets, session)
 
         async def deliveries() -> None:
             await publish.insert_ignoring_duplicates(
-                storage, "webhook_deliveries", self.messages.deliveries
+                storage, "webhook_deliveries", self.messages.deliveries, session
             )
 
         async def messages() -> None:
             await publish.write_messages(
-                storage, publish.WrittenMessages(self.messages.messages, [])
+                storage, publish.WrittenMessages(self.messages.messages, []), session
             )
 
         async def claims() -> None:
-            await publish.insert_ignoring_duplicates(storage, "readings", self.claims)
+            await publish.insert_ignoring_duplicates(storage, "readings", self.claims, session)
 
         return [pallets, deliveries, messages, claims]
+
+
+class MessageIds:
+    """The message ids of one batch: reserved by its first attempt and kept by the attempts
+    its transaction makes again, so a retried batch leaves no unused ids for feed readers to
+    wait on (only the surplus of an attempt that needed fewer)."""
+
+    def __init__(self) -> None:
+        self._ids: list[int] = []
+
+    async def take(self, storage: Storage, count: int) -> list[int]:
+        if len(self._ids) < count:
+            self._ids += await publish.reserve_message_ids(storage, count - len(self._ids))
+        return self._ids[:count]
 
 
 async def record_pallets(
@@ -323,6 +354,54 @@ async def _record_batch(
     settings: Settings,
     batch: Sequence[tuple[Camera, Reading]],
 ) -> list[ReadingResult]:
+    if storage.transactions:
+        plan = await _store_in_transaction(storage, settings, batch)
+    else:
+        plan = await _store_write_by_write(storage, settings, batch)
+    results = [r for r in plan.results if r is not None]
+    assert len(results) == len(batch)
+    return results
+
+
+async def _store_in_transaction(
+    storage: Storage, settings: Settings, batch: Sequence[tuple[Camera, Reading]]
+) -> BatchPlan:
+    """Plan and write the batch in one transaction, then announce its messages and check the
+    completion rule (which writes its own messages)."""
+    message_ids = MessageIds()
+
+    async def store(session: Session) -> BatchPlan:
+        plan = await plan_batch(storage, settings, batch, message_ids=message_ids)
+        if plan.repairs:
+            await _drop_stored(storage, plan, session)
+        for write in plan.writes(storage, session):
+            await write()
+        return plan
+
+    plan = await storage.in_transaction(store)
+    if plan.messages.messages:
+        publish.announce(storage, plan.messages.messages)
+    await after_batch(storage, settings, plan)
+    return plan
+
+
+async def _drop_stored(storage: Storage, plan: BatchPlan, session: Session) -> None:
+    """Leave out of a repair the messages and deliveries an earlier attempt stored: in a
+    transaction a duplicate would abort it instead of being ignored."""
+    messages, deliveries = await together(
+        session,
+        _by_id(storage.push_messages, [m["_id"] for m in plan.messages.messages], session),
+        _by_id(storage.webhook_deliveries, [d["_id"] for d in plan.messages.deliveries], session),
+    )
+    plan.messages = publish.WrittenMessages(
+        [m for m in plan.messages.messages if m["_id"] not in messages],
+        [d for d in plan.messages.deliveries if d["_id"] not in deliveries],
+    )
+
+
+async def _store_write_by_write(
+    storage: Storage, settings: Settings, batch: Sequence[tuple[Camera, Reading]]
+) -> BatchPlan:
     plan = await plan_batch(storage, settings, batch)
     *before_claims, claims = plan.writes(storage)
     for write in before_claims:
@@ -334,9 +413,7 @@ async def _record_batch(
         await after_batch(storage, settings, plan)
     finally:
         await claimed
-    results = [r for r in plan.results if r is not None]
-    assert len(results) == len(batch)
-    return results
+    return plan
 
 
 async def after_batch(storage: Storage, settings: Settings, plan: BatchPlan) -> None:
@@ -348,12 +425,17 @@ async def after_batch(storage: Storage, settings: Settings, plan: BatchPlan) -> 
 
 
 async def plan_batch(
-    storage: Storage, settings: Settings, batch: Sequence[tuple[Camera, Reading]]
+    storage: Storage,
+    settings: Settings,
+    batch: Sequence[tuple[Camera, Reading]],
+    *,
+    message_ids: MessageIds | None = None,
 ) -> BatchPlan:
     """Validate, deduplicate and match a batch, and build every document it writes.
 
     Shipment changes (ad-hoc creation, arrival) happen here, before the pallet writes; they are
     idempotent, so a crash after them leaves nothing a resend cannot finish."""
+    message_ids = message_ids or MessageIds()
     plan = BatchPlan(results=[None] * len(batch))
     now = lifecycle.now_ms()
     # Everything the batch reads that depends on nothing else, at once (one round trip of
@@ -417,10 +499,7 @@ async def plan_batch(
             await _match(storage, fresh, now)
             await _arrive(storage, fresh)
 
-        _, reserved = await asyncio.gather(
-            match_and_arrive(), publish.reserve_message_ids(storage, len(fresh))
-        )
-        block = list(reserved)
+        _, block = await asyncio.gather(match_and_arrive(), message_ids.take(storage, len(fresh)))
         new_messages = []
         for item, message_id in zip(fresh, block, strict=True):
             item.message_id = message_id
@@ -439,12 +518,7 @@ async def plan_batch(
                 storage, new_messages, ids=block, sent_at=now, endpoints=endpoints
             )
         )
-        order_ids = sorted({o for item in fresh for o in item.unstarted_order_ids})
-        if order_ids:
-            await storage.orders.update_many(
-                {"_id": {"$in": order_ids}, "status": lifecycle.ORDER_STATUS_NEW},
-                {"$set": {"status": lifecycle.ORDER_STATUS_STARTED}},
-            )
+        plan.started_order_ids = sorted({o for item in fresh for o in item.unstarted_order_ids})
 
     for index, first in followers:
         answer = plan.results[first.index]
@@ -464,8 +538,13 @@ async def _facilities(
     return {site: facility for site, facility in zip(sites, found, strict=True) if facility}
 
 
-async def _by_id(collection: AsyncCollection[Doc], ids: list[str]) -> dict[str, Doc]:
-    return {d["_id"]: d for d in await collection.find({"_id": {"$in": ids}}).to_list()}
+async def _by_id(
+    collection: AsyncCollection[Doc], ids: list[Any], session: Session = None
+) -> dict[Any, Doc]:
+    if not ids:
+        return {}
+    found = collection.find({"_id": {"$in": ids}}, session=session)
+    return {d["_id"]: d for d in await found.to_list()}
 
 
 def _claim(key: str, pallet: Doc) -> Doc:
@@ -526,6 +605,7 @@ async def _answer_known(
             pallet["message_id"],
         )  # fmt: skip
     if repairs:
+        plan.repairs = True
         plan.messages.extend(
             await publish.build_messages(
                 storage,

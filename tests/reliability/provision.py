@@ -31,15 +31,18 @@ class ServeTenant:
 
 
 def settings_of(serve: ServeProcess) -> Settings:
-    """The serve process's database: its embedded server, whatever this process's environment
-    says (DOCKFLOW_MONGODB_URL may point the suite at an external server)."""
-    return Settings(
+    """The serve process's database: its own embedded server unless it was given a URL, whatever
+    this process's environment says (DOCKFLOW_MONGODB_URL may point the suite elsewhere)."""
+    settings = Settings(
         data_dir=serve.data_dir,
-        mongodb_url=None,
         public_base_url=serve.base_url,
         secret_key=serve.env["DOCKFLOW_SECRET_KEY"],
         log_level="WARNING",
+        mongodb_url=serve.mongodb_url,
     )
+    if serve.mongodb_db is None:
+        return settings
+    return settings.model_copy(update={"mongodb_db": serve.mongodb_db})
 
 
 async def provision(serve: ServeProcess, webhook_url: str, docks: int = 8) -> ServeTenant:

@@ -40,10 +40,23 @@ def pid_alive(pid: int) -> bool:
 
 
 class ServeProcess:
-    """One data directory and its ports; `start()` may be called again after a kill."""
+    """One data directory and its ports; `start()` may be called again after a kill. On the
+    embedded database, unless `mongodb_url` (with `mongodb_db`) names another."""
 
-    def __init__(self, data_dir: Path, log_path: Path, **env: str) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        log_path: Path,
+        *,
+        mongodb_url: str | None = None,
+        mongodb_db: str | None = None,
+        command: str = "serve",
+        **env: str,
+    ) -> None:
+        self.command = command  # serve, or one part: api, edge, webhooks
         self.data_dir = data_dir
+        self.mongodb_url = mongodb_url
+        self.mongodb_db = mongodb_db
         self.log_path = log_path
         self.http_port = free_port()
         self.grpc_port = free_port()
@@ -61,7 +74,11 @@ class ServeProcess:
             "DOCKFLOW_SECRET_KEY": "kT0rKJ8D8k2m7aM5wXy3bq1c9Jw2s7QpVn0fHh4uLzE=",
             **env,
         }
-        self.env.pop("DOCKFLOW_MONGODB_URL", None)  # the embedded database is the point
+        self.env.pop("DOCKFLOW_MONGODB_URL", None)  # the embedded database, unless given
+        if mongodb_url is not None:
+            self.env["DOCKFLOW_MONGODB_URL"] = mongodb_url
+        if mongodb_db is not None:
+            self.env["DOCKFLOW_MONGODB_DB"] = mongodb_db
         self.process: asyncio.subprocess.Process | None = None
 
     @property
@@ -73,17 +90,18 @@ class ServeProcess:
         return f"127.0.0.1:{self.grpc_port}"
 
     async def start(self) -> None:
-        """Start `dockflow serve` and wait until it says it is ready."""
+        """Start `dockflow <command>` and wait until it says it is ready."""
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "dockflow", "serve",
+                sys.executable, "-m", "dockflow", self.command,
                 env=self.env, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
         deadline = time.monotonic() + START_LIMIT_S
         while READY_LINE not in self.log_text(offset):
             if self.process.returncode is not None or time.monotonic() > deadline:
-                raise AssertionError("dockflow serve did not start:\n" + self.log_text(offset))
+                output = self.log_text(offset)
+                raise AssertionError(f"dockflow {self.command} did not start:\n{output}")
             await asyncio.sleep(0.1)
 
     def log_text(self, offset: int = 0) -> str:
