@@ -170,8 +170,8 @@ async def test_sigkill_mid_stream_leaves_every_pallet_with_its_message_and_deliv
     finally:
         await serve.stop()
 
-    acked = {a.pallet_id for c in cameras for a in c.acks.values()}
-    assert acked <= pallets.keys()
+    acked_ids = {a.pallet_id for c in cameras for a in c.acks.values()}
+    assert acked_ids <= pallets.keys()
     assert len(pallets) < CAMERAS * PER_CAMERA, "the kill came before the cameras were done"
     assert {p["message_id"] for p in pallets.values()} == messages.keys()
     assert {m["pallet_id"] for m in messages.values()} == pallets.keys()
