@@ -3,14 +3,13 @@
 Message ids are reserved before the write (`core.feed.publish`), so id 7 may commit before id 6. A
 reader that hands out 7 and then moves past it would never see 6. The hub therefore keeps a
 *low watermark*: the highest id at or below which every id is committed (and released, in id
-order) or abandoned. Messages above a gap wait until the gap fills, or until the gap is older
-than `feed_gap_grace_s` — then its id is treated as abandoned (a writer that reserved ids and
-crashed) so one crash never stalls the feed.
-
-Decision for an abandoned id that commits later anyway (within `feed_late_window_s`): it is
-delivered late, out of id order, to the live subscribers, still exactly once (it was never
-delivered before). After the late window the hub stops looking for it; `pushMessages` still
-returns it.
+order) or fenced. Messages above a gap wait until the gap fills. A gap older than
+`feed_gap_grace_s` is fenced (`publish.fence_ids`): a void placeholder takes the id, so it is
+known never to commit, and only then does the watermark move past it. A writer that crashed
+stalls the feed for the grace only; a writer that was merely stalled (an election, a paused
+process) finds its ids fenced and writes its messages again under fresh ids, which the feed
+delivers in order like any other. No id is ever skipped that might still commit, so nothing
+is delivered late or out of order.
 
 `list_messages` answers only up to the watermark too, so a consumer paging with `afterId`
 never steps over an id that commits later, and `pushMessages` followed by a subscription from
@@ -241,15 +240,13 @@ class FeedHub:
         self.storage = storage
         self.poll_interval_s = settings.feed_poll_interval_s
         self.gap_grace_s = settings.feed_gap_grace_s
-        self.late_window_s = settings.feed_late_window_s
         self.buffer_limit = settings.feed_subscriber_buffer
         self.buffer_byte_limit = settings.feed_subscriber_buffer_bytes
-        self.watermark = 0  # every id <= this is released or abandoned
+        self.watermark = 0  # every id <= this is released or fenced
         self._highest = 0  # highest id seen
         self._pending: dict[int, Doc] = {}  # seen above the watermark, waiting for a gap
         self._historic: set[int] = set()  # committed before start: released to nobody
         self._gaps: dict[int, float] = {}  # missing id -> monotonic time first noticed
-        self._abandoned: dict[int, float] = {}  # id -> monotonic time given up on
         self._subscribers: set[Subscriber] = set()
         # Subscribers by (business, facility), None for every facility: a message is offered
         # only to those it may match, not to every subscriber of the process.
@@ -260,7 +257,7 @@ class FeedHub:
         self._stopped = False
         self._poll_lock = asyncio.Lock()  # one poll at a time, also when called directly
         self.gaps_seen = 0  # ids seen missing below a committed one (out-of-order commits)
-        self.abandoned_total = 0  # ids given up on after the grace
+        self.fenced_total = 0  # ids this hub fenced after the grace (their writer stalled)
 
     async def __aenter__(self) -> FeedHub:
         await self.start()
@@ -332,7 +329,7 @@ class FeedHub:
                 age = max(0.0, now_wall - next_sent) if next_sent is not None else 0.0
                 self._gaps[message_id] = now_mono - age
         self._highest = highest
-        self._advance(now_mono)
+        self._advance()
 
     async def run(self) -> None:
         """The tailer loop: poll, release, fan out; database errors pause and retry."""
@@ -378,23 +375,28 @@ class FeedHub:
                 .to_list()
             )
             more = len(new) >= POLL_BATCH
-        watched = list(self._gaps) + list(self._abandoned)
         fillers: list[Doc] = []
-        if watched:
+        if self._gaps:
             fillers = await self.storage.push_messages.find(
-                {"_id": {"$in": sorted(watched)}}
+                {"_id": {"$in": sorted(self._gaps)}}
             ).to_list()
         now = time.monotonic()
         self._accept([*fillers, *new], now)
-        self._forget_abandoned(now)
+        expired = [i for i, noticed in self._gaps.items() if now - noticed >= self.gap_grace_s]
+        if expired:
+            held = await publish.fence_ids(self.storage, expired)
+            fenced = [int(doc["_id"]) for doc in held if publish.is_void(doc)]
+            self.fenced_total += len(fenced)  # this hub's voids and other readers' alike
+            if fenced:
+                log.warning("feed: stalled ids fenced after the grace", extra={"ids": fenced})
+            self._accept(held, now)
         return more
 
     def _accept(self, docs: list[Doc], now: float) -> None:
         """Take committed messages (read by a poll, or handed over by this process's writer):
-        new ones wait in id order for the gaps below them; a gap's filler takes its place; an
-        abandoned id that committed after all goes out late. Anything else seen before
-        (pending, released, from before the start) is ignored: each id is released once."""
-        late: list[Doc] = []
+        new ones wait in id order for the gaps below them; a gap's filler (a message, or the void
+        that fenced it) takes its place. Anything else seen before (pending, released, from
+        before the start) is ignored: each id is released once."""
         for doc in sorted(docs, key=lambda d: int(d["_id"])):
             message_id = int(doc["_id"])
             if message_id > self._highest:
@@ -405,35 +407,20 @@ class FeedHub:
                 self._highest = message_id
             elif self._gaps.pop(message_id, None) is not None:
                 self._pending[message_id] = doc
-            elif self._abandoned.pop(message_id, None) is not None:
-                late.append(doc)
-        for doc in late:
-            log.warning("feed: abandoned id committed late", extra={"message_id": doc["_id"]})
-            self._fan_out(doc)
-        self._advance(now)
+        self._advance()
 
-    def _advance(self, now: float) -> None:
+    def _advance(self) -> None:
         while self.watermark < self._highest:
             candidate = self.watermark + 1
             doc = self._pending.pop(candidate, None)
             if doc is not None:
-                self._fan_out(doc)
+                if not publish.is_void(doc):
+                    self._fan_out(doc)
             elif candidate in self._historic:
                 self._historic.discard(candidate)
             else:
-                noticed = self._gaps.get(candidate)
-                if noticed is None or now - noticed < self.gap_grace_s:
-                    break  # still in flight: everything above waits
-                del self._gaps[candidate]
-                self._abandoned[candidate] = now
-                self.abandoned_total += 1
-                log.warning("feed: id abandoned after grace", extra={"message_id": candidate})
+                break  # in flight (or about to be fenced): everything above waits
             self.watermark = candidate
-
-    def _forget_abandoned(self, now: float) -> None:
-        expired = [i for i, at in self._abandoned.items() if now - at > self.late_window_s]
-        for message_id in expired:
-            del self._abandoned[message_id]
 
     def _fan_out(self, message: Doc) -> None:
         business = message["business"]
@@ -492,20 +479,13 @@ class FeedHub:
         """
         await self._ready.wait()
         subscriber = self.add(selector, on_fail)
-        # Ids given up on before this start may still commit; they then arrive live, late.
-        late_candidates = set(self._abandoned)
-        replayed_late: set[int] = set()
         try:
             if after_id is not None or since is not None:
                 async for doc in self._replay(selector, subscriber.start_id, after_id, since):
-                    if int(doc["_id"]) in late_candidates:
-                        replayed_late.add(int(doc["_id"]))
                     yield doc
             while True:
                 doc = await subscriber.next_message()
                 message_id = int(doc["_id"])
-                if message_id in replayed_late:
-                    continue
                 if after_id is not None and subscriber.start_id < message_id <= after_id:
                     continue  # the caller already has these (it read past our watermark)
                 yield doc

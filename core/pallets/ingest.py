@@ -34,7 +34,7 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -261,13 +261,36 @@ class BatchPlan:
 
         async def messages() -> None:
             await publish.write_messages(
-                storage, publish.WrittenMessages(self.messages.messages, [])
+                storage,
+                self.messages,
+                on_renumber=lambda renumbered: self.renumber(storage, renumbered),
+                deliveries_written=True,
             )
 
         async def claims() -> None:
             await publish.insert_ignoring_duplicates(storage, "readings", self.claims)
 
         return [pallets, deliveries, messages, claims]
+
+    async def renumber(self, storage: Storage, renumbered: dict[int, int]) -> None:
+        """Messages of the batch got fresh ids (a feed reader fenced the reserved ones while the
+        batch was stalled): the stored pallets, the claims and the answers take them."""
+        pallet_ids = {m["_id"]: m["pallet_id"] for m in self.messages.messages}
+        for old_id, new_id in renumbered.items():  # repaired pallets too, not only new ones
+            await storage.pallets.update_one(
+                {"_id": pallet_ids[new_id], "message_id": old_id},
+                {"$set": {"message_id": new_id}},
+            )
+        for pallet in self.pallets:
+            pallet["message_id"] = renumbered.get(pallet["message_id"], pallet["message_id"])
+        for claim in self.claims:
+            claim["message_id"] = renumbered.get(claim["message_id"], claim["message_id"])
+        self.results = [
+            replace(r, message_id=renumbered[r.message_id])
+            if r is not None and r.message_id in renumbered
+            else r
+            for r in self.results
+        ]
 
 
 async def record_pallets(
