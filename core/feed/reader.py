@@ -15,10 +15,21 @@ is delivered late or out of order.
 never steps over an id that commits later, and `pushMessages` followed by a subscription from
 the last id seen (`afterId`) misses nothing.
 
-One `FeedHub` per process runs one polling task for every business; subscribers get messages
-from memory (no database query per subscriber). Each subscriber's buffer is bounded in messages
-and in bytes (`feed_subscriber_buffer`, `feed_subscriber_buffer_bytes`): one that falls behind
-is ended with `SlowConsumer`, and resumes from its last id.
+One `FeedHub` per process follows the feed for every business with one task; subscribers get
+messages from memory (no database query per subscriber). Each subscriber's buffer is bounded in
+messages and in bytes (`feed_subscriber_buffer`, `feed_subscriber_buffer_bytes`): one that falls
+behind is ended with `SlowConsumer`, and resumes from its last id.
+
+Following: where the database is a replica-set member (a MongoDB replica set, SecantusDB) and
+`feed_change_stream` is on, the task follows an insert stream on push_messages. It delivers in
+commit order, not id order, so everything goes through the same watermark. Each time the stream
+is opened, a poll catches up on what committed before; after a failure the stream is reopened
+from its resume token (a restarted database), or without one when the token is gone (the
+catch-up poll then starts from the watermark). Elsewhere, or while the stream keeps failing, the
+task polls every `feed_poll_interval_s`. The embedded nx-27017 has change streams too, but its
+events carry dates as extended JSON (`{"$date": ...}`), not as a read gives them, so the hub
+polls there (it answers `hello` without `setName`). A restarted process needs no token: its hub
+starts from the database's end, and subscribers resume by `afterId`.
 """
 
 from __future__ import annotations
@@ -28,12 +39,15 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import bson
 from pymongo import ASCENDING, DESCENDING
+from pymongo.asynchronous.change_stream import AsyncChangeStream
+from pymongo.errors import OperationFailure
 
 from core.auth.access import Principal
 from core.errors import DockflowError, ErrorList, FeedStopped, Forbidden, SlowConsumer
@@ -50,6 +64,8 @@ POLL_WINDOW = 256  # ids above the highest seen that a poll looks up by id
 START_WINDOW = 1000  # ids below the newest at start that the hub still watches for late commits
 REPLAY_PAGE = 1000  # messages per database read when a subscription replays from `after_id`
 POLL_ERROR_BACKOFF_S = 1.0  # pause after a failed poll (database down) before trying again
+STREAM_AWAIT_MS = 250  # longest a change stream read waits for an event before gaps are checked
+STREAM_RETRY_S = 30.0  # polling after a change stream failed (or none exists), before a retry
 
 
 @dataclass(frozen=True)
@@ -239,6 +255,11 @@ class FeedHub:
     def __init__(self, storage: Storage, settings: Settings) -> None:
         self.storage = storage
         self.poll_interval_s = settings.feed_poll_interval_s
+        self.use_change_stream = settings.feed_change_stream
+        self.following = "poll"  # or "change-stream": how the hub follows the feed now
+        self._resume_token: Mapping[str, Any] | None = None
+        self._stream_retry_at = 0.0  # monotonic time before which the hub polls
+        self._replica_set: bool | None = None  # found by `hello` at the first try
         self.gap_grace_s = settings.feed_gap_grace_s
         self.buffer_limit = settings.feed_subscriber_buffer
         self.buffer_byte_limit = settings.feed_subscriber_buffer_bytes
@@ -332,25 +353,79 @@ class FeedHub:
         self._advance()
 
     async def run(self) -> None:
-        """The tailer loop: poll, release, fan out; database errors pause and retry."""
+        """The follower loop: a change stream where there is one, else polls; release, fan out;
+        database errors pause and retry."""
         while not self._stopped:
+            if self.use_change_stream and time.monotonic() >= self._stream_retry_at:
+                try:
+                    await self._follow_stream()
+                except asyncio.CancelledError:
+                    raise
+                except UNAVAILABLE_ERRORS:
+                    log.warning("feed change stream interrupted: database unavailable")
+                    await asyncio.sleep(POLL_ERROR_BACKOFF_S)
+                    continue  # reopened from its resume token
+                except Exception as error:  # no change streams here, or the stream broke
+                    log.warning(
+                        "feed change stream unavailable; polling", extra={"error": repr(error)}
+                    )
+                    self._stream_retry_at = time.monotonic() + STREAM_RETRY_S
+                self.following = "poll"
+            await self._poll_round()
+
+    async def _poll_round(self) -> None:
+        try:
+            full = await self.poll()
+        except asyncio.CancelledError:
+            raise
+        except UNAVAILABLE_ERRORS:
+            log.warning("feed poll failed: database unavailable")
+            await asyncio.sleep(POLL_ERROR_BACKOFF_S)
+            return
+        except Exception:
+            log.exception("feed poll failed")
+            await asyncio.sleep(POLL_ERROR_BACKOFF_S)
+            return
+        if full:
+            return
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), self.poll_interval_s)
+
+    async def _follow_stream(self) -> None:
+        """Follow inserts into push_messages until stopped or the stream fails."""
+        if self._replica_set is None:
+            hello = await self.storage.client.admin.command("hello")
+            self._replica_set = "setName" in hello
+        if not self._replica_set:
+            self.use_change_stream = False  # polling for good
+            return
+        stream = await self._open_stream()
+        async with stream:
+            self.following = "change-stream"
+            while await self.poll():  # what committed before the stream opened
+                pass
+            while not self._stopped:
+                change = await stream.try_next()
+                now = time.monotonic()
+                if change is not None and change.get("fullDocument") is not None:
+                    self._accept([_checked(change["fullDocument"])], now)
+                self._resume_token = stream.resume_token
+                if self._expired_gaps(now):
+                    async with self._poll_lock:
+                        await self._fence_expired(now)
+
+    async def _open_stream(self) -> AsyncChangeStream[Doc]:
+        pipeline = [{"$match": {"operationType": "insert"}}]
+        if self._resume_token is not None:
             try:
-                full = await self.poll()
-            except asyncio.CancelledError:
-                raise
-            except UNAVAILABLE_ERRORS:
-                log.warning("feed poll failed: database unavailable")
-                await asyncio.sleep(POLL_ERROR_BACKOFF_S)
-                continue
-            except Exception:
-                log.exception("feed poll failed")
-                await asyncio.sleep(POLL_ERROR_BACKOFF_S)
-                continue
-            if full:
-                continue
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_interval_s)
+                return await self.storage.push_messages.watch(
+                    pipeline, resume_after=self._resume_token, max_await_time_ms=STREAM_AWAIT_MS
+                )
+            except OperationFailure as error:  # the token is gone: go on from the watermark
+                log.warning("feed change stream not resumable", extra={"error": repr(error)})
+                self._resume_token = None
+        return await self.storage.push_messages.watch(pipeline, max_await_time_ms=STREAM_AWAIT_MS)
 
     async def poll(self) -> bool:
         """One round: read new messages and gap fillers, release what is in order.
@@ -382,15 +457,23 @@ class FeedHub:
             ).to_list()
         now = time.monotonic()
         self._accept([*fillers, *new], now)
-        expired = [i for i, noticed in self._gaps.items() if now - noticed >= self.gap_grace_s]
-        if expired:
-            held = await publish.fence_ids(self.storage, expired)
-            fenced = [int(doc["_id"]) for doc in held if publish.is_void(doc)]
-            self.fenced_total += len(fenced)  # this hub's voids and other readers' alike
-            if fenced:
-                log.warning("feed: stalled ids fenced after the grace", extra={"ids": fenced})
-            self._accept(held, now)
+        await self._fence_expired(now)
         return more
+
+    def _expired_gaps(self, now: float) -> list[int]:
+        return [i for i, noticed in self._gaps.items() if now - noticed >= self.gap_grace_s]
+
+    async def _fence_expired(self, now: float) -> None:
+        """Fence the gaps older than the grace, so the watermark can pass them."""
+        expired = self._expired_gaps(now)
+        if not expired:
+            return
+        held = await publish.fence_ids(self.storage, expired)
+        fenced = [int(doc["_id"]) for doc in held if publish.is_void(doc)]
+        self.fenced_total += len(fenced)  # this hub's voids and other readers' alike
+        if fenced:
+            log.warning("feed: stalled ids fenced after the grace", extra={"ids": fenced})
+        self._accept(held, now)
 
     def _accept(self, docs: list[Doc], now: float) -> None:
         """Take committed messages (read by a poll, or handed over by this process's writer):
@@ -521,6 +604,17 @@ class FeedHub:
             if len(page) < REPLAY_PAGE:
                 return
             cursor_id = int(page[-1]["_id"])
+
+
+class UnfaithfulChangeStream(Exception):
+    """A change event's document differs from what a read gives: the hub polls instead."""
+
+
+def _checked(document: Doc) -> Doc:
+    """The inserted document, if the event carries it as a read would (dates as datetimes)."""
+    if not publish.is_void(document) and not isinstance(document.get("sent_at"), datetime):
+        raise UnfaithfulChangeStream(f"sent_at is {type(document.get('sent_at')).__name__}")
+    return document
 
 
 def _routes(selector: FeedFilter) -> list[tuple[str, str | None]]:

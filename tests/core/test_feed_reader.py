@@ -346,3 +346,57 @@ async def test_messages_written_in_this_process_are_released_without_reading_the
     assert "push_messages" not in finds.finds
     stored = await storage.push_messages.find({}).sort("_id", 1).to_list()
     assert received == stored  # as a reader gets them: dates to the millisecond, aware
+
+
+async def until(check: Callable[[], bool]) -> None:
+    async with asyncio.timeout(20):  # guards against a hang; not a timing assertion
+        while not check():
+            await asyncio.sleep(0.02)
+
+
+async def replica_set(storage: Storage) -> bool:
+    return "setName" in await storage.client.admin.command("hello")
+
+
+async def test_the_hub_follows_a_change_stream_where_the_database_has_one(
+    storage: Storage, settings_factory: Callable[..., Settings]
+):
+    if not await replica_set(storage):
+        pytest.skip(
+            "no replica set: the embedded nx-27017 answers hello without setName and its change "
+            "events carry dates as extended JSON, so the hub polls there"
+        )
+    # No poll comes during the test: what arrives, the change stream brought.
+    settings = settings_factory(feed_poll_interval_s=600)
+    other_process = await Storage.connect(str(settings.mongodb_url), settings.mongodb_db)
+    async with FeedHub(storage, settings) as hub:
+        await until(lambda: hub.following == "change-stream")
+        stream = hub.subscribe(feed_filter("acme", None))
+        pending = asyncio.ensure_future(take(stream, 3))
+        await asyncio.sleep(0.05)  # subscribed
+        low = await build_messages(other_process, [message(n=1)])
+        await append_messages(other_process, [message(n=2)])  # commits before id 1
+        await write_messages(other_process, low)
+        await append_messages(other_process, [message(n=3)])
+        received = await pending
+        await stream.aclose()
+    await other_process.close()
+
+    assert received == [1, 2, 3]  # in id order, although 2 committed first
+
+
+@pytest.mark.parametrize("change_stream", [False, True], ids=["forced-off", "setting-on"])
+async def test_the_hub_polls_when_told_to_or_without_a_replica_set(
+    storage: Storage, hub_factory: Callable[..., Any], change_stream: bool
+):
+    if change_stream and await replica_set(storage):
+        pytest.skip("a replica set: the hub follows a change stream (test above)")
+    hub = await hub_factory(feed_poll_interval_s=0.05, feed_change_stream=change_stream)
+    stream = hub.subscribe(feed_filter("acme", None))
+    pending = asyncio.ensure_future(take(stream, 2))
+    await asyncio.sleep(0.2)  # the hub chose how to follow
+    await append_messages(storage, [message(n=1), message(n=2)])
+
+    assert await pending == [1, 2]
+    assert hub.following == "poll"
+    await stream.aclose()
