@@ -403,6 +403,7 @@ class FeedHub:
         stream = await self._open_stream()
         async with stream:
             self.following = "change-stream"
+            log.info("feed: following push_messages by a change stream")
             while await self.poll():  # what committed before the stream opened
                 pass
             while not self._stopped:
