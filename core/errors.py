@@ -126,6 +126,17 @@ class FeedStopped(Unavailable):
     """The push message feed is shutting down; subscribers reconnect elsewhere or later."""
 
 
+class MessageIdsFenced(DockflowError):
+    """Reserved message ids were given up by a feed reader (a void took them) before their
+    messages committed: the writer must write those messages again under fresh ids."""
+
+    code = "MESSAGE_IDS_FENCED"
+
+    def __init__(self, ids: list[int]) -> None:
+        super().__init__(f"message ids {ids} were fenced by a feed reader; write them anew")
+        self.ids = ids
+
+
 class SlowConsumer(DockflowError):
     """A subscriber fell further behind than its buffer allows; it resumes from its last id."""
 

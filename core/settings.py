@@ -159,10 +159,13 @@ class Settings(BaseSettings):
     graphql_max_depth: int = Field(12, ge=2)
     graphql_max_tokens: int = Field(2000, ge=50)
     # Push message feed (one tailer per API process): poll interval; how long an id reserved
-    # but not yet written holds back the ids above it before it is treated as abandoned; how
-    # long an abandoned id is still watched for a late commit; messages a subscriber may lag.
+    # but not yet written holds back the ids above it before the feed fences it (a stalled
+    # writer then writes its message under a fresh id); messages a subscriber may lag.
     feed_poll_interval_s: float = Field(0.1, gt=0)
     feed_gap_grace_s: float = Field(5.0, ge=0)
+    # Follow the feed by a change stream where the database offers one (false: always poll).
+    feed_change_stream: bool = True
+    # No longer used (a fenced id never commits late); still accepted so older files load.
     feed_late_window_s: float = Field(300.0, ge=0)
     feed_subscriber_buffer: int = Field(10000, ge=1)
 

@@ -349,6 +349,9 @@ class WebhookWorker(Running):
                 )
                 await deliveries.message_missing(self.storage, claim, _MESSAGE_WAIT_S)
                 return
+            if publish.is_void(message):
+                await deliveries.drop_fenced(self.storage, claim)
+                return
             body = encode_payload(message["message"])
             result = await self.attempt(endpoint, claim, body)
             if result.ok:

@@ -7,12 +7,21 @@ Writes are idempotent: a delivery's id is derived from its message id and endpoi
 message's id is reserved once and kept by its caller (the pallet or the shipment stores it), so
 writing the same messages again after a crash completes a half-written batch instead of doubling
 it (duplicate-key errors of such a rewrite are ignored).
+
+Fencing: a feed reader that has waited `feed_gap_grace_s` for a reserved id inserts a *void*
+placeholder under it (`fence_ids`); `_id` is unique, so from then on the id is known never to
+commit and the reader moves past it. A writer whose message meets a void learns that its id was
+fenced (never a rewrite of its own message): `write_messages` gives such messages fresh ids,
+lets the caller update the ids it stores, removes the deliveries of the fenced ids and writes
+again. So a stalled writer (an election, a paused process) is delivered late under a new id, in
+order, and never skipped. A void carries no business: every business-scoped read ignores it,
+and unscoped readers (the hub, the webhook worker) check `is_void`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -20,12 +29,19 @@ from typing import Any, Literal
 from pymongo.errors import BulkWriteError
 
 from core import metrics
+from core.errors import MessageIdsFenced
 from core.outbox.webhook_endpoints import endpoints_for
 from core.storage import Doc, IdBlock, Session, Storage, WrittenListener
 
 MessageType = Literal["PALLET_EVENT", "SHIPMENT_COMPLETE"]
 SEQUENCE = "push_messages"
 DUPLICATE_KEY = 11000
+VOID = "void"  # the field that marks a fenced id's placeholder in push_messages
+# Times one write gives its messages fresh ids before it gives up (each needs another stall
+# longer than the feed's grace).
+MAX_RENUMBERS = 5
+# Told old id -> new id of renumbered messages, before they are written again.
+Renumbered = Callable[[dict[int, int]], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -154,14 +170,43 @@ async def insert_ignoring_duplicates(
     if session is not None:
         await storage[collection].insert_many(docs, session=session)
         return len(docs)
+    return len(docs) - len(await insert_new(storage, collection, docs))
+
+
+async def insert_new(storage: Storage, collection: str, docs: list[Doc]) -> list[Any]:
+    """Insert `docs`, keeping those whose id exists already; returns the ids of those."""
+    if not docs:
+        return []
     try:
-        result = await storage[collection].insert_many(docs, ordered=False)
+        await storage[collection].insert_many(docs, ordered=False)
     except BulkWriteError as exc:
         errors = exc.details.get("writeErrors", [])
         if any(e.get("code") != DUPLICATE_KEY for e in errors):
             raise
-        return len(docs) - len(errors)
-    return len(result.inserted_ids)
+        return [docs[e["index"]]["_id"] for e in errors]
+    return []
+
+
+def is_void(message: Doc) -> bool:
+    """A fenced id's placeholder: no message, never delivered."""
+    return bool(message.get(VOID))
+
+
+async def fence_ids(storage: Storage, ids: Iterable[int]) -> list[Doc]:
+    """Make sure none of `ids` commits from now on: a void takes each id that holds no message.
+
+    Returns what each id holds now (a message that committed in time, or a void, this reader's
+    or another's), by id. Safe with any number of readers fencing at once."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return []
+    at = datetime.now(UTC)
+    voids = [{"_id": message_id, VOID: True, "fenced_at": at} for message_id in wanted]
+    taken = set(await insert_new(storage, "push_messages", voids))
+    found = [v for v in voids if v["_id"] not in taken]
+    if taken:
+        found += await storage.push_messages.find({"_id": {"$in": sorted(taken)}}).to_list()
+    return sorted(found, key=lambda doc: int(doc["_id"]))
 
 
 # Listeners are called with the messages written through their Storage (or with none, when some
@@ -178,15 +223,67 @@ def remove_written_listener(storage: Storage, listener: WrittenListener) -> None
 
 
 async def write_messages(
-    storage: Storage, written: WrittenMessages, session: Session = None
+    storage: Storage,
+    written: WrittenMessages,
+    session: Session = None,
+    *,
+    on_renumber: Renumbered | None = None,
+    deliveries_written: bool = False,
 ) -> None:
     """Store deliveries first, then messages: a message that is visible has its deliveries.
-    Idempotent: what already exists is left alone. In a transaction (`session`) the caller
+    Idempotent: what already exists is left alone. `deliveries_written`: the caller stored
+    them already.
+
+    Messages whose ids a feed reader fenced meanwhile get fresh ids (`written` is updated);
+    `on_renumber` is told old -> new first, so the caller can update the ids it stores. Without
+    it, `MessageIdsFenced` is raised.
+
+    In a transaction (`session`) a fenced id (like any duplicate) aborts the transaction: the
+    caller finds the fenced ids with `fenced_among`, takes fresh ones and runs it again; it
     announces the messages once it has committed (`announce`)."""
-    await insert_ignoring_duplicates(storage, "webhook_deliveries", written.deliveries, session)
-    inserted = await insert_ignoring_duplicates(storage, "push_messages", written.messages, session)
-    if inserted and session is None:
-        announce(storage, written.messages, whole=inserted == len(written.messages))
+    deliveries = [] if deliveries_written else written.deliveries
+    if session is not None:
+        await insert_ignoring_duplicates(storage, "webhook_deliveries", deliveries, session)
+        await insert_ignoring_duplicates(storage, "push_messages", written.messages, session)
+        return
+    pending = written
+    for _ in range(MAX_RENUMBERS + 1):
+        await insert_ignoring_duplicates(storage, "webhook_deliveries", deliveries)
+        fenced = await _insert_messages(storage, pending.messages)
+        if not fenced:
+            return
+        if on_renumber is None:
+            raise MessageIdsFenced(fenced)
+        renumbered = await renumber(storage, written, fenced)
+        await on_renumber(renumbered)
+        new_ids = set(renumbered.values())
+        pending = WrittenMessages(
+            [m for m in written.messages if m["_id"] in new_ids],
+            [d for d in written.deliveries if d["message_id"] in new_ids],
+        )
+        deliveries = pending.deliveries
+    raise MessageIdsFenced(fenced)
+
+
+async def fenced_among(storage: Storage, ids: Iterable[int]) -> list[int]:
+    """Which of `ids` hold a void (a feed reader fenced them), in order."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return []
+    voids = await storage.push_messages.find(
+        {"_id": {"$in": wanted}, VOID: True}, {"_id": 1}
+    ).to_list()
+    return sorted(int(v["_id"]) for v in voids)
+
+
+async def _insert_messages(storage: Storage, messages: list[Doc]) -> list[int]:
+    """Insert messages, tell the listeners; returns the ids found fenced (holding a void)."""
+    existing = await insert_new(storage, "push_messages", messages)
+    fenced = await fenced_among(storage, existing) if existing else []
+    if len(existing) == len(messages):
+        return fenced
+    announce(storage, [m for m in messages if m["_id"] not in existing], whole=not existing)
+    return fenced
 
 
 def announce(storage: Storage, messages: list[Doc], *, whole: bool = True) -> None:
@@ -199,8 +296,47 @@ def announce(storage: Storage, messages: list[Doc], *, whole: bool = True) -> No
         listener(stored)
 
 
+async def renumber(
+    storage: Storage, written: WrittenMessages, fenced: Iterable[int]
+) -> dict[int, int]:
+    """Fresh ids for the messages of `written` whose ids were fenced, in `written` itself (their
+    deliveries follow); the deliveries stored under the fenced ids are removed, as they belong
+    to no message. Returns old id -> new id.
+
+    The messages are sent now, not when first built: a reader asking for messages `since` a
+    time after the stall began still finds them."""
+    fenced_ids = set(fenced)
+    old = [int(m["_id"]) for m in written.messages if int(m["_id"]) in fenced_ids]
+    if not old:
+        return {}
+    new_ids = dict(zip(old, await reserve_message_ids(storage, len(old)), strict=True))
+    await storage.webhook_deliveries.delete_many({"message_id": {"$in": old}})
+    now = datetime.now(UTC)
+    written.messages = [
+        {**m, "_id": new_ids[m["_id"]], "sent_at": now} if m["_id"] in new_ids else m
+        for m in written.messages
+    ]
+    written.deliveries = [
+        {
+            **d,
+            "_id": delivery_id(new_ids[d["message_id"]], d["endpoint_id"]),
+            "message_id": new_ids[d["message_id"]],
+            "next_attempt_at": now,
+            "created_at": now,
+        }
+        if d["message_id"] in new_ids
+        else d
+        for d in written.deliveries
+    ]
+    return new_ids
+
+
 async def append_messages(storage: Storage, new: list[NewMessage]) -> WrittenMessages:
     """Build and store messages with their deliveries; returns what was written."""
     written = await build_messages(storage, new)
-    await write_messages(storage, written)
+    await write_messages(storage, written, on_renumber=_nothing_stored)
     return written
+
+
+async def _nothing_stored(renumbered: dict[int, int]) -> None:
+    """The caller keeps no message ids: a renumbering needs no update."""

@@ -3,23 +3,33 @@
 Message ids are reserved before the write (`core.feed.publish`), so id 7 may commit before id 6. A
 reader that hands out 7 and then moves past it would never see 6. The hub therefore keeps a
 *low watermark*: the highest id at or below which every id is committed (and released, in id
-order) or abandoned. Messages above a gap wait until the gap fills, or until the gap is older
-than `feed_gap_grace_s` — then its id is treated as abandoned (a writer that reserved ids and
-crashed) so one crash never stalls the feed.
-
-Decision for an abandoned id that commits later anyway (within `feed_late_window_s`): it is
-delivered late, out of id order, to the live subscribers, still exactly once (it was never
-delivered before). After the late window the hub stops looking for it; `pushMessages` still
-returns it.
+order) or fenced. Messages above a gap wait until the gap fills. A gap older than
+`feed_gap_grace_s` is fenced (`publish.fence_ids`): a void placeholder takes the id, so it is
+known never to commit, and only then does the watermark move past it. A writer that crashed
+stalls the feed for the grace only; a writer that was merely stalled (an election, a paused
+process) finds its ids fenced and writes its messages again under fresh ids, which the feed
+delivers in order like any other. No id is ever skipped that might still commit, so nothing
+is delivered late or out of order.
 
 `list_messages` answers only up to the watermark too, so a consumer paging with `afterId`
 never steps over an id that commits later, and `pushMessages` followed by a subscription from
 the last id seen (`afterId`) misses nothing.
 
-One `FeedHub` per process runs one polling task for every business; subscribers get messages
-from memory (no database query per subscriber). Each subscriber's buffer is bounded in messages
-and in bytes (`feed_subscriber_buffer`, `feed_subscriber_buffer_bytes`): one that falls behind
-is ended with `SlowConsumer`, and resumes from its last id.
+One `FeedHub` per process follows the feed for every business with one task; subscribers get
+messages from memory (no database query per subscriber). Each subscriber's buffer is bounded in
+messages and in bytes (`feed_subscriber_buffer`, `feed_subscriber_buffer_bytes`): one that falls
+behind is ended with `SlowConsumer`, and resumes from its last id.
+
+Following: where the database is a replica-set member (a MongoDB replica set, SecantusDB) and
+`feed_change_stream` is on, the task follows an insert stream on push_messages. It delivers in
+commit order, not id order, so everything goes through the same watermark. Each time the stream
+is opened, a poll catches up on what committed before; after a failure the stream is reopened
+from its resume token (a restarted database), or without one when the token is gone (the
+catch-up poll then starts from the watermark). Elsewhere, or while the stream keeps failing, the
+task polls every `feed_poll_interval_s`. The embedded nx-27017 has change streams too, but its
+events carry dates as extended JSON (`{"$date": ...}`), not as a read gives them, so the hub
+polls there (it answers `hello` without `setName`). A restarted process needs no token: its hub
+starts from the database's end, and subscribers resume by `afterId`.
 """
 
 from __future__ import annotations
@@ -29,12 +39,15 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import bson
 from pymongo import ASCENDING, DESCENDING
+from pymongo.asynchronous.change_stream import AsyncChangeStream
+from pymongo.errors import OperationFailure
 
 from core.auth.access import Principal
 from core.errors import DockflowError, ErrorList, FeedStopped, Forbidden, SlowConsumer
@@ -51,6 +64,8 @@ POLL_WINDOW = 256  # ids above the highest seen that a poll looks up by id
 START_WINDOW = 1000  # ids below the newest at start that the hub still watches for late commits
 REPLAY_PAGE = 1000  # messages per database read when a subscription replays from `after_id`
 POLL_ERROR_BACKOFF_S = 1.0  # pause after a failed poll (database down) before trying again
+STREAM_AWAIT_MS = 250  # longest a change stream read waits for an event before gaps are checked
+STREAM_RETRY_S = 30.0  # polling after a change stream failed (or none exists), before a retry
 
 
 @dataclass(frozen=True)
@@ -240,16 +255,19 @@ class FeedHub:
     def __init__(self, storage: Storage, settings: Settings) -> None:
         self.storage = storage
         self.poll_interval_s = settings.feed_poll_interval_s
+        self.use_change_stream = settings.feed_change_stream
+        self.following = "poll"  # or "change-stream": how the hub follows the feed now
+        self._resume_token: Mapping[str, Any] | None = None
+        self._stream_retry_at = 0.0  # monotonic time before which the hub polls
+        self._replica_set: bool | None = None  # found by `hello` at the first try
         self.gap_grace_s = settings.feed_gap_grace_s
-        self.late_window_s = settings.feed_late_window_s
         self.buffer_limit = settings.feed_subscriber_buffer
         self.buffer_byte_limit = settings.feed_subscriber_buffer_bytes
-        self.watermark = 0  # every id <= this is released or abandoned
+        self.watermark = 0  # every id <= this is released or fenced
         self._highest = 0  # highest id seen
         self._pending: dict[int, Doc] = {}  # seen above the watermark, waiting for a gap
         self._historic: set[int] = set()  # committed before start: released to nobody
         self._gaps: dict[int, float] = {}  # missing id -> monotonic time first noticed
-        self._abandoned: dict[int, float] = {}  # id -> monotonic time given up on
         self._subscribers: set[Subscriber] = set()
         # Subscribers by (business, facility), None for every facility: a message is offered
         # only to those it may match, not to every subscriber of the process.
@@ -260,7 +278,7 @@ class FeedHub:
         self._stopped = False
         self._poll_lock = asyncio.Lock()  # one poll at a time, also when called directly
         self.gaps_seen = 0  # ids seen missing below a committed one (out-of-order commits)
-        self.abandoned_total = 0  # ids given up on after the grace
+        self.fenced_total = 0  # ids this hub fenced after the grace (their writer stalled)
 
     async def __aenter__(self) -> FeedHub:
         await self.start()
@@ -332,28 +350,83 @@ class FeedHub:
                 age = max(0.0, now_wall - next_sent) if next_sent is not None else 0.0
                 self._gaps[message_id] = now_mono - age
         self._highest = highest
-        self._advance(now_mono)
+        self._advance()
 
     async def run(self) -> None:
-        """The tailer loop: poll, release, fan out; database errors pause and retry."""
+        """The follower loop: a change stream where there is one, else polls; release, fan out;
+        database errors pause and retry."""
         while not self._stopped:
+            if self.use_change_stream and time.monotonic() >= self._stream_retry_at:
+                try:
+                    await self._follow_stream()
+                except asyncio.CancelledError:
+                    raise
+                except UNAVAILABLE_ERRORS:
+                    log.warning("feed change stream interrupted: database unavailable")
+                    await asyncio.sleep(POLL_ERROR_BACKOFF_S)
+                    continue  # reopened from its resume token
+                except Exception as error:  # no change streams here, or the stream broke
+                    log.warning(
+                        "feed change stream unavailable; polling", extra={"error": repr(error)}
+                    )
+                    self._stream_retry_at = time.monotonic() + STREAM_RETRY_S
+                self.following = "poll"
+            await self._poll_round()
+
+    async def _poll_round(self) -> None:
+        try:
+            full = await self.poll()
+        except asyncio.CancelledError:
+            raise
+        except UNAVAILABLE_ERRORS:
+            log.warning("feed poll failed: database unavailable")
+            await asyncio.sleep(POLL_ERROR_BACKOFF_S)
+            return
+        except Exception:
+            log.exception("feed poll failed")
+            await asyncio.sleep(POLL_ERROR_BACKOFF_S)
+            return
+        if full:
+            return
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), self.poll_interval_s)
+
+    async def _follow_stream(self) -> None:
+        """Follow inserts into push_messages until stopped or the stream fails."""
+        if self._replica_set is None:
+            hello = await self.storage.client.admin.command("hello")
+            self._replica_set = "setName" in hello
+        if not self._replica_set:
+            self.use_change_stream = False  # polling for good
+            return
+        stream = await self._open_stream()
+        async with stream:
+            self.following = "change-stream"
+            log.info("feed: following push_messages by a change stream")
+            while await self.poll():  # what committed before the stream opened
+                pass
+            while not self._stopped:
+                change = await stream.try_next()
+                now = time.monotonic()
+                if change is not None and change.get("fullDocument") is not None:
+                    self._accept([_checked(change["fullDocument"])], now)
+                self._resume_token = stream.resume_token
+                if self._expired_gaps(now):
+                    async with self._poll_lock:
+                        await self._fence_expired(now)
+
+    async def _open_stream(self) -> AsyncChangeStream[Doc]:
+        pipeline = [{"$match": {"operationType": "insert"}}]
+        if self._resume_token is not None:
             try:
-                full = await self.poll()
-            except asyncio.CancelledError:
-                raise
-            except UNAVAILABLE_ERRORS:
-                log.warning("feed poll failed: database unavailable")
-                await asyncio.sleep(POLL_ERROR_BACKOFF_S)
-                continue
-            except Exception:
-                log.exception("feed poll failed")
-                await asyncio.sleep(POLL_ERROR_BACKOFF_S)
-                continue
-            if full:
-                continue
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_interval_s)
+                return await self.storage.push_messages.watch(
+                    pipeline, resume_after=self._resume_token, max_await_time_ms=STREAM_AWAIT_MS
+                )
+            except OperationFailure as error:  # the token is gone: go on from the watermark
+                log.warning("feed change stream not resumable", extra={"error": repr(error)})
+                self._resume_token = None
+        return await self.storage.push_messages.watch(pipeline, max_await_time_ms=STREAM_AWAIT_MS)
 
     async def poll(self) -> bool:
         """One round: read new messages and gap fillers, release what is in order.
@@ -378,23 +451,36 @@ class FeedHub:
                 .to_list()
             )
             more = len(new) >= POLL_BATCH
-        watched = list(self._gaps) + list(self._abandoned)
         fillers: list[Doc] = []
-        if watched:
+        if self._gaps:
             fillers = await self.storage.push_messages.find(
-                {"_id": {"$in": sorted(watched)}}
+                {"_id": {"$in": sorted(self._gaps)}}
             ).to_list()
         now = time.monotonic()
         self._accept([*fillers, *new], now)
-        self._forget_abandoned(now)
+        await self._fence_expired(now)
         return more
+
+    def _expired_gaps(self, now: float) -> list[int]:
+        return [i for i, noticed in self._gaps.items() if now - noticed >= self.gap_grace_s]
+
+    async def _fence_expired(self, now: float) -> None:
+        """Fence the gaps older than the grace, so the watermark can pass them."""
+        expired = self._expired_gaps(now)
+        if not expired:
+            return
+        held = await publish.fence_ids(self.storage, expired)
+        fenced = [int(doc["_id"]) for doc in held if publish.is_void(doc)]
+        self.fenced_total += len(fenced)  # this hub's voids and other readers' alike
+        if fenced:
+            log.warning("feed: stalled ids fenced after the grace", extra={"ids": fenced})
+        self._accept(held, now)
 
     def _accept(self, docs: list[Doc], now: float) -> None:
         """Take committed messages (read by a poll, or handed over by this process's writer):
-        new ones wait in id order for the gaps below them; a gap's filler takes its place; an
-        abandoned id that committed after all goes out late. Anything else seen before
-        (pending, released, from before the start) is ignored: each id is released once."""
-        late: list[Doc] = []
+        new ones wait in id order for the gaps below them; a gap's filler (a message, or the void
+        that fenced it) takes its place. Anything else seen before (pending, released, from
+        before the start) is ignored: each id is released once."""
         for doc in sorted(docs, key=lambda d: int(d["_id"])):
             message_id = int(doc["_id"])
             if message_id > self._highest:
@@ -405,35 +491,20 @@ class FeedHub:
                 self._highest = message_id
             elif self._gaps.pop(message_id, None) is not None:
                 self._pending[message_id] = doc
-            elif self._abandoned.pop(message_id, None) is not None:
-                late.append(doc)
-        for doc in late:
-            log.warning("feed: abandoned id committed late", extra={"message_id": doc["_id"]})
-            self._fan_out(doc)
-        self._advance(now)
+        self._advance()
 
-    def _advance(self, now: float) -> None:
+    def _advance(self) -> None:
         while self.watermark < self._highest:
             candidate = self.watermark + 1
             doc = self._pending.pop(candidate, None)
             if doc is not None:
-                self._fan_out(doc)
+                if not publish.is_void(doc):
+                    self._fan_out(doc)
             elif candidate in self._historic:
                 self._historic.discard(candidate)
             else:
-                noticed = self._gaps.get(candidate)
-                if noticed is None or now - noticed < self.gap_grace_s:
-                    break  # still in flight: everything above waits
-                del self._gaps[candidate]
-                self._abandoned[candidate] = now
-                self.abandoned_total += 1
-                log.warning("feed: id abandoned after grace", extra={"message_id": candidate})
+                break  # in flight (or about to be fenced): everything above waits
             self.watermark = candidate
-
-    def _forget_abandoned(self, now: float) -> None:
-        expired = [i for i, at in self._abandoned.items() if now - at > self.late_window_s]
-        for message_id in expired:
-            del self._abandoned[message_id]
 
     def _fan_out(self, message: Doc) -> None:
         business = message["business"]
@@ -492,20 +563,13 @@ class FeedHub:
         """
         await self._ready.wait()
         subscriber = self.add(selector, on_fail)
-        # Ids given up on before this start may still commit; they then arrive live, late.
-        late_candidates = set(self._abandoned)
-        replayed_late: set[int] = set()
         try:
             if after_id is not None or since is not None:
                 async for doc in self._replay(selector, subscriber.start_id, after_id, since):
-                    if int(doc["_id"]) in late_candidates:
-                        replayed_late.add(int(doc["_id"]))
                     yield doc
             while True:
                 doc = await subscriber.next_message()
                 message_id = int(doc["_id"])
-                if message_id in replayed_late:
-                    continue
                 if after_id is not None and subscriber.start_id < message_id <= after_id:
                     continue  # the caller already has these (it read past our watermark)
                 yield doc
@@ -541,6 +605,17 @@ class FeedHub:
             if len(page) < REPLAY_PAGE:
                 return
             cursor_id = int(page[-1]["_id"])
+
+
+class UnfaithfulChangeStream(Exception):
+    """A change event's document differs from what a read gives: the hub polls instead."""
+
+
+def _checked(document: Doc) -> Doc:
+    """The inserted document, if the event carries it as a read would (dates as datetimes)."""
+    if not publish.is_void(document) and not isinstance(document.get("sent_at"), datetime):
+        raise UnfaithfulChangeStream(f"sent_at is {type(document.get('sent_at')).__name__}")
+    return document
 
 
 def _routes(selector: FeedFilter) -> list[tuple[str, str | None]]:

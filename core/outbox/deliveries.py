@@ -487,6 +487,15 @@ async def message_missing(storage: Storage, claim: Claim, retry_s: float) -> Non
     await release(storage, claim, retry_s, "push message not visible yet")
 
 
+async def drop_fenced(storage: Storage, claim: Claim) -> None:
+    """The delivery's message id was fenced by the feed (its writer stalled past the grace and
+    wrote the message again under a fresh id, with deliveries of its own): this delivery
+    belongs to no message and is removed, never sent."""
+    await storage.webhook_deliveries.delete_one(
+        {"_id": claim.delivery_id, "lease_owner": claim.lease_owner}
+    )
+
+
 async def mark_disabled(storage: Storage, claim: Claim) -> None:
     """The endpoint was disabled after this delivery was written."""
     await _finish(storage, claim, {"status": DISABLED, **_schedule(None)})

@@ -41,13 +41,14 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import bson
 import bson.errors
 from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import PyMongoError
 
 from core import metrics, urls
 from core.errors import DockflowError, Unavailable, ValidationFailed
@@ -278,13 +279,37 @@ class BatchPlan:
 
         async def messages() -> None:
             await publish.write_messages(
-                storage, publish.WrittenMessages(self.messages.messages, []), session
+                storage,
+                self.messages,
+                session,
+                on_renumber=lambda renumbered: self.renumber(storage, renumbered),
+                deliveries_written=True,
             )
 
         async def claims() -> None:
             await publish.insert_ignoring_duplicates(storage, "readings", self.claims, session)
 
         return [pallets, deliveries, messages, claims]
+
+    async def renumber(self, storage: Storage, renumbered: dict[int, int]) -> None:
+        """Messages of the batch got fresh ids (a feed reader fenced the reserved ones while the
+        batch was stalled): the stored pallets, the claims and the answers take them."""
+        pallet_ids = {m["_id"]: m["pallet_id"] for m in self.messages.messages}
+        for old_id, new_id in renumbered.items():  # repaired pallets too, not only new ones
+            await storage.pallets.update_one(
+                {"_id": pallet_ids[new_id], "message_id": old_id},
+                {"$set": {"message_id": new_id}},
+            )
+        for pallet in self.pallets:
+            pallet["message_id"] = renumbered.get(pallet["message_id"], pallet["message_id"])
+        for claim in self.claims:
+            claim["message_id"] = renumbered.get(claim["message_id"], claim["message_id"])
+        self.results = [
+            replace(r, message_id=renumbered[r.message_id])
+            if r is not None and r.message_id in renumbered
+            else r
+            for r in self.results
+        ]
 
 
 class MessageIds:
@@ -299,6 +324,17 @@ class MessageIds:
         if len(self._ids) < count:
             self._ids += await publish.reserve_message_ids(storage, count - len(self._ids))
         return self._ids[:count]
+
+    @property
+    def taken(self) -> list[int]:
+        return list(self._ids)
+
+    async def replace(self, storage: Storage, fenced: Sequence[int]) -> None:
+        """Fresh ids in place of `fenced` ones (a feed reader gave those up), in the same
+        order, so the batch's messages keep their order."""
+        fresh = iter(await publish.reserve_message_ids(storage, len(fenced)))
+        gone = set(fenced)
+        self._ids = sorted(next(fresh) if i in gone else i for i in self._ids)
 
 
 async def record_pallets(
@@ -378,7 +414,17 @@ async def _store_in_transaction(
             await write()
         return plan
 
-    plan = await storage.in_transaction(store)
+    for attempt in range(publish.MAX_RENUMBERS + 1):
+        try:
+            plan = await storage.in_transaction(store)
+            break
+        except PyMongoError:
+            # A feed reader fenced some of the batch's ids while it was stalled (their voids
+            # refused the messages and aborted the transaction): fresh ids, and again.
+            fenced = await publish.fenced_among(storage, message_ids.taken)
+            if not fenced or attempt == publish.MAX_RENUMBERS:
+                raise
+            await message_ids.replace(storage, fenced)
     if plan.messages.messages:
         publish.announce(storage, plan.messages.messages)
     await after_batch(storage, settings, plan)
@@ -393,8 +439,9 @@ async def _drop_stored(storage: Storage, plan: BatchPlan, session: Session) -> N
         _by_id(storage.push_messages, [m["_id"] for m in plan.messages.messages], session),
         _by_id(storage.webhook_deliveries, [d["_id"] for d in plan.messages.deliveries], session),
     )
+    stored = {i for i, message in messages.items() if not publish.is_void(message)}
     plan.messages = publish.WrittenMessages(
-        [m for m in plan.messages.messages if m["_id"] not in messages],
+        [m for m in plan.messages.messages if m["_id"] not in stored],
         [d for d in plan.messages.deliveries if d["_id"] not in deliveries],
     )
 

@@ -272,7 +272,9 @@ async def pallet_detail(storage: Storage, operator: Operator, pallet_id: str) ->
     message = None
     deliveries: list[Doc] = []
     if pallet.get("message_id") is not None:
-        message = await storage.push_messages.find_one({"_id": pallet["message_id"]})
+        message = await storage.push_messages.find_one(  # by business: never a fenced void
+            {"_id": pallet["message_id"], "business": pallet["business"]}
+        )
         deliveries = await (
             storage.webhook_deliveries.find({"message_id": pallet["message_id"]})
             .sort("created_at", 1)

@@ -102,7 +102,9 @@ async def build_completion_payload(settings: Settings, storage: Storage, shipmen
 
 async def _write_completion_message(
     settings: Settings, storage: Storage, shipment: Doc, message_id: int
-) -> None:
+) -> int:
+    """Write the completion message under `message_id`, or under a fresh id (stored in the
+    shipment) if a feed reader fenced that one; returns the id it was written under."""
     payload = await build_completion_payload(settings, storage, shipment)
     written = await publish.build_messages(
         storage,
@@ -117,7 +119,17 @@ async def _write_completion_message(
         ],
         ids=[message_id],
     )
-    await publish.write_messages(storage, written)
+    shipment_id = int(shipment["_id"])
+
+    async def store_new_id(renumbered: dict[int, int]) -> None:
+        for old, new in renumbered.items():
+            await storage.shipments.update_one(
+                {"_id": shipment_id, "completion_message_id": old},
+                {"$set": {"completion_message_id": new}},
+            )
+
+    await publish.write_messages(storage, written, on_renumber=store_new_id)
+    return written.ids[0]
 
 
 async def complete_shipment(
@@ -162,7 +174,7 @@ async def complete_shipment(
             await storage.orders.update_many(
                 {"shipment_id": shipment_id}, {"$set": {"status": "COMPLETED"}}
             )
-            await _write_completion_message(settings, storage, written, message_id)
+            message_id = await _write_completion_message(settings, storage, written, message_id)
             return Completion(shipment_id, message_id, reason, at, completed_now=True)
         shipment = await storage.shipments.find_one({"_id": shipment_id})
         assert shipment is not None
@@ -175,8 +187,14 @@ async def _repair(settings: Settings, storage: Storage, shipment: Doc) -> Comple
     message_id = shipment.get("completion_message_id")
     if message_id is None:  # completed by an older code path: nothing to repair
         message_id = 0
-    elif await storage.push_messages.count_documents({"_id": message_id}) == 0:
-        await _write_completion_message(settings, storage, shipment, int(message_id))
+    elif (
+        await storage.push_messages.count_documents(
+            {"_id": message_id, publish.VOID: {"$exists": False}}
+        )
+        == 0
+    ):
+        # Missing, or fenced by a feed reader (then it is written under a fresh id).
+        message_id = await _write_completion_message(settings, storage, shipment, int(message_id))
     return Completion(
         int(shipment["_id"]),
         int(message_id),

@@ -1,5 +1,5 @@
 """The feed's read side against the real database: paging, the watermark, gaps that fill late,
-abandoned ids, replay and slow subscribers."""
+fenced ids, replay and slow subscribers."""
 
 from __future__ import annotations
 
@@ -11,8 +11,15 @@ from typing import Any
 import pytest
 from pymongo import AsyncMongoClient, monitoring
 
-from core.errors import SlowConsumer, ValidationFailed
-from core.feed.publish import NewMessage, append_messages, build_messages, write_messages
+from core.errors import MessageIdsFenced, SlowConsumer, ValidationFailed
+from core.feed.publish import (
+    VOID,
+    NewMessage,
+    append_messages,
+    build_messages,
+    is_void,
+    write_messages,
+)
 from core.feed.reader import FeedHub, feed_filter, list_messages
 from core.settings import Settings
 from core.storage import Doc, Storage
@@ -106,25 +113,79 @@ async def test_a_message_committed_after_a_higher_id_is_released_first(
     await stream.aclose()
 
 
-async def test_an_abandoned_id_stops_blocking_after_the_grace_and_is_delivered_once_if_late(
+async def test_a_crashed_writers_id_is_fenced_after_the_grace_and_the_feed_moves_on(
     storage: Storage, hub_factory: Callable[..., Any]
 ):
     hub = await hub_factory(feed_poll_interval_s=0.05, feed_gap_grace_s=0.3)
     stream = hub.subscribe(feed_filter("acme", None))
     pending = asyncio.ensure_future(anext(stream))
-    crashed = await build_messages(storage, [message(n=1)])  # reserved, not written (yet)
+    crashed = await build_messages(storage, [message(n=1)])  # reserved, never written
     await append_messages(storage, [message(n=2)])
 
     after_grace = int((await asyncio.wait_for(pending, 10))["_id"])
-    await write_messages(storage, crashed)  # the "crashed" writer commits after all
-    late = await take(stream, 1)
     await append_messages(storage, [message(n=3)])
     after = await take(stream, 1)
+    paged = await list_messages(storage, "acme", None, SINCE, up_to=hub.watermark)
+    void = await storage.push_messages.find_one({"_id": crashed.ids[0]})
+    with pytest.raises(MessageIdsFenced) as fenced:
+        await write_messages(storage, crashed)  # the writer was not dead after all
 
     assert after_grace == 2
-    assert late == [1]
     assert after == [3]
+    assert [m["_id"] for m in paged] == [2, 3]
+    assert void is not None
+    assert is_void(void)
+    assert hub.fenced_total == 1
+    assert fenced.value.ids == crashed.ids
     await stream.aclose()
+
+
+async def test_a_writer_that_outlives_the_grace_is_delivered_in_order_under_a_fresh_id(
+    storage: Storage, hub_factory: Callable[..., Any]
+):
+    hub = await hub_factory(feed_poll_interval_s=0.05, feed_gap_grace_s=0.3)
+    stream = hub.subscribe(feed_filter("acme", None))
+    pending = asyncio.ensure_future(anext(stream))
+    stalled = await build_messages(storage, [message(n=1)])
+    built_at = stalled.messages[0]["sent_at"]
+    await append_messages(storage, [message(n=2)])
+    first = int((await asyncio.wait_for(pending, 10))["_id"])  # 1 was fenced meanwhile
+    told: list[dict[int, int]] = []
+
+    async def note(renumbered: dict[int, int]) -> None:
+        told.append(renumbered)
+
+    await write_messages(storage, stalled, on_renumber=note)
+    await append_messages(storage, [message(n=4)])
+    rest = await take(stream, 2)
+    paged = await list_messages(storage, "acme", None, SINCE, up_to=hub.watermark)
+
+    assert first == 2
+    assert told == [{1: 3}]
+    assert stalled.ids == [3]
+    assert stalled.messages[0]["sent_at"] > built_at  # sent when it commits: `since` finds it
+    assert rest == [3, 4]
+    assert [(m["_id"], m["message"]["n"]) for m in paged] == [(2, 2), (3, 1), (4, 4)]
+    await stream.aclose()
+
+
+async def test_two_hubs_fence_a_gap_once_and_release_the_same_ids(
+    storage: Storage, hub_factory: Callable[..., Any]
+):
+    hubs = [await hub_factory(feed_poll_interval_s=0.05, feed_gap_grace_s=0.2) for _ in range(2)]
+    streams = [hub.subscribe(feed_filter("acme", None)) for hub in hubs]
+    pending = [asyncio.ensure_future(anext(stream)) for stream in streams]
+    await build_messages(storage, [message(n=1)])  # reserved, never written
+    await append_messages(storage, [message(n=2)])
+
+    released = [int((await asyncio.wait_for(p, 10))["_id"]) for p in pending]
+    voids = await storage.push_messages.count_documents({VOID: True})
+
+    assert released == [2, 2]
+    assert voids == 1
+    assert all(hub.watermark == 2 for hub in hubs)
+    for stream in streams:
+        await stream.aclose()
 
 
 async def test_replay_from_after_id_then_live_without_gap_or_repeat(
@@ -285,3 +346,57 @@ async def test_messages_written_in_this_process_are_released_without_reading_the
     assert "push_messages" not in finds.finds
     stored = await storage.push_messages.find({}).sort("_id", 1).to_list()
     assert received == stored  # as a reader gets them: dates to the millisecond, aware
+
+
+async def until(check: Callable[[], bool]) -> None:
+    async with asyncio.timeout(20):  # guards against a hang; not a timing assertion
+        while not check():
+            await asyncio.sleep(0.02)
+
+
+async def replica_set(storage: Storage) -> bool:
+    return "setName" in await storage.client.admin.command("hello")
+
+
+async def test_the_hub_follows_a_change_stream_where_the_database_has_one(
+    storage: Storage, settings_factory: Callable[..., Settings]
+):
+    if not await replica_set(storage):
+        pytest.skip(
+            "no replica set: the embedded nx-27017 answers hello without setName and its change "
+            "events carry dates as extended JSON, so the hub polls there"
+        )
+    # No poll comes during the test: what arrives, the change stream brought.
+    settings = settings_factory(feed_poll_interval_s=600)
+    other_process = await Storage.connect(str(settings.mongodb_url), settings.mongodb_db)
+    async with FeedHub(storage, settings) as hub:
+        await until(lambda: hub.following == "change-stream")
+        stream = hub.subscribe(feed_filter("acme", None))
+        pending = asyncio.ensure_future(take(stream, 3))
+        await asyncio.sleep(0.05)  # subscribed
+        low = await build_messages(other_process, [message(n=1)])
+        await append_messages(other_process, [message(n=2)])  # commits before id 1
+        await write_messages(other_process, low)
+        await append_messages(other_process, [message(n=3)])
+        received = await pending
+        await stream.aclose()
+    await other_process.close()
+
+    assert received == [1, 2, 3]  # in id order, although 2 committed first
+
+
+@pytest.mark.parametrize("change_stream", [False, True], ids=["forced-off", "setting-on"])
+async def test_the_hub_polls_when_told_to_or_without_a_replica_set(
+    storage: Storage, hub_factory: Callable[..., Any], change_stream: bool
+):
+    if change_stream and await replica_set(storage):
+        pytest.skip("a replica set: the hub follows a change stream (test above)")
+    hub = await hub_factory(feed_poll_interval_s=0.05, feed_change_stream=change_stream)
+    stream = hub.subscribe(feed_filter("acme", None))
+    pending = asyncio.ensure_future(take(stream, 2))
+    await asyncio.sleep(0.2)  # the hub chose how to follow
+    await append_messages(storage, [message(n=1), message(n=2)])
+
+    assert await pending == [1, 2]
+    assert hub.following == "poll"
+    await stream.aclose()

@@ -143,7 +143,7 @@ async def test_every_subscriber_gets_exactly_the_committed_ids_in_order(
     assert len(committed) == total
     for ids in received:
         assert ids == committed  # every committed id, increasing, none twice
-    assert all(hub.abandoned_total == 0 for hub in hubs)
+    assert all(hub.fenced_total == 0 for hub in hubs)
     if producers == "out-of-order-writers":
         assert all(hub.gaps_seen > 0 for hub in hubs)  # the out-of-order case really happened
 

@@ -1,0 +1,126 @@
+"""A writer stalled between reserving its message ids and committing (a replica-set election, a
+paused process) while other messages commit after it: the feed fences its ids after the grace,
+the writer writes again under fresh ids, and a pager (`pushMessages` with `afterId`) and a live
+subscriber both get every message in id order, exactly once, the stalled one included."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from core.auth.crypto import SecretBox
+from core.feed import publish
+from core.outbox.webhook_endpoints import create_endpoint
+from core.pallets.ingest import plan_batch
+from core.settings import Settings
+from core.storage import Storage
+from tests.core.pallet_helpers import camera_of, pallet
+from tests.factories import Tenant
+from tests.public_api.graphql_support import (
+    PUSH_MESSAGES,
+    SINCE,
+    SUBSCRIPTION,
+    TRANSPORT_WS,
+    WsSession,
+    gql,
+    produce,
+)
+
+STALL_S = 60  # how long the writer sleeps between its reservation and its commit
+OTHER_EVERY_S = 3  # other writers commit a message this often meanwhile
+PAGE_EVERY_S = 1  # the pager asks for what follows its last id this often
+
+
+async def page_after(api: TestClient[Any, Any], token: str, after_id: int) -> list[dict[str, Any]]:
+    variables = {"input": {"businessSlug": "acme", "since": SINCE, "afterId": after_id}}
+    status, body = await gql(api, PUSH_MESSAGES, variables, token=token)
+    assert status == 200, body
+    messages: list[dict[str, Any]] = body["data"]["pushMessages"]
+    return messages
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+async def test_a_writer_stalled_for_a_minute_is_delivered_in_order_exactly_once(
+    api: TestClient[Any, Any], tenant: Tenant, storage: Storage, settings: Settings
+):
+    # given a live subscriber and a webhook endpoint
+    await create_endpoint(storage, SecretBox(settings), "acme", "https://x.example")
+    ws = await WsSession.open(api, TRANSPORT_WS)
+    await ws.init({"Authorization": f"Bearer {tenant.token}"})
+    await ws.subscribe("1", SUBSCRIPTION, {"filter": {"businessSlug": "acme"}})
+    await asyncio.sleep(0.3)  # subscribed before anything commits
+    # a pallet batch that reserved its message id and stored the pallet and its delivery...
+    camera = await camera_of(storage, tenant, "D1")
+    plan = await plan_batch(storage, settings, [(camera, pallet("L1", reading_id="stalled"))])
+    pallet_id = plan.pallets[0]["_id"]
+    reserved = plan.pallets[0]["message_id"]
+    write_pallets, write_deliveries, write_messages, write_claims = plan.writes(storage)
+    await write_pallets()
+    await write_deliveries()
+
+    # when it stalls for a minute before its message commits, while others commit after it
+    async def stalled_writer() -> None:
+        await asyncio.sleep(STALL_S)
+        await write_messages()
+        await write_claims()
+
+    live: list[dict[str, Any]] = []
+
+    async def subscriber() -> None:  # reads all along, as a client does (keep-alives too)
+        while True:
+            live.append((await ws.next_data("1", wait_s=120))["data"]["pushMessage"])
+
+    listening = asyncio.create_task(subscriber())
+    writer = asyncio.create_task(stalled_writer())
+    paged: list[dict[str, Any]] = []
+    next_other = 0.0
+    loop = asyncio.get_running_loop()
+    while not writer.done():
+        if loop.time() >= next_other:
+            await produce(storage)
+            next_other = loop.time() + OTHER_EVERY_S
+        paged += await page_after(api, tenant.token, paged[-1]["id"] if paged else 0)
+        await asyncio.sleep(PAGE_EVERY_S)
+    await writer
+    last = (await produce(storage)).ids[0]
+    while not paged or paged[-1]["id"] < last:
+        paged += await page_after(api, tenant.token, paged[-1]["id"] if paged else 0)
+        await asyncio.sleep(0.2)
+    async with asyncio.timeout(60):  # guards against a hang; not a timing assertion
+        while not live or live[-1]["id"] < last:
+            await asyncio.sleep(0.1)
+    listening.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await listening
+    await ws.close()
+
+    # then the stalled message is there under a fresh id, for the pager and the subscriber
+    stored = await storage.pallets.find_one({"_id": pallet_id})
+    assert stored is not None
+    message_id = stored["message_id"]
+    committed = await storage.push_messages.find({"business": "acme"}).sort("_id").to_list()
+    paged_ids = [m["id"] for m in paged]
+    assert paged_ids == [int(m["_id"]) for m in committed]  # every message, in order, once
+    assert [m["id"] for m in live] == paged_ids
+    assert message_id > reserved
+    assert [m["message"]["servicePalletId"] for m in paged].count(pallet_id) == 1
+    assert next(m for m in paged if m["id"] == message_id)["message"]["servicePalletId"] == (
+        pallet_id
+    )
+    # the reserved id holds a void, its delivery went with it, the fresh id has one
+    fenced = await storage.push_messages.find_one({"_id": reserved})
+    assert fenced is not None
+    assert publish.is_void(fenced)
+    assert await storage.webhook_deliveries.count_documents({"message_id": reserved}) == 0
+    assert await storage.webhook_deliveries.count_documents({"message_id": message_id}) == 1
+    claim = await storage.readings.find_one({"pallet_id": pallet_id})
+    assert claim is not None
+    assert claim["message_id"] == message_id
+    result = plan.results[0]
+    assert result is not None
+    assert result.message_id == message_id
