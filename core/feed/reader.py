@@ -359,6 +359,8 @@ class FeedHub:
             if self.use_change_stream and time.monotonic() >= self._stream_retry_at:
                 try:
                     await self._follow_stream()
+                    # It ended (or found no replica set): polls meanwhile, then a new stream.
+                    self._stream_retry_at = time.monotonic() + POLL_ERROR_BACKOFF_S
                 except asyncio.CancelledError:
                     raise
                 except UNAVAILABLE_ERRORS:
@@ -371,9 +373,15 @@ class FeedHub:
                     )
                     self._stream_retry_at = time.monotonic() + STREAM_RETRY_S
                 self.following = "poll"
-            await self._poll_round()
+            await self._poll_round(self._next_wait())
 
-    async def _poll_round(self) -> None:
+    def _next_wait(self) -> float:
+        """Seconds until the next poll: the interval, or less when a stream is due again."""
+        if not self.use_change_stream:
+            return self.poll_interval_s
+        return max(0.0, min(self.poll_interval_s, self._stream_retry_at - time.monotonic()))
+
+    async def _poll_round(self, wait_s: float) -> None:
         try:
             full = await self.poll()
         except asyncio.CancelledError:
@@ -390,7 +398,7 @@ class FeedHub:
             return
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), self.poll_interval_s)
+            await asyncio.wait_for(self._wake.wait(), wait_s)
 
     async def _follow_stream(self) -> None:
         """Follow inserts into push_messages until stopped or the stream fails."""
@@ -407,6 +415,11 @@ class FeedHub:
             while await self.poll():  # what committed before the stream opened
                 pass
             while not self._stopped:
+                if not stream.alive:
+                    # Invalidated (its collection or database dropped) or closed: its reads
+                    # would answer None at once without waiting, a loop that never yields.
+                    log.warning("feed change stream ended; reopening it")
+                    return
                 change = await stream.try_next()
                 now = time.monotonic()
                 if change is not None and change.get("fullDocument") is not None:

@@ -385,6 +385,30 @@ async def test_the_hub_follows_a_change_stream_where_the_database_has_one(
     assert received == [1, 2, 3]  # in id order, although 2 committed first
 
 
+async def test_a_change_stream_ended_by_a_dropped_database_is_reopened_and_stop_returns(
+    storage: Storage, settings_factory: Callable[..., Settings]
+):
+    """A dropped database invalidates the stream; its reads then answer at once without waiting,
+    and a loop over them never yielded: the event loop hung, and so did `stop`."""
+    if not await replica_set(storage):
+        pytest.skip("no replica set: no change stream to end (the hub polls there)")
+    settings = settings_factory(feed_poll_interval_s=600)
+    hub = FeedHub(storage, settings)
+    await hub.start()
+    await until(lambda: hub.following == "change-stream")
+    await storage.client.drop_database(settings.mongodb_db)
+    await asyncio.sleep(0.5)  # the invalidate event arrives; the loop must still yield
+    await until(lambda: hub.following == "change-stream")  # a new stream (after a poll)
+    stream = hub.subscribe(feed_filter("acme", None))
+    pending = asyncio.ensure_future(take(stream, 1))
+    await asyncio.sleep(0.05)  # subscribed
+    await append_messages(storage, [message(n=1)])
+    assert await pending == [1]
+    await stream.aclose()
+    async with asyncio.timeout(10):  # guards against the hang; not a timing assertion
+        await hub.stop()
+
+
 @pytest.mark.parametrize("change_stream", [False, True], ids=["forced-off", "setting-on"])
 async def test_the_hub_polls_when_told_to_or_without_a_replica_set(
     storage: Storage, hub_factory: Callable[..., Any], change_stream: bool
