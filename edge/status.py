@@ -40,6 +40,7 @@ GRPC_CODES: dict[str, grpc.StatusCode] = {
     "CONFIG": grpc.StatusCode.INTERNAL,
     "CREDENTIAL_UNREADABLE": grpc.StatusCode.INTERNAL,
     "SLOW_CONSUMER": grpc.StatusCode.INTERNAL,
+    "MESSAGE_IDS_FENCED": grpc.StatusCode.UNAVAILABLE,  # a resend is written under fresh ids
 }
 
 

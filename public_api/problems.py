@@ -77,6 +77,7 @@ HTTP_PROBLEMS: dict[str, tuple[int, str]] = {
     "CREDENTIAL_UNREADABLE": (500, "Internal Server Error"),
     "UNAVAILABLE": (503, "Service Unavailable"),
     "SLOW_CONSUMER": (503, "Subscriber too slow"),
+    "MESSAGE_IDS_FENCED": (503, "Service Unavailable"),  # the database stalled again and again
 }
 _UNMAPPED = HTTP_PROBLEMS["INTERNAL"]
 
