@@ -112,3 +112,31 @@ async def test_the_embedded_server_is_served_with_one_warning(
         "the embedded database has no isolated transactions: documents and pallet batches "
         "are applied write by write on it"
     ]
+
+
+async def test_starting_against_an_unreachable_mongodb_fails_with_a_clear_message(tmp_path: Path):
+    port = free_port()  # nothing listens there
+    env = {
+        **os.environ,
+        "DOCKFLOW_MONGODB_URL": f"mongodb://dock:s3cret@127.0.0.1:{port}/?directConnection=true",
+        "DOCKFLOW_DATA_DIR": str(tmp_path / "var"),
+        "DOCKFLOW_HTTP_PORT": "0",
+        "DOCKFLOW_SECRET_KEY": "kT0rKJ8D8k2m7aM5wXy3bq1c9Jw2s7QpVn0fHh4uLzE=",
+    }
+
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dockflow", "api",
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise AssertionError("dockflow kept waiting for an unreachable MongoDB") from None
+
+    message = stderr.decode()
+    assert process.returncode == 2
+    assert "Traceback" not in message
+    assert f"cannot reach the MongoDB server at DOCKFLOW_MONGODB_URL (127.0.0.1:{port})" in message
+    assert "s3cret" not in message
