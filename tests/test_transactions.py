@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import Unavailable
 from core.services import Services
 from core.settings import Settings
-from core.storage import Storage, runs_transactions
+from core.storage import Session, Storage, runs_transactions
 from dockflow.runtime import serve
 from tests.reliability.serve_process import free_port
 
@@ -140,3 +141,23 @@ async def test_starting_against_an_unreachable_mongodb_fails_with_a_clear_messag
     assert "Traceback" not in message
     assert f"cannot reach the MongoDB server at DOCKFLOW_MONGODB_URL (127.0.0.1:{port})" in message
     assert "s3cret" not in message
+
+
+async def test_a_unit_of_work_past_its_time_limit_is_unavailable_not_an_internal_error(
+    storage: Storage,
+):
+    if not storage.transactions:
+        pytest.skip("nx-27017 has no transactions: a unit of work runs write by write, unbounded")
+    runs = 0
+
+    async def slow(session: Session) -> None:
+        nonlocal runs
+        runs += 1
+        await asyncio.sleep(0.3)  # past the limit: the next command cannot start
+        await storage.shipments.insert_one({"_id": "late"}, session=session)
+
+    with pytest.raises(Unavailable, match="retry later"):
+        await storage.in_transaction(slow, limit_s=0.2)
+
+    assert runs == 1
+    assert await storage.shipments.find_one({"_id": "late"}) is None
