@@ -30,7 +30,7 @@ from pymongo.errors import BulkWriteError, ConnectionFailure, DuplicateKeyError,
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
-from core.errors import ConfigError
+from core.errors import ConfigError, Unavailable
 from core.locks import LocalLocks
 
 log = logging.getLogger(__name__)
@@ -254,9 +254,10 @@ class Storage:
 
         Transient errors (a write conflict with another transaction, an election) run the whole
         work again, and a commit of unknown outcome is retried, as the driver specification
-        recommends (`with_transaction`), within `limit_s`. So `work` may run several times:
-        it must compute everything from what it reads through `session`. A write it makes
-        without the session (an id reservation) is not undone by a retry."""
+        recommends (`with_transaction`), within `limit_s`; past it, `Unavailable` (503/UNAVAILABLE:
+        the client retries later). So `work` may run several times: it must compute everything
+        from what it reads through `session`. A write it makes without the session (an id
+        reservation) is not undone by a retry."""
         if not self.transactions:
             return await work(None)
         with pymongo.timeout(limit_s):
@@ -270,6 +271,12 @@ class Storage:
                             write_concern=WriteConcern("majority"),
                         )
                     except PyMongoError as error:
+                        if error.timeout:
+                            # Too slow a database (or too big a unit for it): as after an
+                            # outage, the client retries (a commit timed out may have applied).
+                            raise Unavailable(
+                                f"the database did not apply this within {limit_s:g} s; retry later"
+                            ) from error
                         if attempt == DUPLICATE_RETRIES or not _duplicate_key(error):
                             raise
         raise AssertionError("unreachable")  # pragma: no cover

@@ -10,8 +10,10 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 
-from pymongo.errors import PyMongoError
+from pymongo.errors import ConnectionFailure, PyMongoError
+from pymongo.uri_parser import parse_uri
 
+from core.errors import DatabaseUnavailable
 from core.files import ensure_private_dir
 from core.services import Services
 from core.settings import Settings
@@ -49,7 +51,12 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             )
         else:
             log.info("using MongoDB", extra={"url": _redact(url)})
-        storage = await Storage.connect(url, settings.mongodb_db)
+        try:
+            storage = await Storage.connect(url, settings.mongodb_db)
+        except ConnectionFailure as exc:
+            if embedded is not None:
+                raise
+            raise DatabaseUnavailable(_unreachable(url, exc)) from exc
         try:
             await _check_transactions(storage)
             yield Services(settings=settings, storage=storage)
@@ -74,6 +81,16 @@ async def _is_nx_27017(storage: Storage) -> bool:
     except PyMongoError:  # a MongoDB may refuse it to this user: it is no nx-27017 then
         return False
     return status.get("process") == NX_27017_PROCESS
+
+
+def _unreachable(url: str, error: ConnectionFailure) -> str:
+    """The start-up message for a MongoDB URL that answers no connection (no password in it)."""
+    hosts = ", ".join(f"{host}:{port}" for host, port in parse_uri(url)["nodelist"])
+    reason = str(error).split(" (configured timeouts")[0]
+    return (
+        f"cannot reach the MongoDB server at DOCKFLOW_MONGODB_URL ({hosts}): {reason}. "
+        "Check the URL and that the server is running and reachable from here"
+    )
 
 
 def _redact(url: str) -> str:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import Unavailable
 from core.services import Services
 from core.settings import Settings
-from core.storage import Storage, runs_transactions
+from core.storage import Session, Storage, runs_transactions
 from dockflow.runtime import serve
 from tests.reliability.serve_process import free_port
 
@@ -112,3 +113,51 @@ async def test_the_embedded_server_is_served_with_one_warning(
         "the embedded database has no isolated transactions: documents and pallet batches "
         "are applied write by write on it"
     ]
+
+
+async def test_starting_against_an_unreachable_mongodb_fails_with_a_clear_message(tmp_path: Path):
+    port = free_port()  # nothing listens there
+    env = {
+        **os.environ,
+        "DOCKFLOW_MONGODB_URL": f"mongodb://dock:s3cret@127.0.0.1:{port}/?directConnection=true",
+        "DOCKFLOW_DATA_DIR": str(tmp_path / "var"),
+        "DOCKFLOW_HTTP_PORT": "0",
+        "DOCKFLOW_SECRET_KEY": "kT0rKJ8D8k2m7aM5wXy3bq1c9Jw2s7QpVn0fHh4uLzE=",
+    }
+
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dockflow", "api",
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise AssertionError("dockflow kept waiting for an unreachable MongoDB") from None
+
+    message = stderr.decode()
+    assert process.returncode == 2
+    assert "Traceback" not in message
+    assert f"cannot reach the MongoDB server at DOCKFLOW_MONGODB_URL (127.0.0.1:{port})" in message
+    assert "s3cret" not in message
+
+
+async def test_a_unit_of_work_past_its_time_limit_is_unavailable_not_an_internal_error(
+    storage: Storage,
+):
+    if not storage.transactions:
+        pytest.skip("nx-27017 has no transactions: a unit of work runs write by write, unbounded")
+    runs = 0
+
+    async def slow(session: Session) -> None:
+        nonlocal runs
+        runs += 1
+        await asyncio.sleep(0.3)  # past the limit: the next command cannot start
+        await storage.shipments.insert_one({"_id": "late"}, session=session)
+
+    with pytest.raises(Unavailable, match="retry later"):
+        await storage.in_transaction(slow, limit_s=0.2)
+
+    assert runs == 1
+    assert await storage.shipments.find_one({"_id": "late"}) is None
