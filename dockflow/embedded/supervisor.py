@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -46,13 +44,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    """In the child: ask Linux to SIGTERM it if dockflow dies, even by SIGKILL."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _pid_alive(pid: int) -> bool:
@@ -178,14 +169,14 @@ def _spawn(argv: list[str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE)
     with os.fdopen(fd, "ab") as log_file:
         return subprocess.Popen(  # noqa: S603 - fixed argv, no shell
-            argv,
+            # Dies with dockflow, even by SIGKILL (dockflow/embedded/with_parent.py).
+            [sys.executable, "-m", "dockflow.embedded.with_parent", *argv],
             cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=log_file,
             umask=0o077,  # its data, log and pid files are the owner's only
             start_new_session=True,  # Ctrl-C reaches dockflow, which stops the db in order
-            preexec_fn=_die_with_parent,  # runs before any thread starts in the child
         )
 
 

@@ -128,7 +128,9 @@ async def test_a_killed_worker_leaves_nothing_undelivered_after_its_lease(
         process.wait(timeout=10)
     held = {r.webhook_id for r in receiver.requests[-receiver.in_flight :]}
     orphaned = await storage.webhook_deliveries.count_documents({"status": "DELIVERING"})
-    assert orphaned == 4
+    # The 4 in flight, and any it had claimed ahead and not yet sent (a slower database's claim
+    # comes back later, so the count of those depends on the server's speed).
+    assert orphaned >= len(held) == 4
     hold.set()
 
     survivor = await start_worker(fast_settings(webhook_endpoint_rate_per_s=0))
@@ -143,7 +145,7 @@ async def test_a_killed_worker_leaves_nothing_undelivered_after_its_lease(
     assert [d["status"] for d in await deliveries_of(storage)] == ["SUCCEEDED"] * 300
     assert survivor.delivered == 200
     lost = await storage.delivery_attempts.count_documents({"error": {"$regex": "^lease"}})
-    assert lost == 4  # each taken-over delivery records the attempt the dead worker made
+    assert lost >= 4  # each taken-over delivery in flight records the dead worker's attempt
 
 
 async def test_a_slow_endpoint_uses_only_its_own_slots(
