@@ -259,7 +259,6 @@ class FeedHub:
         self.following = "poll"  # or "change-stream": how the hub follows the feed now
         self._resume_token: Mapping[str, Any] | None = None
         self._stream_retry_at = 0.0  # monotonic time before which the hub polls
-        self._replica_set: bool | None = None  # found by `hello` at the first try
         self.gap_grace_s = settings.feed_gap_grace_s
         self.buffer_limit = settings.feed_subscriber_buffer
         self.buffer_byte_limit = settings.feed_subscriber_buffer_bytes
@@ -402,32 +401,37 @@ class FeedHub:
 
     async def _follow_stream(self) -> None:
         """Follow inserts into push_messages until stopped or the stream fails."""
-        if self._replica_set is None:
-            hello = await self.storage.client.admin.command("hello")
-            self._replica_set = "setName" in hello
-        if not self._replica_set:
+        # Change streams come with the deployments that run transactions (a replica-set member,
+        # mongos), as `Storage.connect` found from `hello`.
+        if not self.storage.transactions:
             self.use_change_stream = False  # polling for good
             return
         stream = await self._open_stream()
         async with stream:
-            self.following = "change-stream"
-            log.info("feed: following push_messages by a change stream")
-            while await self.poll():  # what committed before the stream opened
-                pass
-            while not self._stopped:
-                if not stream.alive:
-                    # Invalidated (its collection or database dropped) or closed: its reads
-                    # would answer None at once without waiting, a loop that never yields.
-                    log.warning("feed change stream ended; reopening it")
-                    return
-                change = await stream.try_next()
-                now = time.monotonic()
-                if change is not None and change.get("fullDocument") is not None:
-                    self._accept([_checked(change["fullDocument"])], now)
+            try:
+                await self._follow(stream)
+            finally:
+                # Where a reopened stream resumes (read once, not per event: it is a deep copy).
                 self._resume_token = stream.resume_token
-                if self._expired_gaps(now):
-                    async with self._poll_lock:
-                        await self._fence_expired(now)
+
+    async def _follow(self, stream: AsyncChangeStream[Doc]) -> None:
+        self.following = "change-stream"
+        log.info("feed: following push_messages by a change stream")
+        while await self.poll():  # what committed before the stream opened
+            pass
+        while not self._stopped:
+            if not stream.alive:
+                # Invalidated (its collection or database dropped) or closed: its reads would
+                # answer None at once without waiting, a loop that never yields.
+                log.warning("feed change stream ended; reopening it")
+                return
+            change = await stream.try_next()
+            now = time.monotonic()
+            if change is not None and change.get("fullDocument") is not None:
+                self._accept([_checked(change["fullDocument"])], now)
+            if self._expired_gaps(now):
+                async with self._poll_lock:
+                    await self._fence_expired(now)
 
     async def _open_stream(self) -> AsyncChangeStream[Doc]:
         pipeline = [{"$match": {"operationType": "insert"}}]
