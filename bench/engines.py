@@ -29,10 +29,8 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -43,7 +41,11 @@ from typing import Any
 from pymongo import MongoClient, WriteConcern
 from pymongo.errors import PyMongoError
 
-ENGINES = ("nx-27017", "secantusdb")
+from bench.harness import free_port
+from core.settings import EmbeddedEngine
+from dockflow.embedded import supervisor
+
+ENGINES = tuple(supervisor.ENGINES)
 START_TIMEOUT_S = 900.0  # a large data directory may take minutes to open
 WRITE_CONCERNS = {
     "w1": WriteConcern(w=1),
@@ -52,29 +54,14 @@ WRITE_CONCERNS = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _secantusd() -> str:
-    beside = Path(sys.executable).parent / "secantusd-py"
-    found = str(beside) if beside.exists() else shutil.which("secantusd-py")
-    if not found:
-        raise SystemExit("secantusd-py not found: install the dev lock (make test installs it)")
-    return found
-
-
 class Server:
     """One engine's server on a free port over `data_dir`, restartable on the same files."""
 
     def __init__(
         self,
-        engine: str,
+        engine: EmbeddedEngine,
         data_dir: Path,
         *,
-        patched: bool = True,
         extra: tuple[str, ...] = (),
         log_dir: Path | None = None,
     ) -> None:
@@ -82,8 +69,7 @@ class Server:
         self.log_path = (log_dir or data_dir.parent) / f"{engine}.log"
         self.extra = extra
         self.data_dir = data_dir
-        self.patched = patched
-        self.port = _free_port()
+        self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         data_dir.mkdir(parents=True, exist_ok=True)
 
@@ -92,20 +78,13 @@ class Server:
         return f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
 
     def argv(self) -> list[str]:
-        address = ["--host", "127.0.0.1", "--port", str(self.port)]
-        if self.engine == "secantusdb":
-            return [_secantusd(), *address, "--storage-path", str(self.data_dir), *self.extra]
-        if self.patched:
-            start = [sys.executable, "-m", "dockflow.embedded.launcher"]
-        else:
-            start = [sys.executable, "-c", "from nx_27017.nx_27017 import main; main()"]
-        pid_file = self.data_dir / "nx-27017.pid"
-        return [*start, "--data-dir", str(self.data_dir), *address, "--pid-file", str(pid_file)]
+        """The command the embedded supervisor starts the engine with, plus `extra`."""
+        command = supervisor.ENGINES[self.engine].command(self.data_dir, self.port, self.log_path)
+        return [*command, *self.extra]
 
     def start(self) -> float:
         """Start and wait until it answers ping; returns the seconds that took."""
-        with contextlib.suppress(FileNotFoundError):
-            (self.data_dir / "nx-27017.pid").unlink()
+        supervisor.ENGINES[self.engine].prepare(self.data_dir)
         began = time.monotonic()
         log = open(self.log_path, "ab")  # noqa: SIM115
         self.process = subprocess.Popen(
@@ -176,7 +155,7 @@ def _writer(
 
 
 def kill_restart(
-    engine: str, work: Path, rounds: int, concern: str, extra: tuple[str, ...]
+    engine: EmbeddedEngine, work: Path, rounds: int, concern: str, extra: tuple[str, ...]
 ) -> dict[str, Any]:
     server = Server(engine, work / "data", extra=extra)
     server.start()
@@ -208,7 +187,7 @@ def kill_restart(
     }
 
 
-def disk_full(engine: str, work: Path, size_mib: int) -> dict[str, Any]:
+def disk_full(engine: EmbeddedEngine, work: Path, size_mib: int) -> dict[str, Any]:
     mount = work / "small"
     mount.mkdir(parents=True, exist_ok=True)
     subprocess.run(
@@ -275,7 +254,7 @@ def disk_full(engine: str, work: Path, size_mib: int) -> dict[str, Any]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def large(engine: str, work: Path, gib: float) -> dict[str, Any]:
+def large(engine: EmbeddedEngine, work: Path, gib: float) -> dict[str, Any]:
     server = Server(engine, work / "data")
     server.start()
     doc_bytes = 64 * 1024

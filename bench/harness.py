@@ -68,7 +68,7 @@ class Server:
         )
 
 
-def _free_port() -> int:
+def free_port() -> int:
     import socket
 
     with socket.socket() as sock:
@@ -90,7 +90,7 @@ async def running_server(
     `bench.commands`, which logs every database command it sends. `db_name`: a database of
     this run to use again (a restart of the same process)."""
     with tempfile.TemporaryDirectory(prefix="dockflow-bench-") as tmp:
-        http_port = _free_port()
+        http_port = free_port()
         env = {
             **os.environ,
             "DOCKFLOW_DATA_DIR": str(data_dir or Path(tmp)),
@@ -99,7 +99,7 @@ async def running_server(
             "DOCKFLOW_HTTP_HOST": "127.0.0.1",
             "DOCKFLOW_HTTP_PORT": str(http_port),
             "DOCKFLOW_GRPC_HOST": "127.0.0.1",
-            "DOCKFLOW_GRPC_PORT": str(_free_port()),
+            "DOCKFLOW_GRPC_PORT": str(free_port()),
             "DOCKFLOW_PUBLIC_BASE_URL": f"http://127.0.0.1:{http_port}",
             "DOCKFLOW_LOG_LEVEL": "WARNING",
             "DOCKFLOW_LOG_FORMAT": "console",
