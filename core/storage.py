@@ -30,7 +30,7 @@ from pymongo.errors import BulkWriteError, ConnectionFailure, DuplicateKeyError,
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
-from core.errors import ConfigError, Unavailable
+from core.errors import ConfigError, DatabaseUnavailable, Unavailable
 from core.locks import LocalLocks
 
 log = logging.getLogger(__name__)
@@ -255,18 +255,29 @@ class Storage:
         Transient errors (a write conflict with another transaction, an election) run the whole
         work again, and a commit of unknown outcome is retried, as the driver specification
         recommends (`with_transaction`), within `limit_s`; past it, `Unavailable` (503/UNAVAILABLE:
-        the client retries later). So `work` may run several times: it must compute everything
+        the client retries later). An unreachable database ends it at once (`DatabaseUnavailable`).
+        So `work` may run several times: it must compute everything
         from what it reads through `session`. A write it makes without the session (an id
         reservation) is not undone by a retry."""
         if not self.transactions:
             return await work(None)
+
+        async def run(session: Session) -> T:
+            try:
+                return await work(session)
+            except UNAVAILABLE_ERRORS as error:
+                # The database cannot be reached: the unit of work ends now and its client
+                # retries later (a camera resends), instead of the transaction loop retrying it
+                # as transient until `limit_s` while the client waits.
+                raise DatabaseUnavailable(f"the database is unavailable: {error}") from error
+
         with pymongo.timeout(limit_s):
             for attempt in range(DUPLICATE_RETRIES + 1):
                 async with self.client.start_session() as session:
                     try:
                         # Majority: a committed document survives the loss of the primary.
                         return await session.with_transaction(
-                            work,
+                            run,
                             read_concern=ReadConcern("snapshot"),
                             write_concern=WriteConcern("majority"),
                         )

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import grpc
-import pytest
 
 from core.services import Services
 from core.settings import Settings
@@ -25,12 +24,6 @@ from tests.factories import make_tenant
 TOTAL = 1500
 
 
-@pytest.mark.skipif(
-    backends.ENGINE == "secantusdb",
-    reason="open defect on backends with transactions: a batch meeting the outage inside a "
-    "transaction waits out the transaction's 30 s limit (server selection runs under it) "
-    "before the camera is told UNAVAILABLE, so the stream outlasts this test's time",
-)
 async def test_stopping_the_database_mid_stream_then_resending_repairs_everything(
     tmp_path: Path, settings_factory: Callable[..., Settings]
 ):
