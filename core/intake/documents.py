@@ -56,6 +56,7 @@ from core.storage import Doc, Session, Storage, together
 from core.tenancy import tenants
 
 SHIPMENT_STATUS_NEW = "SCHEDULED"
+REMOVE_CHUNK = 500  # item ids per delete when only some of an order's items go
 HISTORY_SOURCE = "document"
 
 # Item fields of a document and their stored names (lpn and sku identify an item; not here).
@@ -558,7 +559,7 @@ async def _write_items(
     # are after these writes is known without reading them back.
     items = {i["_id"]: i for i in order.current}
     if order.remove_ids:
-        await storage.order_items.delete_many({"_id": {"$in": order.remove_ids}}, session=session)
+        await _remove_items(storage, order_id, order.remove_ids, set(items), session)
         plan.removed.extend(
             ChangeEntry(type="ORDER_ITEM", id=i, reference=_reference(items.pop(i, None)))
             for i in order.remove_ids
@@ -592,6 +593,20 @@ async def _write_items(
         )
         items.update((d["_id"], d) for d in docs)
     order.items_after = sorted(items.values(), key=_item_order)
+
+
+async def _remove_items(
+    storage: Storage, order_id: str, remove_ids: list[str], current: set[str], session: Session
+) -> None:
+    """Delete an order's items: all of them by the order (one indexed delete), some of them by
+    id in bounded chunks (a server may cost an `$in` list's square: 4,000 ids took 20 s on
+    SecantusDB 0.7, holding its other writers meanwhile)."""
+    if set(remove_ids) == current:
+        await storage.order_items.delete_many({"order_id": order_id}, session=session)
+        return
+    for start in range(0, len(remove_ids), REMOVE_CHUNK):
+        chunk = remove_ids[start : start + REMOVE_CHUNK]
+        await storage.order_items.delete_many({"_id": {"$in": chunk}}, session=session)
 
 
 def _reference(item: Doc | None) -> str:

@@ -234,3 +234,21 @@ async def test_keys_belong_to_their_client(
 
     assert mine.status == theirs.status == 201
     assert "Idempotent-Replayed" not in theirs.headers
+
+
+async def test_an_overwrite_removing_thousands_of_items_is_applied(
+    api: TestClient[Any, Any], services: Services, tenant: Tenant
+):
+    """The largest order, then OVERWRITEs removing half of it and then the rest. A delete by one
+    `_id $in` list of 5,000 ids ran past the transaction's 30 s on SecantusDB (503 every time,
+    other writers held meanwhile): removals go by order, or in bounded chunks."""
+
+    def document(lpns: range) -> dict[str, Any]:
+        items = [{"lpn": f"L{n}", "sku": "S", "quantity": 1, "quantityUnit": "CASE"} for n in lpns]
+        return {**BASE, "orderNumber": "BIG", "shipmentNumber": "SHB", "items": items}
+
+    for lpns in (range(10_000), range(5_000), range(20_000, 20_010)):
+        response = await api.post("/documents", json=document(lpns), headers=tenant.auth)
+        assert response.status in (200, 201), await response.text()
+        stored = await services.storage.order_items.find({}, {"lpn": 1}).to_list()
+        assert sorted(i["lpn"] for i in stored) == sorted(f"L{n}" for n in lpns)
