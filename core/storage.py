@@ -137,6 +137,21 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("shipment_id", ASCENDING)]),
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("occurred_at", ASCENDING)]),
     ],
+    "exceptions": [
+        # lists and `afterId` pages: seq is the creation message's id (core/exceptions)
+        IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("seq", ASCENDING)]),
+        IndexModel([("shipment_id", ASCENDING)]),
+        IndexModel([("pallet_id", ASCENDING)]),
+        # the open MISLOAD exceptions at a dock, which a reversal there resolves
+        IndexModel(
+            [
+                ("business", ASCENDING),
+                ("facility", ASCENDING),
+                ("dock", ASCENDING),
+                ("status", ASCENDING),
+            ]
+        ),
+    ],
     "push_messages": [
         IndexModel([("business", ASCENDING), ("sent_at", ASCENDING)]),
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("sent_at", ASCENDING)]),

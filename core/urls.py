@@ -16,6 +16,11 @@ def shipment_url(settings: Settings, shipment_id: int) -> str:
     return f"{settings.dashboard_base_url}/shipments/{shipment_id}"
 
 
+def exception_url(settings: Settings, exception_id: str) -> str:
+    """The exception's dashboard page."""
+    return f"{settings.dashboard_base_url}/exceptions/{exception_id}"
+
+
 def shipment_document_url(settings: Settings, document_id: str) -> str:
     """Where an API client downloads a shipment document (with its bearer token)."""
     return f"{settings.public_base_url}/shipment-documents/{document_id}"

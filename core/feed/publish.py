@@ -33,7 +33,7 @@ from core.errors import MessageIdsFenced
 from core.outbox.webhook_endpoints import endpoints_for
 from core.storage import Doc, IdBlock, Session, Storage, WrittenListener
 
-MessageType = Literal["PALLET_EVENT", "SHIPMENT_COMPLETE"]
+MessageType = Literal["PALLET_EVENT", "SHIPMENT_COMPLETE", "EXCEPTION"]
 SEQUENCE = "push_messages"
 DUPLICATE_KEY = 11000
 VOID = "void"  # the field that marks a fenced id's placeholder in push_messages
@@ -90,6 +90,11 @@ class EndpointCache:
             endpoints = await endpoints_for(self.storage, business, facility, event)
             self._ids[key] = [e.endpoint_id for e in endpoints]
         return self._ids[key]
+
+
+def iso_utc(at: datetime) -> str:
+    """Message timestamps: UTC ISO 8601, milliseconds and a Z (``2026-05-01T12:30:15.123Z``)."""
+    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def delivery_id(message_id: int, endpoint_id: str) -> str:

@@ -42,7 +42,7 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 import bson
@@ -52,6 +52,7 @@ from pymongo.errors import PyMongoError
 
 from core import metrics, urls
 from core.errors import DockflowError, Unavailable, ValidationFailed
+from core.exceptions import records
 from core.feed import publish
 from core.pallets import camera_input
 from core.settings import Settings
@@ -114,17 +115,14 @@ class ReadingResult:
     shipment_id: int | None = None
     message_id: int | None = None
     error: str = ""
+    # The exceptions this reading raised (stored with its pallet), for the dock's display.
+    exceptions: tuple[records.Raised, ...] = ()
 
 
 def pallet_id_for(camera_id: str, reading_id: str) -> str:
     """Deterministic: a resend of a half-written reading finds its pallet."""
     digest = hashlib.sha256(f"{camera_id}\x00{reading_id}".encode()).hexdigest()
     return f"plt_{digest[:20]}"
-
-
-def iso_utc(at: datetime) -> str:
-    """UTC ISO 8601 with milliseconds and a Z: ``2026-05-01T12:30:15.123Z``."""
-    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def label_fields(facility: Facility, labels: Sequence[Label]) -> dict[str, Any]:
@@ -810,7 +808,7 @@ def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
         "facilitySlug": item.camera.facility,
         "serviceShipmentId": str(shipment_id),
         "servicePalletId": item.pallet_id,
-        "occurredAt": iso_utc(item.occurred_at),
+        "occurredAt": publish.iso_utc(item.occurred_at),
         "url": urls.pallet_url(settings, item.pallet_id),
         "direction": item.reading.direction,
         "orders": list(item.orders),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -22,6 +23,7 @@ from core.auth.credentials import (
     secret_matches,
 )
 from core.errors import AlreadyExists, NotFound, ValidationFailed
+from core.exceptions.codes import RULE_CODES
 from core.storage import Doc, Storage
 
 SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -78,6 +80,10 @@ class Facility:
     label_fields: tuple[LabelFieldMapping, ...] = ()
     # Completion policy: complete a shipment once every expected LPN was observed.
     complete_on_all_lpns: bool = True
+    # Exception rules switched off here (codes of `core.exceptions.records.RULE_CODES`; each
+    # is on by default), and the confidence below which a mapped label is LOW_CONFIDENCE.
+    disabled_checks: frozenset[str] = frozenset()
+    confidence_threshold: float = 0.80
 
     @property
     def key(self) -> str:
@@ -88,6 +94,10 @@ class Facility:
 
     def label_mapping(self) -> dict[str, LabelFieldMapping]:
         return {m.camera_name: m for m in self.label_fields}
+
+    def checks(self, code: str) -> bool:
+        """Whether the facility raises exceptions of this rule."""
+        return code not in self.disabled_checks
 
 
 @dataclass(frozen=True)
@@ -179,6 +189,8 @@ def _facility_from_doc(doc: Doc) -> Facility:
             for m in doc.get("label_fields", [])
         ),
         complete_on_all_lpns=bool(doc.get("complete_on_all_lpns", True)),
+        disabled_checks=frozenset(doc.get("disabled_checks", ())),
+        confidence_threshold=float(doc.get("confidence_threshold", 0.80)),
     )
 
 
@@ -195,6 +207,8 @@ def facility_to_doc(facility: Facility) -> Doc:
             for m in facility.label_fields
         ],
         "complete_on_all_lpns": facility.complete_on_all_lpns,
+        "disabled_checks": sorted(facility.disabled_checks),
+        "confidence_threshold": facility.confidence_threshold,
     }
 
 
@@ -207,6 +221,8 @@ def build_facility(
     timezone: str = "UTC",
     label_fields: list[LabelFieldMapping] | tuple[LabelFieldMapping, ...] = (),
     complete_on_all_lpns: bool = True,
+    disabled_checks: Iterable[str] = (),
+    confidence_threshold: float = 0.80,
 ) -> Facility:
     """Validate and build a facility (not yet stored)."""
     validate_slug("facility", slug)
@@ -221,6 +237,13 @@ def build_facility(
     fields = [m.field for m in label_fields]
     if len(set(fields)) != len(fields):
         raise ValidationFailed("label field names must be unique")
+    disabled = frozenset(disabled_checks)
+    if unknown := sorted(disabled - set(RULE_CODES)):
+        raise ValidationFailed(
+            f"unknown exception checks {unknown}; the checks are {', '.join(RULE_CODES)}"
+        )
+    if not 0.0 <= confidence_threshold <= 1.0:
+        raise ValidationFailed("confidence_threshold must be between 0 and 1")
     return Facility(
         business=business,
         slug=slug,
@@ -229,6 +252,8 @@ def build_facility(
         docks=tuple(Dock(d, d) for d in docks),
         label_fields=tuple(label_fields),
         complete_on_all_lpns=complete_on_all_lpns,
+        disabled_checks=disabled,
+        confidence_threshold=confidence_threshold,
     )
 
 

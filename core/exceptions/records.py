@@ -1,0 +1,344 @@
+"""Exceptions: typed, machine-readable shipping mistakes with a lifecycle (docs/exceptions.md).
+
+An exception is raised by a rule on a reading or a completion (`core.exceptions.rules`), or by a
+customer or an operator (`create_exception`). Its status goes OPEN -> ACKNOWLEDGED -> RESOLVED
+(OPEN -> RESOLVED directly too); every change is a `history` entry (time, who, note) and one
+`EXCEPTION` push message carrying the record as it stands after that change.
+
+Exactly once: a rule's exception id is derived from what raised it (`exception_id`), and each
+history entry holds the id of the message it publishes, reserved before the entry is written.
+A reading's exceptions travel inside its pallet document (`raised`), so the repair of a
+half-written batch rebuilds them, and their messages, under the same ids. A status change is a
+compare-and-set on the status it starts from: of two racing changes one wins, the other is
+told the exception moved.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import secrets
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from pymongo.errors import PyMongoError
+
+from core import urls
+from core.errors import Conflict, MessageIdsFenced, NotFound, ValidationFailed
+from core.exceptions.codes import ActorKind, Status
+from core.feed import publish
+from core.settings import Settings
+from core.storage import Doc, Session, Storage
+
+MESSAGE_TYPE: Final = "EXCEPTION"
+MAX_NOTE_CHARS = 2_000
+MAX_LPNS = 100  # lpns and expected/observed lists of one record (a SHORT of a huge shipment)
+# The moves a status change may make: to -> the statuses it may start from.
+MOVES: dict[Status, tuple[Status, ...]] = {
+    "ACKNOWLEDGED": ("OPEN",),
+    "RESOLVED": ("OPEN", "ACKNOWLEDGED"),
+}
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who changed an exception: a camera rule (its camera id), an operator, a client."""
+
+    kind: ActorKind
+    id: str
+
+    def doc(self) -> Doc:
+        return {"kind": self.kind, "id": self.id}
+
+
+@dataclass(frozen=True)
+class Raised:
+    """What a reading's acknowledgement tells the dock about an exception."""
+
+    exception_id: str
+    code: str
+    priority: str
+    detail: str
+
+
+def exception_id(source: str, code: str) -> str:
+    """A rule's exception id, derived from what raised it (a pallet, a shipment): a resend or a
+    repair finds the same exception instead of raising another."""
+    digest = hashlib.sha256(f"{source}\x00{code}".encode()).hexdigest()
+    return f"exc_{digest[:20]}"
+
+
+def new_exception_id() -> str:
+    """An exception a person creates (each request its own)."""
+    return f"exc_{secrets.token_hex(10)}"
+
+
+def new_record(
+    *,
+    exception_id: str,
+    code: str,
+    priority: str,
+    business: str,
+    facility: str,
+    shipment_id: int,
+    pallet_id: str | None,
+    dock: str,
+    lpns: Sequence[str],
+    orders: Sequence[str],
+    detail: str,
+    expected: Mapping[str, Any] | None,
+    observed: Mapping[str, Any] | None,
+    occurred_at: datetime,
+    now: datetime,
+    by: Actor,
+    message_id: int,
+    note: str = "",
+) -> Doc:
+    """The stored document of a new, OPEN exception whose creation publishes `message_id`."""
+    return {
+        "_id": exception_id,
+        "code": code,
+        "priority": priority,
+        "status": "OPEN",
+        "business": business,
+        "facility": facility,
+        "shipment_id": shipment_id,
+        "pallet_id": pallet_id,
+        "dock": dock,
+        "lpns": list(lpns)[:MAX_LPNS],
+        "orders": list(orders),
+        "detail": detail,
+        "expected": dict(expected or {}),
+        "observed": dict(observed or {}),
+        "occurred_at": occurred_at,
+        "created_at": now,
+        "updated_at": now,
+        # Orders exceptions for lists and `afterId`: the id of the creation message (unique,
+        # increasing with time like the feed).
+        "seq": message_id,
+        "history": [_entry("OPEN", now, by, note, message_id)],
+    }
+
+
+def _entry(status: str, at: datetime, by: Actor, note: str, message_id: int) -> Doc:
+    return {"status": status, "at": at, "by": by.doc(), "note": note, "message_id": message_id}
+
+
+def raised(record: Doc) -> Raised:
+    return Raised(record["_id"], record["code"], record["priority"], record["detail"])
+
+
+def payload(settings: Settings, record: Doc) -> dict[str, Any]:
+    """The public record: the `message` of its EXCEPTION push messages and the GraphQL type."""
+    return {
+        "id": record["_id"],
+        "code": record["code"],
+        "status": record["status"],
+        "priority": record["priority"],
+        "businessSlug": record["business"],
+        "facilitySlug": record["facility"],
+        "serviceShipmentId": str(record["shipment_id"]),
+        "servicePalletId": record.get("pallet_id"),
+        "dockId": record.get("dock") or "",
+        "lpns": list(record.get("lpns") or []),
+        "orders": list(record.get("orders") or []),
+        "detail": record["detail"],
+        "expected": record.get("expected") or {},
+        "observed": record.get("observed") or {},
+        "url": urls.exception_url(settings, record["_id"]),
+        "history": [
+            {
+                "status": h["status"],
+                "at": publish.iso_utc(h["at"]),
+                "by": {"kind": h["by"]["kind"], "id": h["by"]["id"]},
+                "note": h.get("note") or "",
+            }
+            for h in record["history"]
+        ],
+        "occurredAt": publish.iso_utc(record["occurred_at"]),
+        "createdAt": publish.iso_utc(record["created_at"]),
+        "updatedAt": publish.iso_utc(record["updated_at"]),
+    }
+
+
+def state_at(record: Doc, message_id: int) -> Doc:
+    """The record as it stood when the history entry publishing `message_id` was written: the
+    payload of that message, the same however often it is rebuilt."""
+    history = record["history"]
+    upto = next(i for i, h in enumerate(history) if h["message_id"] == message_id)
+    entries = history[: upto + 1]
+    return {
+        **record,
+        "status": entries[-1]["status"],
+        "updated_at": entries[-1]["at"],
+        "history": entries,
+    }
+
+
+def messages_of(settings: Settings, record: Doc) -> list[tuple[int, publish.NewMessage]]:
+    """Every message the record's history publishes, with its id, oldest first."""
+    return [
+        (int(h["message_id"]), message(settings, state_at(record, int(h["message_id"]))))
+        for h in record["history"]
+    ]
+
+
+def message(settings: Settings, record: Doc) -> publish.NewMessage:
+    return publish.NewMessage(
+        business=record["business"],
+        facility=record["facility"],
+        type=MESSAGE_TYPE,
+        payload=payload(settings, record),
+        shipment_id=int(record["shipment_id"]),
+        pallet_id=record.get("pallet_id"),
+    )
+
+
+def transition(record: Doc, to: Status, at: datetime, by: Actor, note: str, message_id: int) -> Doc:
+    """`record` after moving to `to` (not stored); `Conflict` if it cannot move there."""
+    if record["status"] not in MOVES[to]:
+        raise Conflict(f"exception {record['_id']} is {record['status']}; it cannot become {to}")
+    entry = _entry(to, at, by, note, message_id)
+    return {**record, "status": to, "updated_at": at, "history": [*record["history"], entry]}
+
+
+def change_filter(record: Doc) -> Doc:
+    """The compare-and-set condition of a change of `record` (its status and history as read)."""
+    return {"_id": record["_id"], "status": record["status"], "updated_at": record["updated_at"]}
+
+
+def change_update(changed: Doc) -> Doc:
+    return {
+        "$set": {"status": changed["status"], "updated_at": changed["updated_at"]},
+        "$push": {"history": changed["history"][-1]},
+    }
+
+
+def check_note(note: str, *, required: bool) -> str:
+    note = note.strip()
+    if required and not note:
+        raise ValidationFailed("a note is required")
+    if len(note) > MAX_NOTE_CHARS:
+        raise ValidationFailed(f"a note has at most {MAX_NOTE_CHARS} characters")
+    return note
+
+
+async def change_status(
+    storage: Storage,
+    settings: Settings,
+    exception: str,
+    to: Status,
+    *,
+    by: Actor,
+    note: str,
+    at: datetime,
+) -> Doc:
+    """Move a stored exception to `to` and publish its message; returns the changed record.
+
+    One transaction where the database has them; else the entry (holding its message id) is
+    written first and then the message, and `publish_missing` completes a change a crash cut
+    short. `Conflict` when the record cannot move there, or another change won a race."""
+
+    async def build(message_id: int, session: Session) -> tuple[Doc, publish.WrittenMessages]:
+        current = await storage.exceptions.find_one({"_id": exception}, session=session)
+        if current is None:
+            raise NotFound("exception not found")
+        changed = transition(current, to, at, by, note, message_id)
+        done = await storage.exceptions.update_one(
+            change_filter(current), change_update(changed), session=session
+        )
+        if done.matched_count != 1:
+            raise Conflict(f"exception {exception} changed meanwhile; read it again")
+        written = await publish.build_messages(
+            storage, [message(settings, changed)], ids=[message_id], sent_at=at
+        )
+        await publish.write_messages(
+            storage, written, session, on_renumber=_renumbered(storage, exception)
+        )
+        return changed, written
+
+    return await write_with_message(storage, build)
+
+
+async def create_exception(
+    storage: Storage, settings: Settings, *, by: Actor, **fields: Any
+) -> Doc:
+    """Store a new exception (a person's: `CUSTOMER`) and publish its creation; returns it.
+    `fields` are `new_record`'s, but for the ids and times it sets itself."""
+
+    async def build(message_id: int, session: Session) -> tuple[Doc, publish.WrittenMessages]:
+        now = fields.pop("now")
+        record = new_record(
+            exception_id=new_exception_id(), now=now, by=by, message_id=message_id, **fields
+        )
+        fields["now"] = now
+        await storage.exceptions.insert_one(record, session=session)
+        written = await publish.build_messages(
+            storage, [message(settings, record)], ids=[message_id], sent_at=now
+        )
+        await publish.write_messages(
+            storage, written, session, on_renumber=_renumbered(storage, record["_id"])
+        )
+        return record, written
+
+    return await write_with_message(storage, build)
+
+
+async def write_with_message(
+    storage: Storage,
+    build: Callable[[int, Session], Coroutine[Any, Any, tuple[Doc, publish.WrittenMessages]]],
+) -> Doc:
+    """Run `build(message_id, session)` in a transaction with a reserved message id, then
+    announce its messages. A feed reader that fenced the id while the transaction stalled
+    aborts it (the id's void refuses the message): a fresh id, and again."""
+    for _ in range(publish.MAX_RENUMBERS + 1):
+        [message_id] = await publish.reserve_message_ids(storage, 1)
+        try:
+            record, written = await storage.in_transaction(functools.partial(build, message_id))
+        except PyMongoError:
+            if not await publish.fenced_among(storage, [message_id]):
+                raise
+            continue
+        if storage.transactions:
+            publish.announce(storage, written.messages)
+        return record
+    raise MessageIdsFenced([message_id])
+
+
+def _renumbered(storage: Storage, record_id: str) -> publish.Renumbered:
+    async def update(renumbered: dict[int, int]) -> None:
+        await renumber_history(storage, {record_id: renumbered})
+
+    return update
+
+
+async def renumber_history(storage: Storage, by_record: Mapping[str, Mapping[int, int]]) -> None:
+    """Messages of exceptions got fresh ids (a feed reader fenced the reserved ones): their
+    history entries take them."""
+    for record_id, renumbered in by_record.items():
+        for old_id, new_id in renumbered.items():
+            await storage.exceptions.update_one(
+                {"_id": record_id, "history.message_id": old_id},
+                {"$set": {"history.$.message_id": new_id}},
+            )
+
+
+async def publish_missing(storage: Storage, settings: Settings, records: Iterable[Doc]) -> int:
+    """Write the messages of history entries that have none (a crash between an entry and its
+    message, where the database has no transactions); returns how many were written."""
+    wanted = {int(h["message_id"]): r for r in records for h in r["history"]}
+    if not wanted:
+        return 0
+    found = await storage.push_messages.find({"_id": {"$in": sorted(wanted)}}, {"_id": 1}).to_list()
+    missing = sorted(set(wanted) - {int(m["_id"]) for m in found})
+    for message_id in missing:
+        record = wanted[message_id]
+        written = await publish.build_messages(
+            storage, [message(settings, state_at(record, message_id))], ids=[message_id]
+        )
+        await publish.write_messages(
+            storage, written, on_renumber=_renumbered(storage, record["_id"])
+        )
+    return len(missing)
