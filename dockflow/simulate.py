@@ -3,7 +3,9 @@
 Streams pallet readings to an edge (``--target host:port``) with a camera token, optionally for
 the LPNs of an intake document, over several streams at a given rate; can add load/unload pairs,
 dock events around the run, and a resend of everything (which must answer DUPLICATE). Shows a
-progress bar on stderr and prints the acks per status (and readings/s) on stdout.
+progress bar on stderr and prints on stdout the exceptions the acks carried (one line each, as a
+dock display would show them), then the acks per status, the exceptions per priority and code,
+and readings/s.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ STATUS_NAMES = {
     edge_pb2.DUPLICATE: "DUPLICATE",
     edge_pb2.REJECTED: "REJECTED",
 }
+MAX_EXCEPTION_LINES = 200  # exceptions printed one per line; beyond, only counted
 
 
 @dataclass
@@ -59,10 +62,51 @@ class SimulateReport:
     dock_events: Counter[str] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # The exceptions the acks carried: one line each (the first MAX_EXCEPTION_LINES), counts.
+    exception_lines: list[str] = field(default_factory=list)
+    exceptions_by_priority: Counter[str] = field(default_factory=Counter)
+    exceptions_by_code: Counter[str] = field(default_factory=Counter)
 
     @property
     def readings(self) -> int:
         return sum(self.acks.values())
+
+    @property
+    def exceptions(self) -> int:
+        return sum(self.exceptions_by_code.values())
+
+    def record(self, ack: edge_pb2.ReadingAck) -> None:
+        """Count one ack and the exceptions it carried."""
+        self.acks[STATUS_NAMES.get(ack.status, "UNKNOWN")] += 1
+        for exception in ack.exceptions:
+            self.exceptions_by_priority[exception.priority] += 1
+            self.exceptions_by_code[exception.code] += 1
+            if len(self.exception_lines) < MAX_EXCEPTION_LINES:
+                self.exception_lines.append(exception_line(ack.reading_id, exception))
+
+    def summary(self) -> list[str]:
+        """What the command prints on stdout: the exceptions, then the counts."""
+        lines = list(self.exception_lines)
+        if self.exceptions > len(self.exception_lines):
+            lines.append(f"... {self.exceptions - len(self.exception_lines)} more exceptions")
+        lines += [f"{status} {self.acks.get(status, 0)}" for status in STATUS_NAMES.values()]
+        line = f"exceptions {self.exceptions}"
+        if self.exceptions:
+            priorities = ", ".join(
+                f"{p} {n}" for p, n in sorted(self.exceptions_by_priority.items())
+            )
+            codes = ", ".join(f"{c} {n}" for c, n in sorted(self.exceptions_by_code.items()))
+            line += f" ({priorities}; {codes})"
+        lines.append(line)
+        return lines
+
+
+def exception_line(reading_id: str, exception: edge_pb2.ReadingException) -> str:
+    """One exception of an ack, as a dock display would show it."""
+    return (
+        f"exception {exception.code} {exception.priority} {' '.join(exception.detail.split())} "
+        f"(id {exception.exception_id}, reading {reading_id})"
+    )
 
 
 def lpns_from_document(path: Path) -> tuple[list[str], str | None]:
@@ -158,7 +202,7 @@ async def _stream(
     call = stub.StreamReadings(requests(), metadata=metadata)
     try:
         async for ack in call:
-            report.acks[STATUS_NAMES.get(ack.status, "UNKNOWN")] += 1
+            report.record(ack)
             progress.step()
     except grpc.aio.AioRpcError as error:
         report.errors.append(f"{error.code().name}: {error.details()}")
@@ -256,8 +300,8 @@ def _run(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     report = asyncio.run(simulate(options, sys.stderr))
-    for status in ("ACCEPTED", "DUPLICATE", "REJECTED"):
-        print(f"{status} {report.acks.get(status, 0)}")
+    for line in report.summary():
+        print(line)
     if options.dock_events:
         events = ", ".join(f"{k} {v}" for k, v in sorted(report.dock_events.items()))
         print(f"dock events: {events}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from core.exceptions.records import Raised
 from core.pallets.ingest import Label, Reading, ReadingResult
 from core.shipments.dock_events import DockEventInput, DockEventResult
 from dockflow.edge.v1 import edge_pb2
@@ -59,6 +60,16 @@ def ack_to_proto(result: ReadingResult) -> edge_pb2.ReadingAck:
         shipment_id="" if result.shipment_id is None else str(result.shipment_id),
         message_id="" if result.message_id is None else str(result.message_id),
         error=result.error,
+        exceptions=[exception_to_proto(raised) for raised in result.exceptions],
+    )
+
+
+def exception_to_proto(raised: Raised) -> edge_pb2.ReadingException:
+    return edge_pb2.ReadingException(
+        exception_id=raised.exception_id,
+        code=raised.code,
+        priority=raised.priority,
+        detail=raised.detail,
     )
 
 

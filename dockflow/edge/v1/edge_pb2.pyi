@@ -151,6 +151,7 @@ class ReadingAck(_message.Message):
     SHIPMENT_ID_FIELD_NUMBER: _builtins.int
     MESSAGE_ID_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    EXCEPTIONS_FIELD_NUMBER: _builtins.int
     reading_id: _builtins.str
     status: Global___AckStatus.ValueType
     pallet_id: _builtins.str
@@ -158,6 +159,12 @@ class ReadingAck(_message.Message):
     message_id: _builtins.str
     error: _builtins.str
     """Why a reading was REJECTED; empty otherwise."""
+    @_builtins.property
+    def exceptions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReadingException]:
+        """The exceptions this reading raised, for the dock's display (stop the forklift on a HIGH
+        one); empty when it raised none. Added in a compatible way: older cameras ignore it.
+        """
+
     def __init__(
         self,
         *,
@@ -167,14 +174,49 @@ class ReadingAck(_message.Message):
         shipment_id: _builtins.str = ...,
         message_id: _builtins.str = ...,
         error: _builtins.str = ...,
+        exceptions: _abc.Iterable[Global___ReadingException] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "message_id", b"message_id", "pallet_id", b"pallet_id", "reading_id", b"reading_id", "shipment_id", b"shipment_id", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "exceptions", b"exceptions", "message_id", b"message_id", "pallet_id", b"pallet_id", "reading_id", b"reading_id", "shipment_id", b"shipment_id", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReadingAck: _TypeAlias = ReadingAck  # noqa: Y015
+
+@_typing.final
+class ReadingException(_message.Message):
+    """An exception a reading raised (docs/exceptions.md): show it at the dock, HIGH ones at once."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXCEPTION_ID_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    exception_id: _builtins.str
+    """"exc_...": the same id in push messages, webhooks, GraphQL and the dashboard."""
+    code: _builtins.str
+    """MISLOAD, UNEXPECTED_PALLET, DUPLICATE_PALLET, LOW_CONFIDENCE, LOT_MISMATCH, ..."""
+    priority: _builtins.str
+    """LOW or HIGH."""
+    detail: _builtins.str
+    """One human sentence."""
+    def __init__(
+        self,
+        *,
+        exception_id: _builtins.str = ...,
+        code: _builtins.str = ...,
+        priority: _builtins.str = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "detail", b"detail", "exception_id", b"exception_id", "priority", b"priority"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadingException: _TypeAlias = ReadingException  # noqa: Y015
 
 @_typing.final
 class DockEvent(_message.Message):

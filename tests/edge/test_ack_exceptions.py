@@ -1,0 +1,159 @@
+"""The exceptions a reading raised travel back to the dock in its ack (`ReadingAck.exceptions`).
+
+The rules that raise them are core's; here: the field mapping of the ack, an ack without
+exceptions over a real edge, that a camera built from the contract before the field still reads
+new acks, and what `dockflow simulate` prints for them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc_tools
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from grpc_tools import protoc
+
+from core.exceptions.records import Raised
+from core.pallets.ingest import ReadingResult
+from dockflow.edge.v1 import edge_pb2
+from dockflow.simulate import MAX_EXCEPTION_LINES, SimulateReport
+from edge import convert
+from tests.edge.helpers import reading, stream, stub
+from tests.factories import Tenant
+
+PREVIOUS_PROTO = Path(__file__).parent / "protos" / "edge_before_exceptions.proto"
+MISLOAD = Raised(
+    exception_id="exc_0123456789abcdef0123",
+    code="MISLOAD",
+    priority="HIGH",
+    detail="LPN-7 belongs to shipment 12 at dock D2, not here",
+)
+UNEXPECTED = Raised(
+    exception_id="exc_aaaaaaaaaaaaaaaaaaaa",
+    code="UNEXPECTED_PALLET",
+    priority="LOW",
+    detail="LPN-7 is on no order of an open shipment",
+)
+
+
+def _result(*raised: Raised) -> ReadingResult:
+    return ReadingResult(
+        reading_id="r-1",
+        status="ACCEPTED",
+        pallet_id="plt_1",
+        shipment_id=12,
+        message_id=40,
+        exceptions=raised,
+    )
+
+
+def test_the_ack_carries_each_exception_of_the_result_in_order():
+    ack = convert.ack_to_proto(_result(MISLOAD, UNEXPECTED))
+
+    assert [(e.exception_id, e.code, e.priority, e.detail) for e in ack.exceptions] == [
+        ("exc_0123456789abcdef0123", "MISLOAD", "HIGH", MISLOAD.detail),
+        ("exc_aaaaaaaaaaaaaaaaaaaa", "UNEXPECTED_PALLET", "LOW", UNEXPECTED.detail),
+    ]
+    assert (ack.reading_id, ack.status, ack.pallet_id, ack.shipment_id, ack.message_id) == (
+        "r-1",
+        edge_pb2.ACCEPTED,
+        "plt_1",
+        "12",
+        "40",
+    )
+
+
+async def test_acks_of_readings_that_raise_nothing_have_no_exceptions(
+    channel: grpc.aio.Channel, tenant: Tenant
+):
+    metadata = tenant.camera_metadata("D1")
+
+    acks = await stream(channel, metadata, [reading("LPN-1"), reading("LPN-2")])
+    unary = await stub(channel).SubmitReading(reading("LPN-3"), metadata=metadata)
+
+    assert [a.status for a in [*acks, unary]] == [edge_pb2.ACCEPTED] * 3
+    assert [list(a.exceptions) for a in [*acks, unary]] == [[], [], []]
+
+
+def _previous_ack_class(tmp_path: Path) -> Any:
+    """ReadingAck as generated from the contract before `exceptions` (compiled now, in a pool of
+    its own so that it does not meet today's descriptors)."""
+    out = tmp_path / "previous.pb"
+    include = Path(grpc_tools.__file__).parent / "_proto"
+    args = [
+        "protoc",
+        f"-I{PREVIOUS_PROTO.parent}",
+        f"-I{include}",
+        "--include_imports",
+        f"--descriptor_set_out={out}",
+        PREVIOUS_PROTO.name,
+    ]
+    assert protoc.main(args) == 0
+    files = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
+    pool = descriptor_pool.DescriptorPool()
+    for file in files.file:
+        pool.Add(file)
+    descriptor = pool.FindMessageTypeByName("dockflow.edge.v1.ReadingAck")
+    assert "exceptions" not in descriptor.fields_by_name
+    return message_factory.GetMessageClass(descriptor)
+
+
+def test_a_camera_built_from_the_previous_contract_reads_an_ack_with_exceptions(tmp_path: Path):
+    previous_ack = _previous_ack_class(tmp_path)
+    new_ack = convert.ack_to_proto(_result(MISLOAD))
+
+    old = previous_ack.FromString(new_ack.SerializeToString())
+
+    assert (old.reading_id, old.status, old.pallet_id, old.shipment_id, old.message_id) == (
+        "r-1",
+        edge_pb2.ACCEPTED,
+        "plt_1",
+        "12",
+        "40",
+    )
+    # Every field it knew kept its number and type; the new one is only an unknown field to it.
+    previous = {f.name: (f.number, f.type) for f in previous_ack.DESCRIPTOR.fields}
+    current = {f.name: (f.number, f.type) for f in edge_pb2.ReadingAck.DESCRIPTOR.fields}
+    assert {name: current[name] for name in previous} == previous
+    assert current["exceptions"][0] not in {number for number, _ in previous.values()}
+
+
+def test_simulate_prints_each_exception_and_counts_them():
+    report = SimulateReport()
+
+    report.record(convert.ack_to_proto(_result(MISLOAD, UNEXPECTED)))
+    report.record(convert.ack_to_proto(_result()))
+
+    lines = report.summary()
+    assert lines[:2] == [
+        "exception MISLOAD HIGH LPN-7 belongs to shipment 12 at dock D2, not here"
+        " (id exc_0123456789abcdef0123, reading r-1)",
+        "exception UNEXPECTED_PALLET LOW LPN-7 is on no order of an open shipment"
+        " (id exc_aaaaaaaaaaaaaaaaaaaa, reading r-1)",
+    ]
+    assert "ACCEPTED 2" in lines
+    assert lines[-1] == "exceptions 2 (HIGH 1, LOW 1; MISLOAD 1, UNEXPECTED_PALLET 1)"
+
+
+def test_simulate_prints_a_bounded_number_of_exception_lines():
+    report = SimulateReport()
+
+    for _ in range(MAX_EXCEPTION_LINES + 5):
+        report.record(convert.ack_to_proto(_result(UNEXPECTED)))
+
+    lines = report.summary()
+    assert sum(line.startswith("exception ") for line in lines) == MAX_EXCEPTION_LINES
+    assert "... 5 more exceptions" in lines
+    assert lines[-1] == f"exceptions {MAX_EXCEPTION_LINES + 5} (LOW {MAX_EXCEPTION_LINES + 5}; " + (
+        f"UNEXPECTED_PALLET {MAX_EXCEPTION_LINES + 5})"
+    )
+
+
+def test_simulate_counts_no_exceptions_as_zero():
+    report = SimulateReport()
+
+    report.record(convert.ack_to_proto(_result()))
+
+    assert report.summary()[-1] == "exceptions 0"
