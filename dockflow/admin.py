@@ -25,6 +25,7 @@ import yaml
 from core.auth.credentials import new_secret
 from core.auth.crypto import SecretBox
 from core.errors import DockflowError
+from core.exceptions.codes import RULE_CODES
 from core.outbox import webhook_endpoints
 from core.services import Services
 from core.settings import Settings, load_settings
@@ -100,6 +101,32 @@ def register(commands: Any) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="complete a shipment once every expected LPN was seen (default: on)",
+    )
+    _check_options(p, confidence_default=0.80)
+
+    p = command(
+        "update-facility",
+        _update_facility,
+        "change settings of a facility: name, docks added, completion, exception checks",
+    )
+    p.add_argument("business", metavar="BUSINESS")
+    p.add_argument("slug", metavar="SLUG")
+    p.add_argument("--name", help="display name")
+    p.add_argument("--add-dock", action="append", default=[], help="a new dock slug; repeat")
+    p.add_argument(
+        "--complete-on-all-lpns",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="complete a shipment once every expected LPN was seen",
+    )
+    _check_options(p, confidence_default=None)
+    p.add_argument(
+        "--enable-check",
+        action="append",
+        default=[],
+        type=_codes,
+        metavar="CODE[,CODE]",
+        help="switch these exception checks on again; repeat or separate with commas",
     )
 
     p = command("create-client", _create_client, "create an API client (prints its secret)")
@@ -180,6 +207,35 @@ def register(commands: Any) -> None:
     _register_extensions(sub)
 
 
+def _codes(value: str) -> list[str]:
+    return [code.strip().upper() for code in value.split(",") if code.strip()]
+
+
+def _check_options(parser: argparse.ArgumentParser, confidence_default: float | None) -> None:
+    """The exception check settings of a facility (docs/exceptions.md)."""
+    parser.add_argument(
+        "--disable-check",
+        action="append",
+        default=[],
+        type=_codes,
+        metavar="CODE[,CODE]",
+        help="switch these exception checks off (each is on by default): "
+        f"{', '.join(RULE_CODES)}; repeat or separate with commas",
+    )
+    parser.add_argument(
+        "--confidence-threshold",
+        type=float,
+        default=confidence_default,
+        metavar="0..1",
+        help="a mapped label read below this confidence raises LOW_CONFIDENCE"
+        + (f" (default: {confidence_default:.2f})" if confidence_default is not None else ""),
+    )
+
+
+def _flat(groups: list[list[str]]) -> list[str]:
+    return [code for group in groups for code in group]
+
+
 def _register_extensions(sub: Any) -> None:
     """Commands other modules add (webhook deliveries: list, resend, recover)."""
     try:
@@ -248,6 +304,8 @@ def _facility_data(facility: Facility) -> dict[str, Any]:
             for m in facility.label_fields
         ],
         "complete_on_all_lpns": facility.complete_on_all_lpns,
+        "disabled_checks": sorted(facility.disabled_checks),
+        "confidence_threshold": facility.confidence_threshold,
     }
 
 
@@ -285,25 +343,24 @@ def _endpoint_data(endpoint: webhook_endpoints.WebhookEndpoint) -> dict[str, Any
     }
 
 
+def _shown(value: Any, separator: str) -> str:
+    """A value for people: None means no restriction ("all"), an empty list "none"."""
+    if value is None:
+        return "all"
+    if isinstance(value, list):
+        return separator.join(value) if value else "none"
+    return str(value)
+
+
 def _lines(data: dict[str, Any]) -> str:
     width = max(len(k) for k in data)
-    rows = []
-    for key, value in data.items():
-        shown = "all" if value is None else ", ".join(value) if isinstance(value, list) else value
-        rows.append(f"  {key.ljust(width)}  {shown}")
-    return "\n".join(rows)
+    return "\n".join(f"  {key.ljust(width)}  {_shown(value, ', ')}" for key, value in data.items())
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     if not rows:
         return "(none)"
-    cells = [
-        [
-            "all" if r[c] is None else ",".join(r[c]) if isinstance(r[c], list) else str(r[c])
-            for c in columns
-        ]
-        for r in rows
-    ]
+    cells = [[_shown(r[c], ",") for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
     lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
@@ -332,9 +389,27 @@ async def _create_facility(services: Services, args: argparse.Namespace) -> Outp
         timezone=args.timezone,
         label_fields=[LabelFieldMapping.parse(f) for f in args.label_field],
         complete_on_all_lpns=args.complete_on_all_lpns,
+        disabled_checks=_flat(args.disable_check),
+        confidence_threshold=args.confidence_threshold,
     )
     data = _facility_data(facility)
     return Output(data, f"created facility {facility.key}\n{_lines(data)}")
+
+
+async def _update_facility(services: Services, args: argparse.Namespace) -> Output:
+    facility = await tenants.change_facility(
+        services.storage,
+        args.business,
+        args.slug,
+        name=args.name,
+        add_docks=args.add_dock,
+        complete_on_all_lpns=args.complete_on_all_lpns,
+        disable_checks=_flat(args.disable_check),
+        enable_checks=_flat(args.enable_check),
+        confidence_threshold=args.confidence_threshold,
+    )
+    data = _facility_data(facility)
+    return Output(data, f"updated facility {facility.key}\n{_lines(data)}")
 
 
 async def _create_client(services: Services, args: argparse.Namespace) -> Output:
@@ -478,7 +553,18 @@ async def _list_signing_keys(services: Services, business: str | None) -> list[d
 Lister = Callable[[Services, str | None], Awaitable[list[dict[str, Any]]]]
 _LISTERS: dict[str, tuple[Lister, list[str]]] = {
     "businesses": (_list_businesses, ["slug", "name"]),
-    "facilities": (_list_facilities, ["business", "slug", "name", "timezone", "docks"]),
+    "facilities": (
+        _list_facilities,
+        [
+            "business",
+            "slug",
+            "name",
+            "timezone",
+            "docks",
+            "disabled_checks",
+            "confidence_threshold",
+        ],
+    ),
     "clients": (_list_clients, ["client_id", "business", "facilities", "name", "disabled"]),
     "cameras": (_list_cameras, ["camera_id", "business", "facility", "dock", "kind", "disabled"]),
     "webhooks": (_list_webhooks, ["id", "business", "facility", "url", "events", "enabled"]),

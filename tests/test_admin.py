@@ -178,6 +178,108 @@ async def test_errors_exit_2_with_one_line(admin: Any, tenant: Tenant):
     assert usage.code == 2
 
 
+async def test_create_facility_with_checks_off_and_a_confidence_threshold(
+    admin: Any, services: Services
+):
+    await admin("create-business", "acme")
+
+    run = await admin(
+        "create-facility", "acme", "dc1", "--dock", "D1", "--disable-check", "MISLOAD",
+        "--disable-check", "short,lot_mismatch", "--confidence-threshold", "0.9", "--json",
+    )  # fmt: skip
+    default = await admin("create-facility", "acme", "dc2", "--dock", "D1")
+
+    assert run.code == 0, run
+    assert run.json["disabled_checks"] == ["LOT_MISMATCH", "MISLOAD", "SHORT"]
+    assert run.json["confidence_threshold"] == 0.9
+    stored = await tenants.get_facility(services.storage, "acme", "dc1")
+    assert stored.disabled_checks == {"MISLOAD", "SHORT", "LOT_MISMATCH"}
+    assert not stored.checks("MISLOAD")
+    assert stored.checks("UNEXPECTED_PALLET")
+    assert stored.confidence_threshold == 0.9
+    assert default.code == 0, default
+    assert "disabled_checks       none" in default.out
+    assert "confidence_threshold  0.8" in default.out
+    assert (await tenants.get_facility(services.storage, "acme", "dc2")).disabled_checks == set()
+
+
+async def test_update_facility_changes_only_what_it_names(admin: Any, services: Services):
+    await admin("create-business", "acme")
+    await admin(
+        "create-facility", "acme", "dc1", "--dock", "D1", "--timezone", "America/Chicago",
+        "--label-field", "lot=lotNumber", "--disable-check", "DUPLICATE_PALLET",
+    )  # fmt: skip
+
+    first = await admin(
+        "update-facility", "acme", "dc1", "--disable-check", "MISLOAD,EXPIRED",
+        "--confidence-threshold", "0.6", "--no-complete-on-all-lpns", "--name", "Dallas DC",
+        "--add-dock", "D2", "--json",
+    )  # fmt: skip
+    second = await admin(
+        "update-facility", "acme", "dc1", "--enable-check", "MISLOAD", "--enable-check",
+        "DUPLICATE_PALLET",
+    )  # fmt: skip
+
+    assert first.code == 0, first
+    assert first.json["disabled_checks"] == ["DUPLICATE_PALLET", "EXPIRED", "MISLOAD"]
+    assert (first.json["confidence_threshold"], first.json["complete_on_all_lpns"]) == (0.6, False)
+    assert (first.json["name"], first.json["docks"]) == ("Dallas DC", ["D1", "D2"])
+    assert second.code == 0, second
+    assert second.out.splitlines()[0] == "updated facility acme/dc1"
+    stored = await tenants.get_facility(services.storage, "acme", "dc1")
+    assert stored.disabled_checks == {"EXPIRED"}
+    # What the second update did not name stayed as the first left it.
+    assert (stored.confidence_threshold, stored.complete_on_all_lpns) == (0.6, False)
+    assert (stored.name, stored.timezone) == ("Dallas DC", "America/Chicago")
+    assert [m.field for m in stored.label_fields] == ["lotNumber"]
+    camera = await admin("create-camera", "acme", "dc1", "--dock", "D2", "--json")
+    assert camera.code == 0, camera
+    listed = await admin("list", "facilities", "--business", "acme")
+    assert listed.out.splitlines()[0].split()[-2:] == ["DISABLED_CHECKS", "CONFIDENCE_THRESHOLD"]
+    assert listed.out.splitlines()[1].split()[-2:] == ["EXPIRED", "0.6"]
+
+
+async def test_facility_check_settings_refuse_bad_values_with_one_line(
+    admin: Any, services: Services, tenant: Tenant
+):
+    _assert_one_line_error(
+        await admin("create-facility", "acme", "dc9", "--disable-check", "MISLAOD"),
+        "unknown exception checks ['MISLAOD']",
+        "the checks are MISLOAD, UNEXPECTED_PALLET",
+    )
+    _assert_one_line_error(
+        await admin("create-facility", "acme", "dc9", "--disable-check", "CUSTOMER"),
+        "unknown exception checks ['CUSTOMER']",
+    )
+    _assert_one_line_error(
+        await admin("create-facility", "acme", "dc9", "--confidence-threshold", "1.5"),
+        "confidence_threshold must be between 0 and 1",
+    )
+    _assert_one_line_error(
+        await admin("update-facility", "acme", "dc1", "--confidence-threshold", "nan"),
+        "between 0 and 1",
+    )
+    _assert_one_line_error(
+        await admin("update-facility", "acme", "dc1", "--enable-check", "SHORTT"),
+        "unknown exception checks ['SHORTT']",
+    )
+    _assert_one_line_error(
+        await admin(
+            "update-facility", "acme", "dc1", "--disable-check", "SHORT", "--enable-check", "SHORT"
+        ),
+        "cannot be both switched off and on",
+    )
+    _assert_one_line_error(
+        await admin("update-facility", "acme", "dc1", "--add-dock", "D1"), "unique"
+    )
+    _assert_one_line_error(await admin("update-facility", "acme", "dc9"), "dc9 not found")
+    usage = await admin("update-facility", "acme", "dc1", "--confidence-threshold", "high")
+    assert usage.code == 2
+    assert await services.storage.facilities.count_documents({"slug": "dc9"}) == 0
+    unchanged = await tenants.get_facility(services.storage, "acme", "dc1")
+    assert (unchanged.disabled_checks, unchanged.confidence_threshold) == (frozenset(), 0.80)
+
+
 async def test_list_each_kind(admin: Any, tenant: Tenant, other_tenant: Tenant):
     await admin("create-webhook", "acme", "--url", "https://wms.acme.example", "--json")
     await admin("create-operator", "ops", "--json")
@@ -273,6 +375,8 @@ businesses:
         timezone: America/Chicago
         docks: [D1, D2]
         label_fields: ["lpn=licensePlate", "sku=skus:multiple"]
+        disabled_checks: [DUPLICATE_PALLET]
+        confidence_threshold: 0.9
     clients:
       - id: dfc_acme_wms
         name: WMS
@@ -325,6 +429,8 @@ async def test_apply_twice_is_a_no_op(
     assert await tenants.authenticate_camera(storage, "cam_dc1_d2.s3cret-token")
     assert await tenants.authenticate_camera(storage, generated["cam_dc1_d1"]["token"])
     assert await tenants.authenticate_operator(storage, "alice", "correct horse battery")
+    facility = await tenants.get_facility(storage, "acme", "dc1")
+    assert (facility.disabled_checks, facility.confidence_threshold) == ({"DUPLICATE_PALLET"}, 0.9)
     [endpoint] = await webhook_endpoints.list_endpoints(storage, "acme")
     assert (
         SecretBox(services.settings.model_copy(update={"secret_key": None})).open(
@@ -370,6 +476,40 @@ async def test_apply_updates_what_changed(
     assert (await tenants.get_operator(storage, "alice")).businesses is None
 
 
+async def test_apply_switches_checks_as_declared_and_the_cli_change_is_undone(
+    admin: Any, services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("ACME_WMS_SECRET", "wms-secret-from-the-vault")
+    monkeypatch.setenv("ACME_HOOK_PASSWORD", "hook-pass")
+    path = tmp_path / "tenants.yaml"
+    path.write_text(DECLARATION)
+    assert (await admin("apply", str(path))).code == 0
+    storage = services.storage
+
+    # Changed by hand: the file is the truth, the next apply puts it back.
+    assert (await admin("update-facility", "acme", "dc1", "--disable-check", "MISLOAD")).code == 0
+    restored = await admin("apply", str(path), "--json")
+    assert {c["key"]: c["action"] for c in restored.json["changes"]}["acme/dc1"] == "updated"
+    assert (await tenants.get_facility(storage, "acme", "dc1")).disabled_checks == {
+        "DUPLICATE_PALLET"
+    }
+
+    path.write_text(
+        DECLARATION.replace("disabled_checks: [DUPLICATE_PALLET]", "disabled_checks: []").replace(
+            "confidence_threshold: 0.9", "confidence_threshold: 0.75"
+        )
+    )
+    changed = await admin("apply", str(path), "--json")
+    again = await admin("apply", str(path), "--json")
+
+    assert {c["key"]: c["action"] for c in changed.json["changes"]}["acme/dc1"] == "updated"
+    assert again.json["unchanged"] == 8
+    facility = await tenants.get_facility(storage, "acme", "dc1")
+    assert (facility.disabled_checks, facility.confidence_threshold) == (frozenset(), 0.75)
+    listed = await admin("list", "facilities", "--json")
+    assert (listed.json[0]["disabled_checks"], listed.json[0]["confidence_threshold"]) == ([], 0.75)
+
+
 @pytest.mark.parametrize(
     ("content", "fragment"),
     [
@@ -378,6 +518,18 @@ async def test_apply_updates_what_changed(
         ("businesses: [{slug: acme, clients: [{id: c, secret_env: UNSET_VAR_X}]}]", "UNSET_VAR_X"),
         ("businesses: [{slug: acme, facilities: [{slug: f, timezone: Mars/Base}]}]", "timezone"),
         ("businesses: [{slug: acme}, {slug: acme}]", "declared twice"),
+        (
+            "businesses: [{slug: acme, facilities: [{slug: f, disabled_checks: [MISLAOD]}]}]",
+            "unknown exception checks ['MISLAOD']",
+        ),
+        (
+            "businesses: [{slug: acme, facilities: [{slug: f, confidence_threshold: 2}]}]",
+            "confidence_threshold must be between 0 and 1",
+        ),
+        (
+            "businesses: [{slug: acme, facilities: [{slug: f, checks: {MISLOAD: false}}]}]",
+            "checks",
+        ),
         ("businesses: [unclosed", "not valid YAML"),
     ],
 )
@@ -427,9 +579,9 @@ def test_admin_help_lists_every_command():
     )
     assert result.returncode == 0
     for name in (
-        "create-business", "create-facility", "create-client", "create-camera", "create-webhook",
-        "create-operator", "list", "disable-client", "rotate-signing-key", "apply",
-        "link-shipment", "unlink-shipment",
+        "create-business", "create-facility", "update-facility", "create-client", "create-camera",
+        "create-webhook", "create-operator", "list", "disable-client", "rotate-signing-key",
+        "apply", "link-shipment", "unlink-shipment",
     ):  # fmt: skip
         assert name in result.stdout
 

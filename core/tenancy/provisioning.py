@@ -37,6 +37,10 @@ class FacilitySpec(_Strict):
     # "camera_name=CustomerField[:multiple]", as on the command line.
     label_fields: list[str] = Field(default_factory=list)
     complete_on_all_lpns: bool = True
+    # Exception checks switched off here (rule codes, as `--disable-check` on the command line;
+    # the others are on), and the confidence below which a mapped label is LOW_CONFIDENCE.
+    disabled_checks: list[str] = Field(default_factory=list, max_length=32)
+    confidence_threshold: float = 0.80
 
 
 class ClientSpec(_Strict):
@@ -161,6 +165,8 @@ async def _apply_facility(storage: Storage, business: str, spec: FacilitySpec) -
         timezone=spec.timezone,
         label_fields=[LabelFieldMapping.parse(f) for f in spec.label_fields],
         complete_on_all_lpns=spec.complete_on_all_lpns,
+        disabled_checks=spec.disabled_checks,
+        confidence_threshold=spec.confidence_threshold,
     )
     current = await tenants.find_facility(storage, business, spec.slug)
     if current is None:
@@ -173,6 +179,8 @@ async def _apply_facility(storage: Storage, business: str, spec: FacilitySpec) -
             timezone=spec.timezone,
             label_fields=list(wanted.label_fields),
             complete_on_all_lpns=spec.complete_on_all_lpns,
+            disabled_checks=wanted.disabled_checks,
+            confidence_threshold=wanted.confidence_threshold,
         )
         return Change("facility", key, "created")
     if current == wanted:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -212,6 +212,16 @@ def facility_to_doc(facility: Facility) -> Doc:
     }
 
 
+def check_codes(codes: Iterable[str]) -> frozenset[str]:
+    """The exception checks named (rule codes a facility may switch off), or why not."""
+    named = frozenset(codes)
+    if unknown := sorted(named - set(RULE_CODES)):
+        raise ValidationFailed(
+            f"unknown exception checks {unknown}; the checks are {', '.join(RULE_CODES)}"
+        )
+    return named
+
+
 def build_facility(
     business: str,
     slug: str,
@@ -237,13 +247,11 @@ def build_facility(
     fields = [m.field for m in label_fields]
     if len(set(fields)) != len(fields):
         raise ValidationFailed("label field names must be unique")
-    disabled = frozenset(disabled_checks)
-    if unknown := sorted(disabled - set(RULE_CODES)):
+    disabled = check_codes(disabled_checks)
+    if not 0.0 <= confidence_threshold <= 1.0:  # also refuses NaN
         raise ValidationFailed(
-            f"unknown exception checks {unknown}; the checks are {', '.join(RULE_CODES)}"
+            f"confidence_threshold must be between 0 and 1, not {confidence_threshold!r}"
         )
-    if not 0.0 <= confidence_threshold <= 1.0:
-        raise ValidationFailed("confidence_threshold must be between 0 and 1")
     return Facility(
         business=business,
         slug=slug,
@@ -502,6 +510,48 @@ async def update_facility(storage: Storage, facility: Facility) -> None:
     await get_facility(storage, facility.business, facility.slug)
     fields = {k: v for k, v in facility_to_doc(facility).items() if k != "_id"}
     await storage.facilities.update_one({"_id": facility.key}, {"$set": fields})
+
+
+async def change_facility(
+    storage: Storage,
+    business: str,
+    slug: str,
+    *,
+    name: str | None = None,
+    add_docks: Iterable[str] = (),
+    complete_on_all_lpns: bool | None = None,
+    disable_checks: Iterable[str] = (),
+    enable_checks: Iterable[str] = (),
+    confidence_threshold: float | None = None,
+) -> Facility:
+    """Change some settings of a stored facility (None / empty: unchanged) and return it.
+
+    Checks are switched off and on by code; naming one in both is refused. Docks are only
+    added: a camera may be bound to any existing dock."""
+    current = await get_facility(storage, business, slug)
+    disable, enable = check_codes(disable_checks), check_codes(enable_checks)
+    if both := sorted(disable & enable):
+        raise ValidationFailed(f"exception checks {both} cannot be both switched off and on")
+    changed = build_facility(
+        business,
+        slug,
+        name=current.name if name is None else name,
+        docks=[*(d.slug for d in current.docks), *add_docks],
+        timezone=current.timezone,
+        label_fields=current.label_fields,
+        complete_on_all_lpns=(
+            current.complete_on_all_lpns if complete_on_all_lpns is None else complete_on_all_lpns
+        ),
+        disabled_checks=(current.disabled_checks - enable) | disable,
+        confidence_threshold=(
+            current.confidence_threshold if confidence_threshold is None else confidence_threshold
+        ),
+    )
+    # Dock names are kept as stored.
+    changed = replace(changed, docks=current.docks + changed.docks[len(current.docks) :])
+    if changed != current:
+        await update_facility(storage, changed)
+    return changed
 
 
 async def update_client(
