@@ -17,7 +17,7 @@ from core.tenancy.tenants import Facility
 
 # Camera label names the lot and expiry rules read (like "lpn" and "sku" for matching).
 LOT_LABEL = "lot"
-EXPIRY_LABEL = "expiration_date"
+EXPIRY_LABEL = "expiry"
 LPN_LABEL = "lpn"
 
 

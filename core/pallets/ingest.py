@@ -816,22 +816,27 @@ def _exception_drafts(
 
 
 def _repeated_lpns(items: list[_Item], stored: list[Doc]) -> dict[int, list[str]]:
-    """Per item, its LPNs whose latest reading on its shipment went the same way (`stored`
-    pallets by reading order, then the batch's earlier items in arrival order)."""
+    """Per item, its LPNs when the latest reading of the same pallet (the same LPNs) on its
+    shipment went the same way (`stored` pallets by reading order, then the batch's earlier
+    items in arrival order)."""
     latest: dict[tuple[int, str], str] = {}
     for pallet in sorted(stored, key=observed.reading_order):
-        for lpn in pallet.get("lpns") or []:
-            latest[(int(pallet["shipment_id"]), lpn)] = pallet["direction"]
+        latest[(int(pallet["shipment_id"]), pallet["lpn_key"])] = pallet["direction"]
     repeated: dict[int, list[str]] = {}
     for item in items:
-        if item.shipment is None:
+        if item.shipment is None or not item.lpns:
             continue
-        shipment_id = int(item.shipment["_id"])
-        for lpn in item.lpns:
-            if latest.get((shipment_id, lpn)) == item.reading.direction:
-                repeated.setdefault(item.index, []).append(lpn)
-            latest[(shipment_id, lpn)] = item.reading.direction
+        key = (int(item.shipment["_id"]), lpn_key(item.lpns))
+        if latest.get(key) == item.reading.direction:
+            repeated[item.index] = list(item.lpns)
+        latest[key] = item.reading.direction
     return repeated
+
+
+def lpn_key(lpns: Sequence[str]) -> str:
+    """What identifies a physical pallet on a shipment: its LPNs (one value, indexed with the
+    shipment: the embedded server indexes no arrays)."""
+    return "|".join(sorted(lpns))
 
 
 async def _open_misloads(storage: Storage, sites: set[tuple[str, str]]) -> list[Doc]:
@@ -1017,13 +1022,14 @@ async def _match_site(
 
 
 async def _earlier_readings(storage: Storage, items: list[_Item]) -> list[Doc]:
+    """Earlier readings of the items' pallets on their shipments (by shipment and LPNs)."""
     shipment_ids = sorted({int(i.shipment["_id"]) for i in items if i.shipment and i.lpns})
     if not shipment_ids:
         return []
-    lpns = sorted({lpn for i in items for lpn in i.lpns})
+    keys = sorted({lpn_key(i.lpns) for i in items if i.lpns})
     return await storage.pallets.find(
-        {"shipment_id": {"$in": shipment_ids}, "lpns": {"$in": lpns}},
-        {"shipment_id": 1, "lpns": 1, "direction": 1, "occurred_at": 1, "message_id": 1},
+        {"shipment_id": {"$in": shipment_ids}, "lpn_key": {"$in": keys}},
+        {"shipment_id": 1, "lpn_key": 1, "direction": 1, "occurred_at": 1, "message_id": 1},
     ).to_list()
 
 
@@ -1099,6 +1105,7 @@ def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
         "labels": _label_docs(item.reading.labels),
         "image_urls": list(item.reading.image_urls),
         "lpns": list(item.lpns),
+        "lpn_key": lpn_key(item.lpns),
         "skus": list(item.skus),
         "shipment_id": shipment_id,
         "order_ids": list(item.order_ids),

@@ -185,10 +185,10 @@ async def test_a_lot_or_expiry_other_than_the_orders_and_an_expired_pallet_are_r
         settings,
         tenant,
         "D1",
-        labelled("LPN-1", ("lot", "LOT-A", 0.99), ("expiration_date", "2026-09-30", 0.99)),
+        labelled("LPN-1", ("lot", "LOT-A", 0.99), ("expiry", "2026-09-30", 0.99)),
         labelled("LPN-2", ("lot", "LOT-B", 0.99)),
-        labelled("LPN-2", ("expiration_date", "2026-10-31", 0.99)),
-        labelled("LPN-3", ("expiration_date", "2026-04-01", 0.99)),
+        labelled("LPN-2", ("expiry", "2026-10-31", 0.99)),
+        labelled("LPN-3", ("expiry", "2026-04-01", 0.99)),
     )
 
     assert codes(good) == []
