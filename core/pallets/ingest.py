@@ -82,8 +82,8 @@ FIXED_FIELDS = (
 # document limit for the fixed fields (the `ingest_max_*` settings keep readings far below).
 MAX_STORED_READING_BYTES = 15 * 1024 * 1024
 # The reason a reading gets when the database refused it even on its own (it is logged).
-# Open MISLOAD exceptions of a batch's facilities a reversal is checked against (a facility
-# with more open ones than this has its oldest checked; each is resolved by hand then).
+# Open MISLOAD exceptions at a batch's docks a reversal is checked against (a dock with more
+# open ones than this has its oldest checked; the others are resolved by hand).
 MAX_OPEN_MISLOADS = 1_000
 STORAGE_REFUSED = "STORAGE_REFUSED: the reading could not be stored; the service logged why"
 
@@ -536,11 +536,10 @@ async def plan_batch(
     keys = [f"{c.camera_id}:{r.reading_id}" for c, r in batch]
     pallet_ids = [pallet_id_for(c.camera_id, r.reading_id) for c, r in batch]
     endpoints = publish.EndpointCache(storage)
-    facilities, claims, stored, open_misloads, _ = await asyncio.gather(
+    facilities, claims, stored, _ = await asyncio.gather(
         _facilities(storage, sites),
         _by_id(storage.readings, keys),
         _by_id(storage.pallets, pallet_ids),
-        _open_misloads(storage, sites),
         endpoints.load((b, f, e) for b, f in sites for e in ("PALLET_EVENT", "EXCEPTION")),
     )
     plan.facilities = facilities
@@ -592,7 +591,12 @@ async def plan_batch(
             await _match(storage, fresh, now)
             await _arrive(storage, fresh)
 
-        _, block = await asyncio.gather(match_and_arrive(), message_ids.take(storage, len(fresh)))
+        # The open misloads a reversal of the batch may resolve, meanwhile.
+        _, block, open_misloads = await asyncio.gather(
+            match_and_arrive(),
+            message_ids.take(storage, len(fresh)),
+            _open_misloads(storage, fresh),
+        )
         drafts, resolving = _exception_drafts(fresh, open_misloads)
         wanted = len(fresh) + sum(len(d) for d in drafts.values()) + len(resolving)
         extra = iter((await message_ids.take(storage, wanted))[len(fresh) :])
@@ -839,16 +843,25 @@ def lpn_key(lpns: Sequence[str]) -> str:
     return "|".join(sorted(lpns))
 
 
-async def _open_misloads(storage: Storage, sites: set[tuple[str, str]]) -> list[Doc]:
-    """The facilities' MISLOAD exceptions not yet resolved (a reversal may resolve them)."""
-    if not sites:
+async def _open_misloads(storage: Storage, items: list[_Item]) -> list[Doc]:
+    """The MISLOAD exceptions not yet resolved at the docks the items were read at, in
+    facilities that raise them (a pallet read back off there resolves its own)."""
+    docks = sorted(
+        {
+            (i.camera.business, i.camera.facility, i.dock)
+            for i in items
+            if i.lpns and i.facility is not None and i.facility.checks("MISLOAD")
+        }
+    )
+    if not docks:
         return []
     query = {
-        "$or": [{"business": b, "facility": f} for b, f in sorted(sites)],
+        "$or": [{"business": b, "facility": f, "dock": d} for b, f, d in docks],
         "status": {"$in": list(records.MOVES["RESOLVED"])},
         "code": "MISLOAD",
     }
-    return await storage.exceptions.find(query).sort("seq", 1).limit(MAX_OPEN_MISLOADS).to_list()
+    found = storage.exceptions.find(query).sort("seq", 1).limit(MAX_OPEN_MISLOADS)
+    return await found.to_list()
 
 
 def _exception_record(item: _Item, draft: rules.Draft, message_id: int, now: datetime) -> Doc:
