@@ -241,6 +241,9 @@ class _Item:
     orders: list[str] = field(default_factory=list)
     message_id: int = 0
     facts: rules.ReadingFacts | None = None  # what the exception rules read (after matching)
+    # Read against the direction of an open shipment expecting its LPN: perhaps a misloaded
+    # pallet taken off again.
+    may_take_off: bool = False
 
 
 @dataclass
@@ -540,7 +543,7 @@ async def plan_batch(
         _facilities(storage, sites),
         _by_id(storage.readings, keys),
         _by_id(storage.pallets, pallet_ids),
-        endpoints.load((b, f, e) for b, f in sites for e in ("PALLET_EVENT", "EXCEPTION")),
+        endpoints.load((b, f, "PALLET_EVENT") for b, f in sites),  # EXCEPTION's when raised
     )
     plan.facilities = facilities
 
@@ -591,12 +594,9 @@ async def plan_batch(
             await _match(storage, fresh, now)
             await _arrive(storage, fresh)
 
-        # The open misloads a reversal of the batch may resolve, meanwhile.
-        _, block, open_misloads = await asyncio.gather(
-            match_and_arrive(),
-            message_ids.take(storage, len(fresh)),
-            _open_misloads(storage, fresh),
-        )
+        _, block = await asyncio.gather(match_and_arrive(), message_ids.take(storage, len(fresh)))
+        # The open misloads the batch's reversals may resolve (no query without one).
+        open_misloads = await _open_misloads(storage, [i for i in fresh if i.may_take_off])
         drafts, resolving = _exception_drafts(fresh, open_misloads)
         wanted = len(fresh) + sum(len(d) for d in drafts.values()) + len(resolving)
         extra = iter((await message_ids.take(storage, wanted))[len(fresh) :])
@@ -936,6 +936,7 @@ async def _match_site(
         want = directions.shipment_direction(item.reading.direction)
         candidates = {s for lpn in item.lpns for s in shipments_by_lpn.get(lpn, ())}
         paired = [shipments[s] for s in candidates if shipments[s]["direction"] == want]
+        item.may_take_off = bool(candidates) and not paired
         chosen = _best(paired, item.dock)
         if (
             chosen is not None
