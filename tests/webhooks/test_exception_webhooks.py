@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import grpc
 from standardwebhooks.webhooks import Webhook
 
 from core.auth.access import Principal
@@ -17,7 +18,9 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import provisioning
+from edge.server import EdgeServer
 from tests.edge.documents import post_shipment
+from tests.edge.helpers import reading, stream
 from tests.factories import Tenant
 from tests.test_admin import admin  # noqa: F401 - the fixture running `dockflow admin`
 from tests.webhooks.conftest import (
@@ -88,6 +91,40 @@ async def test_exception_changes_go_signed_to_exception_event_of_subscribed_endp
     for endpoint in (by_default, legacy):
         stored = await webhook_endpoints.get_endpoint(storage, endpoint_of(endpoint).endpoint_id)
         assert stored.events == ("PALLET_EVENT", "SHIPMENT_COMPLETE")
+
+
+async def test_an_exception_a_reading_raises_is_posted_to_exception_event(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+    edge_server: EdgeServer,
+):
+    subscribed = await make_endpoint(services, tenant, receiver.base_url, events=("EXCEPTION",))
+    await make_endpoint(services, tenant, receiver.base_url)  # pallet events only
+    await post_shipment(storage, tenant, {"SO-1": ["L1", "L2"]})
+    async with grpc.aio.insecure_channel(edge_server.address) as channel:
+        await stream(channel, tenant.camera_metadata("D1"), [reading("L1"), reading("STRAY")])
+
+    await start_worker(fast_settings())
+    await wait_until(lambda: all_finished(storage))
+
+    [record] = await storage.exceptions.find({}).to_list()
+    assert record["code"] == "UNEXPECTED_PALLET"
+    [request] = [r for r in receiver.requests if r.path == "/api/exceptionEvent"]
+    payload = Webhook(subscribed.secret).verify(request.body, request.headers)
+    assert (payload["id"], payload["code"], payload["status"]) == (
+        record["_id"],
+        "UNEXPECTED_PALLET",
+        "OPEN",
+    )
+    assert payload["lpns"] == ["STRAY"]
+    assert request.webhook_id == str(record["history"][0]["message_id"])
+    # The two readings' pallet events went to the other endpoint only.
+    assert len([r for r in receiver.requests if r.path == "/api/palletEvent"]) == 2
+    assert len(receiver.requests) == 3
 
 
 def test_each_event_has_its_route():
