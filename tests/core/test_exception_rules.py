@@ -142,7 +142,8 @@ async def test_no_lpn_or_a_weak_mapped_label_is_low_confidence(
     storage: Storage, settings: Settings, tenant: Tenant
 ):
     await post_shipment(storage, tenant, {"SO-1": ["LPN-1", "LPN-2"]})
-    weak_lpn = Reading("weak", "", "LOADING", pallet("x").occurred_at, (Label("lpn", "LPN-1", 0.5),))
+    at = pallet("x").occurred_at
+    weak_lpn = Reading("weak", "", "LOADING", at, (Label("lpn", "LPN-1", 0.5),))
 
     no_lpn, weak = await read(storage, settings, tenant, "D1", pallet(None), weak_lpn)
 
@@ -241,7 +242,7 @@ async def test_a_batch_cut_off_after_any_write_raises_each_exception_once(
     storage: Storage, settings: Settings, tenant: Tenant, steps_done: int
 ):
     await create_endpoint(
-        storage, SecretBox(settings), "acme", "https://x.example", events=["EXCEPTION"]
+        storage, SecretBox(settings), "acme", "https://x.example", events=("EXCEPTION",)
     )
     await post_shipment(storage, tenant, {"SO-1": ["LPN-1", "LPN-2"]})
     await read(storage, settings, tenant, "D1", pallet("LPN-1"))
