@@ -845,7 +845,8 @@ def lpn_key(lpns: Sequence[str]) -> str:
 
 async def _open_misloads(storage: Storage, items: list[_Item]) -> list[Doc]:
     """The MISLOAD exceptions not yet resolved at the docks the items were read at, in
-    facilities that raise them (a pallet read back off there resolves its own)."""
+    facilities that raise them (a pallet read back off there resolves its own): one query
+    per dock, each on one value of the indexed fields."""
     docks = sorted(
         {
             (i.camera.business, i.camera.facility, i.dock)
@@ -853,15 +854,24 @@ async def _open_misloads(storage: Storage, items: list[_Item]) -> list[Doc]:
             if i.lpns and i.facility is not None and i.facility.checks("MISLOAD")
         }
     )
-    if not docks:
-        return []
-    query = {
-        "$or": [{"business": b, "facility": f, "dock": d} for b, f, d in docks],
-        "status": {"$in": list(records.MOVES["RESOLVED"])},
-        "code": "MISLOAD",
-    }
-    found = storage.exceptions.find(query).sort("seq", 1).limit(MAX_OPEN_MISLOADS)
-    return await found.to_list()
+    found = await asyncio.gather(
+        *(
+            storage.exceptions.find(
+                {
+                    "business": business,
+                    "facility": facility,
+                    "dock": dock,
+                    "status": {"$in": list(records.MOVES["RESOLVED"])},
+                    "code": "MISLOAD",
+                }
+            )
+            .sort("seq", 1)
+            .limit(MAX_OPEN_MISLOADS)
+            .to_list()
+            for business, facility, dock in docks
+        )
+    )
+    return [record for records_at_dock in found for record in records_at_dock]
 
 
 def _exception_record(item: _Item, draft: rules.Draft, message_id: int, now: datetime) -> Doc:
@@ -1036,15 +1046,25 @@ async def _match_site(
 
 
 async def _earlier_readings(storage: Storage, items: list[_Item]) -> list[Doc]:
-    """Earlier readings of the items' pallets on their shipments (by shipment and LPNs)."""
-    shipment_ids = sorted({int(i.shipment["_id"]) for i in items if i.shipment and i.lpns})
-    if not shipment_ids:
+    """Earlier readings of the items' pallets on their shipments: one query per shipment, by
+    the shipment and the pallets' LPNs (an index the embedded server uses only with the
+    shipment given as one value)."""
+    keys: dict[int, set[str]] = {}
+    for item in items:
+        if item.shipment is not None and item.lpns:
+            keys.setdefault(int(item.shipment["_id"]), set()).add(lpn_key(item.lpns))
+    if not keys:
         return []
-    keys = sorted({lpn_key(i.lpns) for i in items if i.lpns})
-    return await storage.pallets.find(
-        {"shipment_id": {"$in": shipment_ids}, "lpn_key": {"$in": keys}},
-        {"shipment_id": 1, "lpn_key": 1, "direction": 1, "occurred_at": 1, "message_id": 1},
-    ).to_list()
+    found = await asyncio.gather(
+        *(
+            storage.pallets.find(
+                {"shipment_id": shipment_id, "lpn_key": {"$in": sorted(wanted)}},
+                {"shipment_id": 1, "lpn_key": 1, "direction": 1, "occurred_at": 1, "message_id": 1},
+            ).to_list()
+            for shipment_id, wanted in sorted(keys.items())
+        )
+    )
+    return [pallet for pallets in found for pallet in pallets]
 
 
 async def _items_with_lpns(
