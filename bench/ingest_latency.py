@@ -124,7 +124,9 @@ async def measure_dockflow(duration: float, count: int) -> dict[str, Any]:
                     reader = asyncio.create_task(acks())
 
                     async def send(index: int, tag: str) -> None:
-                        reading = make_reading(0, index, tag)
+                        # Warm-up pallets are other pallets (LPNs of their own): the same LPN
+                        # loaded twice would be a DUPLICATE_PALLET exception, one more message.
+                        reading = make_reading(1 if tag == "warm" else 0, index, tag)
                         sent_at[reading.reading_id] = time.perf_counter()
                         queue.put_nowait(reading)
 

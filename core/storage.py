@@ -135,6 +135,8 @@ INDEXES: dict[str, list[IndexModel]] = {
     "readings": [],  # _id = "{camera_id}:{reading_id}": idempotency of camera readings
     "pallets": [
         IndexModel([("shipment_id", ASCENDING)]),
+        # earlier readings of a pallet on a shipment (DUPLICATE_PALLET, core/pallets/ingest.py)
+        IndexModel([("shipment_id", ASCENDING), ("lpn_key", ASCENDING)]),
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("occurred_at", ASCENDING)]),
     ],
     "exceptions": [

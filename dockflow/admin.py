@@ -150,8 +150,9 @@ def register(commands: Any) -> None:
     p.add_argument("--facility", help="only messages of this facility (default: all)")
     p.add_argument(
         "--events",
-        default=",".join(webhook_endpoints.EVENTS),
-        help="comma-separated: PALLET_EVENT,SHIPMENT_COMPLETE (default: both)",
+        default=",".join(webhook_endpoints.DEFAULT_EVENTS),
+        help=f"comma-separated, among {','.join(webhook_endpoints.EVENTS)} "
+        f"(default: {','.join(webhook_endpoints.DEFAULT_EVENTS)})",
     )
     p.add_argument("--auth", choices=["none", "basic", "token"], default="none")
     p.add_argument("--username", default="")

@@ -34,7 +34,12 @@ from core.storage import Doc, Session, Storage
 
 MESSAGE_TYPE: Final = "EXCEPTION"
 MAX_NOTE_CHARS = 2_000
-MAX_LPNS = 100  # lpns and expected/observed lists of one record (a SHORT of a huge shipment)
+# Bounds of one record, whatever a camera sent (a reading may carry 200 labels of 1 KiB): a
+# reading's records travel inside its pallet document, under the database's 16 MiB.
+MAX_LPNS = 50
+MAX_DETAIL_CHARS = 300
+MAX_LIST = 20  # items of a list inside expected/observed
+MAX_VALUE_CHARS = 200  # a string inside expected/observed
 # The moves a status change may make: to -> the statuses it may start from.
 MOVES: dict[Status, tuple[Status, ...]] = {
     "ACKNOWLEDGED": ("OPEN",),
@@ -108,10 +113,10 @@ def new_record(
         "pallet_id": pallet_id,
         "dock": dock,
         "lpns": list(lpns)[:MAX_LPNS],
-        "orders": list(orders),
-        "detail": detail,
-        "expected": dict(expected or {}),
-        "observed": dict(observed or {}),
+        "orders": list(orders)[:MAX_LPNS],
+        "detail": _cut(detail, MAX_DETAIL_CHARS),
+        "expected": _bounded(dict(expected or {})),
+        "observed": _bounded(dict(observed or {})),
         "occurred_at": occurred_at,
         "created_at": now,
         "updated_at": now,
@@ -120,6 +125,21 @@ def new_record(
         "seq": message_id,
         "history": [_entry("OPEN", now, by, note, message_id)],
     }
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _bounded(value: Any) -> Any:
+    """`value` with every list and string inside it cut to the record's bounds."""
+    if isinstance(value, str):
+        return _cut(value, MAX_VALUE_CHARS)
+    if isinstance(value, list):
+        return [_bounded(v) for v in value[:MAX_LIST]]
+    if isinstance(value, dict):
+        return {k: _bounded(v) for k, v in value.items()}
+    return value
 
 
 def _entry(status: str, at: datetime, by: Actor, note: str, message_id: int) -> Doc:
@@ -245,6 +265,8 @@ async def change_status(
         current = await storage.exceptions.find_one({"_id": exception}, session=session)
         if current is None:
             raise NotFound("exception not found")
+        if session is None:  # written change by change: complete one a crash cut short
+            await publish_missing(storage, settings, [current])
         changed = transition(current, to, at, by, note, message_id)
         done = await storage.exceptions.update_one(
             change_filter(current), change_update(changed), session=session

@@ -13,7 +13,16 @@ from core.errors import NotFound, ValidationFailed
 from core.storage import Doc, Storage
 from core.tenancy.tenants import Created, get_business, get_facility
 
-EVENTS = ("PALLET_EVENT", "SHIPMENT_COMPLETE")
+# Every event an endpoint may subscribe to, and the route each is POSTed to.
+ROUTES = {
+    "PALLET_EVENT": "/api/palletEvent",
+    "SHIPMENT_COMPLETE": "/api/shipmentComplete",
+    "EXCEPTION": "/api/exceptionEvent",
+}
+EVENTS = tuple(ROUTES)
+# What an endpoint receives when no events are named, and what one stored before events were
+# stored receives: EXCEPTION came later and is only sent to endpoints that subscribe to it.
+DEFAULT_EVENTS = ("PALLET_EVENT", "SHIPMENT_COMPLETE")
 AuthKind = Literal["none", "basic", "token"]
 
 
@@ -42,8 +51,7 @@ class WebhookEndpoint:
     disabled_reason: str = ""
 
     def route(self, event: str) -> str:
-        path = "/api/palletEvent" if event == "PALLET_EVENT" else "/api/shipmentComplete"
-        return self.base_url.rstrip("/") + path
+        return self.base_url.rstrip("/") + ROUTES[event]
 
 
 def signing_secrets_of(box: SecretBox, endpoint: WebhookEndpoint) -> tuple[str, ...]:
@@ -62,7 +70,7 @@ def endpoint_from_doc(doc: Doc) -> WebhookEndpoint:
         business=doc["business"],
         facility=doc.get("facility"),
         base_url=doc["base_url"],
-        events=tuple(doc.get("events", EVENTS)),
+        events=tuple(doc.get("events", DEFAULT_EVENTS)),
         auth=EndpointAuth(
             kind=auth.get("kind", "none"),
             username=auth.get("username", ""),
@@ -83,7 +91,7 @@ class EndpointOptions(TypedDict, total=False):
     """What an operator configures on an endpoint besides its URL (defaults in parentheses)."""
 
     facility: str | None  # (None: every facility of the business)
-    events: tuple[str, ...]  # (EVENTS)
+    events: tuple[str, ...]  # (DEFAULT_EVENTS)
     auth_kind: AuthKind  # ("none")
     username: str
     password: str
@@ -95,7 +103,7 @@ class EndpointOptions(TypedDict, total=False):
 def _endpoint_fields(box: SecretBox, base_url: str, options: EndpointOptions) -> Doc:
     """The validated, configurable fields of an endpoint (what create and update write)."""
     facility = options.get("facility")
-    events = options.get("events", EVENTS)
+    events = options.get("events", DEFAULT_EVENTS)
     auth_kind = options.get("auth_kind", "none")
     username = options.get("username", "")
     password = options.get("password", "")

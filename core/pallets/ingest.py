@@ -52,11 +52,11 @@ from pymongo.errors import PyMongoError
 
 from core import metrics, urls
 from core.errors import DockflowError, Unavailable, ValidationFailed
-from core.exceptions import records
+from core.exceptions import records, rules
 from core.feed import publish
 from core.pallets import camera_input
 from core.settings import Settings
-from core.shipments import completion, directions, lifecycle
+from core.shipments import completion, directions, lifecycle, observed
 from core.shipments.dock_events import rejection, resolve_dock
 from core.storage import UNAVAILABLE_ERRORS, Doc, Session, Storage, together
 from core.tenancy.tenants import Camera, Facility, find_facility
@@ -82,6 +82,9 @@ FIXED_FIELDS = (
 # document limit for the fixed fields (the `ingest_max_*` settings keep readings far below).
 MAX_STORED_READING_BYTES = 15 * 1024 * 1024
 # The reason a reading gets when the database refused it even on its own (it is logged).
+# Open MISLOAD exceptions at a batch's docks a reversal is checked against (a dock with more
+# open ones than this has its oldest checked; the others are resolved by hand).
+MAX_OPEN_MISLOADS = 1_000
 STORAGE_REFUSED = "STORAGE_REFUSED: the reading could not be stored; the service logged why"
 
 
@@ -237,6 +240,10 @@ class _Item:
     unstarted_order_ids: list[str] = field(default_factory=list)  # still CREATED when read
     orders: list[str] = field(default_factory=list)
     message_id: int = 0
+    facts: rules.ReadingFacts | None = None  # what the exception rules read (after matching)
+    # Read against the direction of an open shipment expecting its LPN: perhaps a misloaded
+    # pallet taken off again.
+    may_take_off: bool = False
 
 
 @dataclass
@@ -256,6 +263,10 @@ class BatchPlan:
     # Orders of the batch's pallets still CREATED when read: they become STARTED.
     started_order_ids: list[str] = field(default_factory=list)
     repairs: bool = False  # some readings complete a half-written earlier attempt
+    # Exceptions the batch raises (stored after its pallets, which hold them too), and those
+    # it resolves (a misloaded pallet taken off): the record as read, and as changed.
+    exceptions: list[Doc] = field(default_factory=list)
+    resolutions: list[tuple[Doc, Doc]] = field(default_factory=list)
 
     def writes(self, storage: Storage, session: Session = None) -> list[Any]:
         """The write steps in order, each a zero-argument coroutine function; in the
@@ -269,6 +280,10 @@ class BatchPlan:
                     session=session,
                 )
             await publish.insert_ignoring_duplicates(storage, "pallets", self.pallets, session)
+            await publish.insert_ignoring_duplicates(
+                storage, "exceptions", self.exceptions, session
+            )
+            await self.resolve(storage, session)
 
         async def deliveries() -> None:
             await publish.insert_ignoring_duplicates(
@@ -289,13 +304,46 @@ class BatchPlan:
 
         return [pallets, deliveries, messages, claims]
 
+    async def resolve(self, storage: Storage, session: Session) -> None:
+        """Apply the batch's resolutions; one another writer resolved meanwhile publishes
+        nothing (its message and deliveries leave the batch)."""
+        dropped = set()
+        for before, changed in self.resolutions:
+            entry = changed["history"][-1]
+            done = await storage.exceptions.update_one(
+                {
+                    "_id": before["_id"],
+                    "status": {"$in": list(records.MOVES["RESOLVED"])},
+                    "history.message_id": {"$ne": entry["message_id"]},
+                },
+                records.change_update(changed),
+                session=session,
+            )
+            if done.matched_count == 0:
+                applied = await storage.exceptions.count_documents(
+                    {"_id": before["_id"], "history.message_id": entry["message_id"]},
+                    session=session,
+                )
+                if not applied:
+                    dropped.add(entry["message_id"])
+        if dropped:
+            self.messages = publish.WrittenMessages(
+                [m for m in self.messages.messages if m["_id"] not in dropped],
+                [d for d in self.messages.deliveries if d["message_id"] not in dropped],
+            )
+
     async def renumber(self, storage: Storage, renumbered: dict[int, int]) -> None:
         """Messages of the batch got fresh ids (a feed reader fenced the reserved ones while the
         batch was stalled): the stored pallets, the claims and the answers take them."""
-        pallet_ids = {m["_id"]: m["pallet_id"] for m in self.messages.messages}
+        messages = {m["_id"]: m for m in self.messages.messages}
         for old_id, new_id in renumbered.items():  # repaired pallets too, not only new ones
+            renumbered_message = messages[new_id]
+            if renumbered_message["type"] == records.MESSAGE_TYPE:
+                exception = renumbered_message["message"]["id"]
+                await records.renumber_history(storage, {exception: {old_id: new_id}})
+                continue
             await storage.pallets.update_one(
-                {"_id": pallet_ids[new_id], "message_id": old_id},
+                {"_id": renumbered_message["pallet_id"], "message_id": old_id},
                 {"$set": {"message_id": new_id}},
             )
         for pallet in self.pallets:
@@ -438,6 +486,8 @@ async def _drop_stored(storage: Storage, plan: BatchPlan, session: Session) -> N
         _by_id(storage.webhook_deliveries, [d["_id"] for d in plan.messages.deliveries], session),
     )
     stored = {i for i, message in messages.items() if not publish.is_void(message)}
+    exceptions = await _by_id(storage.exceptions, [e["_id"] for e in plan.exceptions], session)
+    plan.exceptions = [e for e in plan.exceptions if e["_id"] not in exceptions]
     plan.messages = publish.WrittenMessages(
         [m for m in plan.messages.messages if m["_id"] not in stored],
         [d for d in plan.messages.deliveries if d["_id"] not in deliveries],
@@ -493,7 +543,7 @@ async def plan_batch(
         _facilities(storage, sites),
         _by_id(storage.readings, keys),
         _by_id(storage.pallets, pallet_ids),
-        endpoints.load((b, f, "PALLET_EVENT") for b, f in sites),
+        endpoints.load((b, f, "PALLET_EVENT") for b, f in sites),  # EXCEPTION's when raised
     )
     plan.facilities = facilities
 
@@ -535,7 +585,7 @@ async def plan_batch(
         items.append(item)
 
     # 2. already done (DUPLICATE) or half-written (repair from the stored pallet)
-    fresh = await _answer_known(storage, plan, items, claims, stored, endpoints)
+    fresh = await _answer_known(storage, settings, plan, items, claims, stored, endpoints)
 
     # 3. match, 4. arrive, 5. build (the message ids are reserved meanwhile)
     if fresh:
@@ -545,22 +595,47 @@ async def plan_batch(
             await _arrive(storage, fresh)
 
         _, block = await asyncio.gather(match_and_arrive(), message_ids.take(storage, len(fresh)))
+        # The open misloads the batch's reversals may resolve (no query without one).
+        open_misloads = await _open_misloads(storage, [i for i in fresh if i.may_take_off])
+        drafts, resolving = _exception_drafts(fresh, open_misloads)
+        wanted = len(fresh) + sum(len(d) for d in drafts.values()) + len(resolving)
+        extra = iter((await message_ids.take(storage, wanted))[len(fresh) :])
         new_messages = []
         for item, message_id in zip(fresh, block, strict=True):
             item.message_id = message_id
+            raised = [
+                _exception_record(item, draft, next(extra), now) for draft in drafts[item.index]
+            ]
             pallet = _pallet_doc(settings, item, now)
+            pallet["raised"] = raised
+            pallet["resolves"] = []
             plan.pallets.append(pallet)
-            new_messages.append(_message_for(pallet))
+            new_messages.append((message_id, _message_for(pallet)))
+            plan.exceptions += raised
+            new_messages += [(r["seq"], records.message(settings, r)) for r in raised]
+            for record in resolving.get(item.index, []):
+                resolution = _taken_off(item, record, next(extra), now)
+                pallet["resolves"].append(
+                    {"exception_id": record["_id"], **resolution["history"][-1]}
+                )
+                plan.resolutions.append((record, resolution))
+                new_messages.append(
+                    (resolution["history"][-1]["message_id"], records.message(settings, resolution))
+                )
             plan.claims.append(_claim(item.key, pallet))
             if item.facility is not None and item.facility.complete_on_all_lpns:
                 plan.shipment_ids.add(int(pallet["shipment_id"]))
             plan.results[item.index] = ReadingResult(
                 item.reading.reading_id, "ACCEPTED", item.pallet_id, pallet["shipment_id"],
-                message_id,
+                message_id, exceptions=tuple(records.raised(r) for r in raised),
             )  # fmt: skip
         plan.messages.extend(
             await publish.build_messages(
-                storage, new_messages, ids=block, sent_at=now, endpoints=endpoints
+                storage,
+                [m for _, m in new_messages],
+                ids=[i for i, _ in new_messages],
+                sent_at=now,
+                endpoints=endpoints,
             )
         )
         plan.started_order_ids = sorted({o for item in fresh for o in item.unstarted_order_ids})
@@ -615,6 +690,7 @@ def _message_for(pallet: Doc) -> publish.NewMessage:
 
 async def _answer_known(
     storage: Storage,
+    settings: Settings,
     plan: BatchPlan,
     items: list[_Item],
     claims: dict[str, Doc],
@@ -631,7 +707,7 @@ async def _answer_known(
         if claim is not None:
             plan.results[item.index] = ReadingResult(
                 item.reading.reading_id, "DUPLICATE", claim["pallet_id"], claim["shipment_id"],
-                claim["message_id"],
+                claim["message_id"], exceptions=_raised_by(pallets.get(claim["pallet_id"])),
             )  # fmt: skip
     if not unclaimed:
         return []
@@ -647,7 +723,7 @@ async def _answer_known(
         plan.shipment_ids.add(int(pallet["shipment_id"]))
         plan.results[item.index] = ReadingResult(
             item.reading.reading_id, "ACCEPTED", pallet["_id"], pallet["shipment_id"],
-            pallet["message_id"],
+            pallet["message_id"], exceptions=_raised_by(pallet),
         )  # fmt: skip
     if repairs:
         plan.repairs = True
@@ -659,7 +735,173 @@ async def _answer_known(
                 endpoints=endpoints,
             )
         )
+        await _repair_exceptions(storage, settings, plan, repairs, endpoints)
     return fresh
+
+
+def _raised_by(pallet: Doc | None) -> tuple[records.Raised, ...]:
+    """What a stored pallet's reading raised, for the answer to a resend."""
+    return tuple(records.raised(r) for r in (pallet or {}).get("raised") or [])
+
+
+async def _repair_exceptions(
+    storage: Storage,
+    settings: Settings,
+    plan: BatchPlan,
+    pallets: list[Doc],
+    endpoints: publish.EndpointCache,
+) -> None:
+    """The exceptions of half-written pallets, from what each pallet holds: the records it
+    raised (the stored copy when there is one: it may have moved on) and the resolutions it
+    made, each with its message under the id its first attempt reserved."""
+    raised = [r for p in pallets for r in p.get("raised") or []]
+    resolves = [(p, r) for p in pallets for r in p.get("resolves") or []]
+    ids = [r["_id"] for r in raised] + [r["exception_id"] for _, r in resolves]
+    if not ids:
+        return
+    stored = await _by_id(storage.exceptions, sorted(set(ids)))
+    new_messages: list[tuple[int, publish.NewMessage]] = []
+    for record in raised:
+        plan.exceptions.append(record)
+        current = stored.get(record["_id"], record)
+        first = int(current["history"][0]["message_id"])
+        new_messages.append((first, records.message(settings, records.state_at(current, first))))
+    for pallet, entry in resolves:
+        current = stored.get(entry["exception_id"])
+        if current is None:
+            continue
+        message_id = int(entry["message_id"])
+        if any(h["message_id"] == message_id for h in current["history"]):
+            state = records.state_at(current, message_id)
+        elif current["status"] in records.MOVES["RESOLVED"]:
+            by = records.Actor("RULE", pallet["_id"])
+            state = records.transition(
+                current, "RESOLVED", entry["at"], by, entry["note"], message_id
+            )
+            plan.resolutions.append((current, state))
+        else:
+            continue  # resolved by someone else meanwhile
+        new_messages.append((message_id, records.message(settings, state)))
+    plan.messages.extend(
+        await publish.build_messages(
+            storage,
+            [m for _, m in new_messages],
+            ids=[i for i, _ in new_messages],
+            endpoints=endpoints,
+        )
+    )
+
+
+def _exception_drafts(
+    items: list[_Item], open_misloads: list[Doc]
+) -> tuple[dict[int, list[rules.Draft]], dict[int, list[Doc]]]:
+    """What the exception rules raise for each matched item, and the open MISLOAD exceptions
+    each one resolves (its pallet read back off at the dock it was misloaded at), by item
+    index."""
+    drafts: dict[int, list[rules.Draft]] = {}
+    resolving: dict[int, list[Doc]] = {}
+    taken: set[str] = set()
+    for item in items:
+        assert item.facility is not None
+        assert item.facts is not None
+        drafts[item.index] = rules.reading_exceptions(item.facility, item.facts)
+        back = directions.opposite(item.reading.direction)
+        for record in open_misloads:
+            if (
+                record["_id"] not in taken
+                and (record["business"], record["facility"], record["dock"])
+                == (item.camera.business, item.camera.facility, item.dock)
+                and record["observed"].get("direction") == back
+                and set(record["lpns"]) & set(item.lpns)
+            ):
+                taken.add(record["_id"])
+                resolving.setdefault(item.index, []).append(record)
+    return drafts, resolving
+
+
+def _repeated_lpns(items: list[_Item], stored: list[Doc]) -> dict[int, list[str]]:
+    """Per item, its LPNs when the latest reading of the same pallet (the same LPNs) on its
+    shipment went the same way (`stored` pallets by reading order, then the batch's earlier
+    items in arrival order)."""
+    latest: dict[tuple[int, str], str] = {}
+    for pallet in sorted(stored, key=observed.reading_order):
+        latest[(int(pallet["shipment_id"]), pallet["lpn_key"])] = pallet["direction"]
+    repeated: dict[int, list[str]] = {}
+    for item in items:
+        if item.shipment is None or not item.lpns:
+            continue
+        key = (int(item.shipment["_id"]), lpn_key(item.lpns))
+        if latest.get(key) == item.reading.direction:
+            repeated[item.index] = list(item.lpns)
+        latest[key] = item.reading.direction
+    return repeated
+
+
+def lpn_key(lpns: Sequence[str]) -> str:
+    """What identifies a physical pallet on a shipment: its LPNs (one value, indexed with the
+    shipment: the embedded server indexes no arrays)."""
+    return "|".join(sorted(lpns))
+
+
+async def _open_misloads(storage: Storage, items: list[_Item]) -> list[Doc]:
+    """The MISLOAD exceptions not yet resolved at the docks the items were read at, in
+    facilities that raise them (a pallet read back off there resolves its own): one query
+    per dock, each on one value of the indexed fields."""
+    docks = sorted(
+        {
+            (i.camera.business, i.camera.facility, i.dock)
+            for i in items
+            if i.lpns and i.facility is not None and i.facility.checks("MISLOAD")
+        }
+    )
+    found = await asyncio.gather(
+        *(
+            storage.exceptions.find(
+                {
+                    "business": business,
+                    "facility": facility,
+                    "dock": dock,
+                    "status": {"$in": list(records.MOVES["RESOLVED"])},
+                    "code": "MISLOAD",
+                }
+            )
+            .sort("seq", 1)
+            .limit(MAX_OPEN_MISLOADS)
+            .to_list()
+            for business, facility, dock in docks
+        )
+    )
+    return [record for records_at_dock in found for record in records_at_dock]
+
+
+def _exception_record(item: _Item, draft: rules.Draft, message_id: int, now: datetime) -> Doc:
+    assert item.occurred_at is not None
+    return records.new_record(
+        exception_id=records.exception_id(item.pallet_id, draft.code),
+        code=draft.code,
+        priority=draft.priority,
+        business=item.camera.business,
+        facility=item.camera.facility,
+        shipment_id=draft.shipment_id,
+        pallet_id=item.pallet_id,
+        dock=item.dock,
+        lpns=draft.lpns,
+        orders=draft.orders,
+        detail=draft.detail,
+        expected=draft.expected,
+        observed=draft.observed,
+        occurred_at=item.occurred_at,
+        now=now,
+        by=records.Actor("RULE", item.pallet_id),
+        message_id=message_id,
+    )
+
+
+def _taken_off(item: _Item, record: Doc, message_id: int, now: datetime) -> Doc:
+    """A misload resolved by its pallet read back off at the dock it was loaded at."""
+    note = f"Taken off at dock {item.dock} (reading {item.reading.reading_id[:200]})."
+    by = records.Actor("RULE", item.pallet_id)
+    return records.transition(record, "RESOLVED", now, by, note, message_id)
 
 
 async def _match(storage: Storage, items: list[_Item], now: datetime) -> None:
@@ -685,10 +927,12 @@ async def _match_site(
     at_dock: dict[str, Doc | None] = {dock: current.get(dock) for dock in docks}
     shipments: dict[int, Doc] = {}
     candidate_ids = sorted({int(i["shipment_id"]) for i in lpn_items if i.get("shipment_id")})
+    open_ids: set[int] = set()  # not completed, eligible or not: their LPNs are expected
     if candidate_ids:
         for doc in await storage.shipments.find(
             {"_id": {"$in": candidate_ids}, "completed_at": None}
         ).to_list():
+            open_ids.add(int(doc["_id"]))
             if doc.get("arrived_at") is not None or doc.get("linked_to") is None:
                 shipments[int(doc["_id"])] = doc
     shipments_by_lpn: dict[str, set[int]] = {}
@@ -697,11 +941,25 @@ async def _match_site(
         if shipment_id is not None and int(shipment_id) in shipments:
             shipments_by_lpn.setdefault(order_item["lpn"], set()).add(int(shipment_id))
 
+    misloads: dict[int, Doc] = {}  # item index -> the shipment expecting it at another dock
     for item in items:
         want = directions.shipment_direction(item.reading.direction)
         candidates = {s for lpn in item.lpns for s in shipments_by_lpn.get(lpn, ())}
         paired = [shipments[s] for s in candidates if shipments[s]["direction"] == want]
+        item.may_take_off = bool(candidates) and not paired
         chosen = _best(paired, item.dock)
+        if (
+            chosen is not None
+            and chosen.get("dock")
+            and chosen["dock"] != item.dock
+            and item.facility is not None
+            and item.facility.checks("MISLOAD")
+        ):
+            # Expected at another dock: the pallet is recorded where it physically is, and the
+            # exception names the shipment that expects it (docs/exceptions.md, MISLOAD).
+            misloads[item.index] = chosen
+            chosen = None
+            candidates = set()
         if chosen is None and candidates:
             # An LPN of a shipment already being worked at this dock in the other direction:
             # a correction (loaded, then unloaded again) that belongs to that shipment.
@@ -725,17 +983,28 @@ async def _match_site(
         shipments[int(chosen["_id"])] = chosen
         item.shipment = chosen
 
-    # Orders: items of the chosen shipments that carry a read LPN, else a read SKU.
-    chosen_ids = sorted({int(item.shipment["_id"]) for item in items if item.shipment})
-    shipment_items = await storage.order_items.find(
-        {"shipment_id": {"$in": chosen_ids}}, {"order_id": 1, "shipment_id": 1, "lpn": 1, "sku": 1}
-    ).to_list()
-    if not shipment_items:
-        return
+    # Orders: items of the chosen shipments that carry a read LPN, else a read SKU (of the
+    # shipment expecting it, for a misloaded pallet).
+    named = {i["lpn"] for i in lpn_items if int(i.get("shipment_id") or 0) in open_ids}
+    chosen_ids = sorted(
+        {int(item.shipment["_id"]) for item in items if item.shipment}
+        | {int(s["_id"]) for s in misloads.values()}
+    )
+    # With them, earlier readings of the read LPNs on the same shipments (DUPLICATE_PALLET).
+    shipment_items, earlier = await asyncio.gather(
+        storage.order_items.find(
+            {"shipment_id": {"$in": chosen_ids}},
+            {"order_id": 1, "shipment_id": 1, "lpn": 1, "sku": 1, "lot": 1, "expiration_date": 1},
+        ).to_list(),
+        _earlier_readings(storage, items),
+    )
+    repeated = _repeated_lpns(items, earlier)
     order_ids = sorted({i["order_id"] for i in shipment_items})
-    orders = await storage.orders.find(
-        {"_id": {"$in": order_ids}}, {"number": 1, "status": 1}
-    ).to_list()
+    orders = (
+        await storage.orders.find({"_id": {"$in": order_ids}}, {"number": 1, "status": 1}).to_list()
+        if order_ids
+        else []
+    )
     numbers = {o["_id"]: str(o["number"]) for o in orders}
     unstarted = {o["_id"] for o in orders if o.get("status") == lifecycle.ORDER_STATUS_NEW}
     by_shipment: dict[int, list[Doc]] = {}
@@ -743,7 +1012,9 @@ async def _match_site(
         by_shipment.setdefault(int(order_item["shipment_id"]), []).append(order_item)
     for item in items:
         assert item.shipment is not None
-        mine = by_shipment.get(int(item.shipment["_id"]), [])
+        misload_of = misloads.get(item.index)
+        source = misload_of if misload_of is not None else item.shipment
+        mine = by_shipment.get(int(source["_id"]), [])
         hits = [i for i in mine if i.get("lpn") in item.lpns] or [
             i for i in mine if i.get("sku") in item.skus
         ]
@@ -752,7 +1023,48 @@ async def _match_site(
             seen.setdefault(hit["order_id"], None)
         item.order_ids = [o for o in seen if o in numbers]
         item.orders = [numbers[o] for o in item.order_ids]
-        item.unstarted_order_ids = [o for o in item.order_ids if o in unstarted]
+        if misload_of is None:  # a misloaded pallet starts none of the orders expecting it
+            item.unstarted_order_ids = [o for o in item.order_ids if o in unstarted]
+        assert item.occurred_at is not None
+        item.facts = rules.ReadingFacts(
+            pallet_id=item.pallet_id,
+            dock=item.dock,
+            direction=item.reading.direction,
+            occurred_at=item.occurred_at,
+            lpns=list(item.lpns),
+            labels=[rules.LabelRead(r.name, r.value, r.confidence) for r in item.reading.labels],
+            shipment=item.shipment,
+            orders=list(item.orders),
+            misload_of=misload_of,
+            unexpected_lpns=[lpn for lpn in item.lpns if lpn not in named],
+            shipment_expects_lpns=any(
+                i.get("lpn") for i in by_shipment.get(int(item.shipment["_id"]), [])
+            ),
+            matched_items=hits,
+            repeated_lpns=repeated.get(item.index, []),
+        )
+
+
+async def _earlier_readings(storage: Storage, items: list[_Item]) -> list[Doc]:
+    """Earlier readings of the items' pallets on their shipments: one query per shipment, by
+    the shipment and the pallets' LPNs (an index the embedded server uses only with the
+    shipment given as one value)."""
+    keys: dict[int, set[str]] = {}
+    for item in items:
+        if item.shipment is not None and item.lpns:
+            keys.setdefault(int(item.shipment["_id"]), set()).add(lpn_key(item.lpns))
+    if not keys:
+        return []
+    found = await asyncio.gather(
+        *(
+            storage.pallets.find(
+                {"shipment_id": shipment_id, "lpn_key": {"$in": sorted(wanted)}},
+                {"shipment_id": 1, "lpn_key": 1, "direction": 1, "occurred_at": 1, "message_id": 1},
+            ).to_list()
+            for shipment_id, wanted in sorted(keys.items())
+        )
+    )
+    return [pallet for pallets in found for pallet in pallets]
 
 
 async def _items_with_lpns(
@@ -827,6 +1139,7 @@ def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
         "labels": _label_docs(item.reading.labels),
         "image_urls": list(item.reading.image_urls),
         "lpns": list(item.lpns),
+        "lpn_key": lpn_key(item.lpns),
         "skus": list(item.skus),
         "shipment_id": shipment_id,
         "order_ids": list(item.order_ids),

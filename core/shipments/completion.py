@@ -24,6 +24,7 @@ from pymongo import ASCENDING
 
 from core import urls
 from core.errors import NotFound
+from core.exceptions import records, rules
 from core.feed import publish
 from core.settings import Settings
 from core.shipments import directions, lifecycle, observed
@@ -154,7 +155,38 @@ async def complete_shipment(
     if shipment is None:
         raise NotFound(f"shipment {shipment_id} not found")
     if shipment.get("completed_at") is None:
-        message_id = (await publish.reserve_message_ids(storage, 1)).first
+        missing = await _missing_lpns(storage, shipment)
+        # The SHORT exception's message comes before the completion's (a lower id).
+        ids = list(await publish.reserve_message_ids(storage, 2 if missing else 1))
+        message_id = ids[-1]
+        fields: Doc = {
+            "completed_at": at,
+            "completion_reason": reason,
+            "completion_message_id": message_id,
+        }
+        if missing:
+            short = rules.short_exception(
+                shipment, missing, await shipment_order_numbers(storage, shipment_id)
+            )
+            fields["short_exception"] = records.new_record(
+                exception_id=records.exception_id(f"shipment:{shipment_id}", "SHORT"),
+                code=short.code,
+                priority=short.priority,
+                business=shipment["business"],
+                facility=shipment["facility"],
+                shipment_id=shipment_id,
+                pallet_id=None,
+                dock=shipment.get("dock") or "",
+                lpns=short.lpns,
+                orders=short.orders,
+                detail=short.detail,
+                expected=short.expected,
+                observed=short.observed,
+                occurred_at=at,
+                now=at,
+                by=records.Actor("RULE", source),
+                message_id=ids[0],
+            )
         final = status or directions.done_status(shipment["direction"])
         written = await lifecycle.update_with_history(
             storage,
@@ -162,11 +194,7 @@ async def complete_shipment(
             status=final,
             at=at,
             source=source,
-            fields={
-                "completed_at": at,
-                "completion_reason": reason,
-                "completion_message_id": message_id,
-            },
+            fields=fields,
             condition={"completed_at": None},
             shipment=shipment,
         )
@@ -174,6 +202,7 @@ async def complete_shipment(
             await storage.orders.update_many(
                 {"shipment_id": shipment_id}, {"$set": {"status": "COMPLETED"}}
             )
+            await _raise_short(storage, settings, written)
             message_id = await _write_completion_message(settings, storage, written, message_id)
             return Completion(shipment_id, message_id, reason, at, completed_now=True)
         shipment = await storage.shipments.find_one({"_id": shipment_id})
@@ -181,9 +210,40 @@ async def complete_shipment(
     return await _repair(settings, storage, shipment)
 
 
+async def _missing_lpns(storage: Storage, shipment: Doc) -> list[str]:
+    """The expected LPNs not on the trailer, when the facility raises SHORT exceptions."""
+    facility = await find_facility(storage, shipment["business"], shipment["facility"])
+    if facility is None or not facility.checks("SHORT"):
+        return []
+    shipment_id = int(shipment["_id"])
+    items, pallets = await asyncio.gather(
+        storage.order_items.find({"shipment_id": shipment_id}, {"lpn": 1}).to_list(),
+        storage.pallets.find(
+            {"shipment_id": shipment_id},
+            {"lpns": 1, "direction": 1, "occurred_at": 1, "message_id": 1},
+        ).to_list(),
+    )
+    expected = observed.expected_lpns(items)
+    if not expected:
+        return []
+    return observed.lpn_progress(shipment["direction"], expected, pallets).missing
+
+
+async def _raise_short(storage: Storage, settings: Settings, shipment: Doc) -> None:
+    """Store the SHORT exception a completion holds, and its message (again after a crash:
+    what exists is kept)."""
+    record = shipment.get("short_exception")
+    if record is None:
+        return
+    await publish.insert_ignoring_duplicates(storage, "exceptions", [record])
+    stored = await storage.exceptions.find_one({"_id": record["_id"]})
+    await records.publish_missing(storage, settings, [stored or record])
+
+
 async def _repair(settings: Settings, storage: Storage, shipment: Doc) -> Completion:
     """A completed shipment: make sure its completion message exists (a crash may have come
-    between the completion and the message)."""
+    between the completion and the message), and its SHORT exception's before it."""
+    await _raise_short(storage, settings, shipment)
     message_id = shipment.get("completion_message_id")
     if message_id is None:  # completed by an older code path: nothing to repair
         message_id = 0

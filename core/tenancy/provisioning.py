@@ -61,7 +61,7 @@ class CameraSpec(_Strict):
 class WebhookSpec(_Strict):
     url: str  # with `facility`, what identifies the endpoint within its business
     facility: str | None = None
-    events: list[str] = Field(default_factory=lambda: list(webhook_endpoints.EVENTS))
+    events: list[str] = Field(default_factory=lambda: list(webhook_endpoints.DEFAULT_EVENTS))
     auth: Literal["none", "basic", "token"] = "none"
     username: str = ""
     password: str = ""

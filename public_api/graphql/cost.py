@@ -40,6 +40,7 @@ from graphql import (
 from graphql.type.introspection import SchemaMetaFieldDef, TypeMetaFieldDef, TypeNameMetaFieldDef
 from strawberry.extensions import SchemaExtension
 
+from core.exceptions import queries as exception_queries
 from core.feed import reader
 from core.reads import shipment_queries
 from core.settings import Settings
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 DEFAULT_PAGES: dict[str, int] = {
     "pushMessages": reader.DEFAULT_PAGE,
     "shipments": shipment_queries.DEFAULT_SHIPMENTS_PAGE,
+    "exceptions": exception_queries.ExceptionFilter.first,
 }
 
 

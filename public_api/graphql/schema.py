@@ -15,6 +15,10 @@ from strawberry.types import Info
 
 from core import urls
 from core.errors import DockflowError, SlowConsumer, ValidationFailed
+from core.exceptions import client as exception_client
+from core.exceptions import queries as exception_queries
+from core.exceptions import records as exception_records
+from core.exceptions.codes import Status
 from core.feed import reader
 from core.reads import shipment_queries
 from core.settings import Settings
@@ -32,6 +36,7 @@ GQLInfo = Info[GraphQLContext, None]
 class MessageType(Enum):
     PALLET_EVENT = "PALLET_EVENT"
     SHIPMENT_COMPLETE = "SHIPMENT_COMPLETE"
+    EXCEPTION = "EXCEPTION"
 
 
 @strawberry.enum
@@ -54,7 +59,10 @@ class SchedulingEvent(Enum):
     CHECKED_OUT = "CHECKED_OUT"
 
 
-@strawberry.type(description="One push message: a pallet event or a shipment completion.")
+@strawberry.type(
+    description="One push message: a pallet event, a shipment completion, or an exception's "
+    "change (EXCEPTION: the message is the exception record after that change)."
+)
 class PushMessage:
     id: int = strawberry.field(description="Unique, increasing; store it to drop duplicates.")
     business_slug: str
@@ -103,6 +111,128 @@ class PushMessageSubscriptionFilter:
     since: dt.datetime | None = strawberry.field(
         default=None, description="Replay stored messages sent at or after this first."
     )
+
+
+@strawberry.enum
+class ExceptionCode(Enum):
+    MISLOAD = "MISLOAD"
+    UNEXPECTED_PALLET = "UNEXPECTED_PALLET"
+    DUPLICATE_PALLET = "DUPLICATE_PALLET"
+    LOW_CONFIDENCE = "LOW_CONFIDENCE"
+    LOT_MISMATCH = "LOT_MISMATCH"
+    EXPIRY_MISMATCH = "EXPIRY_MISMATCH"
+    EXPIRED = "EXPIRED"
+    SHORT = "SHORT"
+    CUSTOMER = "CUSTOMER"
+
+
+@strawberry.enum
+class ExceptionPriority(Enum):
+    LOW = "LOW"
+    HIGH = "HIGH"
+
+
+@strawberry.enum
+class ExceptionStatus(Enum):
+    OPEN = "OPEN"
+    ACKNOWLEDGED = "ACKNOWLEDGED"
+    RESOLVED = "RESOLVED"
+
+
+@strawberry.enum
+class ExceptionActorKind(Enum):
+    RULE = "RULE"
+    OPERATOR = "OPERATOR"
+    CLIENT = "CLIENT"
+
+
+@strawberry.type(description="Who changed an exception: a camera rule, an operator, a client.")
+class ExceptionActor:
+    kind: ExceptionActorKind
+    id: str = strawberry.field(description="The pallet or shipment (RULE), username, client id.")
+
+
+@strawberry.type
+class ExceptionChange:
+    status: ExceptionStatus
+    at: dt.datetime
+    by: ExceptionActor
+    note: str
+
+
+@strawberry.type(
+    description="A shipping mistake caught at the dock (docs/exceptions.md), with its "
+    "lifecycle OPEN -> ACKNOWLEDGED -> RESOLVED; the message of EXCEPTION push messages."
+)
+class ShippingException:
+    id: str
+    code: ExceptionCode
+    status: ExceptionStatus
+    priority: ExceptionPriority
+    business_slug: str
+    facility_slug: str
+    service_shipment_id: str
+    service_pallet_id: str | None = strawberry.field(description="When a pallet caused it.")
+    dock_id: str
+    lpns: list[str]
+    orders: list[str]
+    detail: str = strawberry.field(description="One human sentence.")
+    expected: JSON = strawberry.field(description="What was expected (an object).")
+    observed: JSON = strawberry.field(description="What was seen (an object).")
+    url: str
+    history: list[ExceptionChange]
+    occurred_at: dt.datetime
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+    @classmethod
+    def from_doc(cls, doc: Doc, settings: Settings) -> "ShippingException":
+        public = exception_records.payload(settings, doc)
+        return cls(
+            id=public["id"],
+            code=ExceptionCode(public["code"]),
+            status=ExceptionStatus(public["status"]),
+            priority=ExceptionPriority(public["priority"]),
+            business_slug=public["businessSlug"],
+            facility_slug=public["facilitySlug"],
+            service_shipment_id=public["serviceShipmentId"],
+            service_pallet_id=public["servicePalletId"],
+            dock_id=public["dockId"],
+            lpns=public["lpns"],
+            orders=public["orders"],
+            detail=public["detail"],
+            expected=public["expected"],
+            observed=public["observed"],
+            url=public["url"],
+            history=[
+                ExceptionChange(
+                    status=ExceptionStatus(h["status"]),
+                    at=h["at"],
+                    by=ExceptionActor(kind=ExceptionActorKind(h["by"]["kind"]), id=h["by"]["id"]),
+                    note=h.get("note") or "",
+                )
+                for h in doc["history"]
+            ],
+            occurred_at=doc["occurred_at"],
+            created_at=doc["created_at"],
+            updated_at=doc["updated_at"],
+        )
+
+
+PARENT_EXCEPTIONS = (
+    f"Its exceptions in creation order: the first `first` (default and max "
+    f"{exception_client.MAX_PER_PARENT}); page on with `exceptions(filter: ...)`."
+)
+
+
+async def _exceptions_of(
+    info: GQLInfo, field: str, parent: object, first: int
+) -> list[ShippingException]:
+    context = info.context
+    [docs] = await exception_client.of_parents(
+        context.services.storage, context.require_principal(), field, [parent], first
+    )
+    return [ShippingException.from_doc(d, _settings(info)) for d in docs]
 
 
 @strawberry.type
@@ -172,6 +302,12 @@ class Pallet:
     image_urls: list[str]
     message_id: int | None
     url: str
+
+    @strawberry.field(description=PARENT_EXCEPTIONS)
+    async def exceptions(
+        self, info: GQLInfo, first: int = exception_client.MAX_PER_PARENT
+    ) -> list[ShippingException]:
+        return await _exceptions_of(info, "pallet_id", self.id, first)
 
     @classmethod
     def from_doc(cls, doc: Doc, settings: Settings) -> "Pallet":
@@ -259,6 +395,12 @@ class Shipment:
     @strawberry.field(description="Ids of the shipments linked to this one.")
     async def linked_from(self, info: GQLInfo) -> list[int]:
         return await info.context.linked_from.load(self.id)
+
+    @strawberry.field(description=PARENT_EXCEPTIONS)
+    async def exceptions(
+        self, info: GQLInfo, first: int = exception_client.MAX_PER_PARENT
+    ) -> list[ShippingException]:
+        return await _exceptions_of(info, "shipment_id", self.id, first)
 
     @classmethod
     def from_view(cls, view: shipment_queries.ShipmentView, settings: Settings) -> "Shipment":
@@ -365,6 +507,32 @@ class UploadShipmentDocumentInput:
     type: str | None = strawberry.field(default=None, description="e.g. BOL, PHOTO, POD.")
 
 
+@strawberry.input
+class ExceptionFilter:
+    business_slug: str
+    facility_slug: str | None = None
+    shipment_id: int | None = None
+    status: ExceptionStatus | None = None
+    code: ExceptionCode | None = None
+    since: dt.datetime | None = strawberry.field(default=None, description="Occurred at or after.")
+    after_id: str | None = strawberry.field(
+        default=None, description="The page after this exception (creation order)."
+    )
+    first: int | None = strawberry.field(
+        default=None,
+        description=f"Page size, default {exception_queries.ExceptionFilter.first}, "
+        f"max {exception_queries.MAX_PAGE}.",
+    )
+
+
+@strawberry.input
+class CreateExceptionInput:
+    shipment_id: int
+    priority: ExceptionPriority
+    note: str = strawberry.field(description="Its first sentence becomes the detail.")
+    pallet_id: str | None = strawberry.field(default=None, description="A pallet of the shipment.")
+
+
 def _settings(info: GQLInfo) -> Settings:
     return info.context.services.settings
 
@@ -417,6 +585,27 @@ class Query:
             ),
         )
         return [Shipment.from_view(v, _settings(info)) for v in views]
+
+    @strawberry.field(description="Exceptions in creation order; page with afterId.")
+    async def exceptions(self, info: GQLInfo, filter: ExceptionFilter) -> list[ShippingException]:
+        context = info.context
+        docs = await exception_client.list_exceptions(
+            context.services.storage,
+            context.require_principal(),
+            exception_queries.ExceptionFilter(
+                business=filter.business_slug,
+                facility=filter.facility_slug,
+                shipment_id=filter.shipment_id,
+                statuses=(filter.status.value,) if filter.status else (),
+                codes=(filter.code.value,) if filter.code else (),
+                since=filter.since,
+                after_id=filter.after_id,
+                first=exception_queries.ExceptionFilter.first
+                if filter.first is None
+                else filter.first,
+            ),
+        )
+        return [ShippingException.from_doc(d, _settings(info)) for d in docs]
 
     @strawberry.field
     async def facility(self, info: GQLInfo, business_slug: str, facility_slug: str) -> Facility:
@@ -491,6 +680,35 @@ class Mutation:
         view = await shipment_queries.get_shipment(storage, principal, input.id)
         return Shipment.from_view(view, _settings(info))
 
+    @strawberry.mutation(
+        description="Raise a CUSTOMER exception on a shipment (and one of its pallets): it is "
+        "pushed as an EXCEPTION message like those the dock raises."
+    )
+    async def create_exception(
+        self, info: GQLInfo, input: CreateExceptionInput
+    ) -> ShippingException:
+        context = info.context
+        record = await exception_client.create_for_client(
+            context.services.storage,
+            _settings(info),
+            context.require_principal(),
+            shipment_id=input.shipment_id,
+            pallet_id=input.pallet_id,
+            priority=input.priority.value,
+            note=input.note,
+        )
+        return ShippingException.from_doc(record, _settings(info))
+
+    @strawberry.mutation(description="OPEN -> ACKNOWLEDGED; anything else is BAD_USER_INPUT.")
+    async def acknowledge_exception(
+        self, info: GQLInfo, id: str, note: str | None = None
+    ) -> ShippingException:
+        return await _change_exception(info, id, "ACKNOWLEDGED", note or "")
+
+    @strawberry.mutation(description="OPEN or ACKNOWLEDGED -> RESOLVED, with a note.")
+    async def resolve_exception(self, info: GQLInfo, id: str, note: str) -> ShippingException:
+        return await _change_exception(info, id, "RESOLVED", note)
+
     @strawberry.mutation(description="Store a file for the shipment (GraphQL multipart request).")
     async def upload_shipment_document(
         self, info: GQLInfo, input: UploadShipmentDocumentInput
@@ -511,6 +729,21 @@ class Mutation:
             max_bytes=settings.max_upload_bytes,
         )
         return ShipmentDocument.from_doc(doc, settings)
+
+
+async def _change_exception(
+    info: GQLInfo, exception_id: str, to: Status, note: str
+) -> ShippingException:
+    context = info.context
+    record = await exception_client.change_for_client(
+        context.services.storage,
+        _settings(info),
+        context.require_principal(),
+        exception_id,
+        to,
+        note=note,
+    )
+    return ShippingException.from_doc(record, _settings(info))
 
 
 @strawberry.type

@@ -16,6 +16,7 @@ import pytest
 
 from bench.soak import SOAK_ENV, Camera, HookReceiver, make_readings, wait_until
 from core.storage import Storage
+from dockflow.edge.v1 import edge_pb2
 from tests.reliability.provision import ServeTenant, provision
 from tests.reliability.serve_process import ServeProcess
 
@@ -141,7 +142,12 @@ async def test_sigkill_mid_stream_leaves_every_pallet_with_its_message_and_deliv
         await serve.start()
         tenant = await provision(serve, receiver.url, docks=CAMERAS)
         cameras = [
-            Camera(token, make_readings(f"c{i}", PER_CAMERA), lambda: serve.grpc_target, 0.002)
+            Camera(
+                token,
+                _some_weak(make_readings(f"c{i}", PER_CAMERA)),
+                lambda: serve.grpc_target,
+                0.002,
+            )
             for i, token in enumerate(tenant.camera_tokens)
         ]
         streaming = [asyncio.create_task(camera.run(give_up_s=120)) for camera in cameras]
@@ -164,7 +170,10 @@ async def test_sigkill_mid_stream_leaves_every_pallet_with_its_message_and_deliv
         await serve.start()
 
         pallets = {p["_id"]: p for p in await storage.pallets.find().to_list()}
-        messages = {m["_id"]: m for m in await storage.push_messages.find().to_list()}
+        every_message = await storage.push_messages.find().to_list()
+        messages = {m["_id"]: m for m in every_message if m["type"] == "PALLET_EVENT"}
+        raised = {m["_id"]: m for m in every_message if m["type"] == "EXCEPTION"}
+        exceptions = await storage.exceptions.find().to_list()
         claims = {c["pallet_id"]: c for c in await storage.readings.find().to_list()}
         deliveries = await storage.webhook_deliveries.find().to_list()
     finally:
@@ -176,8 +185,25 @@ async def test_sigkill_mid_stream_leaves_every_pallet_with_its_message_and_deliv
     assert {p["message_id"] for p in pallets.values()} == messages.keys()
     assert {m["pallet_id"] for m in messages.values()} == pallets.keys()
     assert claims.keys() == pallets.keys()
-    # one endpoint: one delivery per message
+    # one endpoint: one delivery per pallet message (it is not subscribed to EXCEPTION)
     assert sorted(d["message_id"] for d in deliveries) == sorted(messages)
+    # Every weak reading stored raised its LOW_CONFIDENCE exception once, with its message.
+    weak = {p["_id"] for p in pallets.values() if p["labels"][0]["confidence"] < 0.8}
+    assert weak, "some weak readings were stored"
+    assert sorted(e["pallet_id"] for e in exceptions) == sorted(weak)
+    assert {e["code"] for e in exceptions} == {"LOW_CONFIDENCE"}
+    assert {e["history"][0]["message_id"] for e in exceptions} == raised.keys()
+    assert {m["message"]["id"] for m in raised.values()} == {e["_id"] for e in exceptions}
+    for pallet_id in weak:  # the record the pallet holds is the one stored, ids and all
+        [held] = pallets[pallet_id]["raised"]
+        assert held["history"][0]["message_id"] in raised
+
+
+def _some_weak(readings: list[edge_pb2.PalletReading]) -> list[edge_pb2.PalletReading]:
+    """Every fourth reading's LPN read below the confidence threshold: LOW_CONFIDENCE."""
+    for reading in readings[::4]:
+        reading.labels[0].confidence = 0.5
+    return readings
 
 
 async def test_two_api_processes_apply_documents_for_the_same_orders_whole(

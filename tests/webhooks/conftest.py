@@ -80,6 +80,7 @@ class Receiver:
         app = web.Application()
         app.router.add_post("/api/palletEvent", self._hook)
         app.router.add_post("/api/shipmentComplete", self._hook)
+        app.router.add_post("/api/exceptionEvent", self._hook)
         app.router.add_post("/login", self._login)
         return app
 
