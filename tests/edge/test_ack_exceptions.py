@@ -1,8 +1,8 @@
 """The exceptions a reading raised travel back to the dock in its ack (`ReadingAck.exceptions`).
 
-The rules that raise them are core's; here: the field mapping of the ack, an ack without
-exceptions over a real edge, that a camera built from the contract before the field still reads
-new acks, and what `dockflow simulate` prints for them.
+The rules that raise them are core's (tests/core/test_exception_rules.py); here: the field
+mapping of the ack, acks with and without exceptions over a real edge, that a camera built from
+the contract before the field still reads new acks, and what `dockflow simulate` prints.
 """
 
 from __future__ import annotations
@@ -17,9 +17,12 @@ from grpc_tools import protoc
 
 from core.exceptions.records import Raised
 from core.pallets.ingest import ReadingResult
+from core.storage import Storage
+from core.tenancy import tenants
 from dockflow.edge.v1 import edge_pb2
 from dockflow.simulate import MAX_EXCEPTION_LINES, SimulateReport
 from edge import convert
+from tests.edge.documents import post_shipment
 from tests.edge.helpers import reading, stream, stub
 from tests.factories import Tenant
 
@@ -75,6 +78,53 @@ async def test_acks_of_readings_that_raise_nothing_have_no_exceptions(
 
     assert [a.status for a in [*acks, unary]] == [edge_pb2.ACCEPTED] * 3
     assert [list(a.exceptions) for a in [*acks, unary]] == [[], [], []]
+
+
+async def test_a_misload_comes_back_in_the_ack_and_again_in_the_ack_of_a_resend(
+    channel: grpc.aio.Channel, tenant: Tenant, storage: Storage
+):
+    expected = await post_shipment(storage, tenant, {"SO-1": ["LPN-1", "LPN-2"]})
+    await stream(channel, tenant.camera_metadata("D1"), [reading("LPN-1")])  # loading at D1
+    wrong = reading("LPN-2")
+
+    [ack] = await stream(channel, tenant.camera_metadata("D2"), [wrong])
+    resent = await stub(channel).SubmitReading(wrong, metadata=tenant.camera_metadata("D2"))
+
+    assert ack.status == edge_pb2.ACCEPTED
+    [raised] = ack.exceptions
+    [record] = await storage.exceptions.find({"code": "MISLOAD"}).to_list()
+    assert (raised.exception_id, raised.code, raised.priority, raised.detail) == (
+        record["_id"],
+        "MISLOAD",
+        "HIGH",
+        record["detail"],
+    )
+    assert record["expected"]["serviceShipmentId"] == str(expected)
+    assert resent.status == edge_pb2.DUPLICATE
+    assert list(resent.exceptions) == list(ack.exceptions)
+
+
+async def test_a_check_switched_off_on_a_running_edge_applies_to_the_next_reading(
+    channel: grpc.aio.Channel, tenant: Tenant, storage: Storage
+):
+    await post_shipment(storage, tenant, {"SO-1": ["L1", "L2"]})
+    metadata = tenant.camera_metadata("D1")
+    await stream(channel, metadata, [reading("L1")])  # the shipment is loading at D1
+    [before] = await stream(channel, metadata, [reading("X1")])
+
+    await tenants.change_facility(
+        storage, tenant.business, tenant.facility, disable_checks=["UNEXPECTED_PALLET"]
+    )
+    [off] = await stream(channel, metadata, [reading("X2")])
+    await tenants.change_facility(
+        storage, tenant.business, tenant.facility, enable_checks=["UNEXPECTED_PALLET"]
+    )
+    [on_again] = await stream(channel, metadata, [reading("X3")])
+
+    assert [e.code for e in before.exceptions] == ["UNEXPECTED_PALLET"]
+    assert list(off.exceptions) == []
+    assert [e.code for e in on_again.exceptions] == ["UNEXPECTED_PALLET"]
+    assert await storage.exceptions.count_documents({"code": "UNEXPECTED_PALLET"}) == 2
 
 
 def _previous_ack_class(tmp_path: Path) -> Any:

@@ -7,9 +7,12 @@ import json
 import sys
 from pathlib import Path
 
+import grpc
+
 from core.storage import Storage
 from edge.server import EdgeServer
 from tests.edge.documents import post_shipment
+from tests.edge.helpers import reading, stream
 from tests.factories import Tenant
 
 
@@ -89,3 +92,26 @@ async def test_simulate_with_a_bad_token_fails_with_the_status(edge_server: Edge
     )  # fmt: skip
     assert code == 1
     assert "UNAUTHENTICATED" in stderr
+
+
+async def test_simulate_prints_the_exceptions_of_its_acks(
+    edge_server: EdgeServer, tenant: Tenant, storage: Storage, channel: grpc.aio.Channel
+):
+    # A shipment expecting L1 and L2 is loading at D1: pallets it does not expect are unexpected.
+    await post_shipment(storage, tenant, {"SO-1": ["L1", "L2"]})
+    await stream(channel, tenant.camera_metadata("D1"), [reading("L1")])
+
+    code, stdout, stderr = await _simulate(
+        "--target", edge_server.address, "--camera-token", tenant.camera_tokens["D1"],
+        "--pallets", "3", "--run-id", "x", "--quiet",
+    )  # fmt: skip
+
+    assert code == 0, stderr
+    records = await storage.exceptions.find({"code": "UNEXPECTED_PALLET"}).to_list()
+    assert len(records) == 3
+    lines = [line for line in stdout.splitlines() if line.startswith("exception ")]
+    assert sorted(lines) == sorted(
+        f"exception UNEXPECTED_PALLET LOW {r['detail']} (id {r['_id']}, reading sim-x-{n})"
+        for n, r in enumerate(sorted(records, key=lambda r: r["lpns"][0]))
+    )
+    assert stdout.splitlines()[-2] == "exceptions 3 (LOW 3; UNEXPECTED_PALLET 3)"

@@ -162,7 +162,8 @@ class ReadingAck(_message.Message):
     @_builtins.property
     def exceptions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReadingException]:
         """The exceptions this reading raised, for the dock's display (stop the forklift on a HIGH
-        one); empty when it raised none. Added in a compatible way: older cameras ignore it.
+        one); empty when it raised none. A resend (DUPLICATE) carries those of the first. Added in
+        a compatible way: older cameras ignore it.
         """
 
     def __init__(
