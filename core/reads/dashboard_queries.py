@@ -15,6 +15,13 @@ from zoneinfo import ZoneInfo
 
 from core.auth.access import Scope, check_operator_scope
 from core.errors import NotFound
+from core.exceptions.queries import (
+    OPEN_STATUSES,
+    ExceptionFilter,
+    find_exceptions,
+    get_exception,
+    open_count,
+)
 from core.reads.shipment_queries import ShipmentFilter, ShipmentView, find_shipments, load_views
 from core.shipments import lifecycle
 from core.shipments.observed import LpnProgress
@@ -24,6 +31,8 @@ from core.tenancy.tenants import Facility, Operator, facility_key, find_facility
 PROBLEM_DELIVERY_STATUSES = ("FAILED", "DEAD")
 # Most rows one page of a list shows.
 MAX_PAGE_SIZE = 200
+# Most exceptions a shipment's banner or a pallet's page lists (the rest: the exceptions page).
+EXCEPTIONS_SHOWN = 50
 
 
 def scope_filter(operator: Operator) -> Doc:
@@ -169,10 +178,16 @@ class ShipmentDetail:
     completion_message: Doc | None
     latest_message_id: int
     linked: list[Doc] = field(default_factory=list)
+    open_exceptions: list[Doc] = field(default_factory=list)  # open HIGH ones first
 
     @property
     def shipment(self) -> Doc:
         return self.view.shipment
+
+    @property
+    def more_open_exceptions(self) -> bool:
+        """The banner lists only the first `EXCEPTIONS_SHOWN`; the exceptions page has all."""
+        return len(self.open_exceptions) >= EXCEPTIONS_SHOWN
 
     @property
     def completed(self) -> bool:
@@ -193,6 +208,13 @@ async def shipment_detail(storage: Storage, operator: Operator, shipment_id: int
     latest = await latest_message_id(
         storage, operator, business=shipment["business"], facility=shipment["facility"]
     )
+    open_exceptions = await find_exceptions(
+        storage,
+        Scope.of_operator(operator),
+        ExceptionFilter(
+            shipment_id=shipment_id, statuses=OPEN_STATUSES, triage=True, first=EXCEPTIONS_SHOWN
+        ),
+    )
     return ShipmentDetail(
         view=view,
         facility=facility,
@@ -200,6 +222,7 @@ async def shipment_detail(storage: Storage, operator: Operator, shipment_id: int
         completion_message=completion,
         latest_message_id=latest,
         linked=linked,
+        open_exceptions=open_exceptions,
     )
 
 
@@ -238,6 +261,8 @@ class PalletDetail:
     message: Doc | None
     deliveries: list[DeliveryView]
     shipment: Doc | None
+    exceptions: list[Doc]  # the pallet's, in the order they were raised
+    latest_message_id: int
 
 
 async def _deliveries_with_attempts(storage: Storage, deliveries: list[Doc]) -> list[DeliveryView]:
@@ -287,6 +312,11 @@ async def pallet_detail(storage: Storage, operator: Operator, pallet_id: str) ->
     if pallet.get("shipment_id") is not None:
         shipment = await storage.shipments.find_one({"_id": pallet["shipment_id"]}, {"history": 0})
     facility = await find_facility(storage, pallet["business"], pallet["facility"])
+    exceptions = await find_exceptions(
+        storage,
+        Scope.of_operator(operator),
+        ExceptionFilter(pallet_id=pallet_id, first=EXCEPTIONS_SHOWN),
+    )
     return PalletDetail(
         pallet=pallet,
         facility=facility,
@@ -294,7 +324,52 @@ async def pallet_detail(storage: Storage, operator: Operator, pallet_id: str) ->
         message=message,
         deliveries=await _deliveries_with_attempts(storage, deliveries),
         shipment=shipment,
+        exceptions=exceptions,
+        latest_message_id=await latest_message_id(
+            storage, operator, business=pallet["business"], facility=pallet["facility"]
+        ),
     )
+
+
+# --- exceptions ---------------------------------------------------------------------------
+
+
+@dataclass
+class ExceptionDetail:
+    record: Doc
+    facility: Facility | None
+    shipment: Doc | None  # None when the shipment is gone
+    latest_message_id: int
+
+
+async def exception_detail(
+    storage: Storage, operator: Operator, exception_id: str
+) -> ExceptionDetail:
+    """An exception in scope with what its page shows; `NotFound` outside the scope."""
+    record = await get_exception(storage, Scope.of_operator(operator), exception_id)
+    shipment = await storage.shipments.find_one(
+        {"_id": record["shipment_id"]}, {"number": 1, "status": 1, "direction": 1}
+    )
+    return ExceptionDetail(
+        record=record,
+        facility=await find_facility(storage, record["business"], record["facility"]),
+        shipment=shipment,
+        latest_message_id=await latest_message_id(
+            storage, operator, business=record["business"], facility=record["facility"]
+        ),
+    )
+
+
+async def list_exceptions(
+    storage: Storage, operator: Operator, wanted: ExceptionFilter
+) -> list[Doc]:
+    """The exceptions page: those in the operator's scope matching `wanted`."""
+    return await find_exceptions(storage, Scope.of_operator(operator), wanted)
+
+
+async def open_exceptions_count(storage: Storage, operator: Operator) -> int:
+    """Exceptions not yet resolved in the operator's businesses (the navigation's count)."""
+    return await open_count(storage, Scope.of_operator(operator))
 
 
 # --- deliveries page ----------------------------------------------------------------------

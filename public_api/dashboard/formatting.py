@@ -114,6 +114,18 @@ def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=False, default=str, ensure_ascii=False)
 
 
+def plain_value(value: Any) -> str:
+    """A value of an exception's `expected`/`observed` as one line: lists joined, objects as
+    compact JSON, nothing as a dash (the template escapes it)."""
+    if value is None or value == "" or value == []:
+        return "—"
+    if isinstance(value, list | tuple):
+        return ", ".join(plain_value(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
+    return str(value)
+
+
 def web_link(value: Any) -> str:
     """`value` when it is an absolute http(s) URL safe to put in an ``href``, else "".
 
@@ -203,6 +215,7 @@ FILTERS = {
     "number": number,
     "file_size": file_size,
     "pretty_json": pretty_json,
+    "plain_value": plain_value,
     "status_label": status_label,
     "web_link": web_link,
 }

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import re
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
@@ -27,6 +27,9 @@ from aiohttp import web
 
 from core.auth.operator_sessions import Session, SessionStore
 from core.errors import DockflowError, NotFound, RateLimited, ValidationFailed
+from core.exceptions.codes import CODES, STATUSES, Status
+from core.exceptions.operator import change_status_as_operator
+from core.exceptions.queries import OPEN_STATUSES, ExceptionFilter
 from core.outbox import recovery
 from core.reads import dashboard_queries, shipment_queries
 from core.reads.shipment_queries import ShipmentFilter
@@ -58,6 +61,16 @@ LIVE_POLL_S = 1.0
 LIVE_KEEPALIVE_S = 15.0
 LIVE_STREAM_MAX_S = 300.0
 SHIPMENTS_PAGE_SIZE = 50
+EXCEPTIONS_PAGE_SIZE = 200  # the exceptions page lists this many, open HIGH ones first
+UNRESOLVED = "UNRESOLVED"  # the exceptions page's status choice "open or acknowledged"
+# The exception page's buttons: the path's action -> the status it moves to, and its notice.
+EXCEPTION_ACTIONS: dict[str, tuple[Status, str]] = {
+    "acknowledge": ("ACKNOWLEDGED", "Exception acknowledged."),
+    "resolve": ("RESOLVED", "Exception resolved."),
+}
+MAX_EXCEPTION_ID_CHARS = 64
+# Routes whose pages show no navigation (streams, downloads): no open-exceptions count.
+NO_NAV_ROUTES = frozenset({"events", "shipment_document"})
 RECOVER_WINDOWS_H = (1, 24, 72, 168)  # choices offered by the recover button, in hours
 
 CONTENT_SECURITY_POLICY = (
@@ -84,6 +97,7 @@ class Dashboard:
 
 DASHBOARD = web.AppKey("dashboard", Dashboard)
 SESSION_KEY = web.RequestKey("dashboard_session", Session)
+OPEN_EXCEPTIONS_KEY = web.RequestKey("dashboard_open_exceptions", int)
 
 
 def dashboard_prefix(base_url: str) -> str:
@@ -133,6 +147,7 @@ def render(
         "request_path": request.path_qs,
         "nav": "",
         "now": datetime.now(UTC),
+        "open_exceptions": request.get(OPEN_EXCEPTIONS_KEY),
     }
     response = aiohttp_jinja2.render_template(template, request, {**base, **context}, status=status)
     response.headers["Cache-Control"] = "no-store"
@@ -164,6 +179,10 @@ async def dashboard_middleware(request: web.Request, handler: Handler) -> web.St
             if session is None:
                 return _not_logged_in(request, dash)
             request[SESSION_KEY] = session
+            if request.method == "GET" and route_name not in NO_NAV_ROUTES:
+                request[OPEN_EXCEPTIONS_KEY] = await dashboard_queries.open_exceptions_count(
+                    dash.services.storage, session.operator
+                )
             if request.method == "POST":
                 form = await request.post()
                 if not csrf_matches(session.csrf_token, form.get(CSRF_FIELD)):
@@ -202,9 +221,19 @@ async def dashboard_middleware(request: web.Request, handler: Handler) -> web.St
         status, title = http_problem(error)
         if status >= 500:
             raise
-        return render(
-            request, "error.html", {"title": title, "message": error.detail}, status=status
-        )
+        context = {"title": title, "message": error.detail, "back": _back_link(request, dash)}
+        return render(request, "error.html", context, status=status)
+
+
+def _back_link(request: web.Request, dash: Dashboard) -> str:
+    """The dashboard page a refused form was sent from (its Referer), "" when unknown: a
+    refused action (a note missing, an exception resolved meanwhile) offers the way back."""
+    referer = urlsplit(request.headers.get("Referer", ""))
+    if request.method != "POST" or referer.netloc != request.host or not referer.path:
+        return ""
+    page = referer.path + (f"?{referer.query}" if referer.query else "")
+    back = safe_next(page, dash.prefix)
+    return back if back == page else ""
 
 
 def _not_logged_in(request: web.Request, dash: Dashboard) -> web.StreamResponse:
@@ -364,6 +393,37 @@ def _parse_date(value: str | None) -> date | None:
         return None
 
 
+@dataclass(frozen=True)
+class DayRange:
+    """A list's ``from``/``to`` day filter, read in the chosen facility's timezone."""
+
+    day_from: date | None
+    day_to: date | None
+    since: datetime | None
+    before: datetime | None
+
+    @classmethod
+    def of_query(cls, query: Mapping[str, str], zone: ZoneInfo) -> DayRange:
+        day_from = _parse_date(query.get("from"))
+        day_to = _parse_date(query.get("to"))
+        return cls(
+            day_from,
+            day_to,
+            datetime.combine(day_from, time(0), tzinfo=zone) if day_from else None,
+            (  # through the last day there is: no upper bound
+                datetime.combine(day_to + timedelta(days=1), time(0), tzinfo=zone)
+                if day_to and day_to < date.max
+                else None
+            ),
+        )
+
+    def filters(self) -> dict[str, str]:
+        return {
+            "from": self.day_from.isoformat() if self.day_from else "",
+            "to": self.day_to.isoformat() if self.day_to else "",
+        }
+
+
 async def shipments_page(request: web.Request) -> web.Response:
     services = _dash(request).services
     operator = _operator(request)
@@ -371,9 +431,7 @@ async def shipments_page(request: web.Request) -> web.Response:
     facilities = await dashboard_queries.facilities_in_scope(services.storage, operator)
     by_key = {f.key: f for f in facilities}
     chosen = by_key.get(query.get("facility", ""))
-    zone = ZoneInfo(chosen.timezone if chosen else "UTC")
-    day_from = _parse_date(query.get("from"))
-    day_to = _parse_date(query.get("to"))
+    days = DayRange.of_query(query, ZoneInfo(chosen.timezone if chosen else "UTC"))
     status = query.get("status") or None
     direction = query.get("direction") or None
     where = ShipmentFilter(
@@ -382,12 +440,8 @@ async def shipments_page(request: web.Request) -> web.Response:
         status=status if status in lifecycle.SHIPMENT_STATUSES else None,
         dock=(query.get("dock") or "").strip() or None,
         direction=direction if direction in directions.SHIPMENT_DIRECTIONS else None,
-        since=datetime.combine(day_from, time(0), tzinfo=zone) if day_from else None,
-        before=(  # through the last day there is: no upper bound
-            datetime.combine(day_to + timedelta(days=1), time(0), tzinfo=zone)
-            if day_to and day_to < date.max
-            else None
-        ),
+        since=days.since,
+        before=days.before,
     )
     try:
         page_number = max(1, int(query.get("page", "1")))
@@ -417,8 +471,7 @@ async def shipments_page(request: web.Request) -> web.Response:
                 "status": where.status or "",
                 "dock": where.dock or "",
                 "direction": where.direction or "",
-                "from": day_from.isoformat() if day_from else "",
-                "to": day_to.isoformat() if day_to else "",
+                **days.filters(),
             },
             "prev_link": page_link(page.page - 1) if page.page > 1 else None,
             "next_link": page_link(page.page + 1) if page.has_next else None,
@@ -553,8 +606,137 @@ async def pallet_page(request: web.Request) -> web.Response:
             "pallet": detail.pallet,
             "tz": detail.facility.timezone if detail.facility else "UTC",
             "notice": request.query.get("notice", ""),
+            "live_query": urlencode(
+                {
+                    "business": detail.pallet["business"],
+                    "facility": detail.pallet["facility"],
+                    "after": detail.latest_message_id,
+                }
+            ),
         },
     )
+
+
+# --- exceptions ---------------------------------------------------------------------------
+
+
+async def exceptions_page(request: web.Request) -> web.Response:
+    """Exceptions in scope, open HIGH ones first, filtered by facility, status, code,
+    priority and the day they occurred."""
+    services = _dash(request).services
+    operator = _operator(request)
+    query = request.query
+    facilities = await dashboard_queries.facilities_in_scope(services.storage, operator)
+    chosen = {f.key: f for f in facilities}.get(query.get("facility", ""))
+    days = DayRange.of_query(query, ZoneInfo(chosen.timezone if chosen else "UTC"))
+    status = query.get("status", "")
+    statuses: tuple[str, ...] = (
+        OPEN_STATUSES if status == UNRESOLVED else (status,) if status in STATUSES else ()
+    )
+    code = query.get("code", "")
+    priority = query.get("priority", "")
+    wanted = ExceptionFilter(
+        business=chosen.business if chosen else None,
+        facility=chosen.slug if chosen else None,
+        statuses=statuses,
+        codes=(code,) if code in CODES else (),
+        priority=priority if priority in ("HIGH", "LOW") else None,
+        since=days.since,
+        until=days.before,
+        first=EXCEPTIONS_PAGE_SIZE,
+        triage=True,
+    )
+    found = await dashboard_queries.list_exceptions(services.storage, operator, wanted)
+    latest = await dashboard_queries.latest_message_id(
+        services.storage,
+        operator,
+        business=chosen.business if chosen else None,
+        facility=chosen.slug if chosen else None,
+    )
+    live: dict[str, str | int] = {"after": latest}
+    if chosen:
+        live = {"business": chosen.business, "facility": chosen.slug, **live}
+    return render(
+        request,
+        "exceptions.html",
+        {
+            "nav": "exceptions",
+            "exceptions": found,
+            "more": len(found) == EXCEPTIONS_PAGE_SIZE,
+            "facilities": facilities,
+            "timezones": {f.key: f.timezone for f in facilities},
+            "statuses": STATUSES,
+            "unresolved": UNRESOLVED,
+            "codes": CODES,
+            "filters": {
+                "facility": chosen.key if chosen else "",
+                "status": status if statuses else "",
+                "code": code if wanted.codes else "",
+                "priority": wanted.priority or "",
+                **days.filters(),
+            },
+            "notice": query.get("notice", ""),
+            "live_query": urlencode(live),
+        },
+    )
+
+
+def _exception_id(request: web.Request) -> str:
+    exception_id = request.match_info["exception_id"]
+    if not exception_id.startswith("exc_") or len(exception_id) > MAX_EXCEPTION_ID_CHARS:
+        raise NotFound("exception not found")
+    return exception_id
+
+
+async def exception_page(request: web.Request) -> web.Response:
+    services = _dash(request).services
+    detail = await dashboard_queries.exception_detail(
+        services.storage, _operator(request), _exception_id(request)
+    )
+    record = detail.record
+    return render(
+        request,
+        "exception.html",
+        {
+            "nav": "exceptions",
+            "detail": detail,
+            "exception": record,
+            "tz": detail.facility.timezone if detail.facility else "UTC",
+            "notice": request.query.get("notice", ""),
+            "live_query": urlencode(
+                {
+                    "business": record["business"],
+                    "facility": record["facility"],
+                    "after": detail.latest_message_id,
+                }
+            ),
+        },
+    )
+
+
+async def exception_submit(request: web.Request) -> web.StreamResponse:
+    """Acknowledge or resolve (with the form's note); a change another made meanwhile is a
+    `Conflict`, shown as a page saying so."""
+    dash = _dash(request)
+    action = EXCEPTION_ACTIONS.get(request.match_info["action"])
+    if action is None:
+        raise NotFound("no such action")
+    to, notice = action
+    exception_id = _exception_id(request)
+    form = await request.post()
+    await change_status_as_operator(
+        dash.services.storage,
+        dash.services.settings,
+        _operator(request),
+        exception_id,
+        to,
+        note=_form_str(form, "note"),
+        at=datetime.now(UTC),
+    )
+    back = safe_next(
+        _form_str(form, "next") or f"{dash.prefix}/exceptions/{exception_id}", dash.prefix
+    )
+    raise _see_other(_notice_url(back, notice))
 
 
 # --- deliveries ---------------------------------------------------------------------------
@@ -702,6 +884,11 @@ def build_app(services: Services) -> tuple[str, web.Application]:
         name="shipment_document",
     )
     router.add_get("/pallets/{pallet_id}", pallet_page, name="pallet")
+    router.add_get("/exceptions", exceptions_page, name="exceptions")
+    router.add_get("/exceptions/{exception_id}", exception_page, name="exception")
+    router.add_post(
+        "/exceptions/{exception_id}/{action}", exception_submit, name="exception_submit"
+    )
     router.add_get("/deliveries", deliveries_page, name="deliveries")
     router.add_post("/deliveries/{delivery_id}/resend", resend_submit, name="resend")
     router.add_post("/endpoints/{endpoint_id}/recover", recover_submit, name="recover")

@@ -211,7 +211,8 @@ async def _watch_shipment_live(
     await send_readings(edge_server, tenant, [reading("r-2", "LPN-3")])
     unexpected = page.locator(".discrepancies > div", has_text="Unexpected")
     await expect(unexpected.locator("li")).to_have_text(["LPN-3"], timeout=15_000)
-    await expect(page.locator("table tbody tr", has_text="LPN-3")).to_have_count(1)
+    pallets = page.locator("section[aria-labelledby=pallets-h]")
+    await expect(pallets.locator("tbody tr", has_text="LPN-3")).to_have_count(1)
     await expect(page.locator("#live-status")).to_contain_text("updated")
 
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
+from core.exceptions import records
 from core.services import Services
+from core.storage import Doc
 from core.tenancy import tenants
 from core.tenancy.tenants import Operator
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
@@ -21,6 +24,7 @@ from tests.factories import Tenant
 
 OPERATOR_PASSWORD = "dock-lead-password-1"
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+RULE = records.Actor("RULE", "cam-d1")
 
 
 async def make_operator(
@@ -115,3 +119,43 @@ async def send_readings(
             acks.append(await stub.SubmitReading(message, metadata=tenant.camera_metadata(dock)))
     assert all(a.status == edge_pb2.ACCEPTED for a in acks), acks
     return acks
+
+
+async def raise_exception(
+    services: Services,
+    tenant: Tenant,
+    shipment_id: int,
+    code: str,
+    priority: str,
+    *,
+    pallet_id: str | None = None,
+    detail: str = "",
+    lpns: Sequence[str] = (),
+    expected: dict[str, Any] | None = None,
+    observed: dict[str, Any] | None = None,
+    occurred_at: datetime | None = None,
+    note: str = "",
+    by: records.Actor = RULE,
+) -> Doc:
+    """A stored exception with its creation message, as the rules and GraphQL write one."""
+    now = datetime.now(UTC)
+    return await records.create_exception(
+        services.storage,
+        services.settings,
+        by=by,
+        code=code,
+        priority=priority,
+        business=tenant.business,
+        facility=tenant.facility,
+        shipment_id=shipment_id,
+        pallet_id=pallet_id,
+        dock="D1",
+        lpns=list(lpns),
+        orders=["ORD-1"],
+        detail=detail or f"{code} at D1",
+        expected=expected,
+        observed=observed,
+        occurred_at=occurred_at or now,
+        now=now,
+        note=note,
+    )

@@ -1,5 +1,6 @@
 // Live updates: a page marked data-live listens to the server's event stream and, when a new
-// push message arrives, fetches itself again and swaps in the new <main>. No other script.
+// push message arrives (a pallet, an exception's change, ...), fetches itself again and swaps in
+// the new <main> and the navigation's open-exceptions count. No other script.
 (function () {
   "use strict";
   var main = document.getElementById("main");
@@ -24,8 +25,22 @@
         var fresh = doc.getElementById("main");
         if (!fresh) return;
         var focused = document.activeElement && document.activeElement.id;
+        var typed = {};  // notes being written survive the swap
+        main.querySelectorAll("textarea[id], input[type=text][id], input[type=number][id]").forEach(function (field) {
+          if (field.value) typed[field.id] = field.value;
+        });
         main.innerHTML = fresh.innerHTML;
+        Object.keys(typed).forEach(function (id) {
+          var field = document.getElementById(id);
+          if (field) field.value = typed[id];
+        });
         if (focused) { var el = document.getElementById(focused); if (el) el.focus(); }
+        var count = document.getElementById("nav-open-exceptions");
+        var freshCount = doc.getElementById("nav-open-exceptions");
+        if (count && freshCount) {
+          count.innerHTML = freshCount.innerHTML;
+          count.className = freshCount.className;
+        }
         if (status) status.textContent = "Live: updated " + new Date().toLocaleTimeString();
         document.dispatchEvent(new CustomEvent("dockflow:refreshed"));
       })
