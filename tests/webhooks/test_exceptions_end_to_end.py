@@ -62,7 +62,9 @@ CASES = [
         [item("U1"), item("U2")],
         [("D1", reading("U1")), ("D1", reading("STRAY-1"))],
     ),
-    Case("DUPLICATE_PALLET", [item("P1"), item("P2")], [("D1", reading("P1")), ("D1", reading("P1"))]),
+    Case(
+        "DUPLICATE_PALLET", [item("P1"), item("P2")], [("D1", reading("P1")), ("D1", reading("P1"))]
+    ),
     Case("LOW_CONFIDENCE", [item("W1")], [("D1", weak("W1"))]),
     Case("LOT_MISMATCH", [item("L1", lot="LOT-A")], [("D1", reading("L1", extra=[("lot", "B")]))]),
     Case(
