@@ -135,8 +135,6 @@ INDEXES: dict[str, list[IndexModel]] = {
     "readings": [],  # _id = "{camera_id}:{reading_id}": idempotency of camera readings
     "pallets": [
         IndexModel([("shipment_id", ASCENDING)]),
-        # earlier readings of a pallet on a shipment (DUPLICATE_PALLET, core/pallets/ingest.py)
-        IndexModel([("shipment_id", ASCENDING), ("lpn_key", ASCENDING)]),
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("occurred_at", ASCENDING)]),
     ],
     "exceptions": [
@@ -154,6 +152,8 @@ INDEXES: dict[str, list[IndexModel]] = {
             ]
         ),
     ],
+    # _id = "{shipment_id}|{LPNs}": the direction a pallet was last read in on a shipment
+    "pallet_positions": [],
     "push_messages": [
         IndexModel([("business", ASCENDING), ("sent_at", ASCENDING)]),
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("sent_at", ASCENDING)]),

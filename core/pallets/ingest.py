@@ -47,6 +47,7 @@ from typing import Any, Literal
 
 import bson
 import bson.errors
+from pymongo import UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
@@ -56,7 +57,7 @@ from core.exceptions import records, rules
 from core.feed import publish
 from core.pallets import camera_input
 from core.settings import Settings
-from core.shipments import completion, directions, lifecycle, observed
+from core.shipments import completion, directions, lifecycle
 from core.shipments.dock_events import rejection, resolve_dock
 from core.storage import UNAVAILABLE_ERRORS, Doc, Session, Storage, together
 from core.tenancy.tenants import Camera, Facility, find_facility
@@ -244,6 +245,7 @@ class _Item:
     # Read against the direction of an open shipment expecting its LPN: perhaps a misloaded
     # pallet taken off again.
     may_take_off: bool = False
+    position: str | None = None  # its pallet's `pallet_positions` id
 
 
 @dataclass
@@ -267,6 +269,10 @@ class BatchPlan:
     # it resolves (a misloaded pallet taken off): the record as read, and as changed.
     exceptions: list[Doc] = field(default_factory=list)
     resolutions: list[tuple[Doc, Doc]] = field(default_factory=list)
+    # Where each pallet of the batch was last read on its shipment (DUPLICATE_PALLET), and
+    # where repaired pallets were read.
+    positions: dict[str, Doc] = field(default_factory=dict)
+    repaired_positions: dict[str, Doc] = field(default_factory=dict)
 
     def writes(self, storage: Storage, session: Session = None) -> list[Any]:
         """The write steps in order, each a zero-argument coroutine function; in the
@@ -280,14 +286,18 @@ class BatchPlan:
                     session=session,
                 )
             await publish.insert_ignoring_duplicates(storage, "pallets", self.pallets, session)
-            await publish.insert_ignoring_duplicates(
-                storage, "exceptions", self.exceptions, session
-            )
-            await self.resolve(storage, session)
 
         async def deliveries() -> None:
-            await publish.insert_ignoring_duplicates(
-                storage, "webhook_deliveries", self.messages.deliveries, session
+            # After the pallets, which hold the exceptions (a repair stores them from there),
+            # and whose resend must not find their position moved by themselves.
+            await self.resolve(storage, session)
+            await together(
+                session,
+                publish.insert_ignoring_duplicates(
+                    storage, "webhook_deliveries", self.messages.deliveries, session
+                ),
+                publish.insert_ignoring_duplicates(storage, "exceptions", self.exceptions, session),
+                self.move_positions(storage, session),
             )
 
         async def messages() -> None:
@@ -303,6 +313,20 @@ class BatchPlan:
             await publish.insert_ignoring_duplicates(storage, "readings", self.claims, session)
 
         return [pallets, deliveries, messages, claims]
+
+    async def move_positions(self, storage: Storage, session: Session) -> None:
+        """Record where the batch's pallets were read; a repaired pallet's position only where
+        none is recorded (a later reading may have moved it since)."""
+        updates = [
+            UpdateOne({"_id": key}, {"$set": position}, upsert=True)
+            for key, position in self.positions.items()
+        ] + [
+            UpdateOne({"_id": key}, {"$setOnInsert": position}, upsert=True)
+            for key, position in self.repaired_positions.items()
+            if key not in self.positions
+        ]
+        if updates:
+            await storage.pallet_positions.bulk_write(updates, ordered=False, session=session)
 
     async def resolve(self, storage: Storage, session: Session) -> None:
         """Apply the batch's resolutions; one another writer resolved meanwhile publishes
@@ -623,6 +647,11 @@ async def plan_batch(
                     (resolution["history"][-1]["message_id"], records.message(settings, resolution))
                 )
             plan.claims.append(_claim(item.key, pallet))
+            if item.position is not None:  # the batch's last reading of a pallet wins
+                plan.positions[item.position] = {
+                    "direction": item.reading.direction,
+                    "pallet_id": item.pallet_id,
+                }
             if item.facility is not None and item.facility.complete_on_all_lpns:
                 plan.shipment_ids.add(int(pallet["shipment_id"]))
             plan.results[item.index] = ReadingResult(
@@ -719,6 +748,12 @@ async def _answer_known(
             fresh.append(item)
             continue
         repairs.append(pallet)
+        if pallet.get("lpns"):
+            key = f"{int(pallet['shipment_id'])}|{'|'.join(sorted(pallet['lpns']))}"
+            plan.repaired_positions[key] = {
+                "direction": pallet["direction"],
+                "pallet_id": pallet["_id"],
+            }
         plan.claims.append(_claim(item.key, pallet))
         plan.shipment_ids.add(int(pallet["shipment_id"]))
         plan.results[item.index] = ReadingResult(
@@ -819,28 +854,28 @@ def _exception_drafts(
     return drafts, resolving
 
 
-def _repeated_lpns(items: list[_Item], stored: list[Doc]) -> dict[int, list[str]]:
-    """Per item, its LPNs when the latest reading of the same pallet (the same LPNs) on its
-    shipment went the same way (`stored` pallets by reading order, then the batch's earlier
-    items in arrival order)."""
-    latest: dict[tuple[int, str], str] = {}
-    for pallet in sorted(stored, key=observed.reading_order):
-        latest[(int(pallet["shipment_id"]), pallet["lpn_key"])] = pallet["direction"]
+def _repeated_lpns(items: list[_Item], positions: dict[str, Doc]) -> dict[int, list[str]]:
+    """Per item, its LPNs when the last reading of the same pallet (the same LPNs) on its
+    shipment went the same way: the stored `positions` (`pallet_positions`), then the batch's
+    earlier items, in the order they arrived."""
+    latest = {key: p["direction"] for key, p in positions.items()}
     repeated: dict[int, list[str]] = {}
     for item in items:
-        if item.shipment is None or not item.lpns:
+        key = position_id(item)
+        if key is None:
             continue
-        key = (int(item.shipment["_id"]), lpn_key(item.lpns))
         if latest.get(key) == item.reading.direction:
             repeated[item.index] = list(item.lpns)
         latest[key] = item.reading.direction
     return repeated
 
 
-def lpn_key(lpns: Sequence[str]) -> str:
-    """What identifies a physical pallet on a shipment: its LPNs (one value, indexed with the
-    shipment: the embedded server indexes no arrays)."""
-    return "|".join(sorted(lpns))
+def position_id(item: _Item) -> str | None:
+    """The `pallet_positions` id of an item's pallet on its shipment: the shipment and the
+    pallet's LPNs (None without an LPN: nothing identifies the pallet)."""
+    if item.shipment is None or not item.lpns:
+        return None
+    return f"{int(item.shipment['_id'])}|{'|'.join(sorted(item.lpns))}"
 
 
 async def _open_misloads(storage: Storage, items: list[_Item]) -> list[Doc]:
@@ -990,15 +1025,17 @@ async def _match_site(
         {int(item.shipment["_id"]) for item in items if item.shipment}
         | {int(s["_id"]) for s in misloads.values()}
     )
-    # With them, earlier readings of the read LPNs on the same shipments (DUPLICATE_PALLET).
-    shipment_items, earlier = await asyncio.gather(
+    # With them, where the read pallets were last read on those shipments (DUPLICATE_PALLET).
+    shipment_items, positions = await asyncio.gather(
         storage.order_items.find(
             {"shipment_id": {"$in": chosen_ids}},
             {"order_id": 1, "shipment_id": 1, "lpn": 1, "sku": 1, "lot": 1, "expiration_date": 1},
         ).to_list(),
-        _earlier_readings(storage, items),
+        _positions(storage, items),
     )
-    repeated = _repeated_lpns(items, earlier)
+    repeated = _repeated_lpns(items, positions)
+    for item in items:
+        item.position = position_id(item)
     order_ids = sorted({i["order_id"] for i in shipment_items})
     orders = (
         await storage.orders.find({"_id": {"$in": order_ids}}, {"number": 1, "status": 1}).to_list()
@@ -1045,26 +1082,11 @@ async def _match_site(
         )
 
 
-async def _earlier_readings(storage: Storage, items: list[_Item]) -> list[Doc]:
-    """Earlier readings of the items' pallets on their shipments: one query per shipment, by
-    the shipment and the pallets' LPNs (an index the embedded server uses only with the
-    shipment given as one value)."""
-    keys: dict[int, set[str]] = {}
-    for item in items:
-        if item.shipment is not None and item.lpns:
-            keys.setdefault(int(item.shipment["_id"]), set()).add(lpn_key(item.lpns))
-    if not keys:
-        return []
-    found = await asyncio.gather(
-        *(
-            storage.pallets.find(
-                {"shipment_id": shipment_id, "lpn_key": {"$in": sorted(wanted)}},
-                {"shipment_id": 1, "lpn_key": 1, "direction": 1, "occurred_at": 1, "message_id": 1},
-            ).to_list()
-            for shipment_id, wanted in sorted(keys.items())
-        )
-    )
-    return [pallet for pallets in found for pallet in pallets]
+async def _positions(storage: Storage, items: list[_Item]) -> dict[str, Doc]:
+    """Where the items' pallets were last read on their shipments (by id: one lookup that
+    costs the same on a shipment of ten pallets as of ten thousand)."""
+    ids = sorted({key for item in items if (key := position_id(item)) is not None})
+    return await _by_id(storage.pallet_positions, ids)
 
 
 async def _items_with_lpns(
@@ -1139,7 +1161,6 @@ def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
         "labels": _label_docs(item.reading.labels),
         "image_urls": list(item.reading.image_urls),
         "lpns": list(item.lpns),
-        "lpn_key": lpn_key(item.lpns),
         "skus": list(item.skus),
         "shipment_id": shipment_id,
         "order_ids": list(item.order_ids),
