@@ -246,6 +246,7 @@ class _Item:
     # pallet taken off again.
     may_take_off: bool = False
     position: str | None = None  # its pallet's `pallet_positions` id
+    position_known: bool = False  # recorded before this batch
 
 
 @dataclass
@@ -273,6 +274,7 @@ class BatchPlan:
     # where repaired pallets were read.
     positions: dict[str, Doc] = field(default_factory=dict)
     repaired_positions: dict[str, Doc] = field(default_factory=dict)
+    known: set[str] = field(default_factory=set)  # positions found recorded when planned
 
     def writes(self, storage: Storage, session: Session = None) -> list[Any]:
         """The write steps in order, each a zero-argument coroutine function; in the
@@ -315,18 +317,29 @@ class BatchPlan:
         return [pallets, deliveries, messages, claims]
 
     async def move_positions(self, storage: Storage, session: Session) -> None:
-        """Record where the batch's pallets were read; a repaired pallet's position only where
-        none is recorded (a later reading may have moved it since)."""
-        updates = [
-            UpdateOne({"_id": key}, {"$set": position}, upsert=True)
-            for key, position in self.positions.items()
-        ] + [
-            UpdateOne({"_id": key}, {"$setOnInsert": position}, upsert=True)
-            for key, position in self.repaired_positions.items()
+        """Record where the batch's pallets were read: a first reading of a pallet on its
+        shipment inserts its position (the common case, one batched insert), a later one moves
+        it; a repaired pallet's position goes in only where none is recorded."""
+        fresh = [{"_id": key, **p} for key, p in self.positions.items() if key not in self.known]
+        fresh += [
+            {"_id": key, **p}
+            for key, p in self.repaired_positions.items()
             if key not in self.positions
         ]
-        if updates:
-            await storage.pallet_positions.bulk_write(updates, ordered=False, session=session)
+        moves = [
+            UpdateOne({"_id": key}, {"$set": position})
+            for key, position in self.positions.items()
+            if key in self.known
+        ]
+        await together(
+            session,
+            publish.insert_ignoring_duplicates(storage, "pallet_positions", fresh, session),
+            *(
+                [storage.pallet_positions.bulk_write(moves, ordered=False, session=session)]
+                if moves
+                else []
+            ),
+        )
 
     async def resolve(self, storage: Storage, session: Session) -> None:
         """Apply the batch's resolutions; one another writer resolved meanwhile publishes
@@ -510,8 +523,15 @@ async def _drop_stored(storage: Storage, plan: BatchPlan, session: Session) -> N
         _by_id(storage.webhook_deliveries, [d["_id"] for d in plan.messages.deliveries], session),
     )
     stored = {i for i, message in messages.items() if not publish.is_void(message)}
-    exceptions = await _by_id(storage.exceptions, [e["_id"] for e in plan.exceptions], session)
+    exceptions, positions = await together(
+        session,
+        _by_id(storage.exceptions, [e["_id"] for e in plan.exceptions], session),
+        _by_id(storage.pallet_positions, sorted(plan.repaired_positions), session),
+    )
     plan.exceptions = [e for e in plan.exceptions if e["_id"] not in exceptions]
+    plan.repaired_positions = {
+        k: p for k, p in plan.repaired_positions.items() if k not in positions
+    }
     plan.messages = publish.WrittenMessages(
         [m for m in plan.messages.messages if m["_id"] not in stored],
         [d for d in plan.messages.deliveries if d["_id"] not in deliveries],
@@ -648,6 +668,8 @@ async def plan_batch(
                 )
             plan.claims.append(_claim(item.key, pallet))
             if item.position is not None:  # the batch's last reading of a pallet wins
+                if item.position_known:
+                    plan.known.add(item.position)
                 plan.positions[item.position] = {
                     "direction": item.reading.direction,
                     "pallet_id": item.pallet_id,
@@ -1036,6 +1058,7 @@ async def _match_site(
     repeated = _repeated_lpns(items, positions)
     for item in items:
         item.position = position_id(item)
+        item.position_known = item.position in positions
     order_ids = sorted({i["order_id"] for i in shipment_items})
     orders = (
         await storage.orders.find({"_id": {"$in": order_ids}}, {"number": 1, "status": 1}).to_list()
