@@ -1,6 +1,7 @@
 """The dashboard's exceptions: the list (open HIGH ones first, filters), an exception's page,
-the navigation's count, the shipment banner, the pallet page, acknowledging and resolving
-through the CSRF-checked forms, the operator's scope, escaping, and live updates."""
+the navigation's count, the shipment banner, the pallet page, raising (CUSTOMER),
+acknowledging and resolving through the CSRF-checked forms, the operator's scope, escaping,
+and live updates."""
 
 from __future__ import annotations
 
