@@ -9,33 +9,18 @@ NOT_FOUND, one of a facility outside a restricted client's list FORBIDDEN
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from core.auth.access import Principal, Scope, check_access
 from core.errors import NotFound, ValidationFailed
-from core.exceptions import queries, records
-from core.exceptions.codes import PRIORITIES, Status
+from core.exceptions import customer, queries, records
+from core.exceptions.codes import Status
 from core.feed.reader import check_scope
 from core.settings import Settings
-from core.shipments.completion import shipment_order_numbers
 from core.storage import Doc, Storage
 
 MAX_PER_PARENT = 100  # `Shipment.exceptions` / `Pallet.exceptions`: the first ones by creation
-MAX_DETAIL_CHARS = 200  # a customer exception's detail: the note's first sentence, cut here
-MAX_ORDERS = 100  # order numbers copied into a customer exception of a whole shipment
-PRIORITY_VALUES = tuple(sorted(set(PRIORITIES.values())))
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
-
-
-def first_sentence(note: str) -> str:
-    """A customer exception's `detail`: the note's first sentence, or the note."""
-    sentence = _SENTENCE_END.split(note.strip(), maxsplit=1)[0].strip()
-    sentence = " ".join(sentence.split())  # one line
-    if len(sentence) > MAX_DETAIL_CHARS:
-        sentence = sentence[: MAX_DETAIL_CHARS - 1].rstrip() + "…"
-    return sentence
 
 
 async def list_exceptions(
@@ -86,46 +71,23 @@ async def create_for_client(
 ) -> Doc:
     """`createException`: a `CUSTOMER` exception on a shipment the client may see and,
     optionally, a pallet on that shipment; its detail is the note's first sentence."""
-    if priority not in PRIORITY_VALUES:
-        raise ValidationFailed(f"priority must be one of {', '.join(PRIORITY_VALUES)}")
-    note = records.check_note(note, required=True)
-    shipment = await storage.shipments.find_one({"_id": shipment_id})
-    if shipment is None or shipment.get("business") != principal.business:
-        raise NotFound(f"shipment {shipment_id} not found")
-    check_access(principal, shipment["business"], shipment["facility"])
-    pallet: Doc | None = None
-    if pallet_id is not None:
-        pallet = await storage.pallets.find_one({"_id": pallet_id, "shipment_id": shipment_id})
-        if pallet is None:
-            raise NotFound(f"pallet {pallet_id!r} is not on shipment {shipment_id}")
-    if pallet is not None:
-        lpns = [str(lpn) for lpn in pallet.get("lpns") or []]
-        orders = [str(o) for o in pallet.get("orders") or []]
-        dock = pallet.get("dock") or shipment.get("dock") or ""
-    else:
-        lpns = []
-        orders = (await shipment_order_numbers(storage, shipment_id))[:MAX_ORDERS]
-        dock = shipment.get("dock") or ""
-    now = now or datetime.now(UTC)
-    return await records.create_exception(
+
+    def check_shipment(shipment: Doc | None) -> Doc:
+        if shipment is None or shipment.get("business") != principal.business:
+            raise NotFound(f"shipment {shipment_id} not found")
+        check_access(principal, shipment["business"], shipment["facility"])
+        return shipment
+
+    return await customer.create_customer_exception(
         storage,
         settings,
         by=records.Actor("CLIENT", principal.subject),
-        code="CUSTOMER",
-        priority=priority,
-        business=shipment["business"],
-        facility=shipment["facility"],
+        check_shipment=check_shipment,
         shipment_id=shipment_id,
         pallet_id=pallet_id,
-        dock=dock,
-        lpns=lpns,
-        orders=orders,
-        detail=first_sentence(note),
-        expected=None,
-        observed=None,
-        occurred_at=now,
-        now=now,
+        priority=priority,
         note=note,
+        now=now,
     )
 
 

@@ -1,16 +1,47 @@
-"""An operator acknowledging or resolving an exception from the dashboard: the operator's
-scope checked first (another business's exception is not found), then the shared status change."""
+"""An operator acting on exceptions from the dashboard: raising a `CUSTOMER` one on a shipment
+(and optionally a pallet), acknowledging or resolving one. The operator's scope is checked
+first: another business's shipment or exception is not found, as everywhere on the
+dashboard."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from core.auth.access import Scope
-from core.exceptions import queries, records
+from core.auth.access import Scope, check_operator_scope
+from core.errors import ValidationFailed
+from core.exceptions import customer, queries, records
 from core.exceptions.codes import Status
 from core.settings import Settings
 from core.storage import Doc, Storage
 from core.tenancy.tenants import Operator
+
+
+async def create_as_operator(
+    storage: Storage,
+    settings: Settings,
+    operator: Operator,
+    shipment_id: int,
+    pallet_id: str | None,
+    priority: str,
+    note: str,
+    *,
+    now: datetime | None = None,
+) -> Doc:
+    """A `CUSTOMER` exception raised by the operator on a shipment of its businesses
+    (`NotFound` otherwise) and optionally one of that shipment's pallets; the pallet is a
+    choice in the operator's form, so one not on the shipment is a `ValidationFailed`."""
+    return await customer.create_customer_exception(
+        storage,
+        settings,
+        by=records.Actor("OPERATOR", operator.username),
+        check_shipment=lambda shipment: check_operator_scope(operator, shipment, "shipment"),
+        shipment_id=shipment_id,
+        pallet_id=pallet_id,
+        priority=priority,
+        note=note,
+        now=now,
+        pallet_elsewhere=ValidationFailed,
+    )
 
 
 async def change_status_as_operator(

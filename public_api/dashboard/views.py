@@ -28,7 +28,7 @@ from aiohttp import web
 from core.auth.operator_sessions import Session, SessionStore
 from core.errors import DockflowError, NotFound, RateLimited, ValidationFailed
 from core.exceptions.codes import CODES, STATUSES, Status
-from core.exceptions.operator import change_status_as_operator
+from core.exceptions.operator import change_status_as_operator, create_as_operator
 from core.exceptions.queries import OPEN_STATUSES, ExceptionFilter
 from core.outbox import recovery
 from core.reads import dashboard_queries, shipment_queries
@@ -69,6 +69,7 @@ EXCEPTION_ACTIONS: dict[str, tuple[Status, str]] = {
     "resolve": ("RESOLVED", "Exception resolved."),
 }
 MAX_EXCEPTION_ID_CHARS = 64
+MAX_PALLET_ID_CHARS = 64  # the raise-an-exception form's pallet (ids are "plt_" + 20 hex)
 # Routes whose pages show no navigation (streams, downloads): no open-exceptions count.
 NO_NAV_ROUTES = frozenset({"events", "shipment_document"})
 RECOVER_WINDOWS_H = (1, 24, 72, 168)  # choices offered by the recover button, in hours
@@ -714,6 +715,26 @@ async def exception_page(request: web.Request) -> web.Response:
     )
 
 
+async def exception_create(request: web.Request) -> web.StreamResponse:
+    """Raise a `CUSTOMER` exception on the shipment (and the form's pallet, if any) with the
+    form's priority and note; on to the new exception's page."""
+    dash = _dash(request)
+    form = await request.post()
+    pallet_id = _form_str(form, "pallet").strip() or None
+    if pallet_id is not None and len(pallet_id) > MAX_PALLET_ID_CHARS:
+        raise ValidationFailed("choose a pallet of this shipment")
+    record = await create_as_operator(
+        dash.services.storage,
+        dash.services.settings,
+        _operator(request),
+        _shipment_id(request),
+        pallet_id,
+        _form_str(form, "priority"),
+        _form_str(form, "note"),
+    )
+    raise _see_other(_notice_url(f"{dash.prefix}/exceptions/{record['_id']}", "Exception raised."))
+
+
 async def exception_submit(request: web.Request) -> web.StreamResponse:
     """Acknowledge or resolve (with the form's note); a change another made meanwhile is a
     `Conflict`, shown as a page saying so."""
@@ -878,6 +899,9 @@ def build_app(services: Services) -> tuple[str, web.Application]:
     )
     router.add_post("/shipments/{shipment_id}/link", link_submit, name="shipment_link")
     router.add_post("/shipments/{shipment_id}/unlink", unlink_submit, name="shipment_unlink")
+    router.add_post(
+        "/shipments/{shipment_id}/exceptions", exception_create, name="exception_create"
+    )
     router.add_get(
         "/shipments/{shipment_id}/documents/{document_id}",
         document_download,

@@ -1,6 +1,7 @@
 """The dashboard's exceptions: the list (open HIGH ones first, filters), an exception's page,
-the navigation's count, the shipment banner, the pallet page, acknowledging and resolving
-through the CSRF-checked forms, the operator's scope, escaping, and live updates."""
+the navigation's count, the shipment banner, the pallet page, raising (CUSTOMER),
+acknowledging and resolving through the CSRF-checked forms, the operator's scope, escaping,
+and live updates."""
 
 from __future__ import annotations
 
@@ -352,3 +353,143 @@ async def test_a_status_change_refreshes_open_pages_live(
     data = (await stream.content.readline()).decode().strip()
     assert data == f"data: {changed['history'][-1]['message_id']}"
     stream.close()
+
+
+async def raise_by_form(
+    client: TestClient[Any, Any], page: str, shipment_id: int, data: dict[str, str]
+) -> Any:
+    """Open `page` (for its CSRF token and its Referer) and submit its raise-an-exception form."""
+    token = await page_csrf(client, page)
+    return await client.post(
+        f"/dashboard/shipments/{shipment_id}/exceptions",
+        data={"csrf_token": token, **data},
+        headers={"Referer": str(client.make_url(page))},
+        allow_redirects=False,
+    )
+
+
+async def test_an_operator_raises_exceptions_from_the_shipment_and_pallet_pages(
+    api: TestClient[Any, Any], services: Services, tenant: Tenant, edge_server: EdgeServer
+):
+    await make_operator(services)
+    shipment_id = await make_shipment(services, tenant, {"ORD-1": ["L1", "L2"]})
+    [ack] = await send_readings(edge_server, tenant, [reading("a", "L1")])
+    await logged_in(api)
+    shipment_page = f"/dashboard/shipments/{shipment_id}"
+    pallet_page = f"/dashboard/pallets/{ack.pallet_id}"
+    page = await (await api.get(shipment_page)).text()
+    assert 'id="raise-exception-h"' in page
+    assert f'<option value="{ack.pallet_id}">' in page  # the shipment's pallets to choose from
+    messages_before = await services.storage.push_messages.count_documents({"type": "EXCEPTION"})
+
+    # from the shipment page, on the whole shipment
+    whole = await raise_by_form(
+        api,
+        shipment_page,
+        shipment_id,
+        {"priority": "HIGH", "note": "Seal broken on the trailer. Driver told.", "pallet": ""},
+    )
+    # from the pallet page, on that pallet
+    one = await raise_by_form(
+        api,
+        pallet_page,
+        shipment_id,
+        {"priority": "LOW", "note": "Wrap torn", "pallet": ack.pallet_id},
+    )
+
+    created = []
+    for response in (whole, one):
+        assert response.status == 303, await response.text()
+        location = urlsplit(response.headers["Location"])
+        assert location.path.startswith("/dashboard/exceptions/exc_")
+        found = await services.storage.exceptions.find_one({"_id": location.path.rsplit("/")[-1]})
+        assert found is not None
+        created.append(found)
+    on_shipment, on_pallet = created
+    assert on_shipment["code"] == on_pallet["code"] == "CUSTOMER"
+    assert (on_shipment["priority"], on_pallet["priority"]) == ("HIGH", "LOW")
+    assert on_shipment["shipment_id"] == on_pallet["shipment_id"] == shipment_id
+    assert on_shipment["pallet_id"] is None
+    assert on_shipment["orders"] == ["ORD-1"]
+    assert on_shipment["detail"] == "Seal broken on the trailer."
+    assert on_pallet["pallet_id"] == ack.pallet_id
+    assert on_pallet["lpns"] == ["L1"]
+    assert on_pallet["dock"] == "D1"
+    for record in created:
+        assert record["status"] == "OPEN"
+        assert record["history"][0]["by"] == {"kind": "OPERATOR", "id": "lead"}
+    assert on_shipment["history"][0]["note"] == "Seal broken on the trailer. Driver told."
+    # each published its EXCEPTION message
+    messages = await services.storage.push_messages.find({"type": "EXCEPTION"}).to_list()
+    assert len(messages) == messages_before + 2
+    assert {m["message"]["id"] for m in messages} >= {r["_id"] for r in created}
+    # the new exception's page, and the shipment's banner, show it
+    shown = await (await api.get(whole.headers["Location"])).text()
+    assert "Seal broken on the trailer. Driver told." in shown
+    assert "by Operator lead" in shown
+    banner = (await (await api.get(shipment_page)).text()).split('id="open-exceptions-h"', 1)[1]
+    assert _ROW.findall(banner.split("</section>", 1)[0]) == [on_shipment["_id"], on_pallet["_id"]]
+    pallet_html = await (await api.get(pallet_page)).text()
+    assert f'name="pallet" value="{ack.pallet_id}"' in pallet_html
+    assert _ROW.findall(pallet_html) == [on_pallet["_id"]]
+
+
+async def test_raising_is_refused_without_csrf_and_for_bad_input(
+    api: TestClient[Any, Any],
+    services: Services,
+    tenant: Tenant,
+    edge_server: EdgeServer,
+):
+    await make_operator(services)
+    await make_shipment(services, tenant, {"ORD-1": ["L1"]})  # where the pallet is read
+    other_id = await make_shipment(services, tenant, {"ORD-2": ["M1"]}, number="SHP-2")
+    [ack] = await send_readings(edge_server, tenant, [reading("a", "L1")])
+    await logged_in(api)
+    page = f"/dashboard/shipments/{other_id}"
+    good = {"priority": "LOW", "note": "check it"}
+
+    forged = await api.post(
+        f"/dashboard/shipments/{other_id}/exceptions", data=good, allow_redirects=False
+    )
+    assert forged.status == 403
+    refusals = {
+        "a note is required": {"priority": "LOW", "note": "   "},
+        "priority must be one of HIGH, LOW": {"priority": "URGENT", "note": "check it"},
+        f"pallet &#39;{ack.pallet_id}&#39; is not on shipment {other_id}": {
+            **good,
+            "pallet": ack.pallet_id,
+        },
+        "choose a pallet of this shipment": {**good, "pallet": "p" * 65},
+        "a note has at most 2000 characters": {"priority": "LOW", "note": "x" * 2001},
+    }
+    for message, data in refusals.items():
+        refused = await raise_by_form(api, page, other_id, data)
+        assert refused.status == 422, (message, await refused.text())
+        text = await refused.text()
+        assert message in text
+        assert f'<a href="{page}">Back to the page you came from</a>' in text
+    unknown = await raise_by_form(api, page, 999_999, good)
+    assert unknown.status == 404
+    assert await services.storage.exceptions.count_documents({}) == 0
+
+
+async def test_a_limited_operator_cannot_raise_on_another_business_shipment(
+    api: TestClient[Any, Any], services: Services, tenant: Tenant, other_tenant: Tenant
+):
+    await make_operator(services, businesses=["acme"])
+    ours = await make_shipment(services, tenant, {"ORD-1": ["L1"]})
+    theirs = await make_shipment(services, other_tenant, {"G-1": ["G1"]}, number="G")
+    await logged_in(api)
+
+    refused = await raise_by_form(
+        api, "/dashboard/", theirs, {"priority": "HIGH", "note": "not mine"}
+    )
+    allowed = await raise_by_form(
+        api, f"/dashboard/shipments/{ours}", ours, {"priority": "HIGH", "note": "mine"}
+    )
+
+    assert refused.status == 404
+    assert "not yours" in await refused.text()
+    assert allowed.status == 303
+    assert await services.storage.exceptions.count_documents({"shipment_id": theirs}) == 0
+    assert await services.storage.exceptions.count_documents({"shipment_id": ours}) == 1
