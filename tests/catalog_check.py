@@ -26,8 +26,8 @@ async def schema_violations(storage: Storage) -> list[str]:
     """One line per push message of the database that breaks its schema (or has no schema)."""
     found: list[str] = []
     async for message in storage.push_messages.find():
-        if is_void(message):
-            continue
+        if is_void(message) or not ({"type", "message"} & message.keys()):
+            continue  # a fenced id's placeholder, or a storage test's row that is no message
         where = f"push message {message['_id']} ({message.get('type')})"
         try:
             checker = validator(str(message.get("type")))
