@@ -24,3 +24,8 @@ def exception_url(settings: Settings, exception_id: str) -> str:
 def shipment_document_url(settings: Settings, document_id: str) -> str:
     """Where an API client downloads a shipment document (with its bearer token)."""
     return f"{settings.public_base_url}/shipment-documents/{document_id}"
+
+
+def schema_url(settings: Settings, message_type: str) -> str:
+    """The JSON Schema of a message type's payload (the event catalog)."""
+    return f"{settings.public_base_url}/v1/schemas/{message_type}.json"

@@ -95,13 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command_modules() -> list[Callable[[Any], None]]:
-    """Feature commands (admin, simulate, consume, bench, post-document) register here."""
+    """Feature commands (admin, simulate, consume, listen, bench, post-document) register here."""
     registers = []
     for module_name in (
         "dockflow.admin",
         "dockflow.post_document",
         "dockflow.simulate",
         "dockflow.consume",
+        "dockflow.listen",
         "bench.cli",
     ):
         try:

@@ -20,6 +20,7 @@ from dockflow.embedded.supervisor import EmbeddedMongo
 from edge.server import EdgeServer
 from public_api.app import create_app
 from tests import backends
+from tests.catalog_check import check_messages
 from tests.factories import Tenant, make_tenant
 
 
@@ -72,12 +73,16 @@ def settings(settings_factory: Callable[..., Settings]) -> Settings:
 
 @pytest.fixture
 async def storage(settings: Settings) -> AsyncIterator[Storage]:
-    """A fresh database for this test, dropped afterwards."""
+    """A fresh database for this test, dropped afterwards; the push messages the test wrote are
+    checked against their JSON Schemas first (a violation fails the test at teardown)."""
     assert settings.mongodb_url is not None
     store = await Storage.connect(settings.mongodb_url, settings.mongodb_db)
     yield store
-    await store.client.drop_database(settings.mongodb_db)
-    await store.close()
+    try:
+        await check_messages(store)
+    finally:
+        await store.client.drop_database(settings.mongodb_db)
+        await store.close()
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from core.services import Services
 from core.tenancy import tenants
@@ -14,6 +15,30 @@ DEFAULT_LABELS = (
     LabelFieldMapping("lot", "lotNumber"),
     LabelFieldMapping("expiry", "expirationDate"),
 )
+
+
+def pallet_payload(
+    business: str = "acme",
+    facility: str = "dc1",
+    n: int = 0,
+    *,
+    shipment_id: int = 1,
+    **labels: Any,
+) -> dict[str, Any]:
+    """A PALLET_EVENT payload of the published shape (its JSON Schema), for tests that write
+    messages without a camera; `labels` are extra label fields (strings or lists of them)."""
+    return {
+        "businessSlug": business,
+        "facilitySlug": facility,
+        "serviceShipmentId": str(shipment_id),
+        "servicePalletId": f"plt_{n:06d}",
+        "occurredAt": "2026-05-01T12:00:00.000Z",
+        "url": f"http://testserver/dashboard/pallets/plt_{n:06d}",
+        "direction": "LOADING",
+        "orders": ["SO-1"],
+        "dockId": "D1",
+        **labels,
+    }
 
 
 @dataclass

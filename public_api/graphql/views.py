@@ -63,6 +63,7 @@ from public_api.graphql.shared_events import encode_frame
 from public_api.keys import SERVICES
 
 PATH = "/public_graphql"
+SDL_PATH = f"{PATH}/schema.graphql"  # the schema in SDL, for code generators (no token needed)
 DOCUMENTS_PATH = "/shipment-documents/{document_id}"
 STATIC_PATH = "/static/graphiql"
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static" / "graphiql"
@@ -455,6 +456,13 @@ async def download_document(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def schema_sdl(request: web.Request) -> web.Response:
+    """GET /public_graphql/schema.graphql: the SDL of the schema this endpoint serves."""
+    return web.Response(
+        text=str(request.app[GRAPHQL_VIEW].dockflow_schema), content_type="text/plain"
+    )
+
+
 async def _feed_hub_context(app: web.Application) -> AsyncIterator[None]:
     """One FeedHub per process (per Services): started by the first app, stopped by it."""
     services = app[SERVICES]
@@ -480,11 +488,13 @@ async def _connections_context(app: web.Application) -> AsyncIterator[None]:
 
 
 def setup(app: web.Application) -> None:
-    """Add /public_graphql, the sandbox's assets, the document downloads and the feed hub."""
+    """Add /public_graphql, its SDL, the sandbox's assets, the document downloads and the feed
+    hub."""
     app[GRAPHQL_VIEW] = DockflowGraphQLView(app[SERVICES])
     app.cleanup_ctx.append(_feed_hub_context)
     app.cleanup_ctx.append(_connections_context)
     own_body_limit(app, PATH)  # multipart uploads: `max_upload_bytes` (`_body_limit`)
     app.router.add_route("*", PATH, graphql_endpoint)
+    app.router.add_get(SDL_PATH, schema_sdl)
     app.router.add_get(DOCUMENTS_PATH, download_document)
     app.router.add_static(STATIC_PATH, STATIC_DIR)

@@ -23,12 +23,14 @@ from core.feed.publish import (
 from core.feed.reader import FeedHub, feed_filter, list_messages
 from core.settings import Settings
 from core.storage import Doc, Storage
+from tests.factories import pallet_payload
 
 SINCE = datetime(2020, 1, 1, tzinfo=UTC)
 
 
 def message(facility: str = "dc1", business: str = "acme", n: int = 0) -> NewMessage:
-    return NewMessage(business, facility, "PALLET_EVENT", {"n": n}, shipment_id=1)
+    payload = pallet_payload(business, facility, n, sequence=str(n))
+    return NewMessage(business, facility, "PALLET_EVENT", payload, shipment_id=1)
 
 
 async def take(stream: AsyncIterator[Doc], count: int, wait_s: float = 20) -> list[int]:
@@ -165,7 +167,7 @@ async def test_a_writer_that_outlives_the_grace_is_delivered_in_order_under_a_fr
     assert stalled.ids == [3]
     assert stalled.messages[0]["sent_at"] > built_at  # sent when it commits: `since` finds it
     assert rest == [3, 4]
-    assert [(m["_id"], m["message"]["n"]) for m in paged] == [(2, 2), (3, 1), (4, 4)]
+    assert [(m["_id"], m["message"]["sequence"]) for m in paged] == [(2, "2"), (3, "1"), (4, "4")]
     await stream.aclose()
 
 

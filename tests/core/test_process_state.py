@@ -14,6 +14,7 @@ from core.errors import Unavailable
 from core.feed import publish
 from core.settings import Settings
 from core.storage import Doc, Storage
+from tests.factories import pallet_payload
 
 
 class LockInserts(monitoring.CommandListener):
@@ -73,11 +74,13 @@ async def test_messages_written_through_one_storage_are_heard_only_by_its_listen
     publish.add_written_listener(other, heard_there.append)
 
     written = await publish.append_messages(
-        storage, [publish.NewMessage("acme", "dc1", "PALLET_EVENT", {"n": 1}, shipment_id=1)]
+        storage,
+        [publish.NewMessage("acme", "dc1", "PALLET_EVENT", pallet_payload(n=1), shipment_id=1)],
     )
     publish.remove_written_listener(storage, heard_here.append)
     await publish.append_messages(
-        storage, [publish.NewMessage("acme", "dc1", "PALLET_EVENT", {"n": 2}, shipment_id=1)]
+        storage,
+        [publish.NewMessage("acme", "dc1", "PALLET_EVENT", pallet_payload(n=2), shipment_id=1)],
     )
 
     assert [[m["_id"] for m in messages] for messages in heard_here] == [written.ids]

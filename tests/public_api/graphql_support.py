@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient
 
 from core.feed.publish import NewMessage, WrittenMessages, append_messages
 from core.storage import Storage
+from tests.factories import pallet_payload
 
 GRAPHQL = "/public_graphql"
 TRANSPORT_WS = "graphql-transport-ws"
@@ -58,16 +59,7 @@ async def produce(
             business,
             facility,
             message_type,  # type: ignore[arg-type]
-            {
-                "businessSlug": business,
-                "facilitySlug": facility,
-                "serviceShipmentId": "1",
-                "servicePalletId": f"plt_{i}",
-                "occurredAt": "2026-05-01T12:00:00Z",
-                "direction": "LOADING",
-                "orders": ["SO-1"],
-                "dockId": "D1",
-            },
+            pallet_payload(business, facility, i),
             shipment_id=1,
         )
         for i in range(count)

@@ -22,7 +22,7 @@ from edge.server import EdgeServer
 from public_api.app import create_app
 from public_api.graphql.views import FEED_HUB
 from tests.edge.helpers import reading, stream
-from tests.factories import Tenant
+from tests.factories import Tenant, pallet_payload
 from tests.public_api.graphql_support import (
     LEGACY_WS,
     PUSH_MESSAGES,
@@ -92,7 +92,9 @@ async def feed_producers(storage: Storage) -> list[int]:
         while len(ids) < READINGS_EACH:
             size = min(rng.randint(1, 8), READINGS_EACH - len(ids))
             new = [
-                NewMessage("acme", "dc1", "PALLET_EVENT", {"p": n, "i": len(ids) + k}, 1)
+                NewMessage(
+                    "acme", "dc1", "PALLET_EVENT", pallet_payload(n=len(ids) + k, p=str(n)), 1
+                )
                 for k in range(size)
             ]
             written = await build_messages(storage, new)
@@ -178,7 +180,7 @@ async def test_push_messages_since_then_subscribe_after_the_last_id_misses_nothi
 async def test_push_messages_holds_back_ids_above_an_uncommitted_one(
     api: TestClient[Any, Any], tenant: Tenant, storage: Storage
 ):
-    new = [NewMessage("acme", "dc1", "PALLET_EVENT", {"n": 1}, shipment_id=1)]
+    new = [NewMessage("acme", "dc1", "PALLET_EVENT", pallet_payload(), shipment_id=1)]
     in_flight = await build_messages(storage, new)
     await produce(storage)  # a higher id commits first
     await asyncio.sleep(0.3)

@@ -18,7 +18,7 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from public_api.app import create_app
-from tests.factories import Tenant
+from tests.factories import Tenant, pallet_payload
 from tests.public_api.graphql_support import produce
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,7 +116,9 @@ async def test_consume_resumes_after_being_cut_off_without_gaps_or_repeats(
 
     process = await consume(api.port, "--state", str(state), "--max-messages", "10")
     await wait_following(process)
-    held = await build_messages(storage, [NewMessage("acme", "dc1", "PALLET_EVENT", {}, 1)])
+    held = await build_messages(
+        storage, [NewMessage("acme", "dc1", "PALLET_EVENT", pallet_payload(), 1)]
+    )
     burst = await produce(storage, count=9)  # waits above the gap at `held` ...
     await asyncio.sleep(0.3)
     await write_messages(storage, held)  # ... and all 10 are released at once

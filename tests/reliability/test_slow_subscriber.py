@@ -19,7 +19,7 @@ from core.settings import Settings
 from core.storage import Storage
 from public_api.app import create_app
 from public_api.graphql.views import FEED_HUB
-from tests.factories import Tenant, make_tenant
+from tests.factories import Tenant, make_tenant, pallet_payload
 from tests.public_api.graphql_support import (
     PUSH_MESSAGES,
     SINCE,
@@ -43,7 +43,7 @@ async def produce_big(storage: Storage, tenant: Tenant, count: int, start: int) 
                 tenant.business,
                 tenant.facility,
                 "PALLET_EVENT",
-                {"servicePalletId": f"plt_{start + i}", "note": BIG_LABEL},
+                pallet_payload(tenant.business, tenant.facility, start + i, note=BIG_LABEL),
                 shipment_id=1,
             )
             for i in range(count)

@@ -29,7 +29,7 @@ from core.storage import Storage
 from core.tenancy import tenants
 from public_api.app import create_app
 from public_api.graphql.shared_events import SharedResults
-from tests.factories import Tenant, make_tenant
+from tests.factories import Tenant, make_tenant, pallet_payload
 from tests.public_api.graphql_support import (
     GRAPHQL,
     LEGACY_WS,
@@ -502,7 +502,7 @@ async def test_a_subscriber_is_ended_by_bytes_behind_not_only_by_messages(
     failures: list[DockflowError] = []
     try:
         hub.add(reader.feed_filter("acme", None), failures.append)
-        big = {"note": "x" * 8000}
+        big = pallet_payload(note="x" * 8000)
         await append_messages(
             storage,
             [NewMessage("acme", "dc1", "PALLET_EVENT", big, shipment_id=1) for _ in range(12)],
