@@ -238,14 +238,15 @@ def _flat(groups: list[list[str]]) -> list[str]:
 
 
 def _register_extensions(sub: Any) -> None:
-    """Commands other modules add (webhook deliveries: list, resend, recover)."""
-    try:
-        module = importlib.import_module("dockflow.admin_webhooks")
-    except ModuleNotFoundError as exc:
-        if exc.name != "dockflow.admin_webhooks":
-            raise
-        return
-    module.register(sub)
+    """Commands other modules add (webhook deliveries: list, resend, recover; backup, restore)."""
+    for name in ("dockflow.admin_webhooks", "dockflow.admin_backup"):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        module.register(sub)
 
 
 def _settings(args: argparse.Namespace) -> Settings:

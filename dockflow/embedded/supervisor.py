@@ -148,6 +148,17 @@ def engine_dir(data_dir: Path, engine: EmbeddedEngine) -> Path:
     return Path(data_dir).resolve() / "mongo" / engine
 
 
+def running_server_pid(data_dir: Path, engine: EmbeddedEngine) -> int | None:
+    """The pid of a live embedded server of `engine` on `data_dir`, from the server.json its
+    owner wrote, or None."""
+    try:
+        state = json.loads((engine_dir(data_dir, engine) / "server.json").read_text())
+        pid = int(state.get("pid", 0))
+    except (OSError, ValueError):
+        return None
+    return pid if pid > 0 and _pid_alive(pid) else None
+
+
 def find_secantusd() -> Path:
     """SecantusDB's server program: beside this Python (the venv's bin, where the dev lock puts
     it), else on PATH."""

@@ -1,0 +1,78 @@
+"""``dockflow admin backup PATH`` and ``dockflow admin restore PATH``: the embedded database
+copied while dockflow serves, and put back into a data directory no server runs on (how, per
+engine: dockflow/embedded/backup.py). A MongoDB given by ``DOCKFLOW_MONGODB_URL`` is backed up
+with MongoDB's own tools (docs/deploy.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from core.errors import ConfigError
+from core.logs import configure_logging
+from core.settings import Settings, load_settings
+from dockflow.embedded import backup
+
+EXIT_USAGE = 2
+
+
+def register(sub: Any) -> None:
+    """Add ``backup`` and ``restore`` to ``dockflow admin``."""
+    for name, help_text in (
+        ("backup", "copy the embedded database into the new folder PATH, while dockflow serves"),
+        ("restore", "put the backup in PATH back (refused while dockflow runs on the data dir)"),
+    ):
+        parser = sub.add_parser(name, help=help_text, description=help_text)
+        parser.add_argument("path", type=Path, metavar="PATH")
+        parser.add_argument("--data-dir", help="data directory (DOCKFLOW_DATA_DIR)")
+        parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+        parser.set_defaults(func=lambda args, name=name: run(name, args))
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {}
+    if args.data_dir:
+        overrides["data_dir"] = args.data_dir
+    settings = load_settings(**overrides)
+    configure_logging(settings.log_level, settings.log_format)
+    if settings.mongodb_url is not None:
+        raise ConfigError(
+            "DOCKFLOW_MONGODB_URL is set: back up that MongoDB with mongodump or its snapshots "
+            "(docs/deploy.md); dockflow admin backup copies the embedded database"
+        )
+    return settings
+
+
+def run(command: str, args: argparse.Namespace) -> int:
+    try:
+        settings = _settings(args)
+        if command == "backup":
+            info = asyncio.run(
+                backup.backup(
+                    settings.data_dir, settings.embedded_engine, settings.mongodb_db, args.path
+                )
+            )
+        else:
+            info = asyncio.run(
+                backup.restore(settings.data_dir, settings.embedded_engine, args.path)
+            )
+    except ConfigError as exc:
+        print(f"dockflow admin: {exc.detail}", file=sys.stderr)
+        return EXIT_USAGE
+    data = {
+        "path": str(info.path),
+        "engine": info.engine,
+        "database": info.database,
+        "created_at": info.created_at,
+        "collections": info.collections,
+    }
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        done = "backed up into" if command == "backup" else "restored from"
+        print(f"{info.database} ({info.engine}) {done} {info.path} (taken {info.created_at})")
+    return 0
