@@ -247,6 +247,7 @@ class _Item:
     may_take_off: bool = False
     position: str | None = None  # its pallet's `pallet_positions` id
     position_known: bool = False  # recorded before this batch
+    repeated: bool = False  # read the way its pallet's last reading on the shipment went
 
 
 @dataclass
@@ -673,6 +674,7 @@ async def plan_batch(
                 plan.positions[item.position] = {
                     "direction": item.reading.direction,
                     "pallet_id": item.pallet_id,
+                    "repeated": item.repeated,
                 }
             if item.facility is not None and item.facility.complete_on_all_lpns:
                 plan.shipment_ids.add(int(pallet["shipment_id"]))
@@ -771,7 +773,7 @@ async def _answer_known(
             continue
         repairs.append(pallet)
         if pallet.get("lpns"):
-            key = f"{int(pallet['shipment_id'])}|{'|'.join(sorted(pallet['lpns']))}"
+            key = pallet_position_id(int(pallet["shipment_id"]), pallet["lpns"])
             plan.repaired_positions[key] = {
                 "direction": pallet["direction"],
                 "pallet_id": pallet["_id"],
@@ -878,26 +880,37 @@ def _exception_drafts(
 
 def _repeated_lpns(items: list[_Item], positions: dict[str, Doc]) -> dict[int, list[str]]:
     """Per item, its LPNs when the last reading of the same pallet (the same LPNs) on its
-    shipment went the same way: the stored `positions` (`pallet_positions`), then the batch's
-    earlier items, in the order they arrived."""
-    latest = {key: p["direction"] for key, p in positions.items()}
-    repeated: dict[int, list[str]] = {}
+    shipment went the same way, the first time it does (a camera reading one pallet over and
+    over raises one DUPLICATE_PALLET, not one per reading): the stored `positions`
+    (`pallet_positions`), then the batch's earlier items, in the order they arrived. Sets each
+    item's `repeated` for the position it leaves."""
+    latest = {key: (p["direction"], bool(p.get("repeated"))) for key, p in positions.items()}
+    raised: dict[int, list[str]] = {}
     for item in items:
         key = position_id(item)
         if key is None:
             continue
-        if latest.get(key) == item.reading.direction:
-            repeated[item.index] = list(item.lpns)
-        latest[key] = item.reading.direction
-    return repeated
+        direction, repeated = latest.get(key, ("", False))
+        item.repeated = direction == item.reading.direction
+        if item.repeated and not repeated:
+            raised[item.index] = list(item.lpns)
+        latest[key] = (item.reading.direction, item.repeated)
+    return raised
 
 
 def position_id(item: _Item) -> str | None:
-    """The `pallet_positions` id of an item's pallet on its shipment: the shipment and the
-    pallet's LPNs (None without an LPN: nothing identifies the pallet)."""
+    """The `pallet_positions` id of an item's pallet on its shipment (None without an LPN:
+    nothing identifies the pallet)."""
     if item.shipment is None or not item.lpns:
         return None
-    return f"{int(item.shipment['_id'])}|{'|'.join(sorted(item.lpns))}"
+    return pallet_position_id(int(item.shipment["_id"]), item.lpns)
+
+
+def pallet_position_id(shipment_id: int, lpns: Sequence[str]) -> str:
+    """The shipment and a digest of the pallet's LPNs: the same size for one LPN as for 200
+    of 1 KiB each."""
+    digest = hashlib.sha256("\x00".join(sorted(lpns)).encode()).hexdigest()[:32]
+    return f"{shipment_id}|{digest}"
 
 
 async def _open_misloads(storage: Storage, items: list[_Item]) -> list[Doc]:
