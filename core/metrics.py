@@ -42,6 +42,10 @@ DELIVERY_QUEUE = Gauge("dockflow_webhook_queue_depth", "Deliveries waiting", ["e
 DELIVERY_OLDEST = Gauge(
     "dockflow_webhook_oldest_pending_seconds", "Age of the oldest pending delivery", ["endpoint"]
 )
+FEED_LAG = Gauge(
+    "dockflow_feed_lag_messages",
+    "Newest committed push message id minus the newest delivered by webhook",
+)
 SUBSCRIPTIONS = Gauge("dockflow_subscriptions", "Open pushMessage subscribers (this process)")
 FROZEN_OBJECTS = Gauge(
     "dockflow_gc_frozen_objects",

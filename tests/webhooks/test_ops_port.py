@@ -5,10 +5,13 @@ process still drains (`shutdown_delay_s`)."""
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
+from prometheus_client import REGISTRY
 
+from core.outbox import deliveries
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -17,6 +20,7 @@ from tests.ops.test_ops_port import SHUTDOWN_DELAY_S, _get, _readiness_until_503
 from tests.processes import DockflowProcess
 from tests.webhooks.conftest import (
     Receiver,
+    StartWorker,
     all_finished,
     append_pallets,
     make_endpoint,
@@ -66,3 +70,24 @@ async def test_webhooks_serves_health_metrics_and_turns_unready_at_shutdown(
         status, body = await _readiness_until_503(session, worker.ops_url)
         assert (status, "shutting down" in body) == (503, True)
         assert (await _get(session, f"{worker.ops_url}/healthz"))[0] == 200
+
+
+async def test_feed_lag_counts_the_messages_committed_after_the_newest_delivered(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    # Given one message delivered, then the worker stopped
+    await make_endpoint(services, tenant, receiver.base_url)
+    await append_pallets(storage, tenant, 1)
+    worker = await start_worker(fast_settings())
+    await wait_until(lambda: all_finished(storage))
+    await worker.stop()
+    assert await deliveries.feed_lag(storage) == 0
+    # When three more are committed, the lag is three, on the gauge too
+    await append_pallets(storage, tenant, 3, start=1)
+    assert await deliveries.feed_lag(storage) == 3
+    assert REGISTRY.get_sample_value("dockflow_feed_lag_messages") == 3
