@@ -14,6 +14,20 @@ HTTP_LATENCY = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
 )
 READINGS = Counter("dockflow_readings_total", "Camera readings processed", ["status"])
+READING_BATCH_SIZE = Histogram(
+    "dockflow_reading_batch_size",
+    "Readings per stored batch",
+    buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500),
+)
+READING_BATCH_SECONDS = Histogram(
+    "dockflow_reading_batch_store_seconds",
+    "Time to store one batch of readings",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+)
+EXCEPTIONS = Counter("dockflow_exceptions_total", "Exceptions raised (stored)", ["code"])
+DOCUMENTS = Counter(
+    "dockflow_documents_total", "Order documents applied: created, updated or rejected", ["status"]
+)
 MESSAGES = Counter("dockflow_push_messages_total", "Push messages written", ["type"])
 DELIVERY_ATTEMPTS = Counter(
     "dockflow_webhook_attempts_total", "Webhook delivery attempts", ["endpoint", "outcome"]
@@ -28,7 +42,11 @@ DELIVERY_QUEUE = Gauge("dockflow_webhook_queue_depth", "Deliveries waiting", ["e
 DELIVERY_OLDEST = Gauge(
     "dockflow_webhook_oldest_pending_seconds", "Age of the oldest pending delivery", ["endpoint"]
 )
-SUBSCRIPTIONS = Gauge("dockflow_subscriptions", "Open pushMessage subscriptions")
+FEED_LAG = Gauge(
+    "dockflow_feed_lag_messages",
+    "Newest committed push message id minus the newest delivered by webhook",
+)
+SUBSCRIPTIONS = Gauge("dockflow_subscriptions", "Open pushMessage subscribers (this process)")
 FROZEN_OBJECTS = Gauge(
     "dockflow_gc_frozen_objects",
     "Long-lived objects kept out of garbage collection (gc.freeze): startup's, then the "

@@ -21,6 +21,9 @@ class Services:
     # The process's feed follower, shared by every HTTP app over these services: started by
     # the first app that needs it (public_api/graphql/views.py), None until then.
     feed_hub: FeedHub | None = field(default=None, init=False)
+    # Set at the start of a graceful shutdown, before anything drains: readiness answers 503
+    # from then on, so load balancers stop sending work while requests in flight finish.
+    draining: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         configure_password_work(

@@ -46,6 +46,12 @@ class Settings(BaseSettings):
     http_port: int = Field(8080, ge=0, le=65535)
     grpc_host: str = "0.0.0.0"
     grpc_port: int = Field(50051, ge=0, le=65535)
+    # The ops listener (/healthz, /readyz, /metrics) of a process without the HTTP API
+    # (`dockflow edge`, `dockflow webhooks`); 0: a free port, printed at start.
+    ops_host: str = "0.0.0.0"
+    ops_port: int = Field(9090, ge=0, le=65535)
+    # Serve /metrics on the ops port in the API's processes too, instead of the public port.
+    metrics_on_ops_port: bool = False
     public_base_url: str = "http://localhost:8080"
     dashboard_url: str = ""  # empty: {public_base_url}/dashboard
     # Dashboard operator sessions end after this many seconds without a request.
@@ -59,6 +65,9 @@ class Settings(BaseSettings):
     log_format: Literal["json", "console"] = "json"
     # Seconds a graceful shutdown waits for streams and requests to finish.
     shutdown_grace_s: float = Field(5.0, ge=0)
+    # Seconds between readiness turning 503 (gRPC health NOT_SERVING) and the start of the
+    # drain, so load balancers see it and send no new work: 0 drains at once.
+    shutdown_delay_s: float = Field(0.0, ge=0)
     # A server process keeps what survived a full garbage collection out of the next ones
     # (gc.freeze; dockflow/heap.py): a full collection walking 2,000 subscriptions stopped the
     # event loop for 470 ms. Off: CPython's collector as it comes.

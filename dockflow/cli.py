@@ -53,6 +53,8 @@ async def _print_started(services: Services, addresses: dict[str, str]) -> None:
         lines.append(f"  HTTP API      http://{addresses['http']}  ({settings.public_base_url})")
     if "grpc" in addresses:
         lines.append(f"  gRPC edge     {addresses['grpc']}")
+    if "ops" in addresses:
+        lines.append(f"  Ops           http://{addresses['ops']}  (/healthz /readyz /metrics)")
     lines.append("  Press Ctrl-C to stop.")
     print("\n".join(lines), flush=True)
 

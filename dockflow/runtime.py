@@ -21,7 +21,7 @@ from core.storage import Storage
 from dockflow.embedded.supervisor import EmbeddedMongo
 from dockflow.heap import HeapFreezer
 from edge.server import EdgeServer
-from public_api.server import HttpServer
+from public_api.server import HttpServer, OpsServer
 from webhooks.worker import WebhookWorker
 
 log = logging.getLogger(__name__)
@@ -124,6 +124,11 @@ async def serve(
                     "batches are applied write by write on it"
                 )
             addresses: dict[str, str] = {}
+            if "api" not in parts or settings.metrics_on_ops_port:
+                # Entered first, stopped last: probes and scrapes answer through the drain.
+                ops = await stack.enter_async_context(OpsServer(services))
+                addresses["ops"] = ops.address
+            edge: EdgeServer | None = None
             if "edge" in parts:
                 edge = await stack.enter_async_context(EdgeServer(services))
                 addresses["grpc"] = edge.address
@@ -140,7 +145,18 @@ async def serve(
                 await on_started(services, addresses)
             await stop.wait()
             log.info("shutting down")
+            await _announce_shutdown(services, edge)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
+
+
+async def _announce_shutdown(services: Services, edge: EdgeServer | None) -> None:
+    """Before anything drains: readiness answers 503 and gRPC health NOT_SERVING, then wait
+    `shutdown_delay_s` for load balancers to see it."""
+    services.draining = True
+    if edge is not None:
+        await edge.health.enter_graceful_shutdown()
+    if services.settings.shutdown_delay_s:
+        await asyncio.sleep(services.settings.shutdown_delay_s)

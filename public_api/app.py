@@ -22,7 +22,7 @@ def create_app(services: Services) -> web.Application:
     )
     app[SERVICES] = services
     app[SETTINGS] = settings
-    health.setup(app)
+    health.setup(app, with_metrics=not settings.metrics_on_ops_port)
     oauth.setup(app)
     auth.setup(app)
     documents.setup(app)

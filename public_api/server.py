@@ -11,6 +11,7 @@ from core.running import Running
 from core.services import Services
 from core.settings import Settings
 from public_api.app import create_app
+from public_api.health import create_ops_app
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,14 @@ class HttpServer(Running):
         self.port = 0
         self._runner: web.AppRunner | None = None
 
+    name = "HTTP API"
+
+    def _create_app(self) -> web.Application:
+        return create_app(self.services)
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        return _ssl_context(self.services.settings)
+
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
@@ -44,12 +53,12 @@ class HttpServer(Running):
             return
         settings = self.services.settings
         runner = web.AppRunner(
-            create_app(self.services), access_log=None, shutdown_timeout=settings.shutdown_grace_s
+            self._create_app(), access_log=None, shutdown_timeout=settings.shutdown_grace_s
         )
         await runner.setup()
         try:
             site = web.TCPSite(
-                runner, self.host, self.requested_port, ssl_context=_ssl_context(settings)
+                runner, self.host, self.requested_port, ssl_context=self._ssl_context()
             )
             await site.start()
         except BaseException:
@@ -57,7 +66,7 @@ class HttpServer(Running):
             raise
         self._runner = runner
         self.port = runner.addresses[-1][1] if runner.addresses else self.requested_port
-        log.info("HTTP API listening", extra={"address": self.address})
+        log.info(f"{self.name} listening", extra={"address": self.address})
 
     async def stop(self) -> None:
         """Stop accepting, let requests in flight finish for `shutdown_grace_s`, close the
@@ -66,4 +75,25 @@ class HttpServer(Running):
         if runner is None:
             return
         await runner.cleanup()
-        log.info("HTTP API stopped")
+        log.info(f"{self.name} stopped")
+
+
+class OpsServer(HttpServer):
+    """The ops listener: /healthz, /readyz, /metrics on `ops_port`, plain HTTP (an internal
+    port for probes and Prometheus)."""
+
+    name = "ops"
+
+    def __init__(self, services: Services, host: str | None = None, port: int | None = None):
+        settings = services.settings
+        super().__init__(
+            services,
+            settings.ops_host if host is None else host,
+            settings.ops_port if port is None else port,
+        )
+
+    def _create_app(self) -> web.Application:
+        return create_ops_app(self.services)
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        return None

@@ -54,6 +54,8 @@ def settings_factory(mongo_url: str, db_name: str, tmp_path: Path) -> Callable[.
             "http_port": 0,
             "grpc_host": "127.0.0.1",
             "grpc_port": 0,
+            "ops_host": "127.0.0.1",
+            "ops_port": 0,
             "public_base_url": "http://testserver",
             "log_format": "console",
             "shutdown_grace_s": 0.5,

@@ -29,6 +29,7 @@ STOP_LIMIT_S = 30.0  # a Ctrl-C'd process that has not exited by then is killed
 # The banner's address lines (not the log lines that also name the listeners).
 _GRPC_LINE = re.compile(r"^  gRPC edge +(\S+:\d+)$", re.MULTILINE)
 _HTTP_LINE = re.compile(r"^  HTTP API +(http://\S+:\d+)", re.MULTILINE)
+_OPS_LINE = re.compile(r"^  Ops +(http://\S+:\d+)", re.MULTILINE)
 
 
 class DockflowProcess:
@@ -50,6 +51,8 @@ class DockflowProcess:
             "DOCKFLOW_HTTP_PORT": "0",
             "DOCKFLOW_GRPC_HOST": "127.0.0.1",
             "DOCKFLOW_GRPC_PORT": "0",
+            "DOCKFLOW_OPS_HOST": "127.0.0.1",
+            "DOCKFLOW_OPS_PORT": "0",
             "DOCKFLOW_WEBHOOK_ALLOW_HOSTS": '["127.0.0.1"]',
             "DOCKFLOW_LOG_FORMAT": "console",
             **env,
@@ -57,6 +60,7 @@ class DockflowProcess:
         self.process: asyncio.subprocess.Process | None = None
         self.grpc_target = ""  # host:port of the edge, once started (edge, serve)
         self.base_url = ""  # http://host:port of the API, once started (api, serve)
+        self.ops_url = ""  # http://host:port of the ops listener, once started (edge, webhooks)
 
     async def start(self) -> None:
         """Start the process and return once it says it is ready (its ports are bound)."""
@@ -76,6 +80,8 @@ class DockflowProcess:
             self.grpc_target = grpc.group(1)
         if http := _HTTP_LINE.search(output):
             self.base_url = http.group(1)
+        if ops := _OPS_LINE.search(output):
+            self.ops_url = ops.group(1)
 
     def log_text(self, offset: int = 0) -> str:
         with self.log_path.open("rb") as log:
@@ -88,6 +94,11 @@ class DockflowProcess:
         if process is not None and process.returncode is None:
             process.kill()
             await process.wait()
+
+    def signal(self, signum: int) -> None:
+        """Send a signal (SIGTERM: a graceful shutdown) without waiting for the exit."""
+        assert self.process is not None
+        self.process.send_signal(signum)
 
     async def stop(self) -> None:
         """Ctrl-C and wait; SIGKILL if it hangs. Idempotent."""

@@ -487,6 +487,7 @@ class WebhookWorker(Running):
             try:
                 endpoints = await list_endpoints(self.storage)
                 await deliveries.queue_stats(self.storage, [e.endpoint_id for e in endpoints])
+                await deliveries.feed_lag(self.storage)
             except Exception:
                 log.exception("refreshing webhook queue metrics failed")
             await asyncio.sleep(_STATS_INTERVAL_S)

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from pymongo.errors import PyMongoError
 
-from core import urls
+from core import metrics, urls
 from core.errors import Conflict, MessageIdsFenced, NotFound, ValidationFailed
 from core.exceptions.codes import ActorKind, Status
 from core.feed import publish
@@ -305,7 +305,15 @@ async def create_exception(
         )
         return record, written
 
-    return await write_with_message(storage, build)
+    record = await write_with_message(storage, build)
+    count_raised([record])
+    return record
+
+
+def count_raised(stored: Iterable[Doc]) -> None:
+    """Count newly stored exceptions by code (the `dockflow_exceptions_total` metric)."""
+    for record in stored:
+        metrics.EXCEPTIONS.labels(record["code"]).inc()
 
 
 async def write_with_message(

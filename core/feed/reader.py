@@ -49,6 +49,7 @@ from pymongo import ASCENDING, DESCENDING
 from pymongo.asynchronous.change_stream import AsyncChangeStream
 from pymongo.errors import OperationFailure
 
+from core import metrics
 from core.auth.access import Principal
 from core.errors import DockflowError, ErrorList, FeedStopped, Forbidden, SlowConsumer
 from core.feed import publish
@@ -547,11 +548,14 @@ class FeedHub:
             byte_limit=self.buffer_byte_limit,
         )
         self._subscribers.add(subscriber)
+        metrics.SUBSCRIPTIONS.inc()
         for route in _routes(selector):
             self._routes.setdefault(route, set()).add(subscriber)
         return subscriber
 
     def remove(self, subscriber: Subscriber) -> None:
+        if subscriber in self._subscribers:
+            metrics.SUBSCRIPTIONS.dec()
         self._subscribers.discard(subscriber)
         for route in _routes(subscriber.selector):
             subscribers = self._routes.get(route)

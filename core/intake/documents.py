@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 
 from pymongo import DESCENDING, ReturnDocument, UpdateOne
 
-from core import locks
+from core import locks, metrics
 from core.auth.access import Principal, check_access
 from core.errors import (
     DockflowError,
@@ -115,6 +115,21 @@ async def apply_document(
     """Apply a validated document for `principal`. Raises (and writes nothing) when any part of
     it is rejected: 404/403 scope, 409 conflicts, 422 fields the current state requires.
     `then` writes what belongs with the document (its stored response) in the same transaction."""
+    try:
+        result = await _apply_document(storage, principal, document, then)
+    except DockflowError:
+        metrics.DOCUMENTS.labels("rejected").inc()
+        raise
+    metrics.DOCUMENTS.labels("created" if result.created else "updated").inc()
+    return result
+
+
+async def _apply_document(
+    storage: Storage,
+    principal: Principal,
+    document: IntakeDocument,
+    then: Callable[[IntakeResult, Session], Awaitable[None]] | None,
+) -> IntakeResult:
     check_access(principal, document.business, document.facility)
     facility = await tenants.find_facility(storage, document.business, document.facility)
     if facility is None:

@@ -652,3 +652,17 @@ async def queue_stats(storage: Storage, endpoint_ids: list[str]) -> list[QueueSt
         metrics.DELIVERY_OLDEST.labels(endpoint_id).set(age)
         stats.append(QueueStats(endpoint_id, depth, age))
     return stats
+
+
+async def feed_lag(storage: Storage) -> int:
+    """Newest committed push message id minus the newest delivered one (0: caught up, or
+    nothing delivered yet); sets the gauge."""
+    newest = await storage.push_messages.find_one({}, {"_id": 1}, sort=[("_id", -1)])
+    delivered = await storage.webhook_deliveries.find_one(
+        {"status": SUCCEEDED}, {"message_id": 1}, sort=[("message_id", -1)]
+    )
+    lag = 0
+    if newest is not None and delivered is not None:
+        lag = max(0, int(newest["_id"]) - int(delivered["message_id"]))
+    metrics.FEED_LAG.set(lag)
+    return lag

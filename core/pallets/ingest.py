@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -474,10 +475,14 @@ async def _record_batch(
     settings: Settings,
     batch: Sequence[tuple[Camera, Reading]],
 ) -> list[ReadingResult]:
+    started = time.perf_counter()
     if storage.transactions:
         plan = await _store_in_transaction(storage, settings, batch)
     else:
         plan = await _store_write_by_write(storage, settings, batch)
+    metrics.READING_BATCH_SECONDS.observe(time.perf_counter() - started)
+    metrics.READING_BATCH_SIZE.observe(len(batch))
+    records.count_raised(plan.exceptions)
     results = [r for r in plan.results if r is not None]
     assert len(results) == len(batch)
     return results

@@ -235,7 +235,8 @@ async def _raise_short(storage: Storage, settings: Settings, shipment: Doc) -> N
     record = shipment.get("short_exception")
     if record is None:
         return
-    await publish.insert_ignoring_duplicates(storage, "exceptions", [record])
+    if await publish.insert_ignoring_duplicates(storage, "exceptions", [record]):
+        records.count_raised([record])
     stored = await storage.exceptions.find_one({"_id": record["_id"]})
     await records.publish_missing(storage, settings, [stored or record])
 
