@@ -16,6 +16,7 @@ idempotent rewrites of `core/pallets/ingest.py` are what make a crash recoverabl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -332,18 +333,19 @@ class Storage:
         if count < 1:
             raise ValueError("count must be >= 1")
         for _ in range(3):
-            try:
-                doc = await self.counters.find_one_and_update(
-                    {"_id": sequence},
-                    {"$inc": {"value": count}},
-                    upsert=True,
-                    return_document=ReturnDocument.AFTER,
-                )
-            except DuplicateKeyError:  # two first-ever upserts raced; the loser retries
-                continue
-            if doc is not None:  # SecantusDB answers a lost first-upsert race with none
+            doc = await self.counters.find_one_and_update(
+                {"_id": sequence}, {"$inc": {"value": count}}, return_document=ReturnDocument.AFTER
+            )
+            if doc is not None:
                 break
-        else:  # pragma: no cover - three upsert races in a row
+            # A new sequence: create it at zero, then take ids as above. Never `$inc` with
+            # upsert: a server may count the increment of an upsert that lost a race and still
+            # answer no document, and the ids it burned would hold the feed back.
+            with contextlib.suppress(DuplicateKeyError):  # another writer created it first
+                await self.counters.update_one(
+                    {"_id": sequence}, {"$setOnInsert": {"value": 0}}, upsert=True
+                )
+        else:  # pragma: no cover - a sequence deleted under us, three times in a row
             raise RuntimeError(f"could not allocate from sequence {sequence}")
         return IdBlock(first=int(doc["value"]) - count + 1, count=count)
 
