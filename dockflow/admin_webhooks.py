@@ -1,6 +1,6 @@
 """Operator commands for webhook deliveries: `dockflow admin deliveries|resend|recover|
-enable-endpoint`. `dockflow/admin.py` calls `register(admin_subparsers)`; the commands share its
-runner (`--json`, `--data-dir`, `--mongodb-url`, one error line and exit 2)."""
+enable-endpoint|disable-endpoint`. `dockflow/admin.py` calls `register(admin_subparsers)`; the
+commands share its runner (`--json`, `--data-dir`, `--mongodb-url`, one error line and exit 2)."""
 
 from __future__ import annotations
 
@@ -58,6 +58,16 @@ def register(admin_subparsers: Any) -> None:
         "enable an endpoint and re-queue its DISABLED deliveries",
     )
     p.add_argument("endpoint", metavar="ENDPOINT")
+
+    p = command(
+        "disable-endpoint",
+        disable_endpoint,
+        "disable an endpoint (its waiting deliveries wait as DISABLED; the business is told)",
+    )
+    p.add_argument("endpoint", metavar="ENDPOINT")
+    p.add_argument(
+        "--reason", default="disabled by the operator", help="why, as the business reads it"
+    )
 
 
 def parse_time(text: str) -> datetime:
@@ -126,4 +136,12 @@ async def enable_endpoint(services: Services, args: argparse.Namespace) -> admin
     return admin.Output(
         {"endpoint_id": args.endpoint, "enabled": True, "requeued": count},
         f"{args.endpoint}: enabled; {count} deliveries queued again",
+    )
+
+
+async def disable_endpoint(services: Services, args: argparse.Namespace) -> admin.Output:
+    count = await deliveries.disable_endpoint(services.storage, args.endpoint, args.reason)
+    return admin.Output(
+        {"endpoint_id": args.endpoint, "enabled": False, "disabled": count},
+        f"{args.endpoint}: disabled; {count} waiting deliveries held as DISABLED",
     )

@@ -15,18 +15,15 @@ told the exception moved.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import secrets
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from pymongo.errors import PyMongoError
-
 from core import metrics, urls
-from core.errors import Conflict, MessageIdsFenced, NotFound, ValidationFailed
+from core.errors import Conflict, NotFound, ValidationFailed
 from core.exceptions.codes import ActorKind, Status
 from core.feed import publish
 from core.settings import Settings
@@ -281,7 +278,7 @@ async def change_status(
         )
         return changed, written
 
-    return await write_with_message(storage, build)
+    return await publish.write_with_message(storage, build)
 
 
 async def create_exception(
@@ -305,7 +302,7 @@ async def create_exception(
         )
         return record, written
 
-    record = await write_with_message(storage, build)
+    record = await publish.write_with_message(storage, build)
     count_raised([record])
     return record
 
@@ -314,27 +311,6 @@ def count_raised(stored: Iterable[Doc]) -> None:
     """Count newly stored exceptions by code (the `dockflow_exceptions_total` metric)."""
     for record in stored:
         metrics.EXCEPTIONS.labels(record["code"]).inc()
-
-
-async def write_with_message(
-    storage: Storage,
-    build: Callable[[int, Session], Coroutine[Any, Any, tuple[Doc, publish.WrittenMessages]]],
-) -> Doc:
-    """Run `build(message_id, session)` in a transaction with a reserved message id, then
-    announce its messages. A feed reader that fenced the id while the transaction stalled
-    aborts it (the id's void refuses the message): a fresh id, and again."""
-    for _ in range(publish.MAX_RENUMBERS + 1):
-        [message_id] = await publish.reserve_message_ids(storage, 1)
-        try:
-            record, written = await storage.in_transaction(functools.partial(build, message_id))
-        except PyMongoError:
-            if not await publish.fenced_among(storage, [message_id]):
-                raise
-            continue
-        if storage.transactions:
-            publish.announce(storage, written.messages)
-        return record
-    raise MessageIdsFenced([message_id])
 
 
 def _renumbered(storage: Storage, record_id: str) -> publish.Renumbered:

@@ -5,8 +5,8 @@ The schemas are the wire contract of the builders they describe: `core.pallets.i
 (`_pallet_doc`, with the label fields of `label_fields`), `core.shipments.completion`
 (`build_completion_payload`), `core.exceptions.records` (`payload`). The test suite checks every
 message it writes against them (tests/catalog_check.py), so a payload that changes shape without
-its schema fails the suite. ENDPOINT_DISABLED and ENDPOINT_FAILING describe the operational
-events endpoints subscribed to OPERATIONAL will receive.
+its schema fails the suite. ENDPOINT_DISABLED and ENDPOINT_FAILING are the operational
+events (`core.outbox.notices`), which endpoints subscribed to OPERATIONAL receive.
 
 Fixed shapes refuse unknown fields (`additionalProperties: false`), so the suite notices a field
 added without its schema; customers should still accept fields added later.
@@ -20,15 +20,13 @@ from typing import Any, Final
 from core import urls
 from core.errors import NotFound
 from core.exceptions import codes, records
-from core.outbox.webhook_endpoints import ROUTES
+from core.outbox.webhook_endpoints import ROUTES, event_of
 from core.settings import Settings
 
 DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 MEDIA_TYPE: Final = "application/schema+json"
-OPERATIONAL: Final = "OPERATIONAL"
-# The route of each subscription event. OPERATIONAL's is announced here until endpoints can
-# subscribe to it; then it joins `webhook_endpoints.ROUTES`.
-CHANNELS: Final = {**ROUTES, OPERATIONAL: "/api/operationalEvent"}
+# The route of each subscription event.
+CHANNELS: Final = ROUTES
 
 # Timestamps in payloads: UTC, milliseconds, a Z (`core.feed.publish.iso_utc`).
 _TIMESTAMP: dict[str, Any] = {
@@ -206,13 +204,7 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
 }
 MESSAGE_TYPES: Final = tuple(_SCHEMAS)
 # The subscription event (and so the webhook route) of each message type.
-EVENTS: Final = {
-    "PALLET_EVENT": "PALLET_EVENT",
-    "SHIPMENT_COMPLETE": "SHIPMENT_COMPLETE",
-    "EXCEPTION": "EXCEPTION",
-    "ENDPOINT_DISABLED": OPERATIONAL,
-    "ENDPOINT_FAILING": OPERATIONAL,
-}
+EVENTS: Final = {message_type: event_of(message_type) for message_type in MESSAGE_TYPES}
 
 
 def schema_of(message_type: str) -> dict[str, Any]:

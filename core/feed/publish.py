@@ -21,19 +21,22 @@ and unscoped readers (the hub, the webhook worker) check `is_void`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+import functools
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pymongo.errors import BulkWriteError
+from pymongo.errors import BulkWriteError, PyMongoError
 
 from core import metrics
 from core.errors import MessageIdsFenced
 from core.outbox.webhook_endpoints import endpoints_for
 from core.storage import Doc, IdBlock, Session, Storage, WrittenListener
 
-MessageType = Literal["PALLET_EVENT", "SHIPMENT_COMPLETE", "EXCEPTION"]
+MessageType = Literal[
+    "PALLET_EVENT", "SHIPMENT_COMPLETE", "EXCEPTION", "ENDPOINT_DISABLED", "ENDPOINT_FAILING"
+]
 SEQUENCE = "push_messages"
 DUPLICATE_KEY = 11000
 VOID = "void"  # the field that marks a fenced id's placeholder in push_messages
@@ -42,15 +45,16 @@ VOID = "void"  # the field that marks a fenced id's placeholder in push_messages
 MAX_RENUMBERS = 5
 # Told old id -> new id of renumbered messages, before they are written again.
 Renumbered = Callable[[dict[int, int]], Awaitable[None]]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class NewMessage:
     business: str
-    facility: str
+    facility: str | None  # None: the whole business's (an operational event)
     type: MessageType
     payload: dict[str, Any]
-    shipment_id: int
+    shipment_id: int | None
     pallet_id: str | None = None
 
 
@@ -75,16 +79,16 @@ class EndpointCache:
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
-        self._ids: dict[tuple[str, str, str], list[str]] = {}
+        self._ids: dict[tuple[str, str | None, str], list[str]] = {}
 
-    async def load(self, keys: Iterable[tuple[str, str, str]]) -> None:
+    async def load(self, keys: Iterable[tuple[str, str | None, str]]) -> None:
         """Look up several (business, facility, event) keys at once, concurrently."""
         missing = sorted(set(keys) - self._ids.keys())
         found = await asyncio.gather(*(endpoints_for(self.storage, *key) for key in missing))
         for key, endpoints in zip(missing, found, strict=True):
             self._ids[key] = [e.endpoint_id for e in endpoints]
 
-    async def endpoint_ids(self, business: str, facility: str, event: str) -> list[str]:
+    async def endpoint_ids(self, business: str, facility: str | None, event: str) -> list[str]:
         key = (business, facility, event)
         if key not in self._ids:
             endpoints = await endpoints_for(self.storage, business, facility, event)
@@ -345,3 +349,28 @@ async def append_messages(storage: Storage, new: list[NewMessage]) -> WrittenMes
 
 async def _nothing_stored(renumbered: dict[int, int]) -> None:
     """The caller keeps no message ids: a renumbering needs no update."""
+
+
+async def write_with_message(
+    storage: Storage,
+    build: Callable[[int, Session], Coroutine[Any, Any, tuple[T, WrittenMessages]]],
+) -> T:
+    """Run `build(message_id, session)` in a transaction with a reserved message id, then
+    announce its messages. A feed reader that fenced the id while the transaction stalled
+    aborts it (the id's void refuses the message): a fresh id, and again. A `build` that found
+    nothing to publish (its messages are empty) has its id voided at once, so that no reader
+    waits out the grace for it."""
+    for _ in range(MAX_RENUMBERS + 1):
+        [message_id] = await reserve_message_ids(storage, 1)
+        try:
+            result, written = await storage.in_transaction(functools.partial(build, message_id))
+        except PyMongoError:
+            if not await fenced_among(storage, [message_id]):
+                raise
+            continue
+        if not written.messages:
+            await fence_ids(storage, [message_id])
+        elif storage.transactions:
+            announce(storage, written.messages)
+        return result
+    raise MessageIdsFenced([message_id])

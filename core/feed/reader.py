@@ -80,7 +80,7 @@ class FeedFilter:
     def matches(self, message: Doc) -> bool:
         if message["business"] != self.business:
             return False
-        return self.facilities is None or message["facility"] in self.facilities
+        return self.facilities is None or message.get("facility") in self.facilities
 
     def query(self) -> Doc:
         query: Doc = {"business": self.business}
@@ -527,7 +527,13 @@ class FeedHub:
     def _fan_out(self, message: Doc) -> None:
         business = message["business"]
         size = 0  # measured once, for the first subscriber that takes it
-        for route in ((business, None), (business, message["facility"])):
+        facility = message.get("facility")
+        # Subscribers of the whole business, then those of the message's facility (a message of
+        # the whole business, an operational event, has none).
+        routes = (
+            [(business, None)] if facility is None else [(business, None), (business, facility)]
+        )
+        for route in routes:
             for subscriber in list(self._routes.get(route, ())):
                 if subscriber.selector.matches(message):
                     size = size or len(bson.encode(message))

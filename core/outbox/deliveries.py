@@ -24,6 +24,7 @@ from pymongo import ReturnDocument, UpdateOne
 
 from core import metrics
 from core.errors import Conflict, NotFound
+from core.outbox import notices
 from core.settings import Settings
 from core.storage import Doc, Storage
 
@@ -364,7 +365,7 @@ async def record_attempt(
         await _finish(storage, claim, {**common, "status": DISABLED, **_schedule(None)})
         await disable_endpoint(storage, claim.endpoint_id, "the endpoint answered 410 Gone")
         return DISABLED
-    enabled = await _note_failure(storage, settings, claim.endpoint_id, result.at)
+    enabled = await note_failure(storage, settings, claim.endpoint_id, result.at)
     if not enabled:
         status = DISABLED
         fields: Doc = {"status": DISABLED, **_schedule(None)}
@@ -430,35 +431,43 @@ async def record_successes(storage: Storage, done: Iterable[tuple[Claim, Attempt
         ),
         storage.webhook_endpoints.update_many(
             {"_id": {"$in": endpoint_ids}, "failing_since": {"$exists": True, "$ne": None}},
-            {"$set": {"failing_since": None}},
+            {"$set": {"failing_since": None, "failing_run": None}},
         ),
     )
     for claim, result in done:
         _observe(claim, result)
 
 
-async def _note_failure(
+async def note_failure(
     storage: Storage, settings: Settings, endpoint_id: str, at: datetime
 ) -> bool:
     """Start the endpoint's failure clock if it is not running; disable the endpoint once it
     has run for `webhook_disable_after_s`. Returns whether the endpoint is still enabled."""
     await storage.webhook_endpoints.update_one(
         {"_id": endpoint_id, "failing_since": None},
-        {"$set": {"failing_since": at}},
+        # The run of failures is named by a token, and ENDPOINT_FAILING is told once per run
+        # (plain equalities: the embedded server matches neither dates for equality nor `$ne`
+        # on a missing field as MongoDB does).
+        {"$set": {"failing_since": at, "failing_run": secrets.token_hex(8), "failing_told": False}},
     )
     doc = await storage.webhook_endpoints.find_one(
-        {"_id": endpoint_id}, {"enabled": 1, "failing_since": 1}
+        {"_id": endpoint_id},
+        {"enabled": 1, "failing_since": 1, "failing_run": 1, "failing_told": 1},
     )
     if doc is None or not doc.get("enabled", True):
         return False
     since = doc.get("failing_since")
-    if since is not None and (at - since).total_seconds() >= settings.webhook_disable_after_s:
-        await disable_endpoint(
-            storage,
-            endpoint_id,
-            f"every delivery failed since {since:%Y-%m-%d %H:%M:%S} UTC",
-        )
+    if since is None:
+        return True
+    failing_s = (at - since).total_seconds()
+    reason = f"every delivery failed since {since:%Y-%m-%d %H:%M:%S} UTC"
+    if failing_s >= settings.webhook_disable_after_s:
+        await disable_endpoint(storage, endpoint_id, reason)
         return False
+    run = doc.get("failing_run")
+    told = doc.get("failing_told", True)  # a run started before runs were told: never told
+    if failing_s >= settings.webhook_failing_notice_after_s and run and not told:
+        await notices.failing(storage, endpoint_id, run, since, reason)
     return True
 
 
@@ -534,13 +543,10 @@ async def load_messages(storage: Storage, message_ids: Iterable[int]) -> dict[in
 
 
 async def disable_endpoint(storage: Storage, endpoint_id: str, reason: str) -> int:
-    """Disable the endpoint and mark its waiting deliveries DISABLED; returns how many.
-    Deliveries in flight become DISABLED when their attempt fails (a success still counts)."""
-    result = await storage.webhook_endpoints.update_one(
-        {"_id": endpoint_id}, {"$set": {"enabled": False, "disabled_reason": reason}}
-    )
-    if result.matched_count == 0:
-        raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
+    """Disable the endpoint (the business hears of it: ENDPOINT_DISABLED) and mark its waiting
+    deliveries DISABLED; returns how many. Deliveries in flight become DISABLED when their
+    attempt fails (a success still counts)."""
+    await notices.disable(storage, endpoint_id, reason, datetime.now(UTC))
     updated = await storage.webhook_deliveries.update_many(
         {"endpoint_id": endpoint_id, "status": {"$in": _WAITING}},
         {"$set": {"status": DISABLED, **_schedule(None), "last_error": reason}},
@@ -554,7 +560,15 @@ async def enable_endpoint(storage: Storage, endpoint_id: str) -> int:
     the pushMessages query)."""
     result = await storage.webhook_endpoints.update_one(
         {"_id": endpoint_id},
-        {"$set": {"enabled": True, "disabled_reason": "", "failing_since": None}},
+        {
+            "$set": {
+                "enabled": True,
+                "disabled_reason": "",
+                "failing_since": None,
+                "failing_run": None,
+                "disabled_at": None,
+            }
+        },
     )
     if result.matched_count == 0:
         raise NotFound(f"webhook endpoint {endpoint_id!r} not found")

@@ -18,8 +18,12 @@ ROUTES = {
     "PALLET_EVENT": "/api/palletEvent",
     "SHIPMENT_COMPLETE": "/api/shipmentComplete",
     "EXCEPTION": "/api/exceptionEvent",
+    "OPERATIONAL": "/api/operationalEvent",
 }
 EVENTS = tuple(ROUTES)
+# Message types that an endpoint receives by subscribing to OPERATIONAL; every other message
+# type is an event of its own name.
+OPERATIONAL_TYPES = ("ENDPOINT_DISABLED", "ENDPOINT_FAILING")
 # What an endpoint receives when no events are named, and what one stored before events were
 # stored receives: EXCEPTION came later and is only sent to endpoints that subscribe to it.
 DEFAULT_EVENTS = ("PALLET_EVENT", "SHIPMENT_COMPLETE")
@@ -50,8 +54,13 @@ class WebhookEndpoint:
     enabled: bool = True
     disabled_reason: str = ""
 
-    def route(self, event: str) -> str:
-        return self.base_url.rstrip("/") + ROUTES[event]
+    def route(self, message_type: str) -> str:
+        return self.base_url.rstrip("/") + ROUTES[event_of(message_type)]
+
+
+def event_of(message_type: str) -> str:
+    """The event an endpoint subscribes to in order to receive messages of this type."""
+    return "OPERATIONAL" if message_type in OPERATIONAL_TYPES else message_type
 
 
 def signing_secrets_of(box: SecretBox, endpoint: WebhookEndpoint) -> tuple[str, ...]:
@@ -197,9 +206,12 @@ async def list_endpoints(storage: Storage, business: str | None = None) -> list[
 
 
 async def endpoints_for(
-    storage: Storage, business: str, facility: str, event: str
+    storage: Storage, business: str, facility: str | None, message_type: str
 ) -> list[WebhookEndpoint]:
-    """The enabled endpoints that receive `event` for messages of this facility."""
+    """The enabled endpoints that receive messages of this type and facility: those of the
+    facility and those of the whole business (a message of the whole business, facility None,
+    goes only to the latter)."""
     docs = await storage.webhook_endpoints.find({"business": business, "enabled": True}).to_list()
     endpoints = [endpoint_from_doc(d) for d in docs]
+    event = event_of(message_type)
     return [e for e in endpoints if event in e.events and e.facility in (None, facility)]

@@ -37,6 +37,8 @@ class MessageType(Enum):
     PALLET_EVENT = "PALLET_EVENT"
     SHIPMENT_COMPLETE = "SHIPMENT_COMPLETE"
     EXCEPTION = "EXCEPTION"
+    ENDPOINT_DISABLED = "ENDPOINT_DISABLED"
+    ENDPOINT_FAILING = "ENDPOINT_FAILING"
 
 
 @strawberry.enum
@@ -66,7 +68,10 @@ class SchedulingEvent(Enum):
 class PushMessage:
     id: int = strawberry.field(description="Unique, increasing; store it to drop duplicates.")
     business_slug: str
-    facility_slug: str
+    facility_slug: str | None = strawberry.field(
+        description="null for a message of the whole business (an operational event about an "
+        "endpoint of every facility)."
+    )
     message_type: MessageType
     message: JSON = strawberry.field(description="The payload object, as webhooks send it.")
     sent_at: dt.datetime = strawberry.field(description="ISO 8601 with UTC offset.")
@@ -76,7 +81,7 @@ class PushMessage:
         return cls(
             id=int(doc["_id"]),
             business_slug=doc["business"],
-            facility_slug=doc["facility"],
+            facility_slug=doc.get("facility"),
             message_type=MessageType(doc["type"]),
             message=doc["message"],
             sent_at=doc["sent_at"],

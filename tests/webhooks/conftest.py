@@ -18,6 +18,7 @@ from aiohttp.test_utils import TestServer
 
 from core.auth.crypto import SecretBox
 from core.feed.publish import NewMessage, append_messages
+from core.outbox import webhook_endpoints
 from core.outbox.webhook_endpoints import WebhookEndpoint, create_endpoint
 from core.services import Services
 from core.settings import Settings
@@ -78,9 +79,10 @@ class Receiver:
 
     def app(self) -> web.Application:
         app = web.Application()
-        app.router.add_post("/api/palletEvent", self._hook)
-        app.router.add_post("/api/shipmentComplete", self._hook)
-        app.router.add_post("/api/exceptionEvent", self._hook)
+        for route in webhook_endpoints.ROUTES.values():
+            app.router.add_post(route, self._hook)
+            # Endpoints whose URL has a path (several endpoints on one receiver).
+            app.router.add_post("/{prefix}" + route, self._hook)
         app.router.add_post("/login", self._login)
         return app
 

@@ -142,7 +142,12 @@ def test_each_event_has_its_route():
         "https://wms.example/hooks/api/palletEvent",
         "https://wms.example/hooks/api/shipmentComplete",
         "https://wms.example/hooks/api/exceptionEvent",
+        "https://wms.example/hooks/api/operationalEvent",
     ]
+    # Each message type goes to the route of the event it is part of.
+    assert [endpoint.route(t) for t in webhook_endpoints.OPERATIONAL_TYPES] == [
+        "https://wms.example/hooks/api/operationalEvent"
+    ] * 2
 
 
 async def test_create_webhook_and_the_tenants_yaml_accept_the_exception_event(

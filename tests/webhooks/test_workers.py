@@ -137,7 +137,11 @@ async def test_a_killed_worker_leaves_nothing_undelivered_after_its_lease(
     assert sum(d["status"] == "DELIVERING" for d in at_death) >= 4
     hold.set()
 
-    survivor = await start_worker(fast_settings(webhook_endpoint_rate_per_s=0))
+    # A generous timeout: under load a request that reached the receiver and timed out would
+    # be sent again, a duplicate that is not the dead worker's.
+    survivor = await start_worker(
+        fast_settings(webhook_endpoint_rate_per_s=0, webhook_timeout_s=60)
+    )
     await wait_until(lambda: all_finished(storage), within=60)
 
     counts = Counter(receiver.ids())
