@@ -154,6 +154,8 @@ class Settings(BaseSettings):
     webhook_disable_after_s: float = Field(5 * 86400, gt=0)
     # An endpoint failing this long without a success: its business hears (ENDPOINT_FAILING).
     webhook_failing_notice_after_s: float = Field(86400, gt=0)
+    # Test sends (sendTestWebhook) a business may make per minute.
+    webhook_test_sends_per_minute: int = Field(10, ge=1, le=1000)
     # Per worker: requests in flight to one endpoint, and requests per second to it (0: no limit).
     webhook_endpoint_concurrency: int = Field(4, ge=1)
     webhook_endpoint_rate_per_s: float = Field(50.0, ge=0)

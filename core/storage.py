@@ -174,6 +174,12 @@ INDEXES: dict[str, list[IndexModel]] = {
         # an operator's sessions: capped, and ended on a password change
         IndexModel([("username", ASCENDING), ("last_seen_at", DESCENDING)]),
     ],
+    # sendTestWebhook's log, and its per-business rate (core/outbox/test_sends.py)
+    "test_sends": [
+        IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
+        IndexModel([("business", ASCENDING), ("at", ASCENDING)]),
+    ],
+    "test_send_minutes": [],  # _id = business: its count of test sends in the current minute
 }
 
 
