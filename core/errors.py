@@ -104,6 +104,12 @@ class IdempotencyKeyReused(ValidationFailed):
     code = "IDEMPOTENCY_KEY_REUSED"
 
 
+class RetentionExceeded(ValidationFailed):
+    """Messages asked for are older than the retained feed (`core.retention`)."""
+
+    code = "RETENTION_EXCEEDED"
+
+
 class RateLimited(DockflowError):
     code = "RATE_LIMITED"
 

@@ -182,6 +182,13 @@ class Settings(BaseSettings):
     feed_late_window_s: float = Field(300.0, ge=0)
     feed_subscriber_buffer: int = Field(10000, ge=1)
 
+    # Retention (core/retention.py): days each is kept, 0 = forever; how often it is swept.
+    retention_messages_days: int = Field(30, ge=0, le=36500)
+    retention_readings_days: int = Field(30, ge=0, le=36500)
+    retention_deliveries_days: int = Field(30, ge=0, le=36500)
+    retention_attempts_days: int = Field(30, ge=0, le=36500)
+    retention_sweep_interval_s: float = Field(3600.0, gt=0)
+
     # Hardening: webhook egress, dashboard content, identifiers.
     # Bytes of a webhook answer read (for the attempt's snippet); the rest is never read.
     webhook_max_response_bytes: int = Field(64 * 1024, ge=1024)

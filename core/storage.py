@@ -180,6 +180,7 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("business", ASCENDING), ("at", ASCENDING)]),
     ],
     "test_send_minutes": [],  # _id = business: its count of test sends in the current minute
+    "retention_marks": [],  # _id = "push_messages": how far the feed was swept (core/retention.py)
 }
 
 

@@ -15,6 +15,7 @@ from pymongo.uri_parser import parse_uri
 
 from core.errors import DatabaseUnavailable
 from core.files import ensure_private_dir
+from core.retention import RetentionSweeper
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -137,6 +138,9 @@ async def serve(
                 addresses["http"] = http.address
             if "webhooks" in parts and settings.webhooks_enabled:
                 await stack.enter_async_context(WebhookWorker(services))
+            if "webhooks" in parts:
+                # Retention is swept where webhooks are delivered: one or two processes.
+                await stack.enter_async_context(RetentionSweeper(services.storage, settings))
             if settings.gc_freeze_heap:
                 # A long-running process: keep its long-lived objects (all started by now) out
                 # of the collector's walks.

@@ -71,6 +71,7 @@ HTTP_PROBLEMS: dict[str, tuple[int, str]] = {
     "UNSUPPORTED_MEDIA_TYPE": (415, "Unsupported Media Type"),
     "VALIDATION_FAILED": (422, "Unprocessable Entity"),
     "IDEMPOTENCY_KEY_REUSED": (422, "Unprocessable Entity"),
+    "RETENTION_EXCEEDED": (422, "Unprocessable Entity"),
     "RATE_LIMITED": (429, "Too Many Requests"),
     "INTERNAL": (500, "Internal Server Error"),
     "CONFIG": (500, "Invalid configuration"),

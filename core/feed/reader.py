@@ -49,7 +49,7 @@ from pymongo import ASCENDING, DESCENDING
 from pymongo.asynchronous.change_stream import AsyncChangeStream
 from pymongo.errors import OperationFailure
 
-from core import metrics
+from core import metrics, retention
 from core.auth.access import Principal
 from core.errors import DockflowError, ErrorList, FeedStopped, Forbidden, SlowConsumer
 from core.feed import publish
@@ -141,6 +141,7 @@ async def list_messages(
     `up_to` (the hub's watermark) holds back ids above a gap that may still fill.
     """
     page = validate_page(since, first)
+    await retention.check_feed_start(storage, since=since, after_id=after_id)
     query = feed_filter(business, facility, allowed).query()
     # The embedded server compares `_id` as text when an `_id` range is combined with a date
     # range, so the two never share a query: find the first id sent at or after `since`, then
@@ -589,6 +590,8 @@ class FeedHub:
         the subscriber is ended (its buffer overflowed, the hub stopped).
         """
         await self._ready.wait()
+        if after_id is not None or since is not None:
+            await retention.check_feed_start(self.storage, since=since, after_id=after_id)
         subscriber = self.add(selector, on_fail)
         try:
             if after_id is not None or since is not None:

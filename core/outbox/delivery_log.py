@@ -1,0 +1,164 @@
+"""What a customer reads and does with its own webhook deliveries (GraphQL): every delivery with
+every attempt, one delivery sent again, the failed ones of an endpoint since a time queued again.
+
+Scoped to the client's business and, for a client restricted to facilities, to the endpoints of
+those facilities (`endpoint_for_client`). A delivery in flight (DELIVERING) reads as PENDING:
+the customer sees what is still to come, not the lease that carries it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+from pymongo import ASCENDING
+
+from core.auth.access import Principal
+from core.errors import Forbidden, NotFound, ValidationFailed
+from core.outbox import deliveries
+from core.outbox.webhook_endpoints import WebhookEndpoint, endpoint_from_doc
+from core.storage import Doc, Storage
+
+MAX_FIRST: Final = 100
+DEFAULT_FIRST: Final = 50
+MAX_ATTEMPTS_SHOWN: Final = 20  # per delivery, the newest
+# The statuses a customer sees, and the stored ones each stands for.
+SHOWN: Final = {
+    "PENDING": (deliveries.PENDING, deliveries.DELIVERING),
+    "SUCCEEDED": (deliveries.SUCCEEDED,),
+    "FAILED": (deliveries.FAILED,),
+    "DEAD": (deliveries.DEAD,),
+    "DISABLED": (deliveries.DISABLED,),
+}
+
+
+def shown_status(stored: str) -> str:
+    return next(shown for shown, kinds in SHOWN.items() if stored in kinds)
+
+
+async def endpoint_for_client(
+    storage: Storage, principal: Principal, endpoint_id: str
+) -> WebhookEndpoint:
+    """One endpoint the client may manage: NOT_FOUND for an unknown id or another business's,
+    FORBIDDEN for an endpoint a restricted client may not see (one of another facility, or of
+    the whole business)."""
+    doc = await storage.webhook_endpoints.find_one({"_id": endpoint_id})
+    if doc is None or doc.get("business") != principal.business:
+        raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
+    endpoint = endpoint_from_doc(doc)
+    if not may_see(principal, endpoint.facility):
+        raise Forbidden(
+            "this client may not manage endpoints of the whole business or another facility"
+        )
+    return endpoint
+
+
+def may_see(principal: Principal, facility: str | None) -> bool:
+    """Whether the client may see an endpoint of `facility` (None: of the whole business)."""
+    return principal.facilities is None or (
+        facility is not None and facility in principal.facilities
+    )
+
+
+@dataclass(frozen=True)
+class DeliveryFilter:
+    endpoint_id: str | None = None
+    status: str | None = None  # a key of SHOWN
+    since: datetime | None = None  # created at or after
+    after_id: str | None = None  # the last delivery of the previous page
+    first: int = DEFAULT_FIRST
+
+
+@dataclass(frozen=True)
+class DeliveryView:
+    delivery: Doc
+    attempts: list[Doc]
+
+
+async def list_for_client(
+    storage: Storage, principal: Principal, wanted: DeliveryFilter
+) -> list[DeliveryView]:
+    """The client's deliveries in message id order (a page of `first` after `after_id`), each
+    with its newest attempts, oldest first."""
+    if not 1 <= wanted.first <= MAX_FIRST:
+        raise ValidationFailed(f"first must be between 1 and {MAX_FIRST}")
+    if wanted.status is not None and wanted.status not in SHOWN:
+        raise ValidationFailed(f"status must be among {', '.join(SHOWN)}")
+    query: Doc = {"business": principal.business}
+    if wanted.endpoint_id is not None:
+        await endpoint_for_client(storage, principal, wanted.endpoint_id)
+        query["endpoint_id"] = wanted.endpoint_id
+    elif principal.facilities is not None:
+        visible = await storage.webhook_endpoints.find(
+            {"business": principal.business, "facility": {"$in": sorted(principal.facilities)}},
+            {"_id": 1},
+        ).to_list()
+        query["endpoint_id"] = {"$in": [e["_id"] for e in visible]}
+    if wanted.status is not None:
+        query["status"] = {"$in": list(SHOWN[wanted.status])}
+    if wanted.since is not None:
+        query["created_at"] = {"$gte": wanted.since}
+    after: tuple[int, str] | None = None
+    if wanted.after_id is not None:
+        anchor = await storage.webhook_deliveries.find_one(
+            {"_id": wanted.after_id, "business": principal.business}, {"message_id": 1}
+        )
+        if anchor is None:
+            raise ValidationFailed(f"afterId {wanted.after_id!r} is not a delivery of yours")
+        after = (int(anchor["message_id"]), wanted.after_id)
+        query["message_id"] = {"$gte": after[0]}
+    # Deliveries of one message id differ by endpoint: a page boundary inside one message id
+    # needs the ones past `after_id` only, so a few more are read than shown.
+    found = (
+        await storage.webhook_deliveries.find(query)
+        .sort([("message_id", ASCENDING), ("_id", ASCENDING)])
+        .limit(wanted.first + (MAX_FIRST if after else 0))
+        .to_list()
+    )
+    if after is not None:
+        found = [d for d in found if (int(d["message_id"]), d["_id"]) > after]
+    page = found[: wanted.first]
+    attempts = await _attempts_of(storage, [d["_id"] for d in page])
+    return [DeliveryView(d, attempts.get(d["_id"], [])) for d in page]
+
+
+async def _attempts_of(storage: Storage, delivery_ids: list[str]) -> dict[str, list[Doc]]:
+    if not delivery_ids:
+        return {}
+    docs = (
+        await storage.delivery_attempts.find({"delivery_id": {"$in": delivery_ids}})
+        .sort("at", ASCENDING)
+        .to_list()
+    )
+    by_delivery: dict[str, list[Doc]] = {}
+    for doc in docs:
+        by_delivery.setdefault(doc["delivery_id"], []).append(doc)
+    return {k: v[-MAX_ATTEMPTS_SHOWN:] for k, v in by_delivery.items()}
+
+
+async def delivery_for_client(storage: Storage, principal: Principal, delivery_id: str) -> Doc:
+    doc = await storage.webhook_deliveries.find_one({"_id": delivery_id})
+    if doc is None or doc.get("business") != principal.business:
+        raise NotFound(f"delivery {delivery_id!r} not found")
+    await endpoint_for_client(storage, principal, doc["endpoint_id"])
+    return doc
+
+
+async def resend_for_client(
+    storage: Storage, principal: Principal, delivery_id: str
+) -> DeliveryView:
+    """`resendWebhookDelivery`: queue one delivery again now (same message, same webhook-id)."""
+    await delivery_for_client(storage, principal, delivery_id)
+    doc = await deliveries.resend_delivery(storage, delivery_id)
+    attempts = await _attempts_of(storage, [delivery_id])
+    return DeliveryView(doc, attempts.get(delivery_id, []))
+
+
+async def recover_for_client(
+    storage: Storage, principal: Principal, endpoint_id: str, since: datetime
+) -> int:
+    """`recoverWebhookDeliveries`: queue again every FAILED or DEAD delivery of the endpoint
+    created at or after `since`; returns how many."""
+    await endpoint_for_client(storage, principal, endpoint_id)
+    return await deliveries.recover_endpoint(storage, endpoint_id, since)

@@ -1,0 +1,185 @@
+"""Retention: what dockflow keeps, for how long, and where the retained feed begins.
+
+Push messages, camera readings, webhook deliveries and their attempts are kept
+`retention_*_days` (30 by default; 0 keeps them forever). A sweeper deletes what is older, in
+small batches, on every backend alike (`sweep`, run by every `dockflow webhooks` and `dockflow
+serve` process every `retention_sweep_interval_s`; several at once only delete the same
+documents). Idempotency keys, operator sessions and test sends expire by their own TTL indexes.
+
+The feed remembers how far it was swept (`retention_marks`, `_id` "push_messages": the highest
+id and the newest send time deleted). A `pushMessages` query or a subscription asking for
+messages before that (`afterId` below the mark, `since` before it) is refused with
+`RetentionExceeded`, saying where the retained feed begins, instead of answering a page with a
+hole the consumer cannot see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+from pymongo import ASCENDING
+
+from core.errors import RetentionExceeded
+from core.running import Running
+from core.settings import Settings
+from core.storage import Doc, Storage
+
+log = logging.getLogger(__name__)
+
+BATCH: Final = 500  # documents per delete (an `_id $in` of this size is quick on every backend)
+FEED_MARK: Final = "push_messages"
+
+
+@dataclass(frozen=True)
+class Kept:
+    """One collection under retention: documents whose `field` is older than the setting's
+    days are deleted."""
+
+    collection: str
+    field: str
+    setting: str
+
+
+KEPT: Final = (
+    Kept("push_messages", "sent_at", "retention_messages_days"),
+    Kept("readings", "created_at", "retention_readings_days"),
+    Kept("webhook_deliveries", "created_at", "retention_deliveries_days"),
+    Kept("delivery_attempts", "at", "retention_attempts_days"),
+)
+
+
+async def sweep(storage: Storage, settings: Settings, now: datetime) -> dict[str, int]:
+    """Delete what is past retention; returns how many documents of each collection."""
+    deleted: dict[str, int] = {}
+    for kept in KEPT:
+        days = getattr(settings, kept.setting)
+        if not days:
+            continue
+        cutoff = now - timedelta(days=days)
+        if kept.collection == "push_messages":
+            deleted[kept.collection] = await _sweep_feed(storage, cutoff)
+        else:
+            query: Doc = {kept.field: {"$lt": cutoff}}
+            if kept.collection == "webhook_deliveries":
+                query["status"] = {"$ne": "DELIVERING"}  # never one a worker holds right now
+            deleted[kept.collection] = await _sweep(storage, kept, query)
+    if any(deleted.values()):
+        log.info("retention sweep", extra={"deleted": deleted})
+    return deleted
+
+
+async def _sweep(storage: Storage, kept: Kept, query: Doc) -> int:
+    collection = getattr(storage, kept.collection)
+    total = 0
+    while True:
+        ids = [d["_id"] for d in await collection.find(query, {"_id": 1}).limit(BATCH).to_list()]
+        if not ids:
+            return total
+        total += (await collection.delete_many({"_id": {"$in": ids}})).deleted_count
+
+
+async def _sweep_feed(storage: Storage, cutoff: datetime) -> int:
+    """Delete messages sent before `cutoff` (and fenced voids older than it), oldest first,
+    moving the feed's mark before each batch goes: a reader never misses a hole."""
+    total = 0
+    while True:
+        batch = (
+            await storage.push_messages.find({"sent_at": {"$lt": cutoff}}, {"_id": 1, "sent_at": 1})
+            .sort("_id", ASCENDING)
+            .limit(BATCH)
+            .to_list()
+        )
+        if not batch:
+            break
+        newest = max(d["sent_at"] for d in batch)
+        await _raise_mark(storage, int(batch[-1]["_id"]), newest)
+        ids = [d["_id"] for d in batch]
+        total += (await storage.push_messages.delete_many({"_id": {"$in": ids}})).deleted_count
+    voids = Kept("push_messages", "fenced_at", "retention_messages_days")
+    await _sweep(storage, voids, {"fenced_at": {"$lt": cutoff}})
+    return total
+
+
+async def _raise_mark(storage: Storage, through_id: int, through_at: datetime) -> None:
+    """The feed is swept through `through_id` (sent up to `through_at`); never lowered."""
+    mark = await feed_mark(storage)
+    if mark is not None and mark.through_id >= through_id:
+        return
+    await storage.retention_marks.replace_one(
+        {"_id": FEED_MARK},
+        {"_id": FEED_MARK, "through_id": through_id, "through_at": through_at},
+        upsert=True,
+    )
+
+
+@dataclass(frozen=True)
+class FeedMark:
+    through_id: int  # every message with an id up to this one may be gone
+    through_at: datetime  # and every message sent up to this time
+
+
+async def feed_mark(storage: Storage) -> FeedMark | None:
+    doc = await storage.retention_marks.find_one({"_id": FEED_MARK})
+    if doc is None:
+        return None
+    return FeedMark(int(doc["through_id"]), doc["through_at"])
+
+
+async def check_feed_start(
+    storage: Storage, *, since: datetime | None, after_id: int | None
+) -> None:
+    """Refuse a read of the feed that starts before what is retained (`RetentionExceeded`).
+    An `after_id` takes precedence over `since`, as the readers do."""
+    mark = await feed_mark(storage)
+    if mark is None:
+        return
+    swept_at = f"{mark.through_at:%Y-%m-%dT%H:%M:%SZ}"
+    begins = f"the retained feed begins after id {mark.through_id} (sent after {swept_at})"
+    if after_id is not None:
+        if after_id < mark.through_id:
+            raise RetentionExceeded(
+                f"messages after id {after_id} are no longer all kept: {begins}; "
+                f"read on from afterId {mark.through_id}"
+            )
+        return
+    if since is not None and since <= mark.through_at:
+        raise RetentionExceeded(
+            f"messages since {since:%Y-%m-%dT%H:%M:%SZ} are no longer all kept: {begins}"
+        )
+
+
+class RetentionSweeper(Running):
+    """Sweeps every `retention_sweep_interval_s` (the first sweep soon after start, at a random
+    moment of the first minute so that processes started together do not sweep together)."""
+
+    def __init__(self, storage: Storage, settings: Settings) -> None:
+        self.storage = storage
+        self.settings = settings
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="retention-sweeper")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _loop(self) -> None:
+        delay = random.uniform(1.0, min(60.0, self.settings.retention_sweep_interval_s))
+        while True:
+            await asyncio.sleep(delay)
+            delay = self.settings.retention_sweep_interval_s
+            try:
+                await sweep(self.storage, self.settings, datetime.now(UTC))
+            except Exception:  # the next sweep tries again; an outage must not end the loop
+                log.exception("retention sweep failed")

@@ -1,0 +1,149 @@
+"""Retention: old messages, readings, deliveries and attempts are swept on every backend, and a
+read of the feed from before what is kept is refused, saying where the retained feed begins."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from core import retention
+from core.feed import publish
+from core.settings import Settings
+from core.storage import Storage
+from tests.factories import Tenant, pallet_payload
+from tests.public_api.graphql_support import PUSH_MESSAGES, SUBSCRIPTION, WsSession, gql
+
+NOW = datetime.now(UTC)
+OLD = NOW - timedelta(days=31)
+RECENT = NOW - timedelta(days=29)
+
+
+async def messages_sent(storage: Storage, at: datetime, count: int) -> list[int]:
+    new = [
+        publish.NewMessage("acme", "dc1", "PALLET_EVENT", pallet_payload(n=n), shipment_id=1)
+        for n in range(count)
+    ]
+    written = await publish.build_messages(storage, new, sent_at=at)
+    await publish.write_messages(storage, written)
+    return written.ids
+
+
+async def test_a_sweep_deletes_what_is_past_retention_and_keeps_the_rest(
+    storage: Storage, settings: Settings
+):
+    old_ids = await messages_sent(storage, OLD, 1200)  # more than one batch
+    recent_ids = await messages_sent(storage, RECENT, 3)
+    await storage.readings.insert_many(
+        [{"_id": "cam:old", "created_at": OLD}, {"_id": "cam:new", "created_at": RECENT}]
+    )
+    await storage.webhook_deliveries.insert_many(
+        [
+            {"_id": "dlv_old", "status": "SUCCEEDED", "created_at": OLD},
+            {"_id": "dlv_held", "status": "DELIVERING", "created_at": OLD},
+            {"_id": "dlv_new", "status": "FAILED", "created_at": RECENT},
+        ]
+    )
+    await storage.delivery_attempts.insert_many(
+        [{"_id": "att_old", "at": OLD}, {"_id": "att_new", "at": RECENT}]
+    )
+    await publish.fence_ids(storage, [10_000])
+    await storage.push_messages.update_one({"_id": 10_000}, {"$set": {"fenced_at": OLD}})
+
+    deleted = await retention.sweep(storage, settings, NOW)
+
+    assert deleted == {
+        "push_messages": 1200,
+        "readings": 1,
+        "webhook_deliveries": 1,
+        "delivery_attempts": 1,
+    }
+    kept = sorted([int(d["_id"]) async for d in storage.push_messages.find({}, {"_id": 1})])
+    assert kept == recent_ids  # the old void went too
+    assert [d["_id"] async for d in storage.readings.find()] == ["cam:new"]
+    assert sorted([d["_id"] async for d in storage.webhook_deliveries.find()]) == [
+        "dlv_held",  # a worker holds it right now
+        "dlv_new",
+    ]
+    assert [d["_id"] async for d in storage.delivery_attempts.find()] == ["att_new"]
+    mark = await retention.feed_mark(storage)
+    assert mark is not None
+    assert mark.through_id == old_ids[-1]
+    assert await retention.sweep(storage, settings, NOW) == {
+        "push_messages": 0,
+        "readings": 0,
+        "webhook_deliveries": 0,
+        "delivery_attempts": 0,
+    }
+
+
+async def test_zero_days_keeps_forever(storage: Storage, settings_factory: Callable[..., Settings]):
+    settings = settings_factory(retention_messages_days=0, retention_readings_days=0)
+    await messages_sent(storage, OLD, 2)
+    await storage.readings.insert_one({"_id": "cam:old", "created_at": OLD})
+
+    deleted = await retention.sweep(storage, settings, NOW)
+
+    assert "push_messages" not in deleted
+    assert "readings" not in deleted
+    assert await storage.push_messages.count_documents({}) == 2
+    assert await retention.feed_mark(storage) is None
+
+
+async def test_reading_the_feed_from_before_what_is_kept_is_refused_with_where_it_begins(
+    storage: Storage, settings: Settings, tenant: Tenant, api: TestClient[Any, Any]
+):
+    old_ids = await messages_sent(storage, OLD, 3)
+    recent_ids = await messages_sent(storage, RECENT, 2)
+    await retention.sweep(storage, settings, NOW)
+    await asyncio.sleep(0.3)  # the API's feed tailer has seen the recent ones
+
+    async def page(**extra: Any) -> dict[str, Any]:
+        variables = {"input": {"businessSlug": "acme", **extra}}
+        _, body = await gql(api, PUSH_MESSAGES, variables, token=tenant.token)
+        return body
+
+    for refused in (
+        await page(since="2000-01-01T00:00:00Z"),
+        await page(since=NOW.isoformat(), afterId=old_ids[0]),
+    ):
+        [error] = refused["errors"]
+        assert error["extensions"]["code"] == "BAD_USER_INPUT"
+        assert error["extensions"]["reason"] == "RETENTION_EXCEEDED"
+        assert f"the retained feed begins after id {old_ids[-1]}" in error["message"]
+    # From the mark on, or since a time still kept, the feed answers.
+    resumed = await page(since="2000-01-01T00:00:00Z", afterId=old_ids[-1])
+    assert [m["id"] for m in resumed["data"]["pushMessages"]] == recent_ids
+    since_kept = await page(since=(RECENT - timedelta(minutes=1)).isoformat())
+    assert [m["id"] for m in since_kept["data"]["pushMessages"]] == recent_ids
+
+    # A subscription resuming from before the mark is ended with the same error.
+    ws = await WsSession.open(api)
+    await ws.init({"Authorization": f"Bearer {tenant.token}"})
+    await ws.subscribe(
+        "s", SUBSCRIPTION, {"filter": {"businessSlug": "acme", "afterId": old_ids[0]}}
+    )
+    answer = await ws.receive()
+    await ws.close()
+    assert answer["type"] == "next"  # graphql-transport-ws: the error is the operation's result
+    assert answer["payload"]["data"] is None
+    assert answer["payload"]["errors"][0]["extensions"]["reason"] == "RETENTION_EXCEEDED"
+
+
+async def test_the_sweeper_runs_by_itself(
+    storage: Storage, settings_factory: Callable[..., Settings]
+):
+    settings = settings_factory(retention_sweep_interval_s=0.2)
+    await messages_sent(storage, OLD, 2)
+    kept = await messages_sent(storage, RECENT, 1)
+
+    async with retention.RetentionSweeper(storage, settings):
+        for _ in range(100):
+            if await storage.push_messages.count_documents({}) == 1:
+                break
+            await asyncio.sleep(0.1)
+
+    assert [int(d["_id"]) async for d in storage.push_messages.find()] == kept
