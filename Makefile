@@ -25,7 +25,10 @@ $(STAMP): $(BIN)/python pyproject.toml $(LOCK_DEV)
 	$(BIN)/pip check
 	touch $(STAMP)
 
-lock: $(STAMP)
+# Only the locked tools (uv) are needed: the project itself may name dependencies the lock
+# does not have yet.
+lock: $(BIN)/python
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r $(LOCK_DEV)
 	$(BIN)/uv $(UV_COMPILE) --output-file $(LOCK_RUNTIME)
 	$(BIN)/uv $(UV_COMPILE) --extra dev --output-file $(LOCK_DEV)
 
