@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from core import metrics
-from core.errors import DockflowError, RateLimited, Unauthenticated
+from core.errors import DockflowError, RateLimited, Unauthenticated, Unavailable
 from core.logs import correlation_id
 from core.storage import UNAVAILABLE_ERRORS
 
@@ -81,6 +81,9 @@ HTTP_PROBLEMS: dict[str, tuple[int, str]] = {
     "MESSAGE_IDS_FENCED": (503, "Service Unavailable"),  # the database stalled again and again
 }
 _UNMAPPED = HTTP_PROBLEMS["INTERNAL"]
+# Seconds a client is asked to wait after a 503 (database unreachable, a transaction past its
+# limit, the feed shutting down): enough for an election or a restart to finish.
+UNAVAILABLE_RETRY_AFTER_S = 2
 
 
 def http_problem(error: DockflowError) -> tuple[int, str]:
@@ -94,6 +97,8 @@ def problem_from_error(error: DockflowError) -> web.Response:
         headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
     if isinstance(error, RateLimited):
         headers["Retry-After"] = str(error.retry_after_s)
+    elif isinstance(error, Unavailable):
+        headers["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER_S)
     status, title = http_problem(error)
     return problem_response(
         status,
@@ -147,7 +152,7 @@ async def _handle(request: web.Request, handler: Handler) -> web.StreamResponse:
             503,
             "Service Unavailable",
             "the database is unavailable; retry later",
-            headers={"Retry-After": "1"},
+            headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
         )
     except Exception:
         error_id = uuid.uuid4().hex

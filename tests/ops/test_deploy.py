@@ -4,15 +4,21 @@ is a dockflow command, every ``DOCKFLOW_*`` variable set is a setting, the parts
 
 from __future__ import annotations
 
+import asyncio
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import pytest
 import yaml
 
 from core.settings import Settings
+from core.storage import Storage
+from tests.processes import DockflowProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "deploy" / "compose.yaml"
@@ -117,3 +123,42 @@ def test_the_deploy_guide_says_what_was_not_run():
     for command in ("dockflow admin backup", "mongodump", "DOCKFLOW_WEBHOOK_SOURCE_ADDRESS"):
         assert command in guide
     assert "docker compose -f deploy/compose.yaml config" in guide
+
+
+def _probe(compose: dict[str, Any], ops_url: str) -> subprocess.CompletedProcess[str]:
+    """The services' healthcheck command, pointed at `ops_url` instead of port 9090."""
+    test = compose["x-dockflow"]["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "python"]
+    argv = [sys.executable, *(a.replace("http://127.0.0.1:9090", ops_url) for a in test[2:])]
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
+
+
+@pytest.mark.parametrize("part", ["api", "edge", "webhooks"])
+async def test_the_healthcheck_passes_on_each_part_and_fails_once_it_stops(
+    part: str, settings: Settings, storage: Storage, tmp_path: Path
+):
+    compose = _compose()
+    environment = compose["x-dockflow"]["environment"]
+    assert environment["DOCKFLOW_OPS_PORT"] == "9090"
+    process = DockflowProcess(
+        part,
+        settings,
+        tmp_path / f"{part}.log",
+        DOCKFLOW_METRICS_ON_OPS_PORT=environment["DOCKFLOW_METRICS_ON_OPS_PORT"],
+        DOCKFLOW_SHUTDOWN_DELAY_S="10",
+    )
+    async with process:
+        assert process.ops_url  # every part, the API too, has its ops listener
+        healthy = await asyncio.to_thread(_probe, compose, process.ops_url)
+        process.signal(signal.SIGTERM)
+        async with aiohttp.ClientSession() as session:
+            while True:  # readiness turns 503 at once; the process drains for 10 s after
+                async with session.get(f"{process.ops_url}/readyz") as response:
+                    if response.status == 503:
+                        break
+                await asyncio.sleep(0.05)
+        stopping = await asyncio.to_thread(_probe, compose, process.ops_url)
+
+    assert healthy.returncode == 0, healthy.stderr
+    assert stopping.returncode != 0
+    assert "503" in stopping.stderr

@@ -89,8 +89,11 @@ async def test_killing_the_database_mid_stream_answers_503_then_recovers_by_itse
                 async with http.get(path) as response:
                     return response.status, await response.json(content_type=None)
 
+            retry_after: dict[str, str | None] = {}
+
             async def post(path: str, body: dict[str, Any]) -> tuple[int, Any]:
                 async with http.post(path, json=body, headers=auth) as response:
+                    retry_after[path] = response.headers.get("Retry-After")
                     return response.status, await response.json(content_type=None)
 
             query = '{ shipments(filter: {businessSlug: "acme"}) { id } }'
@@ -118,6 +121,7 @@ async def test_killing_the_database_mid_stream_answers_503_then_recovers_by_itse
     assert ready_status == 503
     assert document_status == 503, problem
     assert problem["status"] == 503
+    assert retry_after["/documents"] == "2"  # when to try again
     assert problem["title"]
     if graphql_status == 503:  # the bearer token could not be checked
         assert graphql_body["status"] == 503, graphql_body
