@@ -25,14 +25,10 @@ import secrets
 import socket
 import time
 from collections.abc import Mapping
-from datetime import UTC, date, datetime
-from importlib import metadata
+from datetime import date, datetime
 from typing import Any
 
-import aiohttp
-
-from core.auth.crypto import SecretBox
-from core.errors import CredentialUnreadable, NotFound
+from core.errors import NotFound
 from core.feed import publish
 from core.outbox import deliveries
 from core.outbox.deliveries import AttemptResult, Claim
@@ -40,13 +36,12 @@ from core.outbox.webhook_endpoints import (
     WebhookEndpoint,
     get_endpoint,
     list_endpoints,
-    signing_secrets_of,
 )
 from core.running import Running
 from core.services import Services
 from core.storage import Doc
-from webhooks import egress, signing, transport
-from webhooks.customer_auth import CustomerAuth, LoginFailed
+from webhooks import egress
+from webhooks.sender import Sender
 
 log = logging.getLogger(__name__)
 
@@ -57,16 +52,6 @@ _STATS_INTERVAL_S = 15.0
 # A delivery whose push message is still not visible (`deliveries.message_when_written`) is
 # handed back and tried again after this many seconds.
 _MESSAGE_WAIT_S = 1.0
-
-
-def _version() -> str:
-    try:
-        return metadata.version("dockflow")
-    except metadata.PackageNotFoundError:  # running from a source tree that is not installed
-        return "0+unknown"
-
-
-USER_AGENT = f"dockflow/{_version()}"
 
 
 def encode_payload(payload: Mapping[str, Any]) -> bytes:
@@ -128,11 +113,8 @@ class WebhookWorker(Running):
         settings = services.settings
         self.settings = settings
         self.storage = services.storage
-        self._socket_factory = socket_factory
+        self._sender = Sender(settings, socket_factory=socket_factory)
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        self._box = SecretBox(settings)
-        self._session: aiohttp.ClientSession | None = None
-        self._auth: CustomerAuth | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._stats_task: asyncio.Task[None] | None = None
         self._tasks: dict[asyncio.Task[None], Claim] = {}
@@ -159,19 +141,7 @@ class WebhookWorker(Running):
         """Open the connection pool and start claiming; returns at once."""
         if self._loop_task is not None:
             return
-        self._session = aiohttp.ClientSession(
-            connector=egress.make_connector(self.settings, socket_factory=self._socket_factory),
-            headers={"User-Agent": USER_AGENT},
-        )
-        self._auth = CustomerAuth(
-            self._session,
-            self._box,
-            timeout_s=self.settings.webhook_timeout_s,
-            allow_hosts=self.settings.webhook_allow_hosts,
-            user_agent=USER_AGENT,
-            max_answer_bytes=self.settings.webhook_max_login_answer_bytes,
-            max_token_chars=self.settings.webhook_max_token_chars,
-        )
+        await self._sender.open()
         self._flush_task = asyncio.create_task(self._flush_loop(), name="webhooks-record")
         self._loop_task = asyncio.create_task(self._claim_loop(), name="webhooks-claim")
         # Woken at once by new deliveries written in this process (through this storage).
@@ -214,8 +184,7 @@ class WebhookWorker(Running):
         for claim in unfinished.values():
             with contextlib.suppress(Exception):  # the lease expires anyway
                 await deliveries.release(self.storage, claim)
-        if self._session is not None:
-            await self._session.close()
+        await self._sender.close()
         self._stopped.set()
         log.info("webhook worker stopped", extra={"worker_id": self.worker_id})
 
@@ -412,47 +381,8 @@ class WebhookWorker(Running):
                 done.set_result(None)
 
     async def attempt(self, endpoint: WebhookEndpoint, claim: Claim, body: bytes) -> AttemptResult:
-        """One attempt: authenticate, sign, POST; with token auth a 401 logs in again once."""
-        assert self._auth is not None
-        url = endpoint.route(claim.event)
-        try:
-            auth_headers = await self._auth.headers(endpoint)
-            result = await self._post(endpoint, claim, url, body, auth_headers)
-            if result.status_code == 401 and self._auth.rejected(endpoint, auth_headers):
-                auth_headers = await self._auth.headers(endpoint)
-                result = await self._post(endpoint, claim, url, body, auth_headers)
-        except LoginFailed as exc:
-            return AttemptResult(at=datetime.now(UTC), error=str(exc))
-        except CredentialUnreadable as exc:  # a password sealed with another key
-            return AttemptResult(at=datetime.now(UTC), error=f"auth: {exc.detail}")
-        return result
-
-    async def _post(
-        self,
-        endpoint: WebhookEndpoint,
-        claim: Claim,
-        url: str,
-        body: bytes,
-        auth_headers: Mapping[str, str],
-    ) -> AttemptResult:
-        assert self._session is not None
-        headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **auth_headers}
-        secrets = signing_secrets_of(self._box, endpoint)
-        if secrets:
-            headers.update(
-                signing.webhook_headers(str(claim.message_id), int(time.time()), body, secrets)
-            )
-        else:
-            headers.update({"webhook-id": str(claim.message_id)})
-        return await transport.post(
-            self._session,
-            url,
-            body,
-            headers,
-            timeout_s=self.settings.webhook_timeout_s,
-            allow_hosts=self.settings.webhook_allow_hosts,
-            max_response_bytes=self.settings.webhook_max_response_bytes,
-        )
+        """One attempt of a delivery: its `webhook-id` is its message id."""
+        return await self._sender.send(endpoint, claim.event, str(claim.message_id), body)
 
     async def _endpoint(self, endpoint_id: str) -> WebhookEndpoint | None:
         cached = self._endpoints.get(endpoint_id)
@@ -477,8 +407,8 @@ class WebhookWorker(Running):
             endpoint = None
         previous = cached[0] if cached else None
         changed = previous is not None and endpoint is not None and previous.auth != endpoint.auth
-        if changed and self._auth is not None:
-            self._auth.forget(endpoint_id)  # credentials changed: log in again
+        if changed:
+            self._sender.forget(endpoint_id)  # credentials changed: log in again
         self._endpoints[endpoint_id] = (endpoint, time.monotonic())
         return endpoint
 

@@ -37,7 +37,7 @@ from tests.webhooks.conftest import (
     wait_until,
 )
 from webhooks import signing
-from webhooks.worker import USER_AGENT
+from webhooks.sender import USER_AGENT
 
 
 async def test_pallet_event_is_posted_with_verifiable_standard_webhooks_headers(

@@ -1,0 +1,119 @@
+"""One POST to a customer's endpoint, as every webhook goes out: authenticated (none, basic, or
+token with one login retry on a 401), signed (Standard Webhooks, one signature per active
+secret), through the egress rules, with its answer read up to a limit. The outbox worker sends
+deliveries with it and the API sends test sends (`sendTestWebhook`) with it; each owns one
+(`open()` / `close()`): one connection pool and one token cache.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from importlib import metadata
+
+import aiohttp
+
+from core.auth.crypto import SecretBox
+from core.errors import CredentialUnreadable
+from core.outbox.deliveries import AttemptResult
+from core.outbox.webhook_endpoints import WebhookEndpoint, signing_secrets_of
+from core.settings import Settings
+from webhooks import egress, signing, transport
+from webhooks.customer_auth import CustomerAuth, LoginFailed
+
+
+def _version() -> str:
+    try:
+        return metadata.version("dockflow")
+    except metadata.PackageNotFoundError:  # running from a source tree that is not installed
+        return "0+unknown"
+
+
+USER_AGENT = f"dockflow/{_version()}"
+
+
+class Sender:
+    """Sends signed, authenticated requests to customers' endpoints over one pool."""
+
+    def __init__(
+        self, settings: Settings, *, socket_factory: egress.SocketFactory | None = None
+    ) -> None:
+        """`socket_factory` creates every outgoing socket (default: plain sockets); tests pass
+        one that records, and refuses anything but loopback."""
+        self.settings = settings
+        self._box = SecretBox(settings)
+        self._socket_factory = socket_factory
+        self._session: aiohttp.ClientSession | None = None
+        self._auth: CustomerAuth | None = None
+
+    async def open(self) -> None:
+        if self._session is not None:
+            return
+        self._session = aiohttp.ClientSession(
+            connector=egress.make_connector(self.settings, socket_factory=self._socket_factory),
+            headers={"User-Agent": USER_AGENT},
+        )
+        self._auth = CustomerAuth(
+            self._session,
+            self._box,
+            timeout_s=self.settings.webhook_timeout_s,
+            allow_hosts=self.settings.webhook_allow_hosts,
+            user_agent=USER_AGENT,
+            max_answer_bytes=self.settings.webhook_max_login_answer_bytes,
+            max_token_chars=self.settings.webhook_max_token_chars,
+        )
+
+    async def close(self) -> None:
+        session, self._session, self._auth = self._session, None, None
+        if session is not None:
+            await session.close()
+
+    def forget(self, endpoint_id: str) -> None:
+        """The endpoint's credentials changed: log in again on its next request."""
+        if self._auth is not None:
+            self._auth.forget(endpoint_id)
+
+    async def send(
+        self, endpoint: WebhookEndpoint, message_type: str, webhook_id: str, body: bytes
+    ) -> AttemptResult:
+        """One attempt to the route of `message_type`: authenticate, sign, POST; with token
+        auth a 401 logs in again once. Never raises for what the customer's side does."""
+        assert self._auth is not None, "open() the sender first"
+        url = endpoint.route(message_type)
+        try:
+            auth_headers = await self._auth.headers(endpoint)
+            result = await self._post(endpoint, webhook_id, url, body, auth_headers)
+            if result.status_code == 401 and self._auth.rejected(endpoint, auth_headers):
+                auth_headers = await self._auth.headers(endpoint)
+                result = await self._post(endpoint, webhook_id, url, body, auth_headers)
+        except LoginFailed as exc:
+            return AttemptResult(at=datetime.now(UTC), error=str(exc))
+        except CredentialUnreadable as exc:  # a password sealed with another key
+            return AttemptResult(at=datetime.now(UTC), error=f"auth: {exc.detail}")
+        return result
+
+    async def _post(
+        self,
+        endpoint: WebhookEndpoint,
+        webhook_id: str,
+        url: str,
+        body: bytes,
+        auth_headers: Mapping[str, str],
+    ) -> AttemptResult:
+        assert self._session is not None
+        headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **auth_headers}
+        secrets = signing_secrets_of(self._box, endpoint)
+        if secrets:
+            headers.update(signing.webhook_headers(webhook_id, int(time.time()), body, secrets))
+        else:
+            headers.update({"webhook-id": webhook_id})
+        return await transport.post(
+            self._session,
+            url,
+            body,
+            headers,
+            timeout_s=self.settings.webhook_timeout_s,
+            allow_hosts=self.settings.webhook_allow_hosts,
+            max_response_bytes=self.settings.webhook_max_response_bytes,
+        )
