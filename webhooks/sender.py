@@ -7,10 +7,12 @@ deliveries with it and the API sends test sends (`sendTestWebhook`) with it; eac
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from importlib import metadata
+from typing import Any
 
 import aiohttp
 
@@ -31,6 +33,17 @@ def _version() -> str:
 
 
 USER_AGENT = f"dockflow/{_version()}"
+
+
+def encode_payload(payload: Mapping[str, Any]) -> bytes:
+    """The request body: the payload as compact UTF-8 JSON (the exact bytes that are signed)."""
+
+    def default(value: Any) -> Any:
+        if isinstance(value, datetime | date):
+            return value.isoformat()
+        raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=default).encode()
 
 
 class Sender:

@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import secrets
 import socket
 import time
-from collections.abc import Mapping
-from datetime import date, datetime
 from typing import Any
 
 from core.errors import NotFound
@@ -41,7 +38,7 @@ from core.running import Running
 from core.services import Services
 from core.storage import Doc
 from webhooks import egress
-from webhooks.sender import Sender
+from webhooks.sender import Sender, encode_payload
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +49,6 @@ _STATS_INTERVAL_S = 15.0
 # A delivery whose push message is still not visible (`deliveries.message_when_written`) is
 # handed back and tried again after this many seconds.
 _MESSAGE_WAIT_S = 1.0
-
-
-def encode_payload(payload: Mapping[str, Any]) -> bytes:
-    """The request body: the payload as compact UTF-8 JSON (the exact bytes that are signed)."""
-
-    def default(value: Any) -> Any:
-        if isinstance(value, datetime | date):
-            return value.isoformat()
-        raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=default).encode()
 
 
 class _RateLimit:

@@ -169,3 +169,10 @@ async def _take(storage: Storage, business: str, minute: int) -> int:
 async def finish(storage: Storage, test_id: str, outcome: Doc) -> None:
     """Log the answer of a test send (status code, duration, error, snippet)."""
     await storage.test_sends.update_one({"_id": test_id}, {"$set": outcome})
+
+
+async def a_facility_of(storage: Storage, business: str) -> str:
+    """A facility slug for the sample sent to an endpoint of the whole business (its first
+    facility; empty when it has none yet)."""
+    doc = await storage.facilities.find_one({"business": business}, {"slug": 1}, sort=[("_id", 1)])
+    return str(doc["slug"]) if doc else ""

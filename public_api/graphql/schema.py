@@ -24,21 +24,15 @@ from core.reads import shipment_queries
 from core.settings import Settings
 from core.shipments import attachments, linking, scheduling
 from core.storage import Doc
+from public_api.graphql import webhook_deliveries
 from public_api.graphql.context import SLOW_CONSUMER_CLOSE_CODE, GraphQLContext
 from public_api.graphql.cost import CostLimits, QueryCostLimiter
 from public_api.graphql.errors import ErrorCodes
+from public_api.graphql.message_types import MessageType
 from public_api.graphql.shared_events import SharedResults, shared_execution_context_class
+from public_api.graphql.webhook_deliveries import TestWebhookResult, WebhookDelivery
 
 GQLInfo = Info[GraphQLContext, None]
-
-
-@strawberry.enum
-class MessageType(Enum):
-    PALLET_EVENT = "PALLET_EVENT"
-    SHIPMENT_COMPLETE = "SHIPMENT_COMPLETE"
-    EXCEPTION = "EXCEPTION"
-    ENDPOINT_DISABLED = "ENDPOINT_DISABLED"
-    ENDPOINT_FAILING = "ENDPOINT_FAILING"
 
 
 @strawberry.enum
@@ -634,6 +628,12 @@ class Query:
             ],
         )
 
+    webhook_deliveries: list[WebhookDelivery] = strawberry.field(
+        resolver=webhook_deliveries.webhook_deliveries,
+        description="Your webhook deliveries with every attempt, in message id order: page with "
+        "afterId (the last delivery id) and first.",
+    )
+
 
 @strawberry.type
 class Mutation:
@@ -734,6 +734,21 @@ class Mutation:
             max_bytes=settings.max_upload_bytes,
         )
         return ShipmentDocument.from_doc(doc, settings)
+
+    resend_webhook_delivery: WebhookDelivery = strawberry.mutation(
+        resolver=webhook_deliveries.resend_webhook_delivery,
+        description="Queue one delivery again now (same message, same webhook-id).",
+    )
+    recover_webhook_deliveries: int = strawberry.mutation(
+        resolver=webhook_deliveries.recover_webhook_deliveries,
+        description="Queue again every FAILED or DEAD delivery of the endpoint created at or "
+        "after since; returns how many.",
+    )
+    send_test_webhook: TestWebhookResult = strawberry.mutation(
+        resolver=webhook_deliveries.send_test_webhook,
+        description="POST a sample message of this type to the endpoint's route, signed, with "
+        "a webhook-id starting test_, and answer what came back. A few a minute per business.",
+    )
 
 
 async def _change_exception(

@@ -60,7 +60,9 @@ from public_api.graphql.connections import (
 from public_api.graphql.context import GraphQLContext
 from public_api.graphql.schema import build_schema
 from public_api.graphql.shared_events import encode_frame
+from public_api.graphql.webhook_deliveries import TEST_SENDER
 from public_api.keys import SERVICES
+from webhooks.sender import Sender
 
 PATH = "/public_graphql"
 SDL_PATH = f"{PATH}/schema.graphql"  # the schema in SDL, for code generators (no token needed)
@@ -482,6 +484,17 @@ async def _feed_hub_context(app: web.Application) -> AsyncIterator[None]:
         services.feed_hub = None
 
 
+async def _test_sender_context(app: web.Application) -> AsyncIterator[None]:
+    """The connection pool of test sends (`sendTestWebhook`), this app's own."""
+    sender = Sender(app[SERVICES].settings)
+    await sender.open()
+    app[TEST_SENDER] = sender
+    try:
+        yield
+    finally:
+        await sender.close()
+
+
 async def _connections_context(app: web.Application) -> AsyncIterator[None]:
     yield
     await app[GRAPHQL_VIEW].connections.stop()
@@ -493,6 +506,7 @@ def setup(app: web.Application) -> None:
     app[GRAPHQL_VIEW] = DockflowGraphQLView(app[SERVICES])
     app.cleanup_ctx.append(_feed_hub_context)
     app.cleanup_ctx.append(_connections_context)
+    app.cleanup_ctx.append(_test_sender_context)
     own_body_limit(app, PATH)  # multipart uploads: `max_upload_bytes` (`_body_limit`)
     app.router.add_route("*", PATH, graphql_endpoint)
     app.router.add_get(SDL_PATH, schema_sdl)

@@ -37,7 +37,7 @@ from tests.webhooks.conftest import (
     wait_until,
 )
 from webhooks import signing
-from webhooks.worker import encode_payload
+from webhooks.sender import encode_payload
 
 LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 WAIT_S = 60.0  # bound on reading the child's output (two shared cores), not a timing assertion
