@@ -345,13 +345,12 @@ class Storage:
             )
             if doc is not None:
                 break
-            # A new sequence: create it at zero, then take ids as above. Never `$inc` with
-            # upsert: a server may count the increment of an upsert that lost a race and still
-            # answer no document, and the ids it burned would hold the feed back.
+            # A new sequence: create it at zero (insert; the loser of a race finds it), then
+            # take ids as above. Never `$inc` with upsert: a server may count the increment of
+            # an upsert that lost a race and still answer no document, and the ids it burned
+            # would hold the feed back.
             with contextlib.suppress(DuplicateKeyError):  # another writer created it first
-                await self.counters.update_one(
-                    {"_id": sequence}, {"$setOnInsert": {"value": 0}}, upsert=True
-                )
+                await self.counters.insert_one({"_id": sequence, "value": 0})
         else:  # pragma: no cover - a sequence deleted under us, three times in a row
             raise RuntimeError(f"could not allocate from sequence {sequence}")
         return IdBlock(first=int(doc["value"]) - count + 1, count=count)
