@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from pymongo import ASCENDING
+from pymongo.errors import DuplicateKeyError
 
 from core.errors import RetentionExceeded
 from core.running import Running
@@ -107,15 +108,15 @@ async def _sweep_feed(storage: Storage, cutoff: datetime) -> int:
 
 
 async def _raise_mark(storage: Storage, through_id: int, through_at: datetime) -> None:
-    """The feed is swept through `through_id` (sent up to `through_at`); never lowered."""
-    mark = await feed_mark(storage)
-    if mark is not None and mark.through_id >= through_id:
-        return
-    await storage.retention_marks.replace_one(
-        {"_id": FEED_MARK},
-        {"_id": FEED_MARK, "through_id": through_id, "through_at": through_at},
-        upsert=True,
-    )
+    """The feed is swept through `through_id` (sent up to `through_at`); never lowered, whatever
+    sweepers race (an insert, then a compare-and-set on the id)."""
+    mark = {"_id": FEED_MARK, "through_id": through_id, "through_at": through_at}
+    try:
+        await storage.retention_marks.insert_one(mark)
+    except DuplicateKeyError:
+        await storage.retention_marks.replace_one(
+            {"_id": FEED_MARK, "through_id": {"$lt": through_id}}, mark
+        )
 
 
 @dataclass(frozen=True)
