@@ -248,9 +248,6 @@ class _Item:
     may_take_off: bool = False
     position: str | None = None  # its pallet's `pallet_positions` id
     position_known: bool = False  # recorded before this batch
-    # What the recorded position said before this batch (None: nothing): kept in the position
-    # the batch writes, so a resend after a crash between position and pallet reads it.
-    position_before: Doc | None = None
     repeated: bool = False  # read the way its pallet's last reading on the shipment went
 
 
@@ -292,17 +289,11 @@ class BatchPlan:
                     {"$set": {"status": lifecycle.ORDER_STATUS_STARTED}},
                     session=session,
                 )
-            # Positions beside the pallets (no round trip of their own): a resend that finds
-            # its own position, stored before a crash cut the pallet short, reads what that
-            # position replaced (`_state_before`).
-            await together(
-                session,
-                publish.insert_ignoring_duplicates(storage, "pallets", self.pallets, session),
-                self.move_positions(storage, session),
-            )
+            await publish.insert_ignoring_duplicates(storage, "pallets", self.pallets, session)
 
         async def deliveries() -> None:
-            # After the pallets, which hold the exceptions (a repair stores them from there).
+            # After the pallets, which hold the exceptions (a repair stores them from there),
+            # and whose resend must not find their position moved by themselves.
             await self.resolve(storage, session)
             await together(
                 session,
@@ -310,6 +301,7 @@ class BatchPlan:
                     storage, "webhook_deliveries", self.messages.deliveries, session
                 ),
                 publish.insert_ignoring_duplicates(storage, "exceptions", self.exceptions, session),
+                self.move_positions(storage, session),
             )
 
         async def messages() -> None:
@@ -688,7 +680,6 @@ async def plan_batch(
                     "direction": item.reading.direction,
                     "pallet_id": item.pallet_id,
                     "repeated": item.repeated,
-                    "before": item.position_before,
                 }
             if item.facility is not None and item.facility.complete_on_all_lpns:
                 plan.shipment_ids.add(int(pallet["shipment_id"]))
@@ -898,8 +889,7 @@ def _repeated_lpns(items: list[_Item], positions: dict[str, Doc]) -> dict[int, l
     over raises one DUPLICATE_PALLET, not one per reading): the stored `positions`
     (`pallet_positions`), then the batch's earlier items, in the order they arrived. Sets each
     item's `repeated` for the position it leaves."""
-    ours = {item.pallet_id for item in items}
-    latest = {key: _state_before(p, ours) for key, p in positions.items()}
+    latest = {key: (p["direction"], bool(p.get("repeated"))) for key, p in positions.items()}
     raised: dict[int, list[str]] = {}
     for item in items:
         key = position_id(item)
@@ -911,16 +901,6 @@ def _repeated_lpns(items: list[_Item], positions: dict[str, Doc]) -> dict[int, l
             raised[item.index] = list(item.lpns)
         latest[key] = (item.reading.direction, item.repeated)
     return raised
-
-
-def _state_before(position: Doc, ours: set[str]) -> tuple[str, bool]:
-    """The (direction, repeated) a stored position says the pallet was last read in. A
-    position written by this very batch's pallet (an earlier attempt stored the position and
-    crashed before the pallet; positions go beside the pallets) says instead what it replaced."""
-    if position.get("pallet_id") in ours:
-        before = position.get("before") or {}
-        return before.get("direction", ""), bool(before.get("repeated"))
-    return position["direction"], bool(position.get("repeated"))
 
 
 def position_id(item: _Item) -> str | None:
@@ -1094,14 +1074,9 @@ async def _match_site(
         _positions(storage, items),
     )
     repeated = _repeated_lpns(items, positions)
-    ours = {item.pallet_id for item in items}
     for item in items:
         item.position = position_id(item)
         item.position_known = item.position in positions
-        if item.position is not None and item.position_known:
-            direction, was_repeated = _state_before(positions[item.position], ours)
-            if direction:
-                item.position_before = {"direction": direction, "repeated": was_repeated}
     order_ids = sorted({i["order_id"] for i in shipment_items})
     orders = (
         await storage.orders.find({"_id": {"$in": order_ids}}, {"number": 1, "status": 1}).to_list()

@@ -70,29 +70,3 @@ async def test_a_batch_cut_off_before_any_write_is_simply_stored_on_resend(
     assert [r.status for r in results] == ["ACCEPTED"] * 3
     assert await storage.shipments.count_documents({}) == 1  # the resend joined that shipment
     await assert_pallets_and_messages_pair_up(storage, endpoints=0)
-
-
-@pytest.mark.parametrize("read_before", [False, True])
-async def test_a_resend_after_a_crash_between_position_and_pallet_judges_the_repeat_as_before(
-    storage: Storage, settings: Settings, tenant: Tenant, read_before: bool
-):
-    # Positions are written beside the pallets: an attempt can die with the pallet's position
-    # stored and the pallet not. Its resend must judge DUPLICATE_PALLET as the first attempt
-    # did, not against the position the first attempt left behind.
-    camera = await camera_of(storage, tenant, "D1")
-    if read_before:
-        await record_pallets(storage, settings, [(camera, pallet("L1", reading_id="first"))])
-    batch = [(camera, pallet("L1", reading_id="again"))]
-    plan = await plan_batch(storage, settings, batch)
-    [planned] = [r for r in plan.results if r is not None]
-    await plan.move_positions(storage, None)  # then the process dies
-
-    [result] = await record_pallets(storage, settings, batch)  # the camera resends
-
-    expected = ["DUPLICATE_PALLET"] if read_before else []
-    assert [e.code for e in planned.exceptions] == expected
-    assert [e.code for e in result.exceptions] == expected
-    assert result.pallet_id == planned.pallet_id
-    # Read a third time, the same way: the run of repeats raises nothing more after its first.
-    [third] = await record_pallets(storage, settings, [(camera, pallet("L1"))])
-    assert [e.code for e in third.exceptions] == ([] if read_before else ["DUPLICATE_PALLET"])
