@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from core.outbox import egress_rules
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -65,14 +66,14 @@ PROBLEM = "application/problem+json"
     ],
 )
 def test_ssrf_guard_refuses_special_purpose_addresses(address: str, reason: str):
-    assert egress.address_refusal(address) == f"{address} {reason}"
+    assert egress_rules.address_refusal(address) == f"{address} {reason}"
 
 
 @pytest.mark.parametrize(
     "address", ["64:ff9b::808:808", "2002:808:808::1", "::ffff:8.8.8.8", "2606:4700::1111"]
 )
 def test_translated_public_addresses_are_public(address: str):
-    assert egress.address_refusal(address) is None
+    assert egress_rules.address_refusal(address) is None
 
 
 @pytest.mark.parametrize(
