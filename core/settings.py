@@ -154,6 +154,8 @@ class Settings(BaseSettings):
     webhook_disable_after_s: float = Field(5 * 86400, gt=0)
     # An endpoint failing this long without a success: its business hears (ENDPOINT_FAILING).
     webhook_failing_notice_after_s: float = Field(86400, gt=0)
+    # Webhook endpoints a business's clients may create (operators' are not counted).
+    webhook_endpoints_per_business: int = Field(10, ge=0, le=1000)
     # Test sends (sendTestWebhook) a business may make per minute.
     webhook_test_sends_per_minute: int = Field(10, ge=1, le=1000)
     # Per worker: requests in flight to one endpoint, and requests per second to it (0: no limit).

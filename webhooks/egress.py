@@ -59,12 +59,17 @@ class GuardedResolver(AbstractResolver):
 
 
 def make_connector(
-    settings: Settings, *, socket_factory: SocketFactory | None = None
+    settings: Settings,
+    *,
+    allow_hosts: tuple[str, ...] | None = None,
+    socket_factory: SocketFactory | None = None,
 ) -> TCPConnector:
-    """The one pooled keep-alive connector of a worker, bound to the source address if set."""
+    """A pooled keep-alive connector, bound to the source address if set; its resolver exempts
+    `allow_hosts` (default: the operator's `webhook_allow_hosts`)."""
     local_addr = (settings.webhook_source_address, 0) if settings.webhook_source_address else None
+    exempt = settings.webhook_allow_hosts if allow_hosts is None else allow_hosts
     return TCPConnector(
-        resolver=GuardedResolver(settings.webhook_allow_hosts),
+        resolver=GuardedResolver(exempt),
         local_addr=local_addr,
         limit=settings.webhook_max_in_flight,
         limit_per_host=0,  # per-endpoint limits are the worker's

@@ -19,7 +19,7 @@ import aiohttp
 from core.auth.crypto import SecretBox
 from core.errors import CredentialUnreadable
 from core.outbox.deliveries import AttemptResult
-from core.outbox.webhook_endpoints import WebhookEndpoint, signing_secrets_of
+from core.outbox.webhook_endpoints import WebhookEndpoint, allow_hosts_for, signing_secrets_of
 from core.settings import Settings
 from webhooks import egress, signing, transport
 from webhooks.customer_auth import CustomerAuth, LoginFailed
@@ -46,8 +46,19 @@ def encode_payload(payload: Mapping[str, Any]) -> bytes:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=default).encode()
 
 
+class _Channel:
+    """A connection pool and its token cache, under one allow-list."""
+
+    def __init__(self, session: aiohttp.ClientSession, auth: CustomerAuth) -> None:
+        self.session = session
+        self.auth = auth
+
+
 class Sender:
-    """Sends signed, authenticated requests to customers' endpoints over one pool."""
+    """Sends signed, authenticated requests to customers' endpoints. Two pools: one under the
+    operator's allow-list for endpoints an operator made, one with none for endpoints a
+    customer made (`webhook_endpoints.allow_hosts_for`): a customer's endpoint can never reach
+    what the operator allowed."""
 
     def __init__(
         self, settings: Settings, *, socket_factory: egress.SocketFactory | None = None
@@ -57,49 +68,56 @@ class Sender:
         self.settings = settings
         self._box = SecretBox(settings)
         self._socket_factory = socket_factory
-        self._session: aiohttp.ClientSession | None = None
-        self._auth: CustomerAuth | None = None
+        self._channels: dict[tuple[str, ...], _Channel] = {}
 
     async def open(self) -> None:
-        if self._session is not None:
-            return
-        self._session = aiohttp.ClientSession(
-            connector=egress.make_connector(self.settings, socket_factory=self._socket_factory),
+        for allow_hosts in {self.settings.webhook_allow_hosts, ()}:
+            if allow_hosts not in self._channels:
+                self._channels[allow_hosts] = self._channel(allow_hosts)
+
+    def _channel(self, allow_hosts: tuple[str, ...]) -> _Channel:
+        session = aiohttp.ClientSession(
+            connector=egress.make_connector(
+                self.settings, allow_hosts=allow_hosts, socket_factory=self._socket_factory
+            ),
             headers={"User-Agent": USER_AGENT},
         )
-        self._auth = CustomerAuth(
-            self._session,
+        auth = CustomerAuth(
+            session,
             self._box,
             timeout_s=self.settings.webhook_timeout_s,
-            allow_hosts=self.settings.webhook_allow_hosts,
+            allow_hosts=allow_hosts,
             user_agent=USER_AGENT,
             max_answer_bytes=self.settings.webhook_max_login_answer_bytes,
             max_token_chars=self.settings.webhook_max_token_chars,
         )
+        return _Channel(session, auth)
 
     async def close(self) -> None:
-        session, self._session, self._auth = self._session, None, None
-        if session is not None:
-            await session.close()
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            await channel.session.close()
 
     def forget(self, endpoint_id: str) -> None:
         """The endpoint's credentials changed: log in again on its next request."""
-        if self._auth is not None:
-            self._auth.forget(endpoint_id)
+        for channel in self._channels.values():
+            channel.auth.forget(endpoint_id)
 
     async def send(
         self, endpoint: WebhookEndpoint, message_type: str, webhook_id: str, body: bytes
     ) -> AttemptResult:
         """One attempt to the route of `message_type`: authenticate, sign, POST; with token
         auth a 401 logs in again once. Never raises for what the customer's side does."""
-        assert self._auth is not None, "open() the sender first"
+        allow_hosts = allow_hosts_for(self.settings, endpoint)
+        channel = self._channels.get(allow_hosts)
+        assert channel is not None, "open() the sender first"
         url = endpoint.route(message_type)
         try:
-            auth_headers = await self._auth.headers(endpoint)
-            result = await self._post(endpoint, webhook_id, url, body, auth_headers)
-            if result.status_code == 401 and self._auth.rejected(endpoint, auth_headers):
-                auth_headers = await self._auth.headers(endpoint)
-                result = await self._post(endpoint, webhook_id, url, body, auth_headers)
+            auth_headers = await channel.auth.headers(endpoint)
+            result = await self._post(channel, endpoint, webhook_id, url, body, auth_headers)
+            if result.status_code == 401 and channel.auth.rejected(endpoint, auth_headers):
+                auth_headers = await channel.auth.headers(endpoint)
+                result = await self._post(channel, endpoint, webhook_id, url, body, auth_headers)
         except LoginFailed as exc:
             return AttemptResult(at=datetime.now(UTC), error=str(exc))
         except CredentialUnreadable as exc:  # a password sealed with another key
@@ -108,13 +126,13 @@ class Sender:
 
     async def _post(
         self,
+        channel: _Channel,
         endpoint: WebhookEndpoint,
         webhook_id: str,
         url: str,
         body: bytes,
         auth_headers: Mapping[str, str],
     ) -> AttemptResult:
-        assert self._session is not None
         headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **auth_headers}
         secrets = signing_secrets_of(self._box, endpoint)
         if secrets:
@@ -122,11 +140,11 @@ class Sender:
         else:
             headers.update({"webhook-id": webhook_id})
         return await transport.post(
-            self._session,
+            channel.session,
             url,
             body,
             headers,
             timeout_s=self.settings.webhook_timeout_s,
-            allow_hosts=self.settings.webhook_allow_hosts,
+            allow_hosts=allow_hosts_for(self.settings, endpoint),
             max_response_bytes=self.settings.webhook_max_response_bytes,
         )

@@ -15,9 +15,9 @@ from typing import Final
 from pymongo import ASCENDING
 
 from core.auth.access import Principal
-from core.errors import Forbidden, NotFound, ValidationFailed
+from core.errors import Forbidden, ValidationFailed
 from core.outbox import deliveries
-from core.outbox.webhook_endpoints import WebhookEndpoint, endpoint_from_doc
+from core.outbox.client_endpoints import endpoint_for_client
 from core.storage import Doc, Storage
 
 MAX_FIRST: Final = 100
@@ -35,30 +35,6 @@ SHOWN: Final = {
 
 def shown_status(stored: str) -> str:
     return next(shown for shown, kinds in SHOWN.items() if stored in kinds)
-
-
-async def endpoint_for_client(
-    storage: Storage, principal: Principal, endpoint_id: str
-) -> WebhookEndpoint:
-    """One endpoint the client may manage: NOT_FOUND for an unknown id or another business's,
-    FORBIDDEN for an endpoint a restricted client may not see (one of another facility, or of
-    the whole business)."""
-    doc = await storage.webhook_endpoints.find_one({"_id": endpoint_id})
-    if doc is None or doc.get("business") != principal.business:
-        raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
-    endpoint = endpoint_from_doc(doc)
-    if not may_see(principal, endpoint.facility):
-        raise Forbidden(
-            "this client may not manage endpoints of the whole business or another facility"
-        )
-    return endpoint
-
-
-def may_see(principal: Principal, facility: str | None) -> bool:
-    """Whether the client may see an endpoint of `facility` (None: of the whole business)."""
-    return principal.facilities is None or (
-        facility is not None and facility in principal.facilities
-    )
 
 
 @dataclass(frozen=True)
@@ -138,9 +114,10 @@ async def _attempts_of(storage: Storage, delivery_ids: list[str]) -> dict[str, l
 
 
 async def delivery_for_client(storage: Storage, principal: Principal, delivery_id: str) -> Doc:
+    """One delivery of an endpoint the client may manage, else FORBIDDEN (as for endpoints)."""
     doc = await storage.webhook_deliveries.find_one({"_id": delivery_id})
     if doc is None or doc.get("business") != principal.business:
-        raise NotFound(f"delivery {delivery_id!r} not found")
+        raise Forbidden(f"this client may not manage webhook delivery {delivery_id!r}")
     await endpoint_for_client(storage, principal, doc["endpoint_id"])
     return doc
 

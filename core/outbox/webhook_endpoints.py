@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 from core.auth.crypto import SIGNING_SECRET_PREFIX, SecretBox, new_signing_secret
-from core.errors import NotFound, ValidationFailed
+from core.errors import Conflict, NotFound, ValidationFailed
+from core.settings import Settings
 from core.storage import Doc, Storage
 from core.tenancy.tenants import Created, get_business, get_facility
 
@@ -28,6 +29,10 @@ OPERATIONAL_TYPES = ("ENDPOINT_DISABLED", "ENDPOINT_FAILING")
 # stored receives: EXCEPTION came later and is only sent to endpoints that subscribe to it.
 DEFAULT_EVENTS = ("PALLET_EVENT", "SHIPMENT_COMPLETE")
 AuthKind = Literal["none", "basic", "token"]
+CreatedBy = Literal["OPERATOR", "CUSTOMER"]
+# The longest a rotated-out secret may keep signing, and how many may at once.
+MAX_KEEP_PREVIOUS_S = 7 * 86400
+MAX_RETIRING = 3
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,11 @@ class WebhookEndpoint:
     signing_secrets_sealed: tuple[str, ...]
     enabled: bool = True
     disabled_reason: str = ""
+    created_by: CreatedBy = "OPERATOR"
+    created_at: datetime | None = None
+    failing_since: datetime | None = None
+    # Secrets rotated out that still sign until their time (sealed, until), newest first.
+    retiring_secrets: tuple[tuple[str, datetime], ...] = ()
 
     def route(self, message_type: str) -> str:
         return self.base_url.rstrip("/") + ROUTES[event_of(message_type)]
@@ -63,13 +73,23 @@ def event_of(message_type: str) -> str:
     return "OPERATIONAL" if message_type in OPERATIONAL_TYPES else message_type
 
 
-def signing_secrets_of(box: SecretBox, endpoint: WebhookEndpoint) -> tuple[str, ...]:
-    """The endpoint's signing secrets in the clear, newest first (an endpoint stored before
+def signing_secrets_of(
+    box: SecretBox, endpoint: WebhookEndpoint, now: datetime | None = None
+) -> tuple[str, ...]:
+    """The secrets that sign the endpoint's requests now, in the clear, newest first: its
+    current ones, then those rotated out whose overlap has not ended (an endpoint stored before
     secrets were sealed holds ``whsec_…`` values as they are)."""
-    return tuple(
-        sealed if sealed.startswith(SIGNING_SECRET_PREFIX) else box.open(sealed)
-        for sealed in endpoint.signing_secrets_sealed
+    at = now or datetime.now(UTC)
+    sealed = endpoint.signing_secrets_sealed + tuple(
+        secret for secret, until in endpoint.retiring_secrets if until > at
     )
+    return tuple(s if s.startswith(SIGNING_SECRET_PREFIX) else box.open(s) for s in sealed)
+
+
+def allow_hosts_for(settings: Settings, endpoint: WebhookEndpoint) -> tuple[str, ...]:
+    """The hosts exempt from the egress rules for this endpoint: the operator's allow-list for
+    an endpoint an operator made; none for one a customer made (https, public addresses only)."""
+    return () if endpoint.created_by == "CUSTOMER" else settings.webhook_allow_hosts
 
 
 def endpoint_from_doc(doc: Doc) -> WebhookEndpoint:
@@ -93,6 +113,12 @@ def endpoint_from_doc(doc: Doc) -> WebhookEndpoint:
         or tuple(doc.get("signing_secrets", ())),
         enabled=bool(doc.get("enabled", True)),
         disabled_reason=doc.get("disabled_reason", ""),
+        created_by=doc.get("created_by", "OPERATOR"),
+        created_at=doc.get("created_at"),
+        failing_since=doc.get("failing_since"),
+        retiring_secrets=tuple(
+            (r["sealed"], r["until"]) for r in doc.get("retiring_secrets") or ()
+        ),
     )
 
 
@@ -153,6 +179,7 @@ async def create_endpoint(
     box: SecretBox,
     business: str,
     base_url: str,
+    created_by: CreatedBy = "OPERATOR",
     **options: Unpack[EndpointOptions],
 ) -> Created:
     """A new endpoint; `Created.secret` is its signing secret (``whsec_…``), shown once."""
@@ -169,6 +196,7 @@ async def create_endpoint(
         "signing_secrets_sealed": [box.seal(signing_secret)],
         "enabled": True,
         "disabled_reason": "",
+        "created_by": created_by,
         "created_at": datetime.now(UTC),
     }
     await storage.webhook_endpoints.insert_one(doc)
@@ -190,6 +218,80 @@ async def update_endpoint(
     fields = _endpoint_fields(box, base_url, options)
     await storage.webhook_endpoints.update_one({"_id": endpoint_id}, {"$set": fields})
     return await get_endpoint(storage, endpoint_id)
+
+
+async def reconfigure(
+    storage: Storage,
+    box: SecretBox,
+    endpoint_id: str,
+    base_url: str,
+    *,
+    keep_auth: bool,
+    created_by: CreatedBy,
+    **options: Unpack[EndpointOptions],
+) -> WebhookEndpoint:
+    """Replace an endpoint's configuration (`keep_auth`: its stored auth stays, password
+    included); its id, secrets and enabled state are kept."""
+    fields = _endpoint_fields(box, base_url, options)
+    if keep_auth:
+        del fields["auth"]
+    fields["created_by"] = created_by
+    done = await storage.webhook_endpoints.update_one({"_id": endpoint_id}, {"$set": fields})
+    if done.matched_count == 0:
+        raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
+    return await get_endpoint(storage, endpoint_id)
+
+
+async def rotate_secret(
+    storage: Storage, box: SecretBox, endpoint_id: str, keep_previous_s: int, now: datetime
+) -> str:
+    """A new signing secret (returned once, in the clear). The previous ones keep signing for
+    `keep_previous_s` at most beside it (0: they all stop at once), so receivers verify either
+    while they switch; at most `MAX_RETIRING` rotated-out secrets sign at once."""
+    if not 0 <= keep_previous_s <= MAX_KEEP_PREVIOUS_S:
+        raise ValidationFailed(
+            f"keepPreviousForSeconds must be between 0 and {MAX_KEEP_PREVIOUS_S}"
+        )
+    for _ in range(5):  # compare-and-set on the secrets another rotation may change meanwhile
+        doc = await storage.webhook_endpoints.find_one({"_id": endpoint_id})
+        if doc is None:
+            raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
+        endpoint = endpoint_from_doc(doc)
+        until = now + timedelta(seconds=keep_previous_s)
+        # Every previous secret signs until `until` at most: the current ones until then, those
+        # still retiring until the earlier of their end and then (0 ends them all at once,
+        # the answer to a leaked secret).
+        previous = [(sealed, until) for sealed in endpoint.signing_secrets_sealed]
+        previous += [(sealed, min(ends, until)) for sealed, ends in endpoint.retiring_secrets]
+        kept = [{"sealed": sealed, "until": ends} for sealed, ends in previous if ends > now]
+        secret = new_signing_secret()
+        rotations = doc.get("rotations", 0)
+        unchanged = {"$exists": False} if "rotations" not in doc else rotations
+        changed = await storage.webhook_endpoints.update_one(
+            {"_id": endpoint_id, "rotations": unchanged},
+            {
+                "$set": {
+                    "signing_secrets_sealed": [box.seal(secret)],
+                    "retiring_secrets": kept[:MAX_RETIRING],
+                    "rotations": rotations + 1,
+                }
+            },
+        )
+        if changed.matched_count == 1:
+            return secret
+    raise Conflict(f"webhook endpoint {endpoint_id} is being rotated by someone else; try again")
+
+
+async def delete_endpoint(storage: Storage, endpoint_id: str) -> None:
+    """Remove the endpoint; its deliveries not yet made are never made (they stay, DISABLED,
+    in the delivery log until retention removes them)."""
+    deleted = await storage.webhook_endpoints.delete_one({"_id": endpoint_id})
+    if deleted.deleted_count == 0:
+        raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
+    await storage.webhook_deliveries.update_many(
+        {"endpoint_id": endpoint_id, "status": {"$in": ["PENDING", "FAILED"]}},
+        {"$set": {"status": "DISABLED", "next_attempt_at": None, "last_error": "endpoint deleted"}},
+    )
 
 
 async def get_endpoint(storage: Storage, endpoint_id: str) -> WebhookEndpoint:

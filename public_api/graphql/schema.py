@@ -24,13 +24,19 @@ from core.reads import shipment_queries
 from core.settings import Settings
 from core.shipments import attachments, linking, scheduling
 from core.storage import Doc
-from public_api.graphql import webhook_deliveries
+from public_api.graphql import webhook_deliveries, webhook_endpoints
 from public_api.graphql.context import SLOW_CONSUMER_CLOSE_CODE, GraphQLContext
 from public_api.graphql.cost import CostLimits, QueryCostLimiter
 from public_api.graphql.errors import ErrorCodes
 from public_api.graphql.message_types import MessageType
 from public_api.graphql.shared_events import SharedResults, shared_execution_context_class
 from public_api.graphql.webhook_deliveries import TestWebhookResult, WebhookDelivery
+from public_api.graphql.webhook_endpoints import (
+    CreatedWebhookEndpoint,
+    EnabledWebhookEndpoint,
+    RotatedWebhookSecret,
+    WebhookEndpointType,
+)
 
 GQLInfo = Info[GraphQLContext, None]
 
@@ -628,6 +634,10 @@ class Query:
             ],
         )
 
+    webhook_endpoints: list[WebhookEndpointType] = strawberry.field(
+        resolver=webhook_endpoints.webhook_endpoints,
+        description="Your business's webhook endpoints (a restricted client: its facilities').",
+    )
     webhook_deliveries: list[WebhookDelivery] = strawberry.field(
         resolver=webhook_deliveries.webhook_deliveries,
         description="Your webhook deliveries with every attempt, in message id order: page with "
@@ -735,6 +745,32 @@ class Mutation:
         )
         return ShipmentDocument.from_doc(doc, settings)
 
+    create_webhook_endpoint: CreatedWebhookEndpoint = strawberry.mutation(
+        resolver=webhook_endpoints.create_webhook_endpoint,
+        description="A new endpoint of yours, with its signing secret (shown once). https and "
+        "a public host only; at most a few per business.",
+    )
+    update_webhook_endpoint: WebhookEndpointType = strawberry.mutation(
+        resolver=webhook_endpoints.update_webhook_endpoint,
+        description="Reconfigure an endpoint; its id, secrets and enabled state are kept.",
+    )
+    enable_webhook_endpoint: EnabledWebhookEndpoint = strawberry.mutation(
+        resolver=webhook_endpoints.enable_webhook_endpoint,
+        description="Enable it again and queue its DISABLED deliveries again.",
+    )
+    disable_webhook_endpoint: WebhookEndpointType = strawberry.mutation(
+        resolver=webhook_endpoints.disable_webhook_endpoint,
+        description="Hold its deliveries (DISABLED) until enabled; ENDPOINT_DISABLED is told.",
+    )
+    delete_webhook_endpoint: str = strawberry.mutation(
+        resolver=webhook_endpoints.delete_webhook_endpoint,
+        description="Remove it; its deliveries not yet made never will be. Answers its id.",
+    )
+    rotate_webhook_secret: RotatedWebhookSecret = strawberry.mutation(
+        resolver=webhook_endpoints.rotate_webhook_secret,
+        description="A new signing secret (shown once); the previous ones keep signing beside "
+        "it for keepPreviousForSeconds, so your receiver can switch without a gap.",
+    )
     resend_webhook_delivery: WebhookDelivery = strawberry.mutation(
         resolver=webhook_deliveries.resend_webhook_delivery,
         description="Queue one delivery again now (same message, same webhook-id).",

@@ -12,7 +12,7 @@ import strawberry
 from aiohttp import web
 from strawberry.types import Info
 
-from core.outbox import delivery_log, test_sends
+from core.outbox import client_endpoints, delivery_log, test_sends
 from core.outbox.deliveries import AttemptResult
 from core.storage import Doc
 from public_api.graphql.context import GraphQLContext
@@ -153,7 +153,7 @@ async def send_test_webhook(
     storage = context.services.storage
     settings = context.services.settings
     principal = context.require_principal()
-    endpoint = await delivery_log.endpoint_for_client(storage, principal, endpoint_id)
+    endpoint = await client_endpoints.endpoint_for_client(storage, principal, endpoint_id)
     now = dt.datetime.now(dt.UTC)
     test_id = await test_sends.begin(
         storage,

@@ -222,7 +222,7 @@ async def test_another_business_reaches_none_of_it(
 
     for _, body in answers:
         assert body["data"] is None, json.dumps(body)
-        assert body["errors"][0]["extensions"]["code"] == "NOT_FOUND"
+        assert body["errors"][0]["extensions"]["code"] == "FORBIDDEN"
     # Their own log is empty, and nothing was sent.
     _, theirs = await gql(api, DELIVERIES, {"filter": {}}, token=token)
     assert theirs["data"]["webhookDeliveries"] == []

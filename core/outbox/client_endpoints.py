@@ -1,0 +1,244 @@
+"""What an API client does with its business's webhook endpoints (GraphQL): list them, create
+(the signing secret shown once), reconfigure, enable, disable, delete, and rotate the signing
+secret with an overlap.
+
+Scope: the client's business; a client restricted to facilities manages only endpoints of those
+facilities (never one of the whole business). Any other id, unknown or another business's, is
+FORBIDDEN: one answer, so no other business's id can be told from a made-up one.
+
+An endpoint a client creates obeys the egress rules with no exception (https, a host that is a
+name or a public address; the operator's allow-list does not apply to it, at creation nor when
+it is sent to: `webhook_endpoints.allow_hosts_for`), and a business has at most
+`webhook_endpoints_per_business` endpoints made by its clients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from yarl import URL
+
+from core.auth.access import Principal
+from core.auth.crypto import SecretBox
+from core.errors import Forbidden, ValidationFailed
+from core.outbox import deliveries, egress_rules, webhook_endpoints
+from core.outbox.webhook_endpoints import EndpointOptions, WebhookEndpoint, endpoint_from_doc
+from core.settings import Settings
+from core.storage import Storage
+from core.tenancy.tenants import Created, get_facility
+
+MAX_URL_CHARS = 2048
+MAX_REASON_CHARS = 500
+MAX_FIELD_CHARS = 200  # usernames, passwords, token field names, header formats
+
+Scheme = Literal["NONE", "BASIC", "TOKEN"]
+
+
+@dataclass(frozen=True)
+class AuthInput:
+    """How dockflow authenticates to the customer's server (the password is never read back)."""
+
+    scheme: Scheme = "NONE"
+    username: str = ""
+    password: str = ""
+    login_url: str = ""
+    token_field: str = "access_token"  # noqa: S105 - a JSON field name
+    header_format: str = "Bearer {token}"
+
+
+def may_see(principal: Principal, facility: str | None) -> bool:
+    """Whether the client may manage an endpoint of `facility` (None: the whole business)."""
+    return principal.facilities is None or (
+        facility is not None and facility in principal.facilities
+    )
+
+
+async def endpoint_for_client(
+    storage: Storage, principal: Principal, endpoint_id: str
+) -> WebhookEndpoint:
+    """One endpoint the client may manage, else FORBIDDEN (see the module's doc)."""
+    doc = await storage.webhook_endpoints.find_one({"_id": endpoint_id})
+    endpoint = endpoint_from_doc(doc) if doc is not None else None
+    if (
+        endpoint is None
+        or endpoint.business != principal.business
+        or not may_see(principal, endpoint.facility)
+    ):
+        raise Forbidden(f"this client may not manage webhook endpoint {endpoint_id!r}")
+    return endpoint
+
+
+async def list_for_client(storage: Storage, principal: Principal) -> list[WebhookEndpoint]:
+    endpoints = await webhook_endpoints.list_endpoints(storage, principal.business)
+    return [e for e in endpoints if may_see(principal, e.facility)]
+
+
+def check_customer_url(url: str, what: str = "url") -> None:
+    """The egress rules for a URL a customer gives, with no allow-list; ValidationFailed."""
+    if len(url) > MAX_URL_CHARS:
+        raise ValidationFailed(f"{what} is longer than {MAX_URL_CHARS} characters")
+    try:
+        parsed = URL(url)
+    except ValueError:
+        raise ValidationFailed(f"{what} is not a URL") from None
+    if not parsed.is_absolute() or not parsed.host:
+        raise ValidationFailed(f"{what} must be an absolute https URL")
+    if parsed.user is not None or parsed.password is not None:
+        raise ValidationFailed(f"{what} must not carry credentials; use auth instead")
+    if parsed.query_string or parsed.fragment:
+        raise ValidationFailed(f"{what} must have no query or fragment (routes are added to it)")
+    refusal = egress_rules.url_refusal(url, ())
+    if refusal is not None:
+        raise ValidationFailed(f"{what} is refused: {refusal}")
+
+
+def _options(
+    principal: Principal, facility: str | None, events: list[str], auth: AuthInput
+) -> EndpointOptions:
+    if not may_see(principal, facility):
+        raise Forbidden(
+            "this client manages endpoints of its facilities only: give one of "
+            + ", ".join(sorted(principal.facilities or ()))
+        )
+    if len(set(events)) != len(events):
+        raise ValidationFailed("events must not repeat")
+    for name, value in (
+        ("username", auth.username),
+        ("password", auth.password),
+        ("tokenField", auth.token_field),
+        ("headerFormat", auth.header_format),
+    ):
+        if len(value) > MAX_FIELD_CHARS:
+            raise ValidationFailed(f"auth.{name} is longer than {MAX_FIELD_CHARS} characters")
+    if auth.scheme == "TOKEN":
+        check_customer_url(auth.login_url, "auth.loginUrl")
+    elif auth.login_url:
+        raise ValidationFailed("auth.loginUrl is for the TOKEN scheme only")
+    return EndpointOptions(
+        facility=facility,
+        events=tuple(events),
+        auth_kind="token"
+        if auth.scheme == "TOKEN"
+        else "basic"
+        if auth.scheme == "BASIC"
+        else "none",
+        username=auth.username,
+        password=auth.password,
+        login_url=auth.login_url,
+        token_field=auth.token_field,
+        header_format=auth.header_format,
+    )
+
+
+async def create_for_client(
+    storage: Storage,
+    settings: Settings,
+    box: SecretBox,
+    principal: Principal,
+    *,
+    url: str,
+    facility: str | None,
+    events: list[str],
+    auth: AuthInput,
+) -> Created:
+    """`createWebhookEndpoint`: a new endpoint made by the customer; `Created.secret` is its
+    signing secret, shown once. Written, then counted: when clients racing for the last places
+    all see each other, those past the limit take theirs back."""
+    check_customer_url(url)
+    options = _options(principal, facility, events, auth)
+    if facility is not None:
+        await get_facility(storage, principal.business, facility)
+    limit = settings.webhook_endpoints_per_business
+    query = {"business": principal.business, "created_by": "CUSTOMER"}
+    if await storage.webhook_endpoints.count_documents(query) >= limit:
+        raise ValidationFailed(_limit_reached(limit))
+    created = await webhook_endpoints.create_endpoint(
+        storage, box, principal.business, url, created_by="CUSTOMER", **options
+    )
+    endpoint = created.entity
+    assert isinstance(endpoint, WebhookEndpoint)
+    if await storage.webhook_endpoints.count_documents(query) > limit:
+        await webhook_endpoints.delete_endpoint(storage, endpoint.endpoint_id)
+        raise ValidationFailed(_limit_reached(limit))
+    return created
+
+
+def _limit_reached(limit: int) -> str:
+    return f"a business has at most {limit} webhook endpoints of its own; delete one first"
+
+
+async def update_for_client(
+    storage: Storage,
+    box: SecretBox,
+    principal: Principal,
+    endpoint_id: str,
+    *,
+    url: str | None,
+    facility: str | None,
+    set_facility: bool,
+    events: list[str] | None,
+    auth: AuthInput | None,
+) -> WebhookEndpoint:
+    """`updateWebhookEndpoint`: the fields given replace the endpoint's (auth as a whole, with
+    its password); the id, secrets and enabled state are kept. An endpoint an operator made
+    takes the egress rules of a customer's once a client reconfigures its URL."""
+    endpoint = await endpoint_for_client(storage, principal, endpoint_id)
+    new_url = url if url is not None else endpoint.base_url
+    if url is not None or endpoint.created_by == "CUSTOMER":
+        check_customer_url(new_url)
+    new_facility = facility if set_facility else endpoint.facility
+    new_events = events if events is not None else list(endpoint.events)
+    options = _options(principal, new_facility, new_events, auth or AuthInput())
+    if new_facility is not None and new_facility != endpoint.facility:
+        await get_facility(storage, principal.business, new_facility)
+    return await webhook_endpoints.reconfigure(
+        storage,
+        box,
+        endpoint_id,
+        new_url,
+        keep_auth=auth is None,
+        created_by="CUSTOMER" if url is not None else endpoint.created_by,
+        **options,
+    )
+
+
+async def enable_for_client(
+    storage: Storage, principal: Principal, endpoint_id: str
+) -> tuple[WebhookEndpoint, int]:
+    """`enableWebhookEndpoint`: enabled again, its DISABLED deliveries queued again (how many)."""
+    await endpoint_for_client(storage, principal, endpoint_id)
+    requeued = await deliveries.enable_endpoint(storage, endpoint_id)
+    return await webhook_endpoints.get_endpoint(storage, endpoint_id), requeued
+
+
+async def disable_for_client(
+    storage: Storage, principal: Principal, endpoint_id: str, reason: str | None
+) -> WebhookEndpoint:
+    """`disableWebhookEndpoint`: its deliveries wait as DISABLED; the business hears of it
+    (ENDPOINT_DISABLED) on its feed and its other OPERATIONAL endpoints."""
+    await endpoint_for_client(storage, principal, endpoint_id)
+    text = (reason or "").strip() or f"disabled by client {principal.subject}"
+    if len(text) > MAX_REASON_CHARS:
+        raise ValidationFailed(f"reason is longer than {MAX_REASON_CHARS} characters")
+    await deliveries.disable_endpoint(storage, endpoint_id, text)
+    return await webhook_endpoints.get_endpoint(storage, endpoint_id)
+
+
+async def delete_for_client(storage: Storage, principal: Principal, endpoint_id: str) -> None:
+    """`deleteWebhookEndpoint`: gone; its deliveries not yet made never will be."""
+    await endpoint_for_client(storage, principal, endpoint_id)
+    await webhook_endpoints.delete_endpoint(storage, endpoint_id)
+
+
+async def rotate_for_client(
+    storage: Storage, box: SecretBox, principal: Principal, endpoint_id: str, keep_previous_s: int
+) -> tuple[WebhookEndpoint, str]:
+    """`rotateWebhookSecret`: the new secret, shown once; the previous ones keep signing
+    beside it for `keep_previous_s`."""
+    await endpoint_for_client(storage, principal, endpoint_id)
+    secret = await webhook_endpoints.rotate_secret(
+        storage, box, endpoint_id, keep_previous_s, datetime.now(UTC)
+    )
+    return await webhook_endpoints.get_endpoint(storage, endpoint_id), secret
