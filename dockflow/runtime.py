@@ -13,6 +13,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pymongo.errors import ConnectionFailure, PyMongoError
 from pymongo.uri_parser import parse_uri
 
+from core import tracing
 from core.errors import DatabaseUnavailable
 from core.files import ensure_private_dir
 from core.retention import RetentionSweeper
@@ -113,6 +114,7 @@ async def serve(
     in the reverse order of their start."""
     stop = stop_event or asyncio.Event()
     loop = asyncio.get_running_loop()
+    tracing.configure(parts[0] if len(parts) == 1 else "serve")
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
@@ -154,6 +156,7 @@ async def serve(
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
+        tracing.shutdown()  # what is buffered goes out
 
 
 async def _announce_shutdown(services: Services, edge: EdgeServer | None) -> None:

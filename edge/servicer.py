@@ -16,10 +16,15 @@ import contextlib
 import logging
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import grpc
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, Span, SpanKind
 
+from core import tracing
 from core.batcher import Batcher, Ticket
 from core.errors import RateLimited, Unauthenticated
 from core.pallets.ingest import Reading, ReadingResult, record_pallets
@@ -43,7 +48,16 @@ def make_batcher(services: Services) -> Batcher[Item, ReadingResult]:
     settings = services.settings
 
     async def process(batch: Sequence[Item]) -> list[ReadingResult]:
-        return await record_pallets(services.storage, settings, batch)
+        # The store joins the trace of the batch's first traced reading and links the others'
+        # (a span has one parent).
+        spans = [reading.trace for _, reading in batch if reading.trace is not None]
+        with tracing.tracer().start_as_current_span(
+            "ingest.store_batch",
+            context=trace.set_span_in_context(spans[0]) if spans else None,
+            links=[Link(span.get_span_context()) for span in spans[1:]],
+            attributes={"dockflow.batch.readings": len(batch)},
+        ):
+            return await record_pallets(services.storage, settings, batch)
 
     return Batcher(
         process,
@@ -109,7 +123,11 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         # Acks not yet written: the reader stops at this many, so a camera that does not read
         # its acks stops being read too.
         window = asyncio.Semaphore(self.services.settings.ingest_batch_max)
-        reader = asyncio.create_task(self._read(camera, request_iterator, tickets, window))
+        called = tracing.extract(dict(context.invocation_metadata() or ()))
+        spans: dict[int, Span] = {}  # by id(ticket): the reading's span, ended with its ack
+        reader = asyncio.create_task(
+            self._read(camera, request_iterator, tickets, window, called, spans)
+        )
         watcher = asyncio.create_task(self._watch_camera(camera, token, tickets))
         try:
             while True:
@@ -118,7 +136,9 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
                     break
                 if isinstance(ticket, Unauthenticated):
                     raise ticket
-                yield convert.ack_to_proto(await ticket.future)
+                result = await ticket.future
+                _end_reading_span(spans.pop(id(ticket), None), result)
+                yield convert.ack_to_proto(result)
                 window.release()
             await reader  # surfaces a failed read
         finally:
@@ -164,10 +184,15 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         request_iterator: AsyncIterator[edge_pb2.PalletReading],
         tickets: asyncio.Queue[Ticket[Item, ReadingResult] | Unauthenticated | None],
         window: asyncio.Semaphore,
+        called: Context,
+        spans: dict[int, Span],
     ) -> None:
         try:
             async for message in request_iterator:
-                ticket = self.batcher.submit((camera, convert.reading_from_proto(message)))
+                reading = _traced(camera, convert.reading_from_proto(message), called)
+                ticket = self.batcher.submit((camera, reading))
+                if reading.trace is not None:
+                    spans[id(ticket)] = reading.trace
                 tickets.put_nowait(ticket)
                 if ticket.batch.sealed:
                     # Backpressure: read on only once this stream's batch is stored...
@@ -185,8 +210,12 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
     ) -> edge_pb2.ReadingAck:
         camera = await self.cameras.camera_for(context)
         with self._call_slot(camera):
-            ticket = self.batcher.submit((camera, convert.reading_from_proto(request)))
-            return convert.ack_to_proto(await ticket.future)
+            called = tracing.extract(dict(context.invocation_metadata() or ()))
+            reading = _traced(camera, convert.reading_from_proto(request), called)
+            ticket = self.batcher.submit((camera, reading))
+            result = await ticket.future
+            _end_reading_span(reading.trace, result)
+            return convert.ack_to_proto(result)
 
     @mapped_errors
     async def ReportDockEvent(
@@ -222,3 +251,28 @@ def _slot(counts: Counter[str], camera: Camera, limit: int, what: str) -> Iterat
 
 
 SERVICE_NAME = edge_pb2.DESCRIPTOR.services_by_name["PalletIngest"].full_name
+
+
+def _traced(camera: Camera, reading: Reading, called: Context) -> Reading:
+    """The reading with its span (a child of the caller's `traceparent`, if it sent one)."""
+    if not tracing.enabled():
+        return reading
+    span = tracing.tracer().start_span(
+        "edge.reading",
+        context=called,
+        kind=SpanKind.SERVER,
+        attributes={
+            "rpc.system": "grpc",
+            "dockflow.camera_id": camera.camera_id,
+            "dockflow.reading_id": reading.reading_id,
+        },
+    )
+    return replace(reading, trace=span)
+
+
+def _end_reading_span(span: Span | None, result: ReadingResult) -> None:
+    if span is not None:
+        span.set_attribute("dockflow.ack.status", result.status)
+        if result.message_id is not None:
+            span.set_attribute("dockflow.message_id", result.message_id)
+        span.end()

@@ -10,8 +10,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from opentelemetry.trace import SpanKind
 
-from core import metrics
+from core import metrics, tracing
 from core.errors import DockflowError, RateLimited, Unauthenticated, Unavailable
 from core.logs import correlation_id
 from core.storage import UNAVAILABLE_ERRORS
@@ -122,15 +123,23 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
     started = time.perf_counter()
     route = request.match_info.route.resource
     route_name = route.canonical if route is not None else "unmatched"
-    try:
-        response = await _handle(request, handler)
-        if cid is not None and not response.prepared:
-            response.headers[CORRELATION_HEADER] = cid
-        metrics.HTTP_REQUESTS.labels(route_name, request.method, str(response.status)).inc()
-        metrics.HTTP_LATENCY.labels(route_name).observe(time.perf_counter() - started)
-        return response
-    finally:
-        correlation_id.reset(token)
+    # A server span per request, continuing the caller's `traceparent` (core.tracing).
+    with tracing.tracer().start_as_current_span(
+        f"{request.method} {route_name}",
+        context=tracing.extract(request.headers) if tracing.enabled() else None,
+        kind=SpanKind.SERVER,
+        attributes={"http.request.method": request.method, "http.route": route_name},
+    ) as span:
+        try:
+            response = await _handle(request, handler)
+            if cid is not None and not response.prepared:
+                response.headers[CORRELATION_HEADER] = cid
+            span.set_attribute("http.response.status_code", response.status)
+            metrics.HTTP_REQUESTS.labels(route_name, request.method, str(response.status)).inc()
+            metrics.HTTP_LATENCY.labels(route_name).observe(time.perf_counter() - started)
+            return response
+        finally:
+            correlation_id.reset(token)
 
 
 async def _handle(request: web.Request, handler: Handler) -> web.StreamResponse:

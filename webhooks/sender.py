@@ -15,7 +15,9 @@ from importlib import metadata
 from typing import Any
 
 import aiohttp
+from opentelemetry.trace import SpanKind
 
+from core import tracing
 from core.auth.crypto import SecretBox
 from core.errors import CredentialUnreadable
 from core.outbox.deliveries import AttemptResult
@@ -104,10 +106,38 @@ class Sender:
             channel.auth.forget(endpoint_id)
 
     async def send(
-        self, endpoint: WebhookEndpoint, message_type: str, webhook_id: str, body: bytes
+        self,
+        endpoint: WebhookEndpoint,
+        message_type: str,
+        webhook_id: str,
+        body: bytes,
+        *,
+        caused_by: str | None = None,
     ) -> AttemptResult:
         """One attempt to the route of `message_type`: authenticate, sign, POST; with token
-        auth a 401 logs in again once. Never raises for what the customer's side does."""
+        auth a 401 logs in again once. Never raises for what the customer's side does. Traced
+        as its own span (its request carries its `traceparent`), linked to `caused_by` (the
+        `traceparent` of what wrote the message)."""
+        with tracing.tracer().start_as_current_span(
+            "webhook.attempt",
+            kind=SpanKind.CLIENT,
+            links=tracing.links([caused_by]),
+            attributes={
+                "dockflow.endpoint_id": endpoint.endpoint_id,
+                "dockflow.webhook_id": webhook_id,
+                "dockflow.message_type": message_type,
+            },
+        ) as span:
+            result = await self._send(endpoint, message_type, webhook_id, body)
+            if result.status_code is not None:
+                span.set_attribute("http.response.status_code", result.status_code)
+            if result.error:
+                span.set_attribute("error.type", result.error.split(":", 1)[0])
+            return result
+
+    async def _send(
+        self, endpoint: WebhookEndpoint, message_type: str, webhook_id: str, body: bytes
+    ) -> AttemptResult:
         allow_hosts = allow_hosts_for(self.settings, endpoint)
         channel = self._channels.get(allow_hosts)
         assert channel is not None, "open() the sender first"
@@ -134,6 +164,9 @@ class Sender:
         auth_headers: Mapping[str, str],
     ) -> AttemptResult:
         headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **auth_headers}
+        traced = tracing.traceparent()
+        if traced:
+            headers[tracing.TRACEPARENT] = traced
         secrets = signing_secrets_of(self._box, endpoint)
         if secrets:
             headers.update(signing.webhook_headers(webhook_id, int(time.time()), body, secrets))

@@ -308,7 +308,7 @@ class WebhookWorker(Running):
                 await deliveries.drop_fenced(self.storage, claim)
                 return
             body = encode_payload(message["message"])
-            result = await self.attempt(endpoint, claim, body)
+            result = await self.attempt(endpoint, claim, body, caused_by=message.get("trace"))
             if result.ok:
                 self._release_endpoint_slot(claim)  # its request is over; recording follows
                 await self._record_success(claim, result)
@@ -366,9 +366,13 @@ class WebhookWorker(Running):
             if not done.done():
                 done.set_result(None)
 
-    async def attempt(self, endpoint: WebhookEndpoint, claim: Claim, body: bytes) -> AttemptResult:
+    async def attempt(
+        self, endpoint: WebhookEndpoint, claim: Claim, body: bytes, caused_by: str | None = None
+    ) -> AttemptResult:
         """One attempt of a delivery: its `webhook-id` is its message id."""
-        return await self._sender.send(endpoint, claim.event, str(claim.message_id), body)
+        return await self._sender.send(
+            endpoint, claim.event, str(claim.message_id), body, caused_by=caused_by
+        )
 
     async def _endpoint(self, endpoint_id: str) -> WebhookEndpoint | None:
         cached = self._endpoints.get(endpoint_id)

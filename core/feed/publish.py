@@ -29,7 +29,7 @@ from typing import Any, Literal, TypeVar
 
 from pymongo.errors import BulkWriteError, PyMongoError
 
-from core import metrics
+from core import metrics, tracing
 from core.errors import MessageIdsFenced
 from core.outbox.webhook_endpoints import endpoints_for
 from core.storage import Doc, IdBlock, Session, Storage, WrittenListener
@@ -130,6 +130,9 @@ async def build_messages(
         raise ValueError("one message id per message")
     sent_at = sent_at or datetime.now(UTC)
     endpoints = endpoints or EndpointCache(storage)
+    # The span writing them (a batch store): each webhook attempt and subscriber frame of these
+    # messages links to it.
+    traced = tracing.traceparent()
     for message_id, item in zip(message_ids, new, strict=True):
         out.messages.append(
             {
@@ -141,6 +144,7 @@ async def build_messages(
                 "sent_at": sent_at,
                 "shipment_id": item.shipment_id,
                 "pallet_id": item.pallet_id,
+                **({"trace": traced} if traced else {}),
             }
         )
         for endpoint_id in await endpoints.endpoint_ids(item.business, item.facility, item.type):
@@ -250,6 +254,19 @@ async def write_messages(
     In a transaction (`session`) a fenced id (like any duplicate) aborts the transaction: the
     caller finds the fenced ids with `fenced_among`, takes fresh ones and runs it again; it
     announces the messages once it has committed (`announce`)."""
+    with tracing.tracer().start_as_current_span(
+        "feed.write_messages", attributes={"dockflow.messages": len(written.messages)}
+    ):
+        await _write_messages(storage, written, session, on_renumber, deliveries_written)
+
+
+async def _write_messages(
+    storage: Storage,
+    written: WrittenMessages,
+    session: Session,
+    on_renumber: Renumbered | None,
+    deliveries_written: bool,
+) -> None:
     deliveries = [] if deliveries_written else written.deliveries
     if session is not None:
         await insert_ignoring_duplicates(storage, "webhook_deliveries", deliveries, session)

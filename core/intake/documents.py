@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 
 from pymongo import DESCENDING, ReturnDocument, UpdateOne
 
-from core import locks, metrics
+from core import locks, metrics, tracing
 from core.auth.access import Principal, check_access
 from core.errors import (
     DockflowError,
@@ -115,11 +115,16 @@ async def apply_document(
     """Apply a validated document for `principal`. Raises (and writes nothing) when any part of
     it is rejected: 404/403 scope, 409 conflicts, 422 fields the current state requires.
     `then` writes what belongs with the document (its stored response) in the same transaction."""
-    try:
-        result = await _apply_document(storage, principal, document, then)
-    except DockflowError:
-        metrics.DOCUMENTS.labels("rejected").inc()
-        raise
+    with tracing.tracer().start_as_current_span(
+        "intake.apply_document", attributes={"dockflow.business": principal.business}
+    ) as span:
+        try:
+            result = await _apply_document(storage, principal, document, then)
+        except DockflowError as error:
+            metrics.DOCUMENTS.labels("rejected").inc()
+            span.set_attribute("dockflow.rejected", error.code)
+            raise
+        span.set_attribute("dockflow.shipment_id", result.shipment_id)
     metrics.DOCUMENTS.labels("created" if result.created else "updated").inc()
     return result
 

@@ -110,6 +110,8 @@ class Reading:
     # Why the transport could not read the camera's occurred_at (a clock beyond what a
     # timestamp holds): the reading is rejected with it.
     occurred_at_error: str = ""
+    # The transport's span of this reading (core.tracing), so its batch's store joins its trace.
+    trace: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,13 @@ from typing import Any
 
 import strawberry
 from graphql import GraphQLError
+from opentelemetry.trace import SpanKind
 from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
 from strawberry.file_uploads import Upload
 from strawberry.scalars import JSON
 from strawberry.types import Info
 
-from core import urls
+from core import tracing, urls
 from core.errors import DockflowError, SlowConsumer, ValidationFailed
 from core.exceptions import client as exception_client
 from core.exceptions import queries as exception_queries
@@ -833,6 +834,15 @@ class Subscription:
         )
         try:
             async for doc in stream:
+                # A span per frame, linked to what wrote the message (ended before the yield:
+                # a span must not stay current across the consumer's await).
+                if tracing.enabled():
+                    tracing.tracer().start_span(
+                        "graphql.subscription.frame",
+                        kind=SpanKind.PRODUCER,
+                        links=tracing.links([doc.get("trace")]),
+                        attributes={"dockflow.message_id": int(doc["_id"])},
+                    ).end()
                 yield PushMessage.from_doc(doc)
         finally:
             await stream.aclose()
