@@ -24,6 +24,7 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Doc, Storage
 from core.tenancy.tenants import Created
+from tests import factories
 from tests.factories import Tenant
 from webhooks.worker import WebhookWorker
 
@@ -117,20 +118,16 @@ async def receiver() -> AsyncIterator[Receiver]:
 
 
 def pallet_payload(tenant: Tenant, n: int, shipment_id: int = 1) -> dict[str, Any]:
-    """A pallet message payload as the spec lists it (fixed fields plus label fields)."""
-    return {
-        "businessSlug": tenant.business,
-        "facilitySlug": tenant.facility,
-        "serviceShipmentId": str(shipment_id),
-        "servicePalletId": f"plt_{n:06d}",
-        "occurredAt": "2026-05-01T12:00:00.000Z",
-        "url": f"http://testserver/dashboard/pallets/plt_{n:06d}",
-        "direction": "LOADING",
-        "orders": ["SO-1"],
-        "dockId": "D1",
-        "licensePlate": f"LPN{n:06d}",
-        "skus": ["SKU-1", "SKU-2"],
-    }
+    """The tenant's pallet message payload `n` (`tests.factories.pallet_payload`) with its
+    label fields: the LPN and a list of SKUs."""
+    return factories.pallet_payload(
+        tenant.business,
+        tenant.facility,
+        n,
+        shipment_id=shipment_id,
+        licensePlate=f"LPN{n:06d}",
+        skus=["SKU-1", "SKU-2"],
+    )
 
 
 async def append_pallets(
