@@ -1,7 +1,9 @@
 """Retention: what dockflow keeps, for how long, and where the retained feed begins.
 
 Push messages, camera readings, webhook deliveries and their attempts are kept
-`retention_*_days` (30 by default; 0 keeps them forever). A sweeper deletes what is older, in
+`retention_*_days` (30 by default; 0 keeps them forever); completed shipments, with their
+orders, items, pallets, exceptions, files and dock events, `retention_shipments_days` (0, the
+default: kept). A sweeper deletes what is older, in
 small batches, on every backend alike (`sweep`, run by every `dockflow webhooks` and `dockflow
 serve` process every `retention_sweep_interval_s`; several at once only delete the same
 documents). Idempotency keys, operator sessions and test sends expire by their own TTL indexes.
@@ -23,12 +25,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
+from bson import ObjectId
+from gridfs.asynchronous import AsyncGridFSBucket
+from gridfs.errors import NoFile
 from pymongo import ASCENDING
 from pymongo.errors import DuplicateKeyError
 
 from core.errors import RetentionExceeded
 from core.running import Running
 from core.settings import Settings
+from core.shipments import attachments
 from core.storage import Doc, Storage
 
 log = logging.getLogger(__name__)
@@ -55,9 +61,25 @@ KEPT: Final = (
 )
 
 
+# What belongs to a shipment, deleted with it (by `shipment_id`, one indexed equality each),
+# before the shipment itself: a sweep cut short leaves the shipment, and the next one finishes.
+SHIPMENT_PARTS: Final = (
+    "order_items",
+    "orders",
+    "pallets",
+    "exceptions",
+    "shipment_documents",
+    "dock_events",
+)
+SHIPMENT_BATCH: Final = 100
+
+
 async def sweep(storage: Storage, settings: Settings, now: datetime) -> dict[str, int]:
     """Delete what is past retention; returns how many documents of each collection."""
     deleted: dict[str, int] = {}
+    if settings.retention_shipments_days:
+        cutoff = now - timedelta(days=settings.retention_shipments_days)
+        deleted["shipments"] = await _sweep_shipments(storage, cutoff)
     for kept in KEPT:
         days = getattr(settings, kept.setting)
         if not days:
@@ -73,6 +95,45 @@ async def sweep(storage: Storage, settings: Settings, now: datetime) -> dict[str
     if any(deleted.values()):
         log.info("retention sweep", extra={"deleted": deleted})
     return deleted
+
+
+async def _sweep_shipments(storage: Storage, cutoff: datetime) -> int:
+    """Delete shipments completed before `cutoff` with everything that belongs to them: their
+    orders and items, pallets (and where each was last read), exceptions, attached files, dock
+    events. Open shipments are kept, however old."""
+    total = 0
+    while True:
+        found = (
+            await storage.shipments.find({"completed_at": {"$lt": cutoff}}, {"_id": 1})
+            .limit(SHIPMENT_BATCH)
+            .to_list()
+        )
+        if not found:
+            return total
+        for shipment in found:
+            await delete_shipment(storage, int(shipment["_id"]))
+        total += len(found)
+
+
+async def delete_shipment(storage: Storage, shipment_id: int) -> None:
+    """Remove one shipment and what belongs to it, the shipment last."""
+    documents = await storage.shipment_documents.find(
+        {"shipment_id": shipment_id}, {"gridfs_id": 1}
+    ).to_list()
+    bucket = AsyncGridFSBucket(storage.db, bucket_name=attachments.BUCKET)
+    for document in documents:
+        with contextlib.suppress(NoFile):  # a file deleted by an earlier, cut-short sweep
+            gridfs_id = document["gridfs_id"]
+            await bucket.delete(
+                gridfs_id if isinstance(gridfs_id, ObjectId) else ObjectId(str(gridfs_id))
+            )
+    for name in SHIPMENT_PARTS:
+        await getattr(storage, name).delete_many({"shipment_id": shipment_id})
+    # Positions are keyed "{shipment_id}|…": one `_id` range.
+    await storage.pallet_positions.delete_many(
+        {"_id": {"$gte": f"{shipment_id}|", "$lt": f"{shipment_id}}}"}}
+    )
+    await storage.shipments.delete_one({"_id": shipment_id})
 
 
 async def _sweep(storage: Storage, kept: Kept, query: Doc) -> int:

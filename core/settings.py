@@ -189,6 +189,8 @@ class Settings(BaseSettings):
     retention_readings_days: int = Field(30, ge=0, le=36500)
     retention_deliveries_days: int = Field(30, ge=0, le=36500)
     retention_attempts_days: int = Field(30, ge=0, le=36500)
+    # Completed shipments with everything that belongs to them (0: kept, the default).
+    retention_shipments_days: int = Field(0, ge=0, le=36500)
     retention_sweep_interval_s: float = Field(3600.0, gt=0)
 
     # Hardening: webhook egress, dashboard content, identifiers.

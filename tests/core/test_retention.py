@@ -4,6 +4,7 @@ read of the feed from before what is kept is refused, saying where the retained 
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -11,9 +12,14 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from core import retention
+from core.auth.access import Principal
 from core.feed import publish
+from core.pallets.ingest import record_pallets
 from core.settings import Settings
+from core.shipments import attachments, completion
 from core.storage import Storage
+from tests.core.pallet_helpers import camera_of, pallet
+from tests.edge.documents import post_shipment
 from tests.factories import Tenant, pallet_payload
 from tests.public_api.graphql_support import PUSH_MESSAGES, SUBSCRIPTION, WsSession, gql
 
@@ -147,3 +153,42 @@ async def test_the_sweeper_runs_by_itself(
             await asyncio.sleep(0.1)
 
     assert [int(d["_id"]) async for d in storage.push_messages.find()] == kept
+
+
+async def test_completed_shipments_past_retention_go_with_everything_of_theirs(
+    storage: Storage, settings_factory: Callable[..., Settings], tenant: Tenant
+):
+    settings = settings_factory(retention_shipments_days=30)
+    principal = Principal(subject=tenant.client_id, business=tenant.business)
+    old = await post_shipment(storage, tenant, {"SO-OLD": ["L1", "L2"]}, number="SHP-OLD")
+    still_open = await post_shipment(storage, tenant, {"SO-OPEN": ["L3"]}, number="SHP-OPEN")
+    recent = await post_shipment(storage, tenant, {"SO-NEW": ["L4"]}, number="SHP-NEW")
+    camera = await camera_of(storage, tenant, "D1")
+    await record_pallets(storage, settings, [(camera, pallet("L1"))])  # L2 never comes: SHORT
+    await attachments.upload_document(
+        storage,
+        principal,
+        attachments.NewDocument(old, "bol.pdf", "application/pdf", "BOL", io.BytesIO(b"%PDF")),
+        max_bytes=1024,
+    )
+    await completion.complete_shipment(storage, settings, old, "test", at=OLD)
+    await completion.complete_shipment(storage, settings, recent, "test", at=RECENT)
+    before = {
+        name: await getattr(storage, name).count_documents({"shipment_id": old})
+        for name in retention.SHIPMENT_PARTS
+    }
+    assert before["pallets"] == 1
+    assert before["exceptions"] == 1  # SHORT
+    assert before["shipment_documents"] == 1
+    assert await storage.pallet_positions.count_documents({}) == 1
+
+    deleted = await retention.sweep(storage, settings, NOW)
+
+    assert deleted["shipments"] == 1
+    for name in retention.SHIPMENT_PARTS:
+        assert await getattr(storage, name).count_documents({"shipment_id": old}) == 0, name
+    assert await storage.pallet_positions.count_documents({}) == 0
+    assert await storage["fs.files"].find({}).to_list() == []  # its file too
+    kept = sorted([d["_id"] async for d in storage.shipments.find({}, {"_id": 1})])
+    assert kept == sorted([still_open, recent])  # open however old, and completed lately
+    assert await storage.order_items.count_documents({"shipment_id": recent}) == 1
