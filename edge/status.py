@@ -26,6 +26,7 @@ GRPC_CODES: dict[str, grpc.StatusCode] = {
     "INVALID_TARGET": grpc.StatusCode.INVALID_ARGUMENT,
     "VALIDATION_FAILED": grpc.StatusCode.INVALID_ARGUMENT,
     "IDEMPOTENCY_KEY_REUSED": grpc.StatusCode.INVALID_ARGUMENT,
+    "RETENTION_EXCEEDED": grpc.StatusCode.OUT_OF_RANGE,
     "PAYLOAD_TOO_LARGE": grpc.StatusCode.INVALID_ARGUMENT,
     "UNSUPPORTED_MEDIA_TYPE": grpc.StatusCode.INTERNAL,
     "ALREADY_EXISTS": grpc.StatusCode.ALREADY_EXISTS,

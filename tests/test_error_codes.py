@@ -57,6 +57,7 @@ SEEN = [
     (errors.PayloadTooLarge, 413, "BAD_USER_INPUT", grpc.StatusCode.INVALID_ARGUMENT),
     (errors.UnsupportedMediaType, 415, "BAD_USER_INPUT", grpc.StatusCode.INTERNAL),
     (errors.IdempotencyKeyReused, 422, "BAD_USER_INPUT", grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.RetentionExceeded, 422, "BAD_USER_INPUT", grpc.StatusCode.OUT_OF_RANGE),
     (errors.RateLimited, 429, "BAD_USER_INPUT", grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.CredentialUnreadable, 500, "INTERNAL", grpc.StatusCode.INTERNAL),
     (errors.DatabaseUnavailable, 503, "INTERNAL", grpc.StatusCode.UNAVAILABLE),
