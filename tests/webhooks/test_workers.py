@@ -127,7 +127,7 @@ async def test_a_killed_worker_leaves_nothing_undelivered_after_its_lease(
         process.send_signal(signal.SIGKILL)  # no cleanup: its claims stay leased
         process.wait(timeout=10)
     held = {r.webhook_id for r in receiver.requests[-receiver.in_flight :]}
-    sent = set(receiver.ids())
+    sent_before = len(receiver.requests)
     at_death = await deliveries_of(storage)
     unrecorded = {str(d["message_id"]) for d in at_death if d["status"] != "SUCCEEDED"}
     # The 4 in flight, and any it had claimed ahead and not yet sent (a slower database's claim
@@ -146,12 +146,14 @@ async def test_a_killed_worker_leaves_nothing_undelivered_after_its_lease(
 
     counts = Counter(receiver.ids())
     assert set(counts) == {str(i) for i in ids}  # every message arrived
-    # Exactly those the dead worker sent and had not recorded as answered arrive twice: its 4
-    # hung slots, and any answers it had not yet written (how many depends on the database's
-    # speed). The customer deduplicates them by webhook-id.
-    assert {i for i, n in counts.items() if n > 1} == sent & unrecorded
+    assert max(counts.values()) <= 2
+    resent = [r.webhook_id for r in receiver.requests[sent_before:]]
+    # The survivor sends only what was not recorded as answered when the worker died (writes
+    # the dead worker had already sent may still land afterwards, so it may send fewer), and
+    # among them the 4 that hung: the customer deduplicates those by webhook-id.
+    assert held <= set(resent) <= unrecorded
+    assert len(resent) == len(set(resent)) == survivor.delivered
     assert [d["status"] for d in await deliveries_of(storage)] == ["SUCCEEDED"] * 300
-    assert survivor.delivered == len(unrecorded)
     lost = await storage.delivery_attempts.count_documents({"error": {"$regex": "^lease"}})
     assert lost >= 4  # each taken-over delivery in flight records the dead worker's attempt
 
