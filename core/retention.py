@@ -17,10 +17,8 @@ hole the consumer cannot see.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import random
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -32,7 +30,7 @@ from pymongo import ASCENDING
 from pymongo.errors import DuplicateKeyError
 
 from core.errors import RetentionExceeded
-from core.running import Running
+from core.running import Periodic
 from core.settings import Settings
 from core.shipments import attachments
 from core.storage import Doc, Storage
@@ -216,32 +214,12 @@ async def check_feed_start(
         )
 
 
-class RetentionSweeper(Running):
-    """Sweeps every `retention_sweep_interval_s` (the first sweep soon after start, at a random
-    moment of the first minute so that processes started together do not sweep together)."""
+class RetentionSweeper(Periodic):
+    """Sweeps every `retention_sweep_interval_s` (the first sweep within the first minute)."""
 
     def __init__(self, storage: Storage, settings: Settings) -> None:
-        self.storage = storage
-        self.settings = settings
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="retention-sweeper")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _loop(self) -> None:
-        delay = random.uniform(1.0, min(60.0, self.settings.retention_sweep_interval_s))
-        while True:
-            await asyncio.sleep(delay)
-            delay = self.settings.retention_sweep_interval_s
-            try:
-                await sweep(self.storage, self.settings, datetime.now(UTC))
-            except Exception:  # the next sweep tries again; an outage must not end the loop
-                log.exception("retention sweep failed")
+        super().__init__(
+            "retention sweep",
+            settings.retention_sweep_interval_s,
+            lambda: sweep(storage, settings, datetime.now(UTC)),
+        )

@@ -192,6 +192,9 @@ class Settings(BaseSettings):
     # Completed shipments with everything that belongs to them (0: kept, the default).
     retention_shipments_days: int = Field(0, ge=0, le=36500)
     retention_sweep_interval_s: float = Field(3600.0, gt=0)
+    # Where the database has no transactions: how often the API looks for exception changes a
+    # crash kept from being published, and how old their marks must be (core/exceptions/records).
+    exception_repair_interval_s: float = Field(30.0, gt=0)
 
     # Hardening: webhook egress, dashboard content, identifiers.
     # Bytes of a webhook answer read (for the attempt's snippet); the rest is never read.

@@ -143,6 +143,8 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("seq", ASCENDING)]),
         IndexModel([("shipment_id", ASCENDING)]),
         IndexModel([("pallet_id", ASCENDING)]),
+        # changes whose message a crash kept from being written (write by write only)
+        IndexModel([("unpublished", ASCENDING)], sparse=True),
         # the open MISLOAD exceptions at a dock, which a reversal there resolves
         IndexModel(
             [

@@ -15,8 +15,10 @@ from pymongo.uri_parser import parse_uri
 
 from core import tracing
 from core.errors import DatabaseUnavailable
+from core.exceptions import records
 from core.files import ensure_private_dir
 from core.retention import RetentionSweeper
+from core.running import Periodic
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -138,6 +140,8 @@ async def serve(
             if "api" in parts:
                 http = await stack.enter_async_context(HttpServer(services))
                 addresses["http"] = http.address
+                if not services.storage.transactions:
+                    await stack.enter_async_context(_exception_repair(services))
             if "webhooks" in parts and settings.webhooks_enabled:
                 await stack.enter_async_context(WebhookWorker(services))
             if "webhooks" in parts:
@@ -157,6 +161,18 @@ async def serve(
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
         tracing.shutdown()  # what is buffered goes out
+
+
+def _exception_repair(services: Services) -> Periodic:
+    """Publishes exception changes a crashed API process left unpublished (write by write)."""
+    interval = services.settings.exception_repair_interval_s
+    return Periodic(
+        "exception repair",
+        interval,
+        lambda: records.repair_unpublished(
+            services.storage, services.settings, older_than_s=interval
+        ),
+    )
 
 
 async def _announce_shutdown(services: Services, edge: EdgeServer | None) -> None:

@@ -21,6 +21,7 @@ and unscoped readers (the hub, the webhook worker) check `is_void`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -368,6 +369,12 @@ async def _nothing_stored(renumbered: dict[int, int]) -> None:
     """The caller keeps no message ids: a renumbering needs no update."""
 
 
+async def _give_up(storage: Storage, message_id: int) -> None:
+    """Void an id its writer will not use (best effort: readers fence it after the grace)."""
+    with contextlib.suppress(PyMongoError):
+        await fence_ids(storage, [message_id])
+
+
 async def write_with_message(
     storage: Storage,
     build: Callable[[int, Session], Coroutine[Any, Any, tuple[T, WrittenMessages]]],
@@ -382,9 +389,16 @@ async def write_with_message(
         try:
             result, written = await storage.in_transaction(functools.partial(build, message_id))
         except PyMongoError:
-            if not await fenced_among(storage, [message_id]):
-                raise
-            continue
+            if await fenced_among(storage, [message_id]):
+                continue
+            if storage.transactions:  # rolled back: nothing holds the id
+                await _give_up(storage, message_id)
+            raise
+        except Exception:
+            # `build` refused (a conflict, a missing record) before it wrote anything: a
+            # refusal must not hold every reader of the feed back for the grace.
+            await _give_up(storage, message_id)
+            raise
         if not written.messages:
             await fence_ids(storage, [message_id])
         elif storage.transactions:

@@ -359,3 +359,34 @@ async def test_nested_exception_lists_are_bounded(
     )
 
     assert error_code(body) == ("BAD_USER_INPUT", "VALIDATION_FAILED")
+
+
+async def test_refused_and_racing_changes_leave_no_message_id_for_the_feed_to_wait_on(
+    api: TestClient[Any, Any], tenant: Tenant, storage: Storage, edge_server: EdgeServer
+):
+    """A change that is refused (resolving a resolved exception) reserves no message id, and one
+    that loses a race voids the id it reserved at once: neither holds every business's feed back
+    for the gap grace."""
+    shipment_id = await post_shipment(storage, tenant, {"SO-1": ["L1"]})
+    created = await create(api, tenant.token, shipment_id, "Crushed.")
+
+    async def acknowledge() -> dict[str, Any]:
+        _, body = await gql(api, ACKNOWLEDGE, {"id": created["id"]}, token=tenant.token)
+        return body
+
+    answers = await asyncio.gather(*(acknowledge() for _ in range(20)))
+    _, _ = await gql(api, RESOLVE, {"id": created["id"], "note": "Done."}, token=tenant.token)
+    sequence = await storage.counters.find_one({"_id": "push_messages"})
+    refused = [
+        await gql(api, RESOLVE, {"id": created["id"], "note": "Again."}, token=tenant.token)
+        for _ in range(5)
+    ]
+
+    assert sum("errors" not in a for a in answers) == 1
+    assert {error_code(a) for a in answers if "errors" in a} == {("BAD_USER_INPUT", "CONFLICT")}
+    assert {error_code(body) for _, body in refused} == {("BAD_USER_INPUT", "CONFLICT")}
+    assert await storage.counters.find_one({"_id": "push_messages"}) == sequence
+    # Every id handed out holds its message or a void, now: no reader waits for any of them.
+    assert sequence is not None
+    held = await storage.push_messages.count_documents({"_id": {"$lte": sequence["value"]}})
+    assert held == sequence["value"]
