@@ -113,6 +113,10 @@ class Settings(BaseSettings):
     # REJECTED with the reason and its stream goes on (core/pallets/camera_input.py).
     # Labels per reading.
     ingest_max_labels: int = Field(200, ge=1)
+    # Readings and dock events older than this are refused: a camera clock that was reset (to
+    # 1970, to year 1) would misdate pallets and switch date rules off. Cameras that buffer
+    # offline replay within it.
+    ingest_max_age_days: float = Field(7.0, gt=0, le=3650)
     # Characters of a label name (letters, digits, '_' and '-'; it becomes a payload key).
     ingest_max_label_name_chars: int = Field(64, ge=1)
     # UTF-8 bytes of one label value (printable text).

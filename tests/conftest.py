@@ -4,6 +4,7 @@ aiohttp / grpc.aio servers on port 0 over it. DOCKFLOW_EMBEDDED_ENGINE picks the
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -22,6 +23,11 @@ from public_api.app import create_app
 from tests import backends
 from tests.catalog_check import check_messages
 from tests.factories import Tenant, make_tenant
+
+# Fixtures date readings and dock events on fixed days (tests/edge/helpers.py): this suite, and
+# the dockflow processes it starts, accept camera clocks years old. The production limit is
+# tested with its default (tests/edge/test_camera_clock.py).
+os.environ["DOCKFLOW_INGEST_MAX_AGE_DAYS"] = "3650"
 
 
 @pytest.fixture(scope="session")

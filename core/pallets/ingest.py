@@ -175,8 +175,7 @@ def validate_reading(
         raise ValidationFailed(reading.occurred_at_error)
     if reading.occurred_at is None:
         raise ValidationFailed("occurred_at is required")
-    if reading.occurred_at > now + lifecycle.MAX_FUTURE_SKEW:
-        raise ValidationFailed("occurred_at is in the future")
+    lifecycle.check_camera_clock(settings, reading.occurred_at, now)
     if len(reading.labels) > settings.ingest_max_labels:
         raise ValidationFailed(f"a reading has at most {settings.ingest_max_labels} labels")
     for label in reading.labels:

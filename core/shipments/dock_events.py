@@ -94,8 +94,7 @@ async def validate_event(
         raise ValidationFailed(event.occurred_at_error)
     if event.occurred_at is None:
         raise ValidationFailed("occurred_at is required")
-    if event.occurred_at > lifecycle.now_ms() + lifecycle.MAX_FUTURE_SKEW:
-        raise ValidationFailed("occurred_at is in the future")
+    lifecycle.check_camera_clock(settings, event.occurred_at, lifecycle.now_ms())
     dock = resolve_dock(camera, event.dock)
     facility = await get_facility(storage, camera.business, camera.facility)
     if facility.dock(dock) is None:

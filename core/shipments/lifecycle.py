@@ -25,7 +25,8 @@ from typing import Literal
 
 from pymongo.errors import DuplicateKeyError
 
-from core.errors import Conflict, NotFound
+from core.errors import Conflict, NotFound, ValidationFailed
+from core.settings import Settings
 from core.shipments import directions
 from core.shipments.directions import ShipmentDirection
 from core.storage import Doc, Storage
@@ -69,6 +70,18 @@ _ADHOC_ATTEMPTS = 10
 def now_ms() -> datetime:
     """Now, truncated to what the database stores (milliseconds)."""
     return truncate_ms(datetime.now(UTC))
+
+
+def check_camera_clock(settings: Settings, at: datetime, now: datetime) -> None:
+    """`ValidationFailed` for a camera's time the clock cannot be right about: ahead of ours by
+    more than `MAX_FUTURE_SKEW`, or older than `ingest_max_age_days` (a reset clock)."""
+    if at > now + MAX_FUTURE_SKEW:
+        raise ValidationFailed("occurred_at is in the future")
+    if at < now - timedelta(days=settings.ingest_max_age_days):
+        raise ValidationFailed(
+            f"occurred_at is more than {settings.ingest_max_age_days:g} days ago "
+            "(is the camera's clock set?)"
+        )
 
 
 def fits_utc(at: datetime) -> bool:

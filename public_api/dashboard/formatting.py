@@ -42,12 +42,21 @@ def as_datetime(value: Any) -> datetime | None:
     return None
 
 
+def _local(value: datetime, timezone: str | None) -> datetime:
+    """`value` in the facility's timezone; in UTC at the ends of the calendar, where the
+    facility's offset would leave it (a camera that once sent year 1)."""
+    try:
+        return value.astimezone(_zone(timezone))
+    except OverflowError:
+        return value.astimezone(UTC)
+
+
 def local_time(raw: Any, timezone: str | None = "UTC") -> str:
     """``Tue 4 Mar 2025, 14:05:09 CST`` in the facility's timezone."""
     value = as_datetime(raw)
     if value is None:
         return "—"
-    local = value.astimezone(_zone(timezone))
+    local = _local(value, timezone)
     return f"{local:%a} {local.day} {local:%b %Y, %H:%M:%S} {local.tzname()}"
 
 
@@ -56,7 +65,7 @@ def short_time(raw: Any, timezone: str | None = "UTC") -> str:
     value = as_datetime(raw)
     if value is None:
         return "—"
-    local = value.astimezone(_zone(timezone))
+    local = _local(value, timezone)
     return f"{local.day} {local:%b, %H:%M}"
 
 
