@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -38,6 +39,7 @@ MESSAGE_TYPE: Final = "EXCEPTION"
 UNPUBLISHED: Final = "unpublished"
 REPAIR_BATCH = 500
 MAX_NOTE_CHARS = 2_000
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 # Bounds of one record, whatever a camera sent (a reading may carry 200 labels of 1 KiB): a
 # reading's records travel inside its pallet document, under the database's 16 MiB.
 MAX_LPNS = 50
@@ -246,6 +248,13 @@ def check_note(note: str, *, required: bool) -> str:
         raise ValidationFailed("a note is required")
     if len(note) > MAX_NOTE_CHARS:
         raise ValidationFailed(f"a note has at most {MAX_NOTE_CHARS} characters")
+    # Line breaks and tabs are a person's; other control characters (NUL, terminal escapes)
+    # and bidirectional overrides would reach webhooks, the dashboard and terminals as they are.
+    if any(
+        (unicodedata.category(c) == "Cc" and c not in "\n\r\t") or c in BIDI_CONTROLS
+        for c in note
+    ):
+        raise ValidationFailed("a note may not hold control characters")
     return note
 
 

@@ -704,7 +704,7 @@ async def plan_batch(
         assert answer is not None
         plan.results[index] = ReadingResult(
             answer.reading_id, "DUPLICATE", answer.pallet_id, answer.shipment_id,
-            answer.message_id,
+            answer.message_id, exceptions=answer.exceptions,
         )  # fmt: skip
     return plan
 
@@ -1018,22 +1018,28 @@ async def _match_site(
             shipments_by_lpn.setdefault(order_item["lpn"], set()).add(int(shipment_id))
 
     misloads: dict[int, Doc] = {}  # item index -> the shipment expecting it at another dock
+    # A shipment with no dock takes the dock of its first pallet; for the rest of the batch it
+    # is expected there, as in later batches (it is stored when the batch arrives it).
+    taken_docks: dict[int, str] = {}
     for item in items:
         want = directions.shipment_direction(item.reading.direction)
         candidates = {s for lpn in item.lpns for s in shipments_by_lpn.get(lpn, ())}
         paired = [shipments[s] for s in candidates if shipments[s]["direction"] == want]
         item.may_take_off = bool(candidates) and not paired
         chosen = _best(paired, item.dock)
+        expected_dock = (
+            None if chosen is None else chosen.get("dock") or taken_docks.get(int(chosen["_id"]))
+        )
         if (
             chosen is not None
-            and chosen.get("dock")
-            and chosen["dock"] != item.dock
+            and expected_dock
+            and expected_dock != item.dock
             and item.facility is not None
             and item.facility.checks("MISLOAD")
         ):
             # Expected at another dock: the pallet is recorded where it physically is, and the
             # exception names the shipment that expects it (docs/exceptions.md, MISLOAD).
-            misloads[item.index] = chosen
+            misloads[item.index] = {**chosen, "dock": expected_dock}
             chosen = None
             candidates = set()
         if chosen is None and candidates:
@@ -1056,6 +1062,8 @@ async def _match_site(
             # From this pallet on, the shipment is the one at this dock (it arrives here), for
             # the rest of the batch as for later batches: batching must not change matching.
             at_dock[item.dock] = chosen
+        if not chosen.get("dock"):
+            taken_docks.setdefault(int(chosen["_id"]), item.dock)
         shipments[int(chosen["_id"])] = chosen
         item.shipment = chosen
 

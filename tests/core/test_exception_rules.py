@@ -333,3 +333,39 @@ def test_a_resolved_exception_cannot_be_resolved_again():
         records.transition(resolved, "RESOLVED", now, by, "again", 3)
     with pytest.raises(Conflict):
         records.transition(resolved, "ACKNOWLEDGED", now, by, "late", 3)
+
+
+async def test_a_misload_in_the_batch_of_its_shipments_first_pallet_is_raised_as_in_two(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    """Batching must not change matching: the shipment takes the dock of its first pallet for
+    the rest of the batch too, so a pallet of it read at another door in the same batch is a
+    misload recorded where it is, never counted for the shipment."""
+    expected = await post_shipment(storage, tenant, {"SO-1": ["LPN-1", "LPN-2"]})
+    d1, d2 = await camera_of(storage, tenant, "D1"), await camera_of(storage, tenant, "D2")
+
+    first, wrong = await record_pallets(
+        storage, settings, [(d1, pallet("LPN-1")), (d2, pallet("LPN-2"))]
+    )
+
+    assert (first.shipment_id, codes(first)) == (expected, [])
+    assert wrong.shipment_id != expected
+    assert codes(wrong) == ["MISLOAD"]
+    [record] = await exceptions_of(storage, code="MISLOAD")
+    assert record["expected"] == {"serviceShipmentId": str(expected), "dockId": "D1"}
+    shipment = await storage.shipments.find_one({"_id": expected})
+    assert shipment is not None
+    assert (shipment["dock"], shipment.get("completed_at")) == ("D1", None)
+
+
+async def test_a_resend_in_the_same_batch_carries_the_exceptions_of_the_first(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    at = pallet("x").occurred_at
+    weak = Reading("weak-1", "", "LOADING", at, (Label("lpn", "LPN-1", 0.5),))
+
+    first, again = await read(storage, settings, tenant, "D1", weak, weak)
+
+    assert (first.status, again.status) == ("ACCEPTED", "DUPLICATE")
+    assert codes(first) == ["LOW_CONFIDENCE"]
+    assert again.exceptions == first.exceptions

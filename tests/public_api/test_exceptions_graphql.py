@@ -242,6 +242,8 @@ async def test_bad_input_is_refused_with_its_reason(
     await read(edge_server, tenant, ["L1"])
     pallet_id = await pallet_of(storage, shipment_id, "L1")
     created = await create(api, tenant.token, shipment_id, "Fine")
+    # A person's line breaks, tabs and non-breaking spaces are kept.
+    await create(api, tenant.token, shipment_id, "Crushed.\n\tSee\u00a0photo 📷")
 
     async def create_error(**fields: Any) -> tuple[str, str | None]:
         _, body = await gql(
@@ -262,6 +264,9 @@ async def test_bad_input_is_refused_with_its_reason(
 
     assert await create_error(note=" ") == ("BAD_USER_INPUT", "VALIDATION_FAILED")
     assert await create_error(note="x" * 2001) == ("BAD_USER_INPUT", "VALIDATION_FAILED")
+    assert await create_error(note="a\u0000b") == ("BAD_USER_INPUT", "VALIDATION_FAILED")
+    assert await create_error(note="red \u001b[31m") == ("BAD_USER_INPUT", "VALIDATION_FAILED")
+    assert await create_error(note="txt\u202egpj.exe") == ("BAD_USER_INPUT", "VALIDATION_FAILED")
     assert await create_error(priority="URGENT") == ("BAD_USER_INPUT", None)
     assert await create_error(shipmentId=other_id, palletId=pallet_id) == ("NOT_FOUND", "NOT_FOUND")
     assert await create_error(shipmentId=999999) == ("NOT_FOUND", "NOT_FOUND")
