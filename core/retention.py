@@ -199,7 +199,7 @@ async def check_feed_start(
     mark = await feed_mark(storage)
     if mark is None:
         return
-    swept_at = f"{mark.through_at:%Y-%m-%dT%H:%M:%SZ}"
+    swept_at = _iso(mark.through_at)
     begins = f"the retained feed begins after id {mark.through_id} (sent after {swept_at})"
     if after_id is not None:
         if after_id < mark.through_id:
@@ -209,9 +209,13 @@ async def check_feed_start(
             )
         return
     if since is not None and since <= mark.through_at:
-        raise RetentionExceeded(
-            f"messages since {since:%Y-%m-%dT%H:%M:%SZ} are no longer all kept: {begins}"
-        )
+        raise RetentionExceeded(f"messages since {_iso(since)} are no longer all kept: {begins}")
+
+
+def _iso(at: datetime) -> str:
+    """`2026-05-01T12:00:00Z` (UTC; years before 1000 padded, as ISO 8601 has them)."""
+    at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    return at.replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
 
 
 class RetentionSweeper(Periodic):

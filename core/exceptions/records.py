@@ -251,8 +251,7 @@ def check_note(note: str, *, required: bool) -> str:
     # Line breaks and tabs are a person's; other control characters (NUL, terminal escapes)
     # and bidirectional overrides would reach webhooks, the dashboard and terminals as they are.
     if any(
-        (unicodedata.category(c) == "Cc" and c not in "\n\r\t") or c in BIDI_CONTROLS
-        for c in note
+        (unicodedata.category(c) == "Cc" and c not in "\n\r\t") or c in BIDI_CONTROLS for c in note
     ):
         raise ValidationFailed("a note may not hold control characters")
     return note

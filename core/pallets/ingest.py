@@ -87,6 +87,11 @@ MAX_STORED_READING_BYTES = 15 * 1024 * 1024
 # Open MISLOAD exceptions at a batch's docks a reversal is checked against (a dock with more
 # open ones than this has its oldest checked; the others are resolved by hand).
 MAX_OPEN_MISLOADS = 1_000
+# Exceptions raised once while open, however often a reading repeats them (DUPLICATE_PALLET
+# folds its repeats by position; LOW_CONFIDENCE without an LPN names no pallet).
+FOLDED_CODES = frozenset(
+    {"MISLOAD", "UNEXPECTED_PALLET", "LOW_CONFIDENCE", "LOT_MISMATCH", "EXPIRY_MISMATCH", "EXPIRED"}
+)
 STORAGE_REFUSED = "STORAGE_REFUSED: the reading could not be stored; the service logged why"
 
 
@@ -649,6 +654,7 @@ async def plan_batch(
         # The open misloads the batch's reversals may resolve (no query without one).
         open_misloads = await _open_misloads(storage, [i for i in fresh if i.may_take_off])
         drafts, resolving = _exception_drafts(fresh, open_misloads)
+        echoed = await _fold_repeats(storage, fresh, drafts)
         wanted = len(fresh) + sum(len(d) for d in drafts.values()) + len(resolving)
         extra = iter((await message_ids.take(storage, wanted))[len(fresh) :])
         new_messages = []
@@ -659,6 +665,11 @@ async def plan_batch(
             ]
             pallet = _pallet_doc(settings, item, now)
             pallet["raised"] = raised
+            # the open exceptions its reading repeats (the ack and a resend's carry them too)
+            pallet["echoed"] = [
+                {"_id": r.exception_id, "code": r.code, "priority": r.priority, "detail": r.detail}
+                for r in echoed.get(item.index, [])
+            ]
             pallet["resolves"] = []
             plan.pallets.append(pallet)
             new_messages.append((message_id, _message_for(pallet)))
@@ -686,7 +697,7 @@ async def plan_batch(
                 plan.shipment_ids.add(int(pallet["shipment_id"]))
             plan.results[item.index] = ReadingResult(
                 item.reading.reading_id, "ACCEPTED", item.pallet_id, pallet["shipment_id"],
-                message_id, exceptions=tuple(records.raised(r) for r in raised),
+                message_id, exceptions=_raised_by(pallet),
             )  # fmt: skip
         plan.messages.extend(
             await publish.build_messages(
@@ -806,7 +817,10 @@ async def _answer_known(
 
 def _raised_by(pallet: Doc | None) -> tuple[records.Raised, ...]:
     """What a stored pallet's reading raised, for the answer to a resend."""
-    return tuple(records.raised(r) for r in (pallet or {}).get("raised") or [])
+    pallet = pallet or {}
+    return tuple(
+        records.raised(r) for r in [*(pallet.get("raised") or []), *(pallet.get("echoed") or [])]
+    )
 
 
 async def _repair_exceptions(
@@ -882,6 +896,56 @@ def _exception_drafts(
                 taken.add(record["_id"])
                 resolving.setdefault(item.index, []).append(record)
     return drafts, resolving
+
+
+async def _fold_repeats(
+    storage: Storage, items: list[_Item], drafts: dict[int, list[rules.Draft]]
+) -> dict[int, list[records.Raised]]:
+    """A reading that repeats an exception still open (the same code, shipment and LPNs: a
+    stray pallet in view of a camera that reads it every second) raises nothing new: its draft
+    goes, and its ack carries the open one (by item index). Open ones of the items' own pallets
+    are not repeats: an earlier attempt of this batch stored them."""
+    keyed = {
+        (d.shipment_id, d.code, tuple(sorted(d.lpns))): None
+        for found in drafts.values()
+        for d in found
+        if d.code in FOLDED_CODES and d.lpns
+    }
+    if not keyed:
+        return {}
+    own = {item.pallet_id for item in items}
+    open_records = await storage.exceptions.find(
+        {
+            "shipment_id": {"$in": sorted({shipment for shipment, _, _ in keyed})},
+            "code": {"$in": sorted({code for _, code, _ in keyed})},
+            "status": {"$in": list(records.MOVES["RESOLVED"])},
+        },
+        {"code": 1, "priority": 1, "detail": 1, "shipment_id": 1, "lpns": 1, "pallet_id": 1},
+    ).to_list(MAX_OPEN_MISLOADS)
+    first: dict[tuple[int, str, tuple[str, ...]], records.Raised] = {
+        (int(r["shipment_id"]), r["code"], tuple(sorted(r["lpns"]))): records.raised(r)
+        for r in open_records
+        if r.get("pallet_id") not in own
+    }
+    echoed: dict[int, list[records.Raised]] = {}
+    for item in items:
+        kept = []
+        for draft in drafts.get(item.index, []):
+            key = (draft.shipment_id, draft.code, tuple(sorted(draft.lpns)))
+            if draft.code not in FOLDED_CODES or not draft.lpns:
+                kept.append(draft)
+            elif key in first:
+                echoed.setdefault(item.index, []).append(first[key])
+            else:  # the batch's first: later ones in the batch repeat it
+                kept.append(draft)
+                first[key] = records.Raised(
+                    records.exception_id(item.pallet_id, draft.code),
+                    draft.code,
+                    draft.priority,
+                    draft.detail,
+                )
+        drafts[item.index] = kept
+    return echoed
 
 
 def _repeated_lpns(items: list[_Item], positions: dict[str, Doc]) -> dict[int, list[str]]:

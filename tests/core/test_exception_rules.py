@@ -369,3 +369,52 @@ async def test_a_resend_in_the_same_batch_carries_the_exceptions_of_the_first(
     assert (first.status, again.status) == ("ACCEPTED", "DUPLICATE")
     assert codes(first) == ["LOW_CONFIDENCE"]
     assert again.exceptions == first.exceptions
+
+
+async def test_a_stray_pallet_read_over_and_over_raises_one_exception_while_it_is_open(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    """A stray pallet in view of a camera that reads it every second: one UNEXPECTED_PALLET (and
+    one message, one delivery), carried by every reading's ack, until someone resolves it."""
+    await post_shipment(storage, tenant, {"SO-1": ["LPN-1", "LPN-2"]})
+    await read(storage, settings, tenant, "D1", pallet("LPN-1"))
+
+    in_one_batch = await read(storage, settings, tenant, "D1", *(pallet("STRAY") for _ in range(5)))
+    later = [(await read(storage, settings, tenant, "D1", pallet("STRAY")))[0] for _ in range(5)]
+    [record] = await exceptions_of(storage, code="UNEXPECTED_PALLET")
+    await records.change_status(
+        storage, settings, record["_id"], "RESOLVED",
+        by=records.Actor("OPERATOR", "alice"), note="Moved to returns.", at=record["created_at"],
+    )  # fmt: skip
+    [after_resolved] = await read(storage, settings, tenant, "D1", pallet("STRAY"))
+
+    for result in [*in_one_batch, *later]:
+        assert [
+            (e.code, e.exception_id) for e in result.exceptions if e.code != "DUPLICATE_PALLET"
+        ] == [("UNEXPECTED_PALLET", record["_id"])]
+    assert await storage.exceptions.count_documents({"code": "UNEXPECTED_PALLET"}) == 2
+    assert [e.code for e in after_resolved.exceptions if e.code != "DUPLICATE_PALLET"] == [
+        "UNEXPECTED_PALLET"
+    ]
+    assert after_resolved.exceptions[0].exception_id != record["_id"]
+    opened = [
+        m for m in await exception_messages(storage) if m["message"]["code"] == "UNEXPECTED_PALLET"
+    ]
+    assert [m["message"]["status"] for m in opened] == ["OPEN", "RESOLVED", "OPEN"]
+
+
+async def test_a_misloaded_pallet_read_again_repeats_its_open_misload_and_one_unload_resolves_it(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    await post_shipment(storage, tenant, {"SO-1": ["LPN-1", "LPN-2"]})
+    await read(storage, settings, tenant, "D1", pallet("LPN-1"))
+
+    wrong = [(await read(storage, settings, tenant, "D2", pallet("LPN-2")))[0] for _ in range(3)]
+    [off] = await read(storage, settings, tenant, "D2", pallet("LPN-2", direction="UNLOADING"))
+
+    [record] = await exceptions_of(storage, code="MISLOAD")
+    for result in wrong:
+        misloads = [e.exception_id for e in result.exceptions if e.code == "MISLOAD"]
+        assert misloads == [record["_id"]]
+    assert record["status"] == "RESOLVED"
+    assert off.status == "ACCEPTED"

@@ -112,14 +112,17 @@ async def test_reading_the_feed_from_before_what_is_kept_is_refused_with_where_i
         _, body = await gql(api, PUSH_MESSAGES, variables, token=tenant.token)
         return body
 
+    year_one = await page(since="0001-01-01T00:00:00Z")
     for refused in (
         await page(since="2000-01-01T00:00:00Z"),
         await page(since=NOW.isoformat(), afterId=old_ids[0]),
+        year_one,
     ):
         [error] = refused["errors"]
         assert error["extensions"]["code"] == "BAD_USER_INPUT"
         assert error["extensions"]["reason"] == "RETENTION_EXCEEDED"
         assert f"the retained feed begins after id {old_ids[-1]}" in error["message"]
+    assert "messages since 0001-01-01T00:00:00Z are no longer all kept" in str(year_one)
     # From the mark on, or since a time still kept, the feed answers.
     resumed = await page(since="2000-01-01T00:00:00Z", afterId=old_ids[-1])
     assert [m["id"] for m in resumed["data"]["pushMessages"]] == recent_ids
