@@ -141,6 +141,7 @@ INDEXES: dict[str, list[IndexModel]] = {
     "exceptions": [
         # lists and `afterId` pages: seq is the creation message's id (core/exceptions)
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("seq", ASCENDING)]),
+        IndexModel([("business", ASCENDING), ("seq", ASCENDING)]),
         IndexModel([("shipment_id", ASCENDING)]),
         IndexModel([("pallet_id", ASCENDING)]),
         # changes whose message a crash kept from being written (write by write only)
@@ -162,10 +163,11 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("sent_at", ASCENDING)]),
     ],
     "webhook_deliveries": [
-        # claims: due deliveries by status, in message id order (core/outbox/deliveries.py)
+        # claims (core/outbox/deliveries.py): new deliveries in message id order, retries in
+        # the order they fell due (core/outbox/due.py)
         IndexModel([("status", ASCENDING), ("message_id", ASCENDING)]),
-        IndexModel([("status", ASCENDING), ("next_attempt_at", ASCENDING)]),
-        IndexModel([("endpoint_id", ASCENDING), ("status", ASCENDING)]),
+        IndexModel([("status", ASCENDING), ("due_ms", ASCENDING)]),
+        IndexModel([("endpoint_id", ASCENDING), ("status", ASCENDING), ("message_id", ASCENDING)]),
         IndexModel([("message_id", ASCENDING)]),
     ],
     "delivery_attempts": [IndexModel([("delivery_id", ASCENDING)])],
@@ -359,6 +361,17 @@ class Storage:
 
     async def next_id(self, sequence: str) -> int:
         return (await self.next_ids(sequence, 1)).first
+
+    async def count(self, collection: str, query: Doc) -> int:
+        """How many documents of `collection` match `query`, outside any transaction.
+
+        The `count` command, not `count_documents`: the latter is an aggregation, which the
+        embedded server answers by reading every matching document (30,000: 500 ms, against
+        5 ms for `count`)."""
+        if collection not in INDEXES:
+            raise AttributeError(collection)
+        answer = await self.db.command("count", collection, query=query)
+        return int(answer["n"])
 
     async def ping(self, timeout_s: float = PING_TIMEOUT_S) -> bool:
         """Whether the database answers within `timeout_s` (readiness probes must not hang for

@@ -405,6 +405,8 @@ class WebhookWorker(Running):
     async def _stats_loop(self) -> None:
         while True:
             try:
+                if given := await deliveries.backfill_due(self.storage):
+                    log.info("gave %d waiting deliveries their due time", given)
                 endpoints = await list_endpoints(self.storage)
                 await deliveries.queue_stats(self.storage, [e.endpoint_id for e in endpoints])
                 await deliveries.feed_lag(self.storage)

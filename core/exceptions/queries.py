@@ -80,15 +80,23 @@ async def find_exceptions(storage: Storage, scope: Scope, wanted: ExceptionFilte
     if not wanted.triage:
         found = storage.exceptions.find(query).sort("seq", ASCENDING).limit(wanted.first)
         return await found.to_list()
-    # Open (not resolved) HIGH exceptions first, then the rest; newest first within each.
-    urgent = {"priority": "HIGH", "status": {"$in": list(OPEN_STATUSES)}}
-    rest = {"$or": [{"priority": {"$ne": "HIGH"}}, {"status": "RESOLVED"}]}
+    # Open (not resolved) HIGH exceptions first, then the rest; newest first within each. Each
+    # group is the union of plain queries (the embedded server answers `$or` and `$in` by
+    # reading every match), merged here.
+    urgent: list[Doc] = [{"priority": "HIGH", "status": status} for status in OPEN_STATUSES]
+    rest: list[Doc] = [{"priority": "LOW"}, {"priority": "HIGH", "status": "RESOLVED"}]
     records: list[Doc] = []
-    for part in (urgent, rest):
+    for parts in (urgent, rest):
         left = wanted.first - len(records)
-        if left > 0:
-            found = storage.exceptions.find({"$and": [query, part]}).sort("seq", DESCENDING)
-            records += await found.limit(left).to_list()
+        if left <= 0:
+            break
+        group: list[Doc] = []
+        for part in parts:
+            named = any(field in query for field in part)  # the filter names it: intersect
+            both: Doc = {"$and": [query, part]} if named else {**query, **part}
+            found = storage.exceptions.find(both).sort("seq", DESCENDING).limit(left)
+            group += await found.to_list()
+        records += sorted(group, key=lambda record: record["seq"], reverse=True)[:left]
     return records
 
 
@@ -103,6 +111,6 @@ async def get_exception(storage: Storage, scope: Scope, exception_id: str) -> Do
 
 async def open_count(storage: Storage, scope: Scope) -> int:
     """Exceptions not yet resolved that `scope` may see (the dashboard's navigation)."""
-    return await storage.exceptions.count_documents(
-        {**scope.query(), "status": {"$in": list(OPEN_STATUSES)}}
-    )
+    query = scope.query()
+    # One status a count: the embedded server counts an `$in` by reading every match.
+    return sum([await storage.count("exceptions", {**query, "status": s}) for s in OPEN_STATUSES])

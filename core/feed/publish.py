@@ -32,6 +32,7 @@ from pymongo.errors import BulkWriteError, PyMongoError
 
 from core import metrics, tracing
 from core.errors import MessageIdsFenced
+from core.outbox.due import schedule
 from core.outbox.webhook_endpoints import endpoints_for
 from core.storage import Doc, IdBlock, Session, Storage, WrittenListener
 
@@ -159,7 +160,7 @@ async def build_messages(
                     "event": item.type,
                     "status": "PENDING",
                     "attempts": 0,
-                    "next_attempt_at": sent_at,
+                    **schedule(sent_at),
                     "lease_owner": None,
                     "lease_until": None,
                     "last_status": None,
@@ -348,7 +349,7 @@ async def renumber(
             **d,
             "_id": delivery_id(new_ids[d["message_id"]], d["endpoint_id"]),
             "message_id": new_ids[d["message_id"]],
-            "next_attempt_at": now,
+            **schedule(now),
             "created_at": now,
         }
         if d["message_id"] in new_ids

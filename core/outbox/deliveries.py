@@ -18,13 +18,13 @@ import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from pymongo import ReturnDocument, UpdateOne
 
 from core import metrics
 from core.errors import Conflict, NotFound
 from core.outbox import notices
+from core.outbox.due import as_ms, schedule
 from core.settings import Settings
 from core.storage import Doc, Storage
 
@@ -36,12 +36,12 @@ DEAD = "DEAD"
 DISABLED = "DISABLED"
 STATUSES = (PENDING, DELIVERING, FAILED, SUCCEEDED, DEAD, DISABLED)
 
-# PENDING deliveries are due at once. FAILED ones are due at `next_attempt_at`; so are
-# DELIVERING ones, whose `next_attempt_at` is their lease's end: a worker that died is replaced
-# then. (Two simple claim queries rather than one with $or: the embedded server runs $or/$exists
-# as a full scan.)
+# PENDING deliveries are due at once. FAILED ones are due at `next_attempt_at` (`due_ms`,
+# core/outbox/due.py); so are DELIVERING ones, whose `next_attempt_at` is their lease's end: a
+# worker that died is replaced then. Claims query one status at a time: the embedded server
+# answers `$or`, `$exists` and an `$in` of statuses by reading every match.
 _CLAIMABLE = [PENDING, FAILED, DELIVERING]
-_RETRYABLE = [FAILED, DELIVERING]
+_RETRYABLE = [DELIVERING, FAILED]
 _WAITING = [PENDING, FAILED]
 # How long a delivery waits for its push message to become visible (the feed writes deliveries
 # first) before it is given up as DEAD.
@@ -104,11 +104,6 @@ def _claim_of(delivery: Doc, owner: str, lease_until: datetime, now: datetime) -
     )
 
 
-def _schedule(moment: datetime | None) -> Doc:
-    """When the delivery is next due: what retry claims compare."""
-    return {"next_attempt_at": moment}
-
-
 def max_attempts(settings: Settings) -> int:
     return max(1, len(settings.webhook_retry_schedule_s))
 
@@ -141,8 +136,8 @@ async def claim_due(
     exclude_endpoints: list[str] | tuple[str, ...] = (),
     now: datetime | None = None,
 ) -> tuple[Claim | None, Doc | None]:
-    """Claim the lowest message id among PENDING deliveries, or with `retries` among FAILED
-    and lease-expired DELIVERING ones that are due.
+    """Claim the PENDING delivery with the lowest message id, or with `retries` the due
+    delivery that fell due first: a DELIVERING one whose lease ran out, else a FAILED one.
 
     Returns the claim and the delivery as it was before the claim (its `status` says whether a
     dead worker's lease is being taken over), or (None, None) when nothing is due.
@@ -150,30 +145,36 @@ async def claim_due(
     now = now or datetime.now(UTC)
     owner = new_lease_owner(worker_id)
     lease_until = now + timedelta(seconds=lease_s)
-    query: Doc = (
-        {"status": {"$in": _RETRYABLE}, "next_attempt_at": {"$lte": now}}
+    # One status per query, each answered in order from its index (`$in` of two would sort
+    # every due delivery of a dead endpoint's backlog on each claim).
+    queries: list[tuple[Doc, list[tuple[str, int]]]] = (
+        [
+            ({"status": status, "due_ms": {"$lte": as_ms(now)}}, [("due_ms", 1)])
+            for status in _RETRYABLE
+        ]
         if retries
-        else {"status": PENDING}
-    )
-    if exclude_endpoints:
-        query["endpoint_id"] = {"$nin": list(exclude_endpoints)}
-    before = await storage.webhook_deliveries.find_one_and_update(
-        query,
-        {
-            "$set": {
-                "status": DELIVERING,
-                "lease_owner": owner,
-                "lease_until": lease_until,
-                **_schedule(lease_until),
-            }
-        },
         # Best effort in message id order (per endpoint, too); consumers order by occurredAt.
-        sort=[("message_id", 1)],
-        return_document=ReturnDocument.BEFORE,
+        else [({"status": PENDING}, [("message_id", 1)])]
     )
-    if before is None:
-        return None, None
-    return _claim_of(before, owner, lease_until, now), before
+    for query, order in queries:
+        if exclude_endpoints:
+            query["endpoint_id"] = {"$nin": list(exclude_endpoints)}
+        before = await storage.webhook_deliveries.find_one_and_update(
+            query,
+            {
+                "$set": {
+                    "status": DELIVERING,
+                    "lease_owner": owner,
+                    "lease_until": lease_until,
+                    **schedule(lease_until),
+                }
+            },
+            sort=order,
+            return_document=ReturnDocument.BEFORE,
+        )
+        if before is not None:
+            return _claim_of(before, owner, lease_until, now), before
+    return None, None
 
 
 async def claim_next(
@@ -210,6 +211,34 @@ async def claim_next(
         storage, worker_id, settings.webhook_lease_s, exclude_endpoints=exclude_endpoints
     )
     return claim
+
+
+async def backfill_due(storage: Storage, batch: int = 500) -> int:
+    """Give `due_ms` to waiting deliveries written without it (by a release before it, still
+    running during a rolling upgrade), so that retry claims see them; how many were given."""
+    given = 0
+    for status in _RETRYABLE:
+        while True:
+            missing = {"status": status, "due_ms": {"$exists": False}}
+            found = await storage.webhook_deliveries.find(
+                missing, {"next_attempt_at": 1}, limit=batch
+            ).to_list()
+            if not found:
+                break
+            result = await storage.webhook_deliveries.bulk_write(
+                [
+                    UpdateOne(
+                        {**missing, "_id": doc["_id"]},
+                        {"$set": {"due_ms": as_ms(doc.get("next_attempt_at"))}},
+                    )
+                    for doc in found
+                ],
+                ordered=False,
+            )
+            given += result.modified_count
+            if len(found) < batch or result.modified_count == 0:
+                break
+    return given
 
 
 @dataclass(frozen=True)
@@ -271,7 +300,7 @@ async def claim_pending(
                     "status": DELIVERING,
                     "lease_owner": owner,
                     "lease_until": lease_until,
-                    **_schedule(lease_until),
+                    **schedule(lease_until),
                 }
             },
         ),
@@ -311,7 +340,7 @@ async def take_over(storage: Storage, settings: Settings, claim: Claim) -> Claim
                 "status": DEAD,
                 "attempts": attempts,
                 "last_error": "lease expired",
-                **_schedule(None),
+                **schedule(None),
             },
         )
         return None
@@ -362,20 +391,20 @@ async def record_attempt(
     common = _common(claim, result)
     _observe(claim, result)
     if result.status_code == 410:
-        await _finish(storage, claim, {**common, "status": DISABLED, **_schedule(None)})
+        await _finish(storage, claim, {**common, "status": DISABLED, **schedule(None)})
         await disable_endpoint(storage, claim.endpoint_id, "the endpoint answered 410 Gone")
         return DISABLED
     enabled = await note_failure(storage, settings, claim.endpoint_id, result.at)
     if not enabled:
         status = DISABLED
-        fields: Doc = {"status": DISABLED, **_schedule(None)}
+        fields: Doc = {"status": DISABLED, **schedule(None)}
     elif attempts >= max_attempts(settings):
         status = DEAD
-        fields = {"status": DEAD, **_schedule(None)}
+        fields = {"status": DEAD, **schedule(None)}
     else:
         status = FAILED
         delay = retry_delay(settings, attempts, result.retry_after_s)
-        fields = {"status": FAILED, **_schedule(result.at + timedelta(seconds=delay))}
+        fields = {"status": FAILED, **schedule(result.at + timedelta(seconds=delay))}
     await _finish(storage, claim, {**common, **fields})
     return status
 
@@ -419,7 +448,7 @@ async def record_successes(storage: Storage, done: Iterable[tuple[Claim, Attempt
                             **_common(claim, result),
                             "status": SUCCEEDED,
                             "delivered_at": result.at,
-                            **_schedule(None),
+                            **schedule(None),
                             "lease_owner": None,
                             "lease_until": None,
                         }
@@ -476,7 +505,7 @@ async def release(storage: Storage, claim: Claim, delay_s: float = 0.0, error: s
     # PENDING means "due now"; a delayed hand-back waits as FAILED until `next_attempt_at`.
     fields: Doc = {
         "status": FAILED if claim.attempts or delay_s > 0 else PENDING,
-        **_schedule(datetime.now(UTC) + timedelta(seconds=delay_s)),
+        **schedule(datetime.now(UTC) + timedelta(seconds=delay_s)),
     }
     if error:
         fields["last_error"] = error
@@ -490,7 +519,7 @@ async def message_missing(storage: Storage, claim: Claim, retry_s: float) -> Non
         await _finish(
             storage,
             claim,
-            {"status": DEAD, "last_error": "push message not found", **_schedule(None)},
+            {"status": DEAD, "last_error": "push message not found", **schedule(None)},
         )
         return
     await release(storage, claim, retry_s, "push message not visible yet")
@@ -507,7 +536,7 @@ async def drop_fenced(storage: Storage, claim: Claim) -> None:
 
 async def mark_disabled(storage: Storage, claim: Claim) -> None:
     """The endpoint was disabled after this delivery was written."""
-    await _finish(storage, claim, {"status": DISABLED, **_schedule(None)})
+    await _finish(storage, claim, {"status": DISABLED, **schedule(None)})
 
 
 async def load_message(storage: Storage, message_id: int) -> Doc | None:
@@ -549,7 +578,7 @@ async def disable_endpoint(storage: Storage, endpoint_id: str, reason: str) -> i
     await notices.disable(storage, endpoint_id, reason, datetime.now(UTC))
     updated = await storage.webhook_deliveries.update_many(
         {"endpoint_id": endpoint_id, "status": {"$in": _WAITING}},
-        {"$set": {"status": DISABLED, **_schedule(None), "last_error": reason}},
+        {"$set": {"status": DISABLED, **schedule(None), "last_error": reason}},
     )
     return updated.modified_count
 
@@ -583,7 +612,7 @@ async def _requeue(storage: Storage, query: Doc) -> int:
             "$set": {
                 "status": PENDING,
                 "attempts": 0,
-                **_schedule(datetime.now(UTC)),
+                **schedule(datetime.now(UTC)),
                 "lease_owner": None,
                 "lease_until": None,
             }
@@ -650,18 +679,23 @@ class QueueStats:
 
 
 async def queue_stats(storage: Storage, endpoint_ids: list[str]) -> list[QueueStats]:
-    """Deliveries not yet finished per endpoint, and the age of the oldest; sets the gauges."""
+    """Deliveries not yet finished per endpoint, and the age of the oldest (the lowest message
+    id: ids are reserved in time order); sets the gauges."""
     now = datetime.now(UTC)
     stats: list[QueueStats] = []
     for endpoint_id in endpoint_ids:
-        query: Doc = {"endpoint_id": endpoint_id, "status": {"$in": _CLAIMABLE}}
-        depth = await storage.webhook_deliveries.count_documents(query)
-        oldest: Any = None
-        if depth:
-            oldest = await storage.webhook_deliveries.find_one(
-                query, {"created_at": 1}, sort=[("created_at", 1)]
-            )
-        age = (now - oldest["created_at"]).total_seconds() if oldest else 0.0
+        depth = 0
+        created: list[datetime] = []
+        for status in _CLAIMABLE:  # one status a query: each answered from the index
+            query = {"endpoint_id": endpoint_id, "status": status}
+            if waiting := await storage.count("webhook_deliveries", query):
+                depth += waiting
+                first = await storage.webhook_deliveries.find_one(
+                    query, {"created_at": 1}, sort=[("message_id", 1)]
+                )
+                if first is not None:
+                    created.append(first["created_at"])
+        age = (now - min(created)).total_seconds() if created else 0.0
         metrics.DELIVERY_QUEUE.labels(endpoint_id).set(depth)
         metrics.DELIVERY_OLDEST.labels(endpoint_id).set(age)
         stats.append(QueueStats(endpoint_id, depth, age))

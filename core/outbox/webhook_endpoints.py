@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from core.auth.crypto import SIGNING_SECRET_PREFIX, SecretBox, new_signing_secret
 from core.errors import Conflict, NotFound, ValidationFailed
+from core.outbox.due import schedule
 from core.settings import Settings
 from core.storage import Doc, Storage
 from core.tenancy.tenants import Created, get_business, get_facility
@@ -290,7 +291,7 @@ async def delete_endpoint(storage: Storage, endpoint_id: str) -> None:
         raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
     await storage.webhook_deliveries.update_many(
         {"endpoint_id": endpoint_id, "status": {"$in": ["PENDING", "FAILED"]}},
-        {"$set": {"status": "DISABLED", "next_attempt_at": None, "last_error": "endpoint deleted"}},
+        {"$set": {"status": "DISABLED", **schedule(None), "last_error": "endpoint deleted"}},
     )
 
 

@@ -14,6 +14,7 @@ import sys
 
 from dockflow.embedded.patches import (
     collection_names,
+    date_pages,
     date_queries,
     exit_on_signal,
     id_order,
@@ -28,6 +29,7 @@ PATCHES = (
     id_order,
     indexed_equality,
     date_queries,  # uses indexed_equality's fields
+    date_pages,  # likewise; its SQL compares dates as date_queries makes it
     inline_commands,
     collection_names,
     write_transactions,  # forgets collection_names' list on a rollback

@@ -7,7 +7,9 @@ repository starts using a new operation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from pymongo import DESCENDING, InsertOne, ReturnDocument, UpdateOne
@@ -687,3 +689,49 @@ async def test_sparse_unique_index_skips_documents_without_the_field(storage: St
     assert [d["_id"] for d in await storage.shipments.find({"adhoc_dock": "a/b/D1"}).to_list()] == [
         4
     ]
+
+
+async def test_date_range_pages_match_a_full_read(storage: Storage):
+    """A date range with a sort and a limit (a feed page from `since`, a delivery log page)
+    returns what sorting and cutting every match would: ids by value, milliseconds kept."""
+    start = datetime(2026, 3, 1, tzinfo=UTC)
+    ms = timedelta(milliseconds=1)
+    docs: list[dict[str, Any]] = [
+        {"_id": i, "business": "ab"[i % 2], "sent_at": start + (i * 997 % 300) * ms}
+        for i in range(1, 301)
+    ]
+    await storage.push_messages.insert_many(docs)
+    since, until = start + 100 * ms, start + 200 * ms
+
+    def expected(
+        keep: Callable[[dict[str, Any]], bool], key: str, reverse: bool = False
+    ) -> list[int]:
+        found = sorted(
+            (d for d in docs if keep(d)), key=lambda d: (d[key], d["_id"]), reverse=reverse
+        )
+        return [d["_id"] for d in found]
+
+    async def ids(
+        query: dict[str, Any], sort: list[tuple[str, int]], limit: int, skip: int = 0
+    ) -> list[int]:
+        cursor = storage.push_messages.find(query, {"_id": 1}).sort(sort).skip(skip).limit(limit)
+        return [int(d["_id"]) for d in await cursor.to_list()]
+
+    in_b = {"business": "b", "sent_at": {"$gte": since}}
+    assert (
+        await ids(in_b, [("_id", 1)], 1)
+        == expected(lambda d: d["business"] == "b" and d["sent_at"] >= since, "_id")[:1]
+    )
+    assert (
+        await ids(in_b, [("_id", 1)], 40, 3)
+        == expected(lambda d: d["business"] == "b" and d["sent_at"] >= since, "_id")[3:43]
+    )
+    window = {"sent_at": {"$gt": since, "$lt": until}}
+    assert (
+        await ids(window, [("_id", -1)], 25)
+        == expected(lambda d: since < d["sent_at"] < until, "_id", reverse=True)[:25]
+    )
+    assert (
+        await ids({"business": "a", "sent_at": {"$lte": since}}, [("sent_at", 1)], 10)
+        == (expected(lambda d: d["business"] == "a" and d["sent_at"] <= since, "sent_at")[:10])
+    )

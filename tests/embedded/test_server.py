@@ -303,3 +303,40 @@ async def test_equality_on_an_indexed_field_is_answered_by_the_index(storage: St
     steps = [step["detail"] for step in plan["queryPlanner"]["winningPlan"]]
     assert steps[0].startswith("SEARCH order_items USING INDEX"), steps
     assert await storage.order_items.count_documents({"order_id": "o1"}) == 1
+
+
+READS_OF_A_DATE_PAGE = """
+import sys, tempfile
+from datetime import UTC, datetime, timedelta
+from dockflow.embedded.launcher import apply_patches
+if sys.argv[1] == "patched":
+    apply_patches()
+import neosqlite
+loaded = 0
+read = neosqlite.Collection._load_with_stored_id
+def counting_read(self, *args):
+    global loaded
+    loaded += 1
+    return read(self, *args)
+neosqlite.Collection._load_with_stored_id = counting_read
+messages = neosqlite.Connection(tempfile.mktemp(suffix=".db"))["push_messages"]
+start = datetime(2026, 3, 1, tzinfo=UTC)
+messages.insert_many([{"_id": i, "business": "b", "sent_at": start + timedelta(seconds=i)}
+                      for i in range(3000)])
+loaded = 0
+page = messages.find({"business": "b", "sent_at": {"$gte": start}}).sort("_id", 1).limit(5)
+assert [d["_id"] for d in page] == [0, 1, 2, 3, 4]
+print(loaded)
+"""
+
+
+def test_a_limited_date_query_reads_only_its_page():
+    # dockflow/embedded/patches/date_pages.py: a query comparing dates read every match into
+    # Python before sorting and cutting (a `pushMessages(since:)` page start read a business's
+    # whole feed, holding every other tenant's commands meanwhile).
+    def documents_read(mode: str) -> int:
+        run = [sys.executable, "-c", READS_OF_A_DATE_PAGE, mode]
+        return int(subprocess.run(run, check=True, capture_output=True, text=True).stdout)
+
+    assert documents_read("unpatched") >= 3000  # the defect, as neosqlite has it
+    assert documents_read("patched") == 5

@@ -381,3 +381,26 @@ async def test_a_delivery_claimed_before_its_message_is_written_waits_for_it(
     # Delivered under its first claim: never handed back to be claimed again.
     assert "push message not visible" not in caplog.text
     assert receiver.ids() == [str(written.ids[0])]
+
+
+async def test_a_failed_delivery_an_older_release_wrote_is_retried_by_a_new_worker(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    # A rolling upgrade: the old worker left a FAILED delivery with no `due_ms`.
+    await make_endpoint(services, tenant, receiver.base_url)
+    [message_id] = await append_pallets(storage, tenant, 1)
+    await storage.webhook_deliveries.update_many(
+        {}, {"$set": {"status": "FAILED", "attempts": 1}, "$unset": {"due_ms": ""}}
+    )
+
+    await start_worker(fast_settings())
+    await wait_until(lambda: all_finished(storage))
+
+    assert receiver.ids() == [str(message_id)]
+    [delivery] = await deliveries_of(storage)
+    assert (delivery["status"], delivery["attempts"]) == ("SUCCEEDED", 2)

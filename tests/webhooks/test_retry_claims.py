@@ -1,0 +1,81 @@
+"""Retry claims: a lease that ran out first, then failed deliveries in the order they fell due,
+each found from its index however large a dead endpoint's backlog; deliveries an older release
+wrote without `due_ms` are given it and retried."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from core.outbox import deliveries
+from core.outbox.due import schedule
+from core.storage import Storage
+
+NOW = datetime.now(UTC)
+
+
+def delivery(
+    key: str, status: str, message_id: int, due: datetime, **fields: Any
+) -> dict[str, Any]:
+    return {
+        "_id": key,
+        "message_id": message_id,
+        "endpoint_id": fields.pop("endpoint_id", "whe_dead"),
+        "event": "PALLET_EVENT",
+        "status": status,
+        "attempts": 1,
+        "created_at": NOW - timedelta(hours=1),
+        **schedule(due),
+        **fields,
+    }
+
+
+async def claimed(storage: Storage, **options: Any) -> str | None:
+    claim, _ = await deliveries.claim_due(storage, "w1", 60, retries=True, **options)
+    return claim.delivery_id if claim else None
+
+
+async def test_retries_take_a_lapsed_lease_first_then_failures_in_the_order_they_fell_due(
+    storage: Storage,
+):
+    minute = timedelta(minutes=1)
+    await storage.webhook_deliveries.insert_many(
+        [
+            delivery("late", deliveries.FAILED, 1, NOW - minute),  # lowest id, due last
+            delivery("early", deliveries.FAILED, 3, NOW - 3 * minute),
+            delivery("lapsed", deliveries.DELIVERING, 4, NOW - 2 * minute),
+            delivery("held", deliveries.DELIVERING, 5, NOW + minute),  # its worker still has it
+            delivery("later", deliveries.FAILED, 2, NOW + minute),  # not due yet
+            delivery("new", deliveries.PENDING, 6, NOW - 9 * minute),  # not a retry
+        ]
+    )
+
+    order = [await claimed(storage) for _ in range(4)]
+
+    assert order == ["lapsed", "early", "late", None]
+
+
+async def test_a_busy_endpoints_backlog_is_passed_over_for_others_due(storage: Storage):
+    await storage.webhook_deliveries.insert_many(
+        [
+            delivery(f"dead{i}", deliveries.FAILED, i, NOW - timedelta(seconds=600 - i))
+            for i in range(300)
+        ]
+        + [delivery("other", deliveries.FAILED, 999, NOW, endpoint_id="whe_ok")]
+    )
+
+    assert await claimed(storage, exclude_endpoints=["whe_dead"]) == "other"
+    assert await claimed(storage, exclude_endpoints=["whe_dead"]) is None
+    assert await claimed(storage) == "dead0"
+
+
+async def test_a_delivery_written_without_a_due_time_is_given_one_and_retried(storage: Storage):
+    older = delivery("old", deliveries.FAILED, 1, NOW - timedelta(minutes=1))
+    del older["due_ms"]  # as a release before `due_ms` wrote it (a rolling upgrade)
+    await storage.webhook_deliveries.insert_one(older)
+    assert await claimed(storage) is None
+
+    assert await deliveries.backfill_due(storage) == 1
+    assert await deliveries.backfill_due(storage) == 0
+
+    assert await claimed(storage) == "old"
