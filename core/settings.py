@@ -162,11 +162,16 @@ class Settings(BaseSettings):
     webhook_endpoints_per_business: int = Field(10, ge=0, le=1000)
     # Test sends (sendTestWebhook) a business may make per minute.
     webhook_test_sends_per_minute: int = Field(10, ge=1, le=1000)
+    # Resends and recoveries (resendWebhookDelivery, recoverWebhookDeliveries) a business may
+    # ask for per minute, together.
+    webhook_redeliveries_per_minute: int = Field(30, ge=1, le=10000)
     # Per worker: requests in flight to one endpoint, and requests per second to it (0: no limit).
     webhook_endpoint_concurrency: int = Field(4, ge=1)
     webhook_endpoint_rate_per_s: float = Field(50.0, ge=0)
-    # Per worker: deliveries in flight across all endpoints (and pooled connections).
+    # Per worker: deliveries in flight across all endpoints (and pooled connections), and of
+    # those at most this many for one business (its slow endpoints cannot hold every slot).
     webhook_max_in_flight: int = Field(64, ge=1)
+    webhook_business_concurrency: int = Field(16, ge=1)
     webhooks_enabled: bool = True
 
     # GraphQL (/public_graphql): a websocket must send connection_init within this many seconds

@@ -83,7 +83,11 @@ INDEXES: dict[str, list[IndexModel]] = {
     "facilities": [IndexModel([("business", ASCENDING), ("slug", ASCENDING)], unique=True)],
     "api_clients": [IndexModel([("business", ASCENDING)])],
     "cameras": [IndexModel([("business", ASCENDING), ("facility", ASCENDING)])],
-    "webhook_endpoints": [IndexModel([("business", ASCENDING)])],
+    "webhook_endpoints": [
+        IndexModel([("business", ASCENDING)]),
+        # "{business}#{n}": the n-th of a business's own endpoints (core/outbox/client_endpoints)
+        IndexModel([("customer_slot", ASCENDING)], unique=True, sparse=True),
+    ],
     "operators": [],
     "signing_keys": [IndexModel([("created_at", DESCENDING)])],
     "auth_failures": [IndexModel([("until", ASCENDING)], expireAfterSeconds=0)],
@@ -183,7 +187,7 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
         IndexModel([("business", ASCENDING), ("at", ASCENDING)]),
     ],
-    "test_send_minutes": [],  # _id = business: its count of test sends in the current minute
+    "minute_counts": [],  # _id = "{business}" or "{business}:{action}": core/outbox/per_minute
     "retention_marks": [],  # _id = "push_messages": how far the feed was swept (core/retention.py)
 }
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from core.auth.crypto import SecretBox
-from core.outbox.webhook_endpoints import WebhookEndpoint
+from core.outbox.webhook_endpoints import WebhookEndpoint, authorization
 from webhooks.egress import check_url
 from webhooks.transport import describe_error, read_capped
 
@@ -75,7 +75,7 @@ class CustomerAuth:
             return {"Authorization": f"Basic {pair}"}
         if auth.kind == "token":
             token = await self._token(endpoint)
-            return {"Authorization": auth.header_format.format(token=token)}
+            return {"Authorization": authorization(auth.header_format, token)}
         return {}
 
     def rejected(self, endpoint: WebhookEndpoint, headers: Mapping[str, str]) -> bool:
@@ -85,7 +85,7 @@ class CustomerAuth:
             return False
         cached = self._tokens.get(endpoint.endpoint_id)
         sent = headers.get("Authorization")
-        if cached is not None and sent == endpoint.auth.header_format.format(token=cached.token):
+        if cached is not None and sent == authorization(endpoint.auth.header_format, cached.token):
             del self._tokens[endpoint.endpoint_id]
         return True
 

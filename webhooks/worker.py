@@ -23,6 +23,7 @@ import os
 import secrets
 import socket
 import time
+from collections import Counter
 from typing import Any
 
 from core.errors import NotFound
@@ -104,7 +105,8 @@ class WebhookWorker(Running):
         self._loop_task: asyncio.Task[None] | None = None
         self._stats_task: asyncio.Task[None] | None = None
         self._tasks: dict[asyncio.Task[None], Claim] = {}
-        self._in_flight: dict[str, int] = {}  # endpoint -> slots of its concurrency taken
+        self._in_flight: Counter[str] = Counter()  # endpoint -> slots of its concurrency taken
+        self._business_in_flight: Counter[str] = Counter()  # business -> slots of its share
         self._released: set[str] = set()  # deliveries whose endpoint slot is free already
         self._rates: dict[str, _RateLimit] = {}
         self._endpoints: dict[str, tuple[WebhookEndpoint | None, float]] = {}
@@ -202,6 +204,7 @@ class WebhookWorker(Running):
                     self.worker_id,
                     pending=False,
                     exclude_endpoints=self._busy(),
+                    exclude_businesses=self._at_share(),
                 )
                 if claim is None:
                     interval = self.settings.webhook_poll_interval_s
@@ -210,12 +213,13 @@ class WebhookWorker(Running):
                     message = await deliveries.load_message(self.storage, claim.message_id)
                     self._spawn(claim, message)
                     continue
-            busy = self._busy()
-            if busy and self._nothing_beside is not None:
-                # Nothing was due beside these busy endpoints a moment ago: that query scans
-                # their backlog, so it is not repeated until the poll or a new message.
+            busy, at_share = self._busy(), self._at_share()
+            if (busy or at_share) and self._nothing_beside is not None:
+                # Nothing was due beside these busy endpoints and businesses a moment ago: that
+                # query scans their backlog, so it is not repeated until the poll or a new
+                # message.
                 same, until = self._nothing_beside
-                if same == busy and time.monotonic() < until:
+                if same == busy + at_share and time.monotonic() < until:
                     return
             free = self.settings.webhook_max_in_flight - len(self._tasks)
             batch = await deliveries.claim_pending(
@@ -224,12 +228,14 @@ class WebhookWorker(Running):
                 self.settings.webhook_lease_s,
                 min(free, self.settings.webhook_endpoint_concurrency),
                 room=self._room,
+                business_room=self._business_room,
                 exclude_endpoints=busy,
+                exclude_businesses=at_share,
             )
             if not batch.claims:
-                if busy:
+                if busy or at_share:
                     interval = self.settings.webhook_poll_interval_s
-                    self._nothing_beside = (busy, time.monotonic() + interval)
+                    self._nothing_beside = (busy + at_share, time.monotonic() + interval)
                 if not batch.more:
                     return
                 continue
@@ -244,6 +250,16 @@ class WebhookWorker(Running):
         rate = self._rates.get(endpoint_id)
         return room if rate is None else rate.available(room)
 
+    def _business_room(self, business: str) -> int:
+        """How many more deliveries of the business this worker may start now: one business's
+        slow endpoints never hold more than its share of the slots every business shares."""
+        return self.settings.webhook_business_concurrency - self._business_in_flight[business]
+
+    def _at_share(self) -> list[str]:
+        """Businesses whose deliveries hold their whole share of this worker's slots."""
+        share = self.settings.webhook_business_concurrency
+        return sorted(b for b, n in self._business_in_flight.items() if n >= share)
+
     def _busy(self) -> list[str]:
         """Endpoints this worker must not claim for now: at their concurrency or rate limit."""
         limit = self.settings.webhook_endpoint_concurrency
@@ -253,7 +269,8 @@ class WebhookWorker(Running):
 
     def _spawn(self, claim: Claim, message: dict[str, Any] | None) -> None:
         endpoint_id = claim.endpoint_id
-        self._in_flight[endpoint_id] = self._in_flight.get(endpoint_id, 0) + 1
+        self._in_flight[endpoint_id] += 1
+        self._business_in_flight[claim.business] += 1
         rate = self._rates.get(endpoint_id)
         if rate is None:
             rate = self._rates[endpoint_id] = _RateLimit(self.settings.webhook_endpoint_rate_per_s)
@@ -269,22 +286,24 @@ class WebhookWorker(Running):
         if claim.delivery_id in self._released:
             self._released.discard(claim.delivery_id)
         else:
-            self._free_endpoint_slot(claim.endpoint_id)
+            self._free_endpoint_slot(claim)
         self._wake.set()
 
     def _release_endpoint_slot(self, claim: Claim) -> None:
         """The delivery's request is over (a success): its endpoint's slot is free now, its
         place among all in flight only when the task ends."""
         self._released.add(claim.delivery_id)
-        self._free_endpoint_slot(claim.endpoint_id)
+        self._free_endpoint_slot(claim)
         self._wake.set()
 
-    def _free_endpoint_slot(self, endpoint_id: str) -> None:
-        remaining = self._in_flight.get(endpoint_id, 1) - 1
-        if remaining > 0:
-            self._in_flight[endpoint_id] = remaining
-        else:
-            self._in_flight.pop(endpoint_id, None)
+    def _free_endpoint_slot(self, claim: Claim) -> None:
+        for counts, key in (
+            (self._in_flight, claim.endpoint_id),
+            (self._business_in_flight, claim.business),
+        ):
+            counts[key] -= 1
+            if counts[key] <= 0:
+                del counts[key]
 
     # -- one delivery ----------------------------------------------------------------------
 

@@ -14,10 +14,13 @@ it is sent to: `webhook_endpoints.allow_hosts_for`), and a business has at most
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+from pymongo.errors import DuplicateKeyError
 from yarl import URL
 
 from core.auth.access import Principal
@@ -79,12 +82,18 @@ def check_customer_url(url: str, what: str = "url") -> None:
     """The egress rules for a URL a customer gives, with no allow-list; ValidationFailed."""
     if len(url) > MAX_URL_CHARS:
         raise ValidationFailed(f"{what} is longer than {MAX_URL_CHARS} characters")
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        raise ValidationFailed(f"{what} must not contain spaces or control characters")
     try:
         parsed = URL(url)
     except ValueError:
         raise ValidationFailed(f"{what} is not a URL") from None
     if not parsed.is_absolute() or not parsed.host:
         raise ValidationFailed(f"{what} must be an absolute https URL")
+    if parsed.explicit_port == 0:
+        raise ValidationFailed(f"{what} has port 0")
+    if _odd_ipv4(parsed.host):
+        raise ValidationFailed(f"{what}: write an IPv4 address as four decimal numbers")
     if parsed.user is not None or parsed.password is not None:
         raise ValidationFailed(f"{what} must not carry credentials; use auth instead")
     if parsed.query_string or parsed.fragment:
@@ -92,6 +101,18 @@ def check_customer_url(url: str, what: str = "url") -> None:
     refusal = egress_rules.url_refusal(url, ())
     if refusal is not None:
         raise ValidationFailed(f"{what} is refused: {refusal}")
+
+
+def _odd_ipv4(host: str) -> bool:
+    """A host that URL parsers read as an IPv4 address (its last label is a number) written
+    otherwise than dotted decimal: `2130706433`, `0177.0.0.1`, `127.1`, `0x7f.1`, `1.2.3.4.`."""
+    last = host.rstrip(".").rsplit(".", 1)[-1]
+    if not re.fullmatch(r"[0-9]+|0[xX][0-9a-fA-F]*", last):
+        return False
+    try:
+        return str(ipaddress.IPv4Address(host)) != host
+    except ValueError:
+        return True
 
 
 def _options(
@@ -144,25 +165,64 @@ async def create_for_client(
     auth: AuthInput,
 ) -> Created:
     """`createWebhookEndpoint`: a new endpoint made by the customer; `Created.secret` is its
-    signing secret, shown once. Written, then counted: when clients racing for the last places
-    all see each other, those past the limit take theirs back."""
+    signing secret, shown once. It takes one of the business's numbered places (a unique
+    index), so clients racing for the last places get exactly as many as are free."""
     check_customer_url(url)
     options = _options(principal, facility, events, auth)
     if facility is not None:
         await get_facility(storage, principal.business, facility)
     limit = settings.webhook_endpoints_per_business
-    query = {"business": principal.business, "created_by": "CUSTOMER"}
-    if await storage.webhook_endpoints.count_documents(query) >= limit:
+    await _check_room(storage, principal.business, limit)
+    for slot in await _free_slots(storage, principal.business, limit):
+        try:
+            return await webhook_endpoints.create_endpoint(
+                storage,
+                box,
+                principal.business,
+                url,
+                created_by="CUSTOMER",
+                customer_slot=slot,
+                **options,
+            )
+        except DuplicateKeyError:
+            continue  # another client took this place first: try the next
+    raise ValidationFailed(_limit_reached(limit))
+
+
+async def _check_room(storage: Storage, business: str, limit: int) -> None:
+    """Refuse when the business has `limit` endpoints of its own, numbered or not (one
+    created before the places were numbered counts too)."""
+    query = {"business": business, "created_by": "CUSTOMER"}
+    if await storage.count("webhook_endpoints", query) >= limit:
         raise ValidationFailed(_limit_reached(limit))
-    created = await webhook_endpoints.create_endpoint(
-        storage, box, principal.business, url, created_by="CUSTOMER", **options
-    )
-    endpoint = created.entity
-    assert isinstance(endpoint, WebhookEndpoint)
-    if await storage.webhook_endpoints.count_documents(query) > limit:
-        await webhook_endpoints.delete_endpoint(storage, endpoint.endpoint_id)
-        raise ValidationFailed(_limit_reached(limit))
-    return created
+
+
+async def _free_slots(storage: Storage, business: str, limit: int) -> list[str]:
+    """The business's places not held by an endpoint now, in order."""
+    held = await storage.webhook_endpoints.find(
+        {"business": business, "customer_slot": {"$exists": True}}, {"customer_slot": 1}
+    ).to_list()
+    taken = {doc["customer_slot"] for doc in held}
+    return [slot for n in range(limit) if (slot := f"{business}#{n}") not in taken]
+
+
+async def _become_customers(
+    storage: Storage, settings: Settings, endpoint: WebhookEndpoint
+) -> None:
+    """An operator's endpoint a client reconfigures becomes the business's own: it takes a
+    place (or the change is refused) before anything of it changes."""
+    limit = settings.webhook_endpoints_per_business
+    await _check_room(storage, endpoint.business, limit)
+    for slot in await _free_slots(storage, endpoint.business, limit):
+        try:
+            await storage.webhook_endpoints.update_one(
+                {"_id": endpoint.endpoint_id, "customer_slot": {"$exists": False}},
+                {"$set": {"customer_slot": slot}},
+            )
+            return
+        except DuplicateKeyError:
+            continue
+    raise ValidationFailed(_limit_reached(limit))
 
 
 def _limit_reached(limit: int) -> str:
@@ -171,6 +231,7 @@ def _limit_reached(limit: int) -> str:
 
 async def update_for_client(
     storage: Storage,
+    settings: Settings,
     box: SecretBox,
     principal: Principal,
     endpoint_id: str,
@@ -183,23 +244,28 @@ async def update_for_client(
 ) -> WebhookEndpoint:
     """`updateWebhookEndpoint`: the fields given replace the endpoint's (auth as a whole, with
     its password); the id, secrets and enabled state are kept. An endpoint an operator made
-    takes the egress rules of a customer's once a client reconfigures its URL."""
+    becomes the business's own once a client gives it a URL or an auth (where dockflow
+    connects): the egress rules of a customer's apply to both, and it counts towards the
+    business's limit."""
     endpoint = await endpoint_for_client(storage, principal, endpoint_id)
     new_url = url if url is not None else endpoint.base_url
-    if url is not None or endpoint.created_by == "CUSTOMER":
+    becomes_customers = endpoint.created_by != "CUSTOMER" and (url is not None or auth is not None)
+    if becomes_customers or endpoint.created_by == "CUSTOMER":
         check_customer_url(new_url)
     new_facility = facility if set_facility else endpoint.facility
     new_events = events if events is not None else list(endpoint.events)
     options = _options(principal, new_facility, new_events, auth or AuthInput())
     if new_facility is not None and new_facility != endpoint.facility:
         await get_facility(storage, principal.business, new_facility)
+    if becomes_customers:
+        await _become_customers(storage, settings, endpoint)
     return await webhook_endpoints.reconfigure(
         storage,
         box,
         endpoint_id,
         new_url,
         keep_auth=auth is None,
-        created_by="CUSTOMER" if url is not None else endpoint.created_by,
+        created_by="CUSTOMER" if becomes_customers else endpoint.created_by,
         **options,
     )
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import random
 import secrets
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
@@ -83,6 +84,7 @@ class Claim:
     delivery_id: str
     message_id: int
     endpoint_id: str
+    business: str
     event: str
     attempts: int  # attempts made before this one
     lease_owner: str
@@ -96,6 +98,7 @@ def _claim_of(delivery: Doc, owner: str, lease_until: datetime, now: datetime) -
         delivery_id=delivery["_id"],
         message_id=int(delivery["message_id"]),
         endpoint_id=delivery["endpoint_id"],
+        business=delivery.get("business", ""),
         event=delivery["event"],
         attempts=int(delivery.get("attempts", 0)),
         lease_owner=owner,
@@ -133,7 +136,8 @@ async def claim_due(
     lease_s: float,
     *,
     retries: bool = False,
-    exclude_endpoints: list[str] | tuple[str, ...] = (),
+    exclude_endpoints: Sequence[str] = (),
+    exclude_businesses: Sequence[str] = (),
     now: datetime | None = None,
 ) -> tuple[Claim | None, Doc | None]:
     """Claim the PENDING delivery with the lowest message id, or with `retries` the due
@@ -157,8 +161,7 @@ async def claim_due(
         else [({"status": PENDING}, [("message_id", 1)])]
     )
     for query, order in queries:
-        if exclude_endpoints:
-            query["endpoint_id"] = {"$nin": list(exclude_endpoints)}
+        query.update(_excluding(exclude_endpoints, exclude_businesses))
         before = await storage.webhook_deliveries.find_one_and_update(
             query,
             {
@@ -184,7 +187,8 @@ async def claim_next(
     *,
     retries: bool = True,
     pending: bool = True,
-    exclude_endpoints: list[str] | tuple[str, ...] = (),
+    exclude_endpoints: Sequence[str] = (),
+    exclude_businesses: Sequence[str] = (),
 ) -> Claim | None:
     """The next due delivery, claimed for `webhook_lease_s`; None when nothing is due.
     Due retries (when `retries`) come before new deliveries (when `pending`); a delivery whose
@@ -197,6 +201,7 @@ async def claim_next(
             settings.webhook_lease_s,
             retries=True,
             exclude_endpoints=exclude_endpoints,
+            exclude_businesses=exclude_businesses,
         )
         if claim is None or before is None:
             break
@@ -208,7 +213,11 @@ async def claim_next(
     if not pending:
         return None
     claim, _ = await claim_due(
-        storage, worker_id, settings.webhook_lease_s, exclude_endpoints=exclude_endpoints
+        storage,
+        worker_id,
+        settings.webhook_lease_s,
+        exclude_endpoints=exclude_endpoints,
+        exclude_businesses=exclude_businesses,
     )
     return claim
 
@@ -241,6 +250,16 @@ async def backfill_due(storage: Storage, batch: int = 500) -> int:
     return given
 
 
+def _excluding(endpoints: Sequence[str], businesses: Sequence[str]) -> Doc:
+    """The claim query's part leaving out busy endpoints and businesses at their share."""
+    query: Doc = {}
+    if endpoints:
+        query["endpoint_id"] = {"$nin": list(endpoints)}
+    if businesses:
+        query["business"] = {"$nin": list(businesses)}
+    return query
+
+
 @dataclass(frozen=True)
 class ClaimBatch:
     claims: list[Claim]
@@ -255,11 +274,14 @@ async def claim_pending(
     limit: int,
     *,
     room: Callable[[str], int] | None = None,
-    exclude_endpoints: list[str] | tuple[str, ...] = (),
+    business_room: Callable[[str], int] | None = None,
+    exclude_endpoints: Sequence[str] = (),
+    exclude_businesses: Sequence[str] = (),
     now: datetime | None = None,
 ) -> ClaimBatch:
     """Claim up to `limit` PENDING deliveries, lowest message ids first, with at most
-    `room(endpoint_id)` for one endpoint, and read their push messages.
+    `room(endpoint_id)` for one endpoint and `business_room(business)` for one business, and
+    read their push messages.
 
     Three commands for the whole batch: a find for candidates, then one update_many that leases
     those still PENDING under a token unique to this claim (each delivery is claimed by exactly
@@ -270,21 +292,23 @@ async def claim_pending(
     if limit < 1:
         return ClaimBatch([], False, {})
     now = now or datetime.now(UTC)
-    query: Doc = {"status": PENDING}
-    if exclude_endpoints:
-        query["endpoint_id"] = {"$nin": list(exclude_endpoints)}
+    query: Doc = {"status": PENDING, **_excluding(exclude_endpoints, exclude_businesses)}
     found = await storage.webhook_deliveries.find(
         query, sort=[("message_id", 1)], limit=limit
     ).to_list()
     more = len(found) >= limit
     candidates: list[Doc] = []
-    taken: dict[str, int] = {}
+    by_endpoint: Counter[str] = Counter()
+    by_business: Counter[str] = Counter()
     for doc in found:
-        endpoint_id = doc["endpoint_id"]
-        allowed = room(endpoint_id) if room is not None else limit
-        if taken.get(endpoint_id, 0) < allowed:
-            taken[endpoint_id] = taken.get(endpoint_id, 0) + 1
-            candidates.append(doc)
+        endpoint_id, business = doc["endpoint_id"], doc.get("business", "")
+        if room is not None and by_endpoint[endpoint_id] >= room(endpoint_id):
+            continue
+        if business_room is not None and by_business[business] >= business_room(business):
+            continue
+        by_endpoint[endpoint_id] += 1
+        by_business[business] += 1
+        candidates.append(doc)
     if not candidates:
         return ClaimBatch([], False, {})
     owner = new_lease_owner(worker_id)

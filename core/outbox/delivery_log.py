@@ -9,15 +9,16 @@ the customer sees what is still to come, not the lease that carries it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Final
 
 from pymongo import ASCENDING
 
 from core.auth.access import Principal
 from core.errors import Forbidden, ValidationFailed
-from core.outbox import deliveries
+from core.outbox import deliveries, per_minute
 from core.outbox.client_endpoints import endpoint_for_client
+from core.settings import Settings
 from core.storage import Doc, Storage
 
 MAX_FIRST: Final = 100
@@ -77,8 +78,11 @@ async def list_for_client(
         query["created_at"] = {"$gte": wanted.since}
     after: tuple[int, str] | None = None
     if wanted.after_id is not None:
+        # Only a delivery the page could show (a restricted client's facilities): any other
+        # id, of another facility or made up, gets the same answer.
+        shown: Doc = {k: v for k, v in query.items() if k in ("business", "endpoint_id")}
         anchor = await storage.webhook_deliveries.find_one(
-            {"_id": wanted.after_id, "business": principal.business}, {"message_id": 1}
+            {**shown, "_id": wanted.after_id}, {"message_id": 1}
         )
         if anchor is None:
             raise ValidationFailed(f"afterId {wanted.after_id!r} is not a delivery of yours")
@@ -114,28 +118,42 @@ async def _attempts_of(storage: Storage, delivery_ids: list[str]) -> dict[str, l
 
 
 async def delivery_for_client(storage: Storage, principal: Principal, delivery_id: str) -> Doc:
-    """One delivery of an endpoint the client may manage, else FORBIDDEN (as for endpoints)."""
+    """One delivery of an endpoint the client may manage, else FORBIDDEN (as for endpoints):
+    one answer whether the id is made up, another business's or another facility's."""
+    refused = Forbidden(f"this client may not manage webhook delivery {delivery_id!r}")
     doc = await storage.webhook_deliveries.find_one({"_id": delivery_id})
     if doc is None or doc.get("business") != principal.business:
-        raise Forbidden(f"this client may not manage webhook delivery {delivery_id!r}")
-    await endpoint_for_client(storage, principal, doc["endpoint_id"])
+        raise refused
+    try:
+        await endpoint_for_client(storage, principal, doc["endpoint_id"])
+    except Forbidden:
+        raise refused from None
     return doc
 
 
 async def resend_for_client(
-    storage: Storage, principal: Principal, delivery_id: str
+    storage: Storage, settings: Settings, principal: Principal, delivery_id: str
 ) -> DeliveryView:
-    """`resendWebhookDelivery`: queue one delivery again now (same message, same webhook-id)."""
+    """`resendWebhookDelivery`: queue one delivery again now (same message, same webhook-id);
+    with recoveries, at most `webhook_redeliveries_per_minute` a business."""
     await delivery_for_client(storage, principal, delivery_id)
+    await _count_redelivery(storage, settings, principal)
     doc = await deliveries.resend_delivery(storage, delivery_id)
     attempts = await _attempts_of(storage, [delivery_id])
     return DeliveryView(doc, attempts.get(delivery_id, []))
 
 
 async def recover_for_client(
-    storage: Storage, principal: Principal, endpoint_id: str, since: datetime
+    storage: Storage, settings: Settings, principal: Principal, endpoint_id: str, since: datetime
 ) -> int:
     """`recoverWebhookDeliveries`: queue again every FAILED or DEAD delivery of the endpoint
-    created at or after `since`; returns how many."""
+    created at or after `since`; returns how many. Counted as one redelivery."""
     await endpoint_for_client(storage, principal, endpoint_id)
+    await _count_redelivery(storage, settings, principal)
     return await deliveries.recover_endpoint(storage, endpoint_id, since)
+
+
+async def _count_redelivery(storage: Storage, settings: Settings, principal: Principal) -> None:
+    limit = settings.webhook_redeliveries_per_minute
+    key = f"{principal.business}:redeliver"
+    await per_minute.take(storage, key, limit, datetime.now(UTC), "resends and recoveries")

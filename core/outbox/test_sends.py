@@ -10,24 +10,19 @@ nowhere. Each business may send `webhook_test_sends_per_minute`; every send is l
 
 from __future__ import annotations
 
-import contextlib
-import math
 import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
-from pymongo import ReturnDocument
-from pymongo.errors import DuplicateKeyError
-
 from core import urls
-from core.errors import RateLimited, ValidationFailed
+from core.errors import ValidationFailed
 from core.feed import catalog
 from core.feed.publish import iso_utc
+from core.outbox import per_minute
 from core.settings import Settings
 from core.storage import Doc, Storage
 
 TEST_ID_PREFIX = "test_"
-WINDOW_S = 60
 KEPT = timedelta(days=1)  # how long a test send's log entry is kept
 
 
@@ -117,15 +112,9 @@ async def begin(
     """Count a test send against the business's minute and log it; returns its id.
     `RateLimited` past `webhook_test_sends_per_minute` (one counter per business and minute,
     taken atomically, so any number of API processes together send no more)."""
-    limit = settings.webhook_test_sends_per_minute
-    minute = int(now.timestamp() // WINDOW_S)
-    taken = await _take(storage, business, minute)
-    if taken > limit:
-        wait_s = max(1, math.ceil((minute + 1) * WINDOW_S - now.timestamp()))
-        raise RateLimited(
-            f"at most {limit} test sends a minute per business; try again in {wait_s} s",
-            retry_after_s=wait_s,
-        )
+    await per_minute.take(
+        storage, business, settings.webhook_test_sends_per_minute, now, "test sends"
+    )
     test_id = new_test_id()
     await storage.test_sends.insert_one(
         {
@@ -139,31 +128,6 @@ async def begin(
         }
     )
     return test_id
-
-
-async def _take(storage: Storage, business: str, minute: int) -> int:
-    """Count one more send in the business's `minute` (minutes since the epoch); returns the
-    count. One document per business: a new minute starts its count again."""
-    key = f"{business}"
-    for _ in range(5):
-        doc = await storage.test_send_minutes.find_one_and_update(
-            {"_id": key, "minute": minute},
-            {"$inc": {"count": 1}},
-            return_document=ReturnDocument.AFTER,
-        )
-        if doc is not None:
-            return int(doc["count"])
-        # No count for this minute yet: start it (a plain update for an older minute, an insert
-        # for a business's first send; whoever loses either race just counts above).
-        moved = await storage.test_send_minutes.update_one(
-            {"_id": key, "minute": {"$lt": minute}}, {"$set": {"minute": minute, "count": 0}}
-        )
-        if moved.matched_count == 0:
-            with contextlib.suppress(DuplicateKeyError):
-                await storage.test_send_minutes.insert_one(
-                    {"_id": key, "minute": minute, "count": 0}
-                )
-    raise RateLimited("test sends are contended; try again", retry_after_s=1)
 
 
 async def finish(storage: Storage, test_id: str, outcome: Doc) -> None:

@@ -136,6 +136,28 @@ class EndpointOptions(TypedDict, total=False):
     header_format: str  # ("Bearer {token}")
 
 
+TOKEN_PLACEHOLDER = "{token}"  # noqa: S105 - the text the token replaces
+
+
+def header_format_refusal(header_format: str) -> str | None:
+    """Why a token header format is refused (None: fine). It is literal text with exactly one
+    `{token}` (never a format string: a width such as `{token:>9999999999}` would build a
+    header of gigabytes), printable, on one line."""
+    if header_format.count(TOKEN_PLACEHOLDER) != 1:
+        return "must contain {token} exactly once"
+    rest = header_format.replace(TOKEN_PLACEHOLDER, "")
+    if "{" in rest or "}" in rest:
+        return "may hold no braces but those of {token}"
+    if not all(" " <= ch <= "~" for ch in rest):
+        return "must be printable ASCII on one line"
+    return None
+
+
+def authorization(header_format: str, token: str) -> str:
+    """The Authorization header value: the format with its `{token}` replaced by the token."""
+    return header_format.replace(TOKEN_PLACEHOLDER, token, 1)
+
+
 def _endpoint_fields(box: SecretBox, base_url: str, options: EndpointOptions) -> Doc:
     """The validated, configurable fields of an endpoint (what create and update write)."""
     facility = options.get("facility")
@@ -158,8 +180,8 @@ def _endpoint_fields(box: SecretBox, base_url: str, options: EndpointOptions) ->
         raise ValidationFailed(f"{auth_kind} auth needs a username and a password")
     if auth_kind == "token" and not login_url:
         raise ValidationFailed("token auth needs the customer's login URL")
-    if "{token}" not in header_format:
-        raise ValidationFailed("the header format must contain {token}")
+    if header_format_refusal(header_format):
+        raise ValidationFailed(f"the header format {header_format_refusal(header_format)}")
     return {
         "facility": facility,
         "base_url": base_url.rstrip("/"),
@@ -181,9 +203,11 @@ async def create_endpoint(
     business: str,
     base_url: str,
     created_by: CreatedBy = "OPERATOR",
+    customer_slot: str | None = None,
     **options: Unpack[EndpointOptions],
 ) -> Created:
-    """A new endpoint; `Created.secret` is its signing secret (``whsec_…``), shown once."""
+    """A new endpoint; `Created.secret` is its signing secret (``whsec_…``), shown once.
+    `customer_slot` is unique: DuplicateKeyError when another endpoint holds it."""
     await get_business(storage, business)
     facility = options.get("facility")
     if facility is not None:
@@ -200,6 +224,8 @@ async def create_endpoint(
         "created_by": created_by,
         "created_at": datetime.now(UTC),
     }
+    if customer_slot is not None:
+        doc["customer_slot"] = customer_slot
     await storage.webhook_endpoints.insert_one(doc)
     return Created(endpoint_from_doc(doc), signing_secret)
 

@@ -134,7 +134,7 @@ async def webhook_deliveries(info: GQLInfo, filter: WebhookDeliveryFilter) -> li
 async def resend_webhook_delivery(info: GQLInfo, id: str) -> WebhookDelivery:
     context = info.context
     view = await delivery_log.resend_for_client(
-        context.services.storage, context.require_principal(), id
+        context.services.storage, context.services.settings, context.require_principal(), id
     )
     return WebhookDelivery.from_view(view)
 
@@ -142,7 +142,11 @@ async def resend_webhook_delivery(info: GQLInfo, id: str) -> WebhookDelivery:
 async def recover_webhook_deliveries(info: GQLInfo, endpoint_id: str, since: dt.datetime) -> int:
     context = info.context
     return await delivery_log.recover_for_client(
-        context.services.storage, context.require_principal(), endpoint_id, since
+        context.services.storage,
+        context.services.settings,
+        context.require_principal(),
+        endpoint_id,
+        since,
     )
 
 

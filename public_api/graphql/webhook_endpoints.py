@@ -195,6 +195,7 @@ async def update_webhook_endpoint(
     set_facility = input.facility_slug is not strawberry.UNSET
     endpoint = await client_endpoints.update_for_client(
         context.services.storage,
+        context.services.settings,
         _box(info),
         context.require_principal(),
         input.id,

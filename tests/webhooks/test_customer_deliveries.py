@@ -16,6 +16,7 @@ from standardwebhooks.webhooks import Webhook
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
+from core.tenancy import tenants
 from tests.catalog_check import validator
 from tests.factories import Tenant
 from tests.public_api.graphql_support import gql
@@ -227,3 +228,55 @@ async def test_another_business_reaches_none_of_it(
     _, theirs = await gql(api, DELIVERIES, {"filter": {}}, token=token)
     assert theirs["data"]["webhookDeliveries"] == []
     assert receiver.requests == []
+
+
+async def test_resends_and_recoveries_are_limited_per_business_and_minute(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    settings: Settings,
+    api: TestClient[Any, Any],
+):
+    created = await make_endpoint(services, tenant, receiver.base_url)
+    endpoint_id = endpoint_of(created).endpoint_id
+    await append_pallets(storage, tenant, 1)
+    [delivery] = await storage.webhook_deliveries.find().to_list()
+    limit = settings.webhook_redeliveries_per_minute
+    recover = {"id": endpoint_id, "since": "2000-01-01T00:00:00Z"}
+
+    answers = [(await gql(api, RECOVER, recover, token=tenant.token))[1]]
+    for _ in range(limit):
+        answers.append((await gql(api, RESEND, {"id": delivery["_id"]}, token=tenant.token))[1])
+
+    assert all("errors" not in a for a in answers[:limit]), answers[:limit]
+    [error] = answers[limit]["errors"]
+    assert error["extensions"]["reason"] == "RATE_LIMITED"
+    assert f"at most {limit} resends and recoveries a minute" in error["message"]
+
+
+async def test_a_client_of_one_facility_gets_one_answer_for_any_delivery_not_its_own(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    api: TestClient[Any, Any],
+):
+    # The business's endpoint (every facility): a client of one facility may not manage it.
+    created = await make_endpoint(services, tenant, receiver.base_url)
+    await append_pallets(storage, tenant, 2)
+    [first, _] = await storage.webhook_deliveries.find().sort("message_id", 1).to_list()
+    client = await tenants.create_client(storage, tenant.business, facilities=[tenant.facility])
+    token = (await services.tokens.issue(client.entity)).access_token
+    made_up = "dlv_1_000000000000"
+
+    _, resend_theirs = await gql(api, RESEND, {"id": first["_id"]}, token=token)
+    _, resend_made_up = await gql(api, RESEND, {"id": made_up}, token=token)
+    _, after_theirs = await gql(api, DELIVERIES, {"filter": {"afterId": first["_id"]}}, token=token)
+    _, after_made_up = await gql(api, DELIVERIES, {"filter": {"afterId": made_up}}, token=token)
+
+    assert endpoint_of(created).endpoint_id not in json.dumps(resend_theirs)
+    for theirs, invented in ((resend_theirs, resend_made_up), (after_theirs, after_made_up)):
+        [error], [same] = theirs["errors"], invented["errors"]
+        assert error["extensions"]["code"] == same["extensions"]["code"]
+        assert error["message"].replace(first["_id"], made_up) == same["message"]

@@ -140,6 +140,12 @@ async def test_a_customer_creates_lists_updates_and_deletes_its_endpoint(
         ("https://hooks.acme.example/?a=1", "query"),
         ("hooks.acme.example", "absolute"),
         ("https://" + "a" * 2100 + ".example", "longer than"),
+        ("https://127.0.0.1\n.example.com", "control characters"),  # a log line of its own
+        ("https://hooks.acme.example:0/x", "port 0"),
+        ("https://2130706433", "four decimal numbers"),
+        ("https://0177.0.0.1", "four decimal numbers"),
+        ("https://127.1", "four decimal numbers"),
+        ("https://8.8.8.8.", "four decimal numbers"),
     ],
 )
 async def test_a_customer_endpoint_obeys_the_egress_rules_without_the_allow_list(
@@ -205,7 +211,7 @@ async def test_a_business_has_a_limited_number_of_its_own_endpoints(
 
     ok = [b for b in made if "errors" not in b]
     refused = [error_of(b) for b in made if "errors" in b]
-    assert 1 <= len(ok) <= limit  # racing creates never pass the limit
+    assert len(ok) == limit  # racing creates take every free place, and none past the limit
     assert all(code == "BAD_USER_INPUT" and f"at most {limit}" in m for code, m in refused)
     _, listed = await gql(api, LIST, token=tenant.token)
     mine = [e for e in listed["data"]["webhookEndpoints"] if e["createdBy"] == "CUSTOMER"]
@@ -345,3 +351,69 @@ async def test_a_client_of_some_facilities_manages_only_their_endpoints(
     # Nor may it move its own endpoint to the whole business.
     _, moved = await gql(api, UPDATE, {"input": {"id": mine_id, "facilitySlug": None}}, token=token)
     assert error_of(moved)[0] == "FORBIDDEN"
+
+
+@pytest.mark.parametrize(
+    "header_format",
+    [
+        "{token:>9999999999}{token}",  # a format width: a header of gigabytes
+        "{token}{0}",
+        "{token}{other}",
+        "Bearer {token} {token}",
+        "Bearer\r\nX-Injected: 1 {token}",
+        "Bearer",
+    ],
+)
+async def test_a_token_header_format_is_literal_text_with_one_token(
+    tenant: Tenant, api: TestClient[Any, Any], header_format: str
+):
+    auth = {
+        "scheme": "TOKEN",
+        "username": "dock",
+        "password": "pw",
+        "loginUrl": "https://login.acme.example/token",
+        "headerFormat": header_format,
+    }
+
+    code, message = error_of(await create(api, tenant.token, auth=auth))
+
+    assert code == "BAD_USER_INPUT"
+    assert "header format" in message
+
+
+async def test_an_operators_endpoint_a_client_points_elsewhere_becomes_its_own_and_counts(
+    services: Services, tenant: Tenant, settings: Settings, api: TestClient[Any, Any]
+):
+    operators = [
+        endpoint_of(await make_endpoint(services, tenant, f"https://op{i}.example"))
+        for i in range(2)
+    ]
+    limit = settings.webhook_endpoints_per_business
+    for _ in range(limit - 1):
+        assert "errors" not in await create(api, tenant.token)
+    login = {
+        "scheme": "TOKEN",
+        "username": "dock",
+        "password": "pw",
+        "loginUrl": "https://login.acme.example/token",
+    }
+
+    # A new auth is where dockflow connects too: the endpoint is the business's own from now
+    # on (the operator's allow-list no longer applies to its login), and takes the last place.
+    _, body = await gql(
+        api, UPDATE, {"input": {"id": operators[0].endpoint_id, "auth": login}}, token=tenant.token
+    )
+    assert body["data"]["updateWebhookEndpoint"]["createdBy"] == "CUSTOMER"
+    # No place is left for the other: its new URL is refused, and it stays the operator's.
+    _, body = await gql(
+        api,
+        UPDATE,
+        {"input": {"id": operators[1].endpoint_id, "url": "https://elsewhere.example"}},
+        token=tenant.token,
+    )
+    assert f"at most {limit}" in error_of(body)[1]
+    _, listed = await gql(api, LIST, token=tenant.token)
+    by_id = {e["id"]: e for e in listed["data"]["webhookEndpoints"]}
+    assert by_id[operators[1].endpoint_id]["url"] == "https://op1.example"
+    assert by_id[operators[1].endpoint_id]["createdBy"] == "OPERATOR"
+    assert sum(e["createdBy"] == "CUSTOMER" for e in by_id.values()) == limit

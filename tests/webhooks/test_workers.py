@@ -296,3 +296,49 @@ async def test_a_success_frees_its_endpoint_slot_before_it_is_recorded(
         claimed_meanwhile.append(any(request.at < c < recorded for c in commands.open_claims))
     assert any(claimed_meanwhile), (commands.open_claims, commands.recorded)
     assert await storage.delivery_attempts.count_documents({}) == 8
+
+
+async def test_one_business_with_slow_endpoints_holds_only_its_share_of_the_slots(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    other_tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    # A business points three endpoints at a server that never answers, with a backlog older
+    # than another business's messages: its share of slots is taken, the rest go on.
+    release = asyncio.Event()
+    slow = Receiver()
+
+    async def hang(request: web.Request, received: Received) -> web.StreamResponse:
+        await release.wait()
+        return web.Response(text="late")
+
+    slow.respond = hang
+    slow.server = TestServer(slow.app(), host="127.0.0.1", port=0)
+    await slow.server.start_server()
+    try:
+        for route in ("a", "b", "c"):
+            await make_endpoint(services, tenant, f"{slow.base_url}/{route}")
+        await append_pallets(storage, tenant, 30)
+        await make_endpoint(services, other_tenant, receiver.base_url)
+        await append_pallets(storage, other_tenant, 10)
+
+        await start_worker(
+            fast_settings(
+                webhook_endpoint_concurrency=4,
+                webhook_max_in_flight=12,
+                webhook_business_concurrency=5,
+                webhook_timeout_s=100,
+                webhook_lease_s=400,
+            )
+        )
+        await wait_until(lambda: len(receiver.requests) == 10)
+
+        assert slow.max_in_flight == 5  # three endpoints' 12 slots, but the business's share
+        assert len(slow.requests) == 5
+    finally:
+        release.set()
+        await slow.server.close()
