@@ -42,6 +42,6 @@ ENV PATH=/opt/dockflow/bin:$PATH \
 USER 10001:10001
 WORKDIR /var/lib/dockflow
 VOLUME ["/var/lib/dockflow"]
-EXPOSE 8080 50051
+EXPOSE 8080 50051 9090
 ENTRYPOINT ["dockflow"]
 CMD ["serve"]

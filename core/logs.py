@@ -67,3 +67,6 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     # Library chatter that says nothing an operator needs.
     for noisy in ("aiohttp.access", "pymongo", "strawberry.execution"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    # OpenTelemetry warns of every malformed `tracestate`/`baggage` a caller sends, quoting it
+    # (kilobytes a request, from anyone): such headers are ignored, and so are its warnings.
+    logging.getLogger("opentelemetry").setLevel(max(logging.ERROR, root.level))

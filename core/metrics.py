@@ -52,3 +52,29 @@ FROZEN_OBJECTS = Gauge(
     "Long-lived objects kept out of garbage collection (gc.freeze): startup's, then the "
     "survivors of each full collection until the next thaw",
 )
+
+# Metrics labelled by webhook endpoint, with their label names in order.
+_BY_ENDPOINT: tuple[tuple[Counter | Gauge | Histogram, tuple[str, ...]], ...] = (
+    (DELIVERY_ATTEMPTS, ("endpoint", "outcome")),
+    (DELIVERY_LATENCY, ("endpoint",)),
+    (DELIVERY_QUEUE, ("endpoint",)),
+    (DELIVERY_OLDEST, ("endpoint",)),
+)
+
+
+def forget_endpoints(kept: set[str]) -> int:
+    """Drop the series of webhook endpoints not in `kept` (deleted ones): a business creating
+    and deleting endpoints must not grow every worker's metrics without bound. How many label
+    sets were dropped."""
+    dropped = 0
+    for metric, names in _BY_ENDPOINT:
+        series = {
+            tuple(sample.labels[name] for name in names)
+            for family in metric.collect()
+            for sample in family.samples
+            if sample.labels.get("endpoint") not in kept
+        }
+        for labels in series:
+            metric.remove(*labels)
+            dropped += 1
+    return dropped

@@ -199,7 +199,7 @@ async def check_feed_start(
     mark = await feed_mark(storage)
     if mark is None:
         return
-    swept_at = _iso(mark.through_at)
+    swept_at = _iso(mark.through_at, "milliseconds")
     begins = f"the retained feed begins after id {mark.through_id} (sent after {swept_at})"
     if after_id is not None:
         if after_id < mark.through_id:
@@ -212,10 +212,12 @@ async def check_feed_start(
         raise RetentionExceeded(f"messages since {_iso(since)} are no longer all kept: {begins}")
 
 
-def _iso(at: datetime) -> str:
-    """`2026-05-01T12:00:00Z` (UTC; years before 1000 padded, as ISO 8601 has them)."""
+def _iso(at: datetime, timespec: str = "seconds") -> str:
+    """`2026-05-01T12:00:00Z` (UTC; years before 1000 padded, as ISO 8601 has them). The
+    feed's retained start is told to the millisecond, as stored: a `since` just after it is
+    then one that is served."""
     at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-    return at.replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
+    return at.replace(tzinfo=None).isoformat(timespec=timespec) + "Z"
 
 
 class RetentionSweeper(Periodic):

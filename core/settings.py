@@ -46,12 +46,13 @@ class Settings(BaseSettings):
     http_port: int = Field(8080, ge=0, le=65535)
     grpc_host: str = "0.0.0.0"
     grpc_port: int = Field(50051, ge=0, le=65535)
-    # The ops listener (/healthz, /readyz, /metrics) of a process without the HTTP API
-    # (`dockflow edge`, `dockflow webhooks`); 0: a free port, printed at start.
-    ops_host: str = "0.0.0.0"
+    # The ops listener (/healthz, /readyz, /metrics) of every process; 0: a free port, printed
+    # at start. Loopback unless set: the metrics name endpoints and volumes of every business.
+    ops_host: str = "127.0.0.1"
     ops_port: int = Field(9090, ge=0, le=65535)
-    # Serve /metrics on the ops port in the API's processes too, instead of the public port.
-    metrics_on_ops_port: bool = False
+    # The API's /metrics is on the ops port, not the public one (false: on the public port,
+    # and the API's processes run no ops listener).
+    metrics_on_ops_port: bool = True
     public_base_url: str = "http://localhost:8080"
     dashboard_url: str = ""  # empty: {public_base_url}/dashboard
     # Dashboard operator sessions end after this many seconds without a request.
@@ -291,6 +292,19 @@ class Settings(BaseSettings):
     def _external_issuer_pair(self) -> Settings:
         if bool(self.jwt_issuer) != bool(self.jwt_jwks_url):
             raise ValueError("jwt_issuer and jwt_jwks_url must be set together")
+        return self
+
+    @model_validator(mode="after")
+    def _deliveries_outlive_their_retries(self) -> Settings:
+        # The sweep takes deliveries by age whatever their state: one still waiting for a retry
+        # would be dropped unsent.
+        retrying_s = sum(self.webhook_retry_schedule_s) * (1 + self.webhook_retry_jitter)
+        kept_s = self.retention_deliveries_days * 86400
+        if kept_s and kept_s <= retrying_s:
+            raise ValueError(
+                f"retention_deliveries_days ({self.retention_deliveries_days}) must outlast the"
+                f" webhook retry schedule ({retrying_s / 86400:.1f} days with its jitter)"
+            )
         return self
 
     @property

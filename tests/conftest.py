@@ -28,6 +28,8 @@ from tests.factories import Tenant, make_tenant
 # the dockflow processes it starts, accept camera clocks years old. The production limit is
 # tested with its default (tests/edge/test_camera_clock.py).
 os.environ["DOCKFLOW_INGEST_MAX_AGE_DAYS"] = "3650"
+# Every dockflow process the tests start (two lanes at once) takes a free ops port.
+os.environ["DOCKFLOW_OPS_PORT"] = "0"
 
 
 @pytest.fixture(scope="session")

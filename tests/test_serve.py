@@ -66,8 +66,11 @@ async def test_serve_answers_ready_and_health_then_stops_cleanly(tmp_path: Path)
         out = await _read_until(proc.stdout, r"Press Ctrl-C", 60)
         http = re.search(r"HTTP API\s+http://([\d.]+:\d+)", out)
         grpc_addr = re.search(r"gRPC edge\s+([\d.]+:\d+)", out)
+        ops = re.search(r"Ops\s+http://([\d.]+:\d+)", out)
         assert http, out
         assert grpc_addr, out
+        assert ops, out
+        assert ops.group(1).startswith("127.0.0.1:")  # loopback unless an operator opens it
         db_children = _children_of(proc.pid)
         assert db_children, "the embedded MongoDB should run as a child process"
 
@@ -76,6 +79,8 @@ async def test_serve_answers_ready_and_health_then_stops_cleanly(tmp_path: Path)
                 assert resp.status == 200
                 assert (await resp.json())["database"] == "ok"
             async with session.get(f"http://{http.group(1)}/metrics") as resp:
+                assert resp.status == 404  # never on the public port
+            async with session.get(f"http://{ops.group(1)}/metrics") as resp:
                 assert resp.status == 200
                 text = await resp.text()
                 assert "dockflow_http_requests_total" in text

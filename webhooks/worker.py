@@ -26,6 +26,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from core import metrics
 from core.errors import NotFound
 from core.feed import publish
 from core.outbox import deliveries
@@ -427,6 +428,7 @@ class WebhookWorker(Running):
                 if given := await deliveries.backfill_due(self.storage):
                     log.info("gave %d waiting deliveries their due time", given)
                 endpoints = await list_endpoints(self.storage)
+                metrics.forget_endpoints({e.endpoint_id for e in endpoints})
                 await deliveries.queue_stats(self.storage, [e.endpoint_id for e in endpoints])
                 await deliveries.feed_lag(self.storage)
             except Exception:

@@ -172,6 +172,9 @@ async def list_messages(
         if len(batch) < page:
             break
         low = int(batch[-1]["_id"])
+    # A sweep between the check above and these reads may have taken the page's first
+    # messages: the page would start after a hole the reader cannot see.
+    await retention.check_feed_start(storage, since=since, after_id=after_id)
     return found[:page]
 
 
@@ -326,8 +329,12 @@ class FeedHub:
 
     async def _initialise(self) -> None:
         newest = await self.storage.push_messages.find_one({}, {"_id": 1}, sort=[("_id", -1)])
-        highest = int(newest["_id"]) if newest else 0
-        low = max(0, highest - START_WINDOW)
+        # Ids retention swept are gone, not gaps: with every message swept (a quiet site), a
+        # restart would otherwise wait for, then fence, every id the feed ever used.
+        mark = await retention.feed_mark(self.storage)
+        swept = mark.through_id if mark is not None else 0
+        highest = max(int(newest["_id"]) if newest else 0, swept)
+        low = max(0, highest - START_WINDOW, swept)
         recent = await (
             self.storage.push_messages.find(
                 {"_id": {"$gt": low, "$lte": highest}}, {"_id": 1, "sent_at": 1}

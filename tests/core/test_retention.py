@@ -9,11 +9,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
+from pydantic import ValidationError
 
 from core import retention
 from core.auth.access import Principal
 from core.feed import publish
+from core.feed.reader import FeedHub
 from core.pallets.ingest import record_pallets
 from core.settings import Settings
 from core.shipments import attachments, completion
@@ -195,3 +198,37 @@ async def test_completed_shipments_past_retention_go_with_everything_of_theirs(
     kept = sorted([d["_id"] async for d in storage.shipments.find({}, {"_id": 1})])
     assert kept == sorted([still_open, recent])  # open however old, and completed lately
     assert await storage.order_items.count_documents({"shipment_id": recent}) == 1
+
+
+async def test_a_feed_swept_empty_starts_after_the_swept_ids_when_the_api_restarts(
+    storage: Storage, settings_factory: Callable[..., Settings]
+):
+    # A quiet site: every message older than retention, all swept; then the API restarts.
+    swept = await messages_sent(storage, OLD, 40)
+    await retention.sweep(storage, settings_factory(), NOW)
+    assert await storage.push_messages.count_documents({}) == 0
+    hub = FeedHub(storage, settings_factory(feed_gap_grace_s=60))
+    await hub.start()
+    try:
+        [new] = await messages_sent(storage, NOW, 1)
+        hub.nudge()
+        # Released at once: the swept ids below it are not waited for as gaps, nor fenced.
+        for _ in range(100):
+            if hub.watermark >= new:
+                break
+            await asyncio.sleep(0.05)
+        assert hub.watermark == new > swept[-1]
+        assert await storage.push_messages.count_documents({publish.VOID: True}) == 0
+    finally:
+        await hub.stop()
+
+
+def test_deliveries_are_kept_longer_than_their_retries_take(
+    settings_factory: Callable[..., Settings],
+):
+    # A sweep takes deliveries by age, sent or not: one waiting for its last retry must outlive
+    # the schedule, or it would be dropped unsent.
+    with pytest.raises(ValidationError, match="must outlast the webhook retry schedule"):
+        settings_factory(retention_deliveries_days=1)
+    assert settings_factory(retention_deliveries_days=2).retention_deliveries_days == 2
+    assert settings_factory(retention_deliveries_days=0).retention_deliveries_days == 0

@@ -1,4 +1,5 @@
-"""`metrics_on_ops_port`: the API's /metrics moves to the ops app, off the public port."""
+"""`metrics_on_ops_port` (the default): the API's /metrics is on the ops app, off the public
+port; set false, it is on the public port."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ from public_api.health import create_ops_app
 Client = Callable[[web.Application], Awaitable[TestClient[Any, Any]]]
 
 
-async def test_metrics_move_to_the_ops_app_when_set(
+async def test_metrics_are_on_the_ops_app_by_default(
     storage: Storage, settings_factory: Callable[..., Settings], aiohttp_client: Client
 ):
-    services = Services(settings=settings_factory(metrics_on_ops_port=True), storage=storage)
+    services = Services(settings=settings_factory(), storage=storage)
     public = await aiohttp_client(create_app(services))
     ops = await aiohttp_client(create_ops_app(services))
 
@@ -31,9 +32,12 @@ async def test_metrics_move_to_the_ops_app_when_set(
     assert "dockflow_readings_total" in await answer.text()
 
 
-async def test_readiness_answers_503_once_draining(services: Services, aiohttp_client: Client):
+async def test_readiness_answers_503_once_draining(
+    storage: Storage, settings_factory: Callable[..., Settings], aiohttp_client: Client
+):
+    services = Services(settings=settings_factory(metrics_on_ops_port=False), storage=storage)
     public = await aiohttp_client(create_app(services))
-    assert (await public.get("/metrics")).status == 200
+    assert (await public.get("/metrics")).status == 200  # where it is when set false
     services.draining = True
     answer = await public.get("/readyz")
     assert answer.status == 503

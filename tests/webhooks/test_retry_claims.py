@@ -11,8 +11,6 @@ from core.outbox import deliveries
 from core.outbox.due import schedule
 from core.storage import Storage
 
-NOW = datetime.now(UTC)
-
 
 def delivery(
     key: str, status: str, message_id: int, due: datetime, **fields: Any
@@ -24,7 +22,7 @@ def delivery(
         "event": "PALLET_EVENT",
         "status": status,
         "attempts": 1,
-        "created_at": NOW - timedelta(hours=1),
+        "created_at": due - timedelta(hours=1),
         **schedule(due),
         **fields,
     }
@@ -38,15 +36,15 @@ async def claimed(storage: Storage, **options: Any) -> str | None:
 async def test_retries_take_a_lapsed_lease_first_then_failures_in_the_order_they_fell_due(
     storage: Storage,
 ):
-    minute = timedelta(minutes=1)
+    now, minute = datetime.now(UTC), timedelta(minutes=1)
     await storage.webhook_deliveries.insert_many(
         [
-            delivery("late", deliveries.FAILED, 1, NOW - minute),  # lowest id, due last
-            delivery("early", deliveries.FAILED, 3, NOW - 3 * minute),
-            delivery("lapsed", deliveries.DELIVERING, 4, NOW - 2 * minute),
-            delivery("held", deliveries.DELIVERING, 5, NOW + minute),  # its worker still has it
-            delivery("later", deliveries.FAILED, 2, NOW + minute),  # not due yet
-            delivery("new", deliveries.PENDING, 6, NOW - 9 * minute),  # not a retry
+            delivery("late", deliveries.FAILED, 1, now - minute),  # lowest id, due last
+            delivery("early", deliveries.FAILED, 3, now - 3 * minute),
+            delivery("lapsed", deliveries.DELIVERING, 4, now - 2 * minute),
+            delivery("held", deliveries.DELIVERING, 5, now + 60 * minute),  # its worker has it
+            delivery("later", deliveries.FAILED, 2, now + 60 * minute),  # not due yet
+            delivery("new", deliveries.PENDING, 6, now - 9 * minute),  # not a retry
         ]
     )
 
@@ -56,12 +54,13 @@ async def test_retries_take_a_lapsed_lease_first_then_failures_in_the_order_they
 
 
 async def test_a_busy_endpoints_backlog_is_passed_over_for_others_due(storage: Storage):
+    now = datetime.now(UTC)
     await storage.webhook_deliveries.insert_many(
         [
-            delivery(f"dead{i}", deliveries.FAILED, i, NOW - timedelta(seconds=600 - i))
+            delivery(f"dead{i}", deliveries.FAILED, i, now - timedelta(seconds=600 - i))
             for i in range(300)
         ]
-        + [delivery("other", deliveries.FAILED, 999, NOW, endpoint_id="whe_ok")]
+        + [delivery("other", deliveries.FAILED, 999, now, endpoint_id="whe_ok")]
     )
 
     assert await claimed(storage, exclude_endpoints=["whe_dead"]) == "other"
@@ -70,7 +69,7 @@ async def test_a_busy_endpoints_backlog_is_passed_over_for_others_due(storage: S
 
 
 async def test_a_delivery_written_without_a_due_time_is_given_one_and_retried(storage: Storage):
-    older = delivery("old", deliveries.FAILED, 1, NOW - timedelta(minutes=1))
+    older = delivery("old", deliveries.FAILED, 1, datetime.now(UTC) - timedelta(minutes=1))
     del older["due_ms"]  # as a release before `due_ms` wrote it (a rolling upgrade)
     await storage.webhook_deliveries.insert_one(older)
     assert await claimed(storage) is None

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from core import tracing
-from core.logs import JsonFormatter
+from core.logs import JsonFormatter, configure_logging
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -207,3 +207,35 @@ def test_tracing_is_off_unless_an_exporter_is_set(
             assert provider.resource.attributes["service.name"] == "dockflow-edge"
     finally:
         tracing.shutdown()
+
+
+class Recorded(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+async def test_a_callers_malformed_trace_headers_leave_no_log_lines(
+    spans: InMemorySpanExporter, api: TestClient[Any, Any]
+):
+    # OpenTelemetry warns of each bad `tracestate`/`baggage` member, quoting it: kilobytes of
+    # log a request, from anyone who can reach the API.
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    catcher = Recorded()
+    configure_logging("INFO", "json")
+    logging.getLogger("opentelemetry").addHandler(catcher)
+    try:
+        junk = "k=" + "v" * 4000 + ",=bad"
+        headers = {"traceparent": CALLER, "tracestate": junk, "baggage": junk}
+        response = await api.get("/healthz", headers=headers)
+    finally:
+        logging.getLogger("opentelemetry").removeHandler(catcher)
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+
+    assert response.status == 200
+    assert catcher.records == []

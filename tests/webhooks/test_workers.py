@@ -15,8 +15,10 @@ from pathlib import Path
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from prometheus_client import generate_latest
 from pymongo import AsyncMongoClient, monitoring
 
+from core.outbox.webhook_endpoints import delete_endpoint
 from core.services import Services
 from core.settings import Settings
 from core.storage import Doc, Storage
@@ -29,6 +31,7 @@ from tests.webhooks.conftest import (
     all_finished,
     append_pallets,
     deliveries_of,
+    endpoint_of,
     make_endpoint,
     wait_until,
 )
@@ -342,3 +345,29 @@ async def test_one_business_with_slow_endpoints_holds_only_its_share_of_the_slot
     finally:
         release.set()
         await slow.server.close()
+
+
+async def test_a_deleted_endpoints_metrics_are_dropped(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    # Created, used and deleted over and over, endpoints would grow every worker's /metrics.
+    gone = endpoint_of(await make_endpoint(services, tenant, receiver.base_url)).endpoint_id
+    kept = endpoint_of(await make_endpoint(services, tenant, receiver.base_url)).endpoint_id
+    await append_pallets(storage, tenant, 1)
+    await start_worker(fast_settings())
+    await wait_until(lambda: all_finished(storage))
+    assert f'endpoint="{gone}"' in generate_latest().decode()
+
+    await delete_endpoint(storage, gone)
+    await start_worker(fast_settings())  # its first look at the endpoints is at once
+
+    async def dropped() -> bool:
+        return f'endpoint="{gone}"' not in generate_latest().decode()
+
+    await wait_until(dropped)
+    assert f'endpoint="{kept}"' in generate_latest().decode()
