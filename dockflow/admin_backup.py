@@ -50,6 +50,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def run(command: str, args: argparse.Namespace) -> int:
     try:
         settings = _settings(args)
+        kept = None
         if command == "backup":
             info = asyncio.run(
                 backup.backup(
@@ -57,22 +58,31 @@ def run(command: str, args: argparse.Namespace) -> int:
                 )
             )
         else:
-            info = asyncio.run(
-                backup.restore(settings.data_dir, settings.embedded_engine, args.path)
+            restored = asyncio.run(
+                backup.restore(
+                    settings.data_dir, settings.embedded_engine, settings.mongodb_db, args.path
+                )
             )
+            info, kept = restored.backup, restored.kept
     except ConfigError as exc:
         print(f"dockflow admin: {exc.detail}", file=sys.stderr)
         return EXIT_USAGE
-    data = {
+    data: dict[str, Any] = {
         "path": str(info.path),
         "engine": info.engine,
         "database": info.database,
         "created_at": info.created_at,
         "collections": info.collections,
     }
+    if command == "restore":
+        data["kept"] = None if kept is None else str(kept)
     if args.json:
         print(json.dumps(data, indent=2))
-    else:
-        done = "backed up into" if command == "backup" else "restored from"
-        print(f"{info.database} ({info.engine}) {done} {info.path} (taken {info.created_at})")
+        return 0
+    done = "backed up into" if command == "backup" else "restored from"
+    print(f"{info.database} ({info.engine}) {done} {info.path} (taken {info.created_at})")
+    if kept is not None:
+        original = kept.name.removesuffix(backup.KEPT_SUFFIX)
+        undo = "restore that folder" if kept.is_dir() else f"rename it {original}"
+        print(f"the database it replaced is kept as {kept} (undo, with dockflow stopped: {undo})")
     return 0

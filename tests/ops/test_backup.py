@@ -5,9 +5,11 @@ through the real paths (the demo tenant, a posted document, camera readings) is 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Any
 from pymongo import AsyncMongoClient
 
 from dockflow.embedded.supervisor import EmbeddedMongo
-from tests.backends import ENGINE
+from tests.backends import ENGINE, only_on_nx_27017
 
 DOCKFLOW = [sys.executable, "-m", "dockflow"]
 START_LIMIT_S = 60.0  # shared cores: a first start creates the database files
@@ -192,7 +194,7 @@ async def test_restore_refuses_a_folder_that_is_no_backup_or_of_another_engine(t
     other = "secantusdb" if ENGINE == "nx-27017" else "nx-27017"
     foreign = tmp_path / "foreign"
     foreign.mkdir()
-    manifest = {"format": 1, "engine": other, "database": "dockflow", "created_at": "x"}
+    manifest = {"format": 2, "engine": other, "database": "dockflow", "created_at": "x"}
     (foreign / "backup.json").write_text(json.dumps(manifest))
 
     none = await _run("admin", "restore", str(tmp_path / "none"), env=_env(tmp_path / "d"))
@@ -202,3 +204,173 @@ async def test_restore_refuses_a_folder_that_is_no_backup_or_of_another_engine(t
     assert "is not a dockflow backup" in none[2]
     assert wrong[0] == 2
     assert f"the backup is of the {other} engine" in wrong[2]
+
+
+async def _back_up_orders(data_dir: Path, backup: Path, orders: int) -> None:
+    """`orders` documents written into the dockflow database of `data_dir` through its embedded
+    server, then `dockflow admin backup` taken into `backup` while that server runs."""
+    server = EmbeddedMongo(data_dir, engine=ENGINE)
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(await server.start())
+    try:
+        await client["dockflow"]["orders"].insert_many(
+            [{"_id": n, "orderNumber": f"O-{n}"} for n in range(orders)]
+        )
+        code, _, err = await _run("admin", "backup", str(backup), env=_env(data_dir))
+        assert code == 0, err
+    finally:
+        await client.close()
+        await server.stop()
+
+
+def _paths_under(folder: Path) -> set[Path]:
+    return set(folder.rglob("*"))
+
+
+def _largest_data_file(backup: Path) -> Path:
+    return max(
+        (path for path in backup.rglob("*") if path.is_file() and path.name != "backup.json"),
+        key=lambda path: path.stat().st_size,
+    )
+
+
+async def test_restore_refuses_a_damaged_backup_and_keeps_the_database_it_replaces(
+    tmp_path: Path,
+):
+    data_dir, first, second = tmp_path / "data", tmp_path / "first", tmp_path / "second"
+    await _back_up_orders(tmp_path / "a", first, orders=3)
+    await _back_up_orders(tmp_path / "b", second, orders=5)
+    code, _, err = await _run("admin", "restore", str(first), env=_env(data_dir))
+    assert code == 0, err
+    damaged = tmp_path / "damaged"
+    shutil.copytree(second, damaged)
+    data_file = _largest_data_file(damaged)
+    data_file.write_bytes(data_file.read_bytes()[: data_file.stat().st_size // 2])
+
+    refused = await _run("admin", "restore", str(damaged), env=_env(data_dir))
+    after_refusal = await _contents(data_dir)
+    code, out, err = await _run("admin", "restore", str(second), env=_env(data_dir))
+    after_restore = await _contents(data_dir)
+
+    assert refused[0] == 2
+    assert f"{data_file.name} does not match backup.json" in refused[2]
+    assert "nothing was restored" in refused[2]
+    assert len(refused[2].splitlines()) == 1, refused[2]
+    assert len(after_refusal["orders"]) == 3
+    assert code == 0, err
+    assert len(after_restore["orders"]) == 5
+    kept = re.search(r"the database it replaced is kept as (\S+)", out)
+    assert kept is not None, out
+    assert Path(kept.group(1)) in _paths_under(data_dir.resolve())
+
+
+@only_on_nx_27017("a SQLite database file in the backup")
+async def test_restore_refuses_a_sqlite_file_that_fails_its_integrity_check(tmp_path: Path):
+    data_dir, good = tmp_path / "data", tmp_path / "good"
+    await _back_up_orders(tmp_path / "a", good, orders=200)
+    code, _, err = await _run("admin", "restore", str(good), env=_env(data_dir))
+    assert code == 0, err
+    database_file = good / "dockflow.db"
+    content = database_file.read_bytes()
+    damaged_contents = {
+        "random": os.urandom(len(content)),
+        "truncated": content[: len(content) // 2],
+    }
+    refusals = {}
+    for name, damaged_content in damaged_contents.items():
+        # A backup damaged before backup.json was written: its checksum matches the damage.
+        damaged = tmp_path / name
+        shutil.copytree(good, damaged)
+        (damaged / "dockflow.db").write_bytes(damaged_content)
+        manifest = json.loads((damaged / "backup.json").read_text())
+        manifest["files"]["dockflow.db"] = {
+            "size": len(damaged_content),
+            "sha256": hashlib.sha256(damaged_content).hexdigest(),
+        }
+        (damaged / "backup.json").write_text(json.dumps(manifest))
+        refusals[name] = await _run("admin", "restore", str(damaged), env=_env(data_dir))
+
+    after = await _contents(data_dir)
+
+    for code, _, err in refusals.values():
+        assert code == 2
+        assert "fails SQLite's integrity check" in err
+        assert len(err.splitlines()) == 1, err
+    assert len(after["orders"]) == 200
+
+
+async def test_restore_refuses_a_database_name_that_is_no_plain_name_or_not_the_served_one(
+    tmp_path: Path,
+):
+    data_dir = tmp_path / "deep" / "data"
+    refusals = {}
+    for database in ("../../../escaped", "otherdb"):
+        folder = tmp_path / database.replace("/", "_")
+        folder.mkdir()
+        manifest = {"format": 2, "engine": ENGINE, "database": database, "created_at": "x"}
+        (folder / "backup.json").write_text(json.dumps(manifest))
+        (folder / f"{Path(database).name}.db").write_bytes(b"")
+        refusals[database] = await _run("admin", "restore", str(folder), env=_env(data_dir))
+
+    assert refusals["../../../escaped"][0] == 2
+    assert "'../../../escaped': it is not a plain database name" in refusals["../../../escaped"][2]
+    # Relative to DATA_DIR/mongo/<engine>, "../../../escaped" is in tmp_path / "deep".
+    assert not [p for p in _paths_under(tmp_path / "deep") if p.name.startswith("escaped")]
+    assert refusals["otherdb"][0] == 2
+    assert "database 'otherdb'" in refusals["otherdb"][2]
+    assert "'dockflow' (DOCKFLOW_MONGODB_DB)" in refusals["otherdb"][2]
+
+
+async def test_backup_refuses_a_file_a_dangling_link_or_a_folder_inside_the_data_directory(
+    tmp_path: Path,
+):
+    data_dir = tmp_path / "data"
+    await _back_up_orders(data_dir, tmp_path / "good", orders=1)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("kept")
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    inside = data_dir / "mongo" / "inner-backup"
+    linked_inside = tmp_path / "linked-inside"
+    linked_inside.symlink_to(data_dir / "mongo")
+
+    results = {
+        target: await _run("admin", "backup", str(target), env=_env(data_dir))
+        for target in (a_file, dangling, inside, linked_inside / "inner")
+    }
+
+    for code, _, err in results.values():
+        assert code == 2, err
+        assert len(err.splitlines()) == 1, err
+    assert "exists and is not a folder" in results[a_file][2]
+    assert "is a symbolic link to nothing" in results[dangling][2]
+    assert "is inside the data directory" in results[inside][2]
+    assert "is inside the data directory" in results[linked_inside / "inner"][2]
+    assert a_file.read_text() == "kept"
+    assert not (tmp_path / "nowhere").exists()
+    assert not inside.exists()
+    assert not (data_dir / "mongo" / "inner").exists()
+
+
+async def test_a_backup_that_fails_leaves_no_folder_behind(tmp_path: Path):
+    target = tmp_path / "new" / "backup"
+
+    code, _, err = await _run("admin", "backup", str(target), env=_env(tmp_path / "empty"))
+
+    assert code == 2
+    assert "nothing to back up" in err
+    assert not (tmp_path / "new").exists()
+
+
+@only_on_nx_27017("a SQLite database file to read")
+async def test_a_backup_that_fails_while_copying_leaves_no_folder_behind(tmp_path: Path):
+    data_dir, target = tmp_path / "data", tmp_path / "new" / "backup"
+    database_file = data_dir / "mongo" / "nx-27017" / "dockflow.db"
+    database_file.parent.mkdir(parents=True)
+    database_file.write_bytes(os.urandom(8192))
+
+    code, _, err = await _run("admin", "backup", str(target), env=_env(data_dir))
+
+    assert code == 2
+    assert f"cannot copy {database_file}" in err
+    assert len(err.splitlines()) == 1, err
+    assert not (tmp_path / "new").exists()
