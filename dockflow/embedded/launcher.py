@@ -19,6 +19,7 @@ from dockflow.embedded.patches import (
     exit_on_signal,
     id_order,
     indexed_equality,
+    indexed_in,
     inline_commands,
     update_types,
     write_transactions,
@@ -28,6 +29,7 @@ PATCHES = (
     update_types,
     id_order,
     indexed_equality,
+    indexed_in,  # wraps indexed_equality's where clauses
     date_queries,  # uses indexed_equality's fields
     date_pages,  # likewise; its SQL compares dates as date_queries makes it
     inline_commands,

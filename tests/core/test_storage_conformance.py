@@ -735,3 +735,24 @@ async def test_date_range_pages_match_a_full_read(storage: Storage):
         await ids({"business": "a", "sent_at": {"$lte": since}}, [("sent_at", 1)], 10)
         == (expected(lambda d: d["business"] == "a" and d["sent_at"] <= since, "sent_at")[:10])
     )
+
+
+async def test_in_on_indexed_fields_matches_what_mongodb_matches(storage: Storage):
+    # `$in` on an indexed field (order_id) beside equality, and with null (missing matches).
+    await storage.order_items.insert_many(
+        [
+            {"_id": "a", "order_id": "o1", "lpn": "L1", "sku": "S1"},
+            {"_id": "b", "order_id": "o2", "lpn": "L2", "sku": "S1"},
+            {"_id": "c", "order_id": "o3", "lpn": "L3", "sku": "S2"},
+            {"_id": "d", "lpn": "L4", "sku": "S2"},  # no order_id
+        ]
+    )
+
+    async def ids(query: dict[str, Any]) -> list[str]:
+        return sorted(d["_id"] for d in await storage.order_items.find(query).to_list())
+
+    assert await ids({"order_id": {"$in": ["o1", "o3", "o9"]}}) == ["a", "c"]
+    assert await ids({"order_id": {"$in": ["o1", "o3"]}, "sku": "S2"}) == ["c"]
+    assert await ids({"order_id": {"$in": [None, "o2"]}}) == ["b", "d"]
+    assert await ids({"order_id": {"$nin": ["o1"]}}) == ["b", "c", "d"]
+    assert await ids({"order_id": {"$in": []}}) == []

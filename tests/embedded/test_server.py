@@ -305,6 +305,19 @@ async def test_equality_on_an_indexed_field_is_answered_by_the_index(storage: St
     assert await storage.order_items.count_documents({"order_id": "o1"}) == 1
 
 
+@backends.only_on_nx_27017(f"{NX_PATCHES} (SQLite query plans)")
+async def test_in_on_an_indexed_field_is_answered_by_the_index(storage: Storage):
+    # dockflow/embedded/patches/indexed_in.py: neosqlite read {f: {$in: [...]}} as "f, or an
+    # element of f, is one of them", which no index answers: every lookup of a few keys read
+    # the whole collection.
+    await storage.order_items.insert_one({"order_id": "o1", "lpn": "L1", "sku": "S1"})
+
+    plan = await storage.order_items.find({"order_id": {"$in": ["o1", "o2"]}}).explain()
+
+    steps = [step["detail"] for step in plan["queryPlanner"]["winningPlan"]]
+    assert steps[0].startswith("SEARCH order_items USING INDEX"), steps
+
+
 READS_OF_A_DATE_PAGE = """
 import sys, tempfile
 from datetime import UTC, datetime, timedelta
