@@ -140,6 +140,8 @@ INDEXES: dict[str, list[IndexModel]] = {
     "readings": [],  # _id = "{camera_id}:{reading_id}": idempotency of camera readings
     "pallets": [
         IndexModel([("shipment_id", ASCENDING)]),
+        # a pallet's readings on a shipment, by "{shipment_id}|{LPN digest}" (core/pallets)
+        IndexModel([("position", ASCENDING)]),
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("occurred_at", ASCENDING)]),
     ],
     "exceptions": [
@@ -160,7 +162,8 @@ INDEXES: dict[str, list[IndexModel]] = {
             ]
         ),
     ],
-    # _id = "{shipment_id}|{LPNs}": the direction a pallet was last read in on a shipment
+    # No longer written (pallets keep their `position`); what earlier releases wrote goes
+    # with its shipment (core/retention).
     "pallet_positions": [],
     "push_messages": [
         IndexModel([("business", ASCENDING), ("sent_at", ASCENDING)]),

@@ -48,7 +48,6 @@ from typing import Any, Literal
 
 import bson
 import bson.errors
-from pymongo import UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
@@ -252,8 +251,6 @@ class _Item:
     # Read against the direction of an open shipment expecting its LPN: perhaps a misloaded
     # pallet taken off again.
     may_take_off: bool = False
-    position: str | None = None  # its pallet's `pallet_positions` id
-    position_known: bool = False  # recorded before this batch
     repeated: bool = False  # read the way its pallet's last reading on the shipment went
 
 
@@ -278,11 +275,6 @@ class BatchPlan:
     # it resolves (a misloaded pallet taken off): the record as read, and as changed.
     exceptions: list[Doc] = field(default_factory=list)
     resolutions: list[tuple[Doc, Doc]] = field(default_factory=list)
-    # Where each pallet of the batch was last read on its shipment (DUPLICATE_PALLET), and
-    # where repaired pallets were read.
-    positions: dict[str, Doc] = field(default_factory=dict)
-    repaired_positions: dict[str, Doc] = field(default_factory=dict)
-    known: set[str] = field(default_factory=set)  # positions found recorded when planned
 
     def writes(self, storage: Storage, session: Session = None) -> list[Any]:
         """The write steps in order, each a zero-argument coroutine function; in the
@@ -298,8 +290,7 @@ class BatchPlan:
             await publish.insert_ignoring_duplicates(storage, "pallets", self.pallets, session)
 
         async def deliveries() -> None:
-            # After the pallets, which hold the exceptions (a repair stores them from there),
-            # and whose resend must not find their position moved by themselves.
+            # After the pallets, which hold the exceptions (a repair stores them from there).
             await self.resolve(storage, session)
             await together(
                 session,
@@ -307,7 +298,6 @@ class BatchPlan:
                     storage, "webhook_deliveries", self.messages.deliveries, session
                 ),
                 publish.insert_ignoring_duplicates(storage, "exceptions", self.exceptions, session),
-                self.move_positions(storage, session),
             )
 
         async def messages() -> None:
@@ -323,31 +313,6 @@ class BatchPlan:
             await publish.insert_ignoring_duplicates(storage, "readings", self.claims, session)
 
         return [pallets, deliveries, messages, claims]
-
-    async def move_positions(self, storage: Storage, session: Session) -> None:
-        """Record where the batch's pallets were read: a first reading of a pallet on its
-        shipment inserts its position (the common case, one batched insert), a later one moves
-        it; a repaired pallet's position goes in only where none is recorded."""
-        fresh = [{"_id": key, **p} for key, p in self.positions.items() if key not in self.known]
-        fresh += [
-            {"_id": key, **p}
-            for key, p in self.repaired_positions.items()
-            if key not in self.positions
-        ]
-        moves = [
-            UpdateOne({"_id": key}, {"$set": position})
-            for key, position in self.positions.items()
-            if key in self.known
-        ]
-        await together(
-            session,
-            publish.insert_ignoring_duplicates(storage, "pallet_positions", fresh, session),
-            *(
-                [storage.pallet_positions.bulk_write(moves, ordered=False, session=session)]
-                if moves
-                else []
-            ),
-        )
 
     async def resolve(self, storage: Storage, session: Session) -> None:
         """Apply the batch's resolutions; one another writer resolved meanwhile publishes
@@ -535,15 +500,8 @@ async def _drop_stored(storage: Storage, plan: BatchPlan, session: Session) -> N
         _by_id(storage.webhook_deliveries, [d["_id"] for d in plan.messages.deliveries], session),
     )
     stored = {i for i, message in messages.items() if not publish.is_void(message)}
-    exceptions, positions = await together(
-        session,
-        _by_id(storage.exceptions, [e["_id"] for e in plan.exceptions], session),
-        _by_id(storage.pallet_positions, sorted(plan.repaired_positions), session),
-    )
+    exceptions = await _by_id(storage.exceptions, [e["_id"] for e in plan.exceptions], session)
     plan.exceptions = [e for e in plan.exceptions if e["_id"] not in exceptions]
-    plan.repaired_positions = {
-        k: p for k, p in plan.repaired_positions.items() if k not in positions
-    }
     plan.messages = publish.WrittenMessages(
         [m for m in plan.messages.messages if m["_id"] not in stored],
         [d for d in plan.messages.deliveries if d["_id"] not in deliveries],
@@ -685,14 +643,6 @@ async def plan_batch(
                     (resolution["history"][-1]["message_id"], records.message(settings, resolution))
                 )
             plan.claims.append(_claim(item.key, pallet))
-            if item.position is not None:  # the batch's last reading of a pallet wins
-                if item.position_known:
-                    plan.known.add(item.position)
-                plan.positions[item.position] = {
-                    "direction": item.reading.direction,
-                    "pallet_id": item.pallet_id,
-                    "repeated": item.repeated,
-                }
             if item.facility is not None and item.facility.complete_on_all_lpns:
                 plan.shipment_ids.add(int(pallet["shipment_id"]))
             plan.results[item.index] = ReadingResult(
@@ -789,12 +739,6 @@ async def _answer_known(
             fresh.append(item)
             continue
         repairs.append(pallet)
-        if pallet.get("lpns"):
-            key = pallet_position_id(int(pallet["shipment_id"]), pallet["lpns"])
-            plan.repaired_positions[key] = {
-                "direction": pallet["direction"],
-                "pallet_id": pallet["_id"],
-            }
         plan.claims.append(_claim(item.key, pallet))
         plan.shipment_ids.add(int(pallet["shipment_id"]))
         plan.results[item.index] = ReadingResult(
@@ -951,9 +895,9 @@ async def _fold_repeats(
 def _repeated_lpns(items: list[_Item], positions: dict[str, Doc]) -> dict[int, list[str]]:
     """Per item, its LPNs when the last reading of the same pallet (the same LPNs) on its
     shipment went the same way, the first time it does (a camera reading one pallet over and
-    over raises one DUPLICATE_PALLET, not one per reading): the stored `positions`
-    (`pallet_positions`), then the batch's earlier items, in the order they arrived. Sets each
-    item's `repeated` for the position it leaves."""
+    over raises one DUPLICATE_PALLET, not one per reading): the stored `positions` (the newest
+    pallet document of each), then the batch's earlier items, in the order they arrived. Sets
+    each item's `repeated`, which its pallet document keeps."""
     latest = {key: (p["direction"], bool(p.get("repeated"))) for key, p in positions.items()}
     raised: dict[int, list[str]] = {}
     for item in items:
@@ -969,18 +913,13 @@ def _repeated_lpns(items: list[_Item], positions: dict[str, Doc]) -> dict[int, l
 
 
 def position_id(item: _Item) -> str | None:
-    """The `pallet_positions` id of an item's pallet on its shipment (None without an LPN:
-    nothing identifies the pallet)."""
+    """The key of an item's pallet on its shipment, kept as its pallet document's `position`:
+    the shipment and a digest of the pallet's LPNs, the same size for one LPN as for 200 of
+    1 KiB each (None without an LPN: nothing identifies the pallet)."""
     if item.shipment is None or not item.lpns:
         return None
-    return pallet_position_id(int(item.shipment["_id"]), item.lpns)
-
-
-def pallet_position_id(shipment_id: int, lpns: Sequence[str]) -> str:
-    """The shipment and a digest of the pallet's LPNs: the same size for one LPN as for 200
-    of 1 KiB each."""
-    digest = hashlib.sha256("\x00".join(sorted(lpns)).encode()).hexdigest()[:32]
-    return f"{shipment_id}|{digest}"
+    digest = hashlib.sha256("\x00".join(sorted(item.lpns)).encode()).hexdigest()[:32]
+    return f"{int(item.shipment['_id'])}|{digest}"
 
 
 async def _open_misloads(storage: Storage, items: list[_Item]) -> list[Doc]:
@@ -1147,9 +1086,6 @@ async def _match_site(
         _positions(storage, items),
     )
     repeated = _repeated_lpns(items, positions)
-    for item in items:
-        item.position = position_id(item)
-        item.position_known = item.position in positions
     order_ids = sorted({i["order_id"] for i in shipment_items})
     orders = (
         await storage.orders.find({"_id": {"$in": order_ids}}, {"number": 1, "status": 1}).to_list()
@@ -1197,10 +1133,21 @@ async def _match_site(
 
 
 async def _positions(storage: Storage, items: list[_Item]) -> dict[str, Doc]:
-    """Where the items' pallets were last read on their shipments (by id: one lookup that
-    costs the same on a shipment of ten pallets as of ten thousand)."""
-    ids = sorted({key for item in items if (key := position_id(item)) is not None})
-    return await _by_id(storage.pallet_positions, ids)
+    """How the items' pallets were last read on their shipments: each pallet document keeps
+    its position (no document of its own to write per reading), and the newest by arrival
+    (its batch's time, then its message id) is where the pallet is. One lookup by the indexed
+    key: the same cost on a shipment of ten pallets as of ten thousand."""
+    keys = sorted({key for item in items if (key := position_id(item)) is not None})
+    if not keys:
+        return {}
+    readings = await storage.pallets.find(
+        {"position": {"$in": keys}},
+        {"position": 1, "direction": 1, "repeated": 1, "created_at": 1, "message_id": 1},
+    ).to_list()
+    latest: dict[str, Doc] = {}
+    for reading in sorted(readings, key=lambda r: (r["created_at"], int(r["message_id"]))):
+        latest[reading["position"]] = reading
+    return latest
 
 
 async def _items_with_lpns(
@@ -1282,4 +1229,7 @@ def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
         "payload": payload,
         "message_id": item.message_id,
         "created_at": now,
+        # how this pallet was read on its shipment (DUPLICATE_PALLET): see `_positions`
+        "position": position_id(item),
+        "repeated": item.repeated,
     }
