@@ -21,11 +21,13 @@ from dockflow.embedded.patches import (
     indexed_equality,
     indexed_in,
     inline_commands,
+    insert_copy,
     update_types,
     write_transactions,
 )
 
 PATCHES = (
+    insert_copy,
     update_types,
     id_order,
     indexed_equality,

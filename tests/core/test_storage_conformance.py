@@ -756,3 +756,26 @@ async def test_in_on_indexed_fields_matches_what_mongodb_matches(storage: Storag
     assert await ids({"order_id": {"$in": [None, "o2"]}}) == ["b", "d"]
     assert await ids({"order_id": {"$nin": ["o1"]}}) == ["b", "c", "d"]
     assert await ids({"order_id": {"$in": []}}) == []
+
+
+async def test_nested_documents_round_trip_as_inserted(storage: Storage):
+    """What the ingest path inserts: nested dicts and lists, bytes, dates to the millisecond,
+    booleans, nulls; one document alone and many in one insert."""
+    at = datetime(2026, 5, 1, 12, 30, 15, 123000, tzinfo=UTC)
+    document = {
+        "_id": "p1",
+        "labels": [
+            {"name": "lpn", "value": "L1", "confidence": 0.9},
+            {"name": "raw", "v": b"\x00\x01"},
+        ],
+        "payload": {"nested": {"deeper": [1, [2, 3], {"x": None}]}, "at": at},
+        "flags": [True, False],
+        "empty": {},
+    }
+    await storage.pallets.insert_one(document)
+    await storage.pallets.insert_many([{**document, "_id": f"p{n}"} for n in range(2, 5)])
+
+    for n in range(1, 5):
+        stored = await storage.pallets.find_one({"_id": f"p{n}"})
+        assert stored == {**document, "_id": f"p{n}"}
+    assert await storage.pallets.count_documents({"payload.at": at}) == 4
