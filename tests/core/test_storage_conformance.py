@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 from pymongo import DESCENDING, InsertOne, ReturnDocument, UpdateOne
-from pymongo.errors import BulkWriteError, DuplicateKeyError
+from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
 from core.storage import Storage
+from tests import backends
 
 
 async def test_unique_index_raises_duplicate_key(storage: Storage):
@@ -779,3 +780,14 @@ async def test_nested_documents_round_trip_as_inserted(storage: Storage):
         stored = await storage.pallets.find_one({"_id": f"p{n}"})
         assert stored == {**document, "_id": f"p{n}"}
     assert await storage.pallets.count_documents({"payload.at": at}) == 4
+
+
+async def test_a_nan_is_refused_and_nothing_is_stored(storage: Storage):
+    # MongoDB stores NaN; the embedded server keeps JSON, which has none. dockflow refuses NaN
+    # before it writes (tests/security/test_ingest.py); a write that carried one anyway must
+    # fail whole, not store a document that reads back as something else.
+    if backends.BACKEND != "nx-27017":
+        pytest.skip(f"{backends.BACKEND} stores NaN, as MongoDB does")
+    with pytest.raises(PyMongoError):
+        await storage.pallets.insert_one({"_id": "n", "confidence": float("nan")})
+    assert await storage.pallets.find_one({"_id": "n"}) is None

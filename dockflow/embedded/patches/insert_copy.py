@@ -1,14 +1,17 @@
-"""An insert copies its document once, not twice.
+"""An insert copies its document once, and serialises it once.
 
 Defect: neosqlite's insert deep-copies each document, then builds a converted copy of it
-(`_convert_bytes_to_binary` rebuilds every dict and list) and serialises that. The first copy
-is thrown away unused; it was a quarter of the embedded server's busy time during camera
-ingest (20,000 readings: 1.9 s of 8 s), where every reading inserts several documents.
+(`_convert_bytes_to_binary` rebuilds every dict and list) and serialises that; then it asks
+SQLite whether the JSON it has just written is JSON (a statement per document). The first copy
+was a quarter of the embedded server's busy time during camera ingest (20,000 readings: 1.9 s
+of 8 s), where every reading inserts several documents.
 MongoDB: nothing to compare; an insert stores what it is sent.
-Fix: the same insert without the deep copy; the converted copy is what is serialised, and the
-caller's document is not changed (but for the `_id` neosqlite adds when there is none, as
-before). Pinned by tests/core/test_storage_conformance.py (inserts and reads of nested
-documents with bytes, dates and lists, on every lane) and `dockflow bench ingest`.
+Fix: the same insert without the deep copy (the converted copy is what is serialised; the
+caller's document is not changed but for the `_id` neosqlite adds when there is none, as
+before), serialised refusing NaN and infinities, so that its JSON is valid without asking.
+Pinned by tests/core/test_storage_conformance.py
+`test_nested_documents_round_trip_as_inserted` (every lane) and
+`test_a_nan_is_refused_and_nothing_is_stored`; `dockflow bench ingest` measures it.
 """
 
 from __future__ import annotations
@@ -34,12 +37,11 @@ def _internal_insert(self: Any, document: dict[str, Any]) -> Any:
         generated_id = document["_id"]
     doc_to_insert = _convert_bytes_to_binary(document)  # a new dict: the caller's is untouched
     doc_to_insert["_id"] = generated_id
-    json_str = neosqlite_json_dumps(doc_to_insert)
-    if not self._validate_json_document(json_str):
-        error_pos = self._get_json_error_position(json_str)
-        if error_pos >= 0:
-            raise ValueError(f"Invalid JSON document at position {error_pos}")
-        raise ValueError("Invalid JSON document")
+    try:
+        # Valid JSON by construction once NaN and infinities are refused: no second pass.
+        json_str = neosqlite_json_dumps(doc_to_insert, allow_nan=False)
+    except ValueError as exc:
+        raise ValueError(f"Invalid JSON document: {exc}") from None
     cursor = self.collection.db.execute(
         f"INSERT INTO {quote_table_name(self.collection.name)}(data, _id) VALUES (?, ?)",  # noqa: S608 (values are bound)
         (json_str, str(generated_id)),
