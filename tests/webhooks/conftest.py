@@ -117,6 +117,24 @@ async def receiver() -> AsyncIterator[Receiver]:
     await server.close()
 
 
+@pytest.fixture
+async def hanging() -> AsyncIterator[tuple[Receiver, asyncio.Event]]:
+    """A second customer server that answers no request until the event is set, then "late"
+    (set at the end of the test in any case)."""
+    release = asyncio.Event()
+
+    async def hang(request: web.Request, received: Received) -> web.StreamResponse:
+        await release.wait()
+        return web.Response(text="late")
+
+    slow = Receiver(respond=hang)
+    slow.server = TestServer(slow.app(), host="127.0.0.1", port=0)
+    await slow.server.start_server()
+    yield slow, release
+    release.set()
+    await slow.server.close()
+
+
 def pallet_payload(tenant: Tenant, n: int, shipment_id: int = 1) -> dict[str, Any]:
     """The tenant's pallet message payload `n` (`tests.factories.pallet_payload`) with its
     label fields: the LPN and a list of SKUs."""

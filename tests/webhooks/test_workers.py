@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 from prometheus_client import generate_latest
 from pymongo import AsyncMongoClient, monitoring
 
@@ -166,44 +165,32 @@ async def test_a_slow_endpoint_uses_only_its_own_slots(
     storage: Storage,
     tenant: Tenant,
     receiver: Receiver,
+    hanging: tuple[Receiver, asyncio.Event],
     fast_settings: Callable[..., Settings],
     start_worker: StartWorker,
 ):
-    release = asyncio.Event()
-    slow = Receiver()
+    slow, release = hanging
+    await make_endpoint(services, tenant, slow.base_url)
+    await make_endpoint(services, tenant, receiver.base_url)
+    await append_pallets(storage, tenant, 40)
 
-    async def hang(request: web.Request, received: Received) -> web.StreamResponse:
-        await release.wait()
-        return web.Response(text="late")
-
-    slow.respond = hang
-    slow.server = TestServer(slow.app(), host="127.0.0.1", port=0)
-    await slow.server.start_server()
-    try:
-        await make_endpoint(services, tenant, slow.base_url)
-        await make_endpoint(services, tenant, receiver.base_url)
-        await append_pallets(storage, tenant, 40)
-
-        # The stuck attempts outlast the test (no timeout, no retry while the 40 go through,
-        # however long those take on this machine and database).
-        await start_worker(
-            fast_settings(
-                webhook_endpoint_concurrency=2,
-                webhook_max_in_flight=6,
-                webhook_timeout_s=100,
-                webhook_lease_s=400,
-            )
+    # The stuck attempts outlast the test (no timeout, no retry while the 40 go through,
+    # however long those take on this machine and database).
+    await start_worker(
+        fast_settings(
+            webhook_endpoint_concurrency=2,
+            webhook_max_in_flight=6,
+            webhook_timeout_s=100,
+            webhook_lease_s=400,
         )
-        await wait_until(lambda: len(receiver.requests) == 40)
+    )
+    await wait_until(lambda: len(receiver.requests) == 40)
 
-        assert slow.max_in_flight == 2  # the stuck customer holds 2 slots, no more
-        assert len(slow.requests) == 2
-        release.set()
-        await wait_until(lambda: all_finished(storage))
-        assert len(slow.requests) == 40
-    finally:
-        release.set()
-        await slow.server.close()
+    assert slow.max_in_flight == 2  # the stuck customer holds 2 slots, no more
+    assert len(slow.requests) == 2
+    release.set()
+    await wait_until(lambda: all_finished(storage))
+    assert len(slow.requests) == 40
 
 
 async def test_stop_hands_back_unfinished_deliveries_and_is_idempotent(
@@ -307,44 +294,32 @@ async def test_one_business_with_slow_endpoints_holds_only_its_share_of_the_slot
     tenant: Tenant,
     other_tenant: Tenant,
     receiver: Receiver,
+    hanging: tuple[Receiver, asyncio.Event],
     fast_settings: Callable[..., Settings],
     start_worker: StartWorker,
 ):
     # A business points three endpoints at a server that never answers, with a backlog older
     # than another business's messages: its share of slots is taken, the rest go on.
-    release = asyncio.Event()
-    slow = Receiver()
+    slow, _ = hanging
+    for route in ("a", "b", "c"):
+        await make_endpoint(services, tenant, f"{slow.base_url}/{route}")
+    await append_pallets(storage, tenant, 30)
+    await make_endpoint(services, other_tenant, receiver.base_url)
+    await append_pallets(storage, other_tenant, 10)
 
-    async def hang(request: web.Request, received: Received) -> web.StreamResponse:
-        await release.wait()
-        return web.Response(text="late")
-
-    slow.respond = hang
-    slow.server = TestServer(slow.app(), host="127.0.0.1", port=0)
-    await slow.server.start_server()
-    try:
-        for route in ("a", "b", "c"):
-            await make_endpoint(services, tenant, f"{slow.base_url}/{route}")
-        await append_pallets(storage, tenant, 30)
-        await make_endpoint(services, other_tenant, receiver.base_url)
-        await append_pallets(storage, other_tenant, 10)
-
-        await start_worker(
-            fast_settings(
-                webhook_endpoint_concurrency=4,
-                webhook_max_in_flight=12,
-                webhook_business_concurrency=5,
-                webhook_timeout_s=100,
-                webhook_lease_s=400,
-            )
+    await start_worker(
+        fast_settings(
+            webhook_endpoint_concurrency=4,
+            webhook_max_in_flight=12,
+            webhook_business_concurrency=5,
+            webhook_timeout_s=100,
+            webhook_lease_s=400,
         )
-        await wait_until(lambda: len(receiver.requests) == 10)
+    )
+    await wait_until(lambda: len(receiver.requests) == 10)
 
-        assert slow.max_in_flight == 5  # three endpoints' 12 slots, but the business's share
-        assert len(slow.requests) == 5
-    finally:
-        release.set()
-        await slow.server.close()
+    assert slow.max_in_flight == 5  # three endpoints' 12 slots, but the business's share
+    assert len(slow.requests) == 5
 
 
 async def test_a_deleted_endpoints_metrics_are_dropped(
