@@ -8,6 +8,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from core.errors import ConfigError
 from core.running import Running
 from core.services import Services
 from dockflow.edge.v1 import edge_pb2_grpc
@@ -59,13 +60,19 @@ class EdgeServer(Running):
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(service_names, server)
         target = f"{self.host}:{self.requested_port}"
-        if settings.tls_cert_file and settings.tls_key_file:
-            credentials = grpc.ssl_server_credentials(
-                [(settings.tls_key_file.read_bytes(), settings.tls_cert_file.read_bytes())]
-            )
-            self.port = server.add_secure_port(target, credentials)
-        else:
-            self.port = server.add_insecure_port(target)
+        try:
+            if settings.tls_cert_file and settings.tls_key_file:
+                credentials = grpc.ssl_server_credentials(
+                    [(settings.tls_key_file.read_bytes(), settings.tls_cert_file.read_bytes())]
+                )
+                self.port = server.add_secure_port(target, credentials)
+            else:
+                self.port = server.add_insecure_port(target)
+        except RuntimeError:  # grpc says only that it failed to bind
+            raise ConfigError(
+                f"cannot listen on {target} (gRPC edge): in use or not allowed; set "
+                "DOCKFLOW_GRPC_PORT to another port (0: any free one)"
+            ) from None
         await server.start()
         self._server = server
         for name in ["", *service_names]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
 import ssl
 
 from aiohttp import web
 
+from core.errors import ConfigError
 from core.running import Running
 from core.services import Services
 from core.settings import Settings
@@ -36,6 +38,7 @@ class HttpServer(Running):
         self._runner: web.AppRunner | None = None
 
     name = "HTTP API"
+    port_setting = "DOCKFLOW_HTTP_PORT"
 
     def _create_app(self) -> web.Application:
         return create_app(self.services)
@@ -61,6 +64,13 @@ class HttpServer(Running):
                 runner, self.host, self.requested_port, ssl_context=self._ssl_context()
             )
             await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise ConfigError(
+                f"cannot listen on {self.host}:{self.requested_port} ({self.name}): "
+                f"{os.strerror(exc.errno) if exc.errno else exc}; set {self.port_setting} to "
+                "another port (0: any free one)"
+            ) from None
         except BaseException:
             await runner.cleanup()
             raise
@@ -83,6 +93,7 @@ class OpsServer(HttpServer):
     port for probes and Prometheus)."""
 
     name = "ops"
+    port_setting = "DOCKFLOW_OPS_PORT"
 
     def __init__(self, services: Services, host: str | None = None, port: int | None = None):
         settings = services.settings

@@ -6,6 +6,7 @@ import asyncio
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -131,3 +132,34 @@ def test_every_command_has_help(command: list[str]):
     )
     assert result.returncode == 0
     assert "usage: dockflow" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "setting", ["DOCKFLOW_HTTP_PORT", "DOCKFLOW_GRPC_PORT", "DOCKFLOW_OPS_PORT"]
+)
+def test_a_port_in_use_is_one_line_naming_its_setting(tmp_path: Path, setting: str):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {
+            **os.environ,
+            "DOCKFLOW_DATA_DIR": str(tmp_path),
+            "DOCKFLOW_HTTP_HOST": "127.0.0.1",
+            "DOCKFLOW_GRPC_HOST": "127.0.0.1",
+            "DOCKFLOW_OPS_HOST": "127.0.0.1",
+            "DOCKFLOW_HTTP_PORT": "0",
+            "DOCKFLOW_GRPC_PORT": "0",
+            "DOCKFLOW_OPS_PORT": "0",
+            setting: str(port),
+        }
+        env.pop("DOCKFLOW_MONGODB_URL", None)
+        done = subprocess.run(
+            [*DOCKFLOW, "serve"], env=env, capture_output=True, text=True, timeout=120
+        )
+
+    assert done.returncode == 2, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("dockflow: ")]
+    assert f"127.0.0.1:{port}" in line
+    assert setting in line
+    assert "Traceback" not in done.stderr
