@@ -317,6 +317,8 @@ async def test_one_business_with_slow_endpoints_holds_only_its_share_of_the_slot
         )
     )
     await wait_until(lambda: len(receiver.requests) == 10)
+    # Its claimed requests reach its server in their own time; never more than its share.
+    await wait_until(lambda: slow.in_flight == 5)
 
     assert slow.max_in_flight == 5  # three endpoints' 12 slots, but the business's share
     assert len(slow.requests) == 5
