@@ -100,6 +100,7 @@ async def running_server(
             "DOCKFLOW_HTTP_PORT": str(http_port),
             "DOCKFLOW_GRPC_HOST": "127.0.0.1",
             "DOCKFLOW_GRPC_PORT": str(free_port()),
+            "DOCKFLOW_OPS_PORT": "0",  # beside a running `make run` (which holds 9090)
             "DOCKFLOW_PUBLIC_BASE_URL": f"http://127.0.0.1:{http_port}",
             "DOCKFLOW_LOG_LEVEL": "WARNING",
             "DOCKFLOW_LOG_FORMAT": "console",
