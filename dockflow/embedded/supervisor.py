@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 # nx-27017 runs with fixes for its storage layer (dockflow/embedded/launcher.py).
 _LAUNCHER_MODULE = "dockflow.embedded.launcher"
+# Where this dockflow's packages are: the launcher imports them from here, not from wherever the
+# interpreter would find a `dockflow` from the data directory (an installed or other checkout).
+CODE_ROOT = Path(__file__).resolve().parents[2]
 SECANTUSD = "secantusd-py"  # SecantusDB's server program (dev lock: pip install SecantusDB)
 START_TIMEOUT_S = 30.0  # a first start creates the database files; generous for slow CI disks
 STOP_TIMEOUT_S = 10.0
@@ -78,6 +81,10 @@ class _Engine:
     def command(self, data_dir: Path, port: int, log_path: Path) -> list[str]:
         raise NotImplementedError
 
+    def environment(self) -> dict[str, str]:
+        """The program's environment: dockflow's own."""
+        return dict(os.environ)
+
     def prepare(self, data_dir: Path) -> None:
         """Before a start: clear what a killed server left that would stop the next one."""
 
@@ -95,6 +102,16 @@ class _Nx27017(_Engine):
             "--log-file", str(log_path),
             "--pid-file", str(data_dir / "nx-27017.pid"),
         ]  # fmt: skip
+
+    def environment(self) -> dict[str, str]:
+        """The launcher and its fixes come from the code of the dockflow starting it: a
+        checkout run beside an installed release (an A/B benchmark, a deploy) otherwise starts
+        the installed release's server."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(CODE_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+        )
+        return env
 
     def prepare(self, data_dir: Path) -> None:
         """nx-27017 refuses to start while its pid file names a live process. A killed server
@@ -175,14 +192,17 @@ def find_secantusd() -> Path:
     )
 
 
-def _spawn(argv: list[str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes]:
-    """Start the server program `argv` in `cwd`, its output appended to `log_path`."""
+def _spawn(
+    argv: list[str], cwd: Path, log_path: Path, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """Start the server program `argv` in `cwd` with `env`, its output appended to `log_path`."""
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE)
     with os.fdopen(fd, "ab") as log_file:
         return subprocess.Popen(  # noqa: S603 - fixed argv, no shell
             # Dies with dockflow, even by SIGKILL (dockflow/embedded/with_parent.py).
             [sys.executable, "-m", "dockflow.embedded.with_parent", *argv],
             cwd=cwd,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=log_file,
@@ -252,7 +272,7 @@ class EmbeddedMongo(Running):
         self._engine.prepare(self.data_dir)
         log_path = self.data_dir / self._engine.log_name
         argv = self._engine.command(self.data_dir, self.port, log_path)
-        self.process = _spawn(argv, self.data_dir, log_path)
+        self.process = _spawn(argv, self.data_dir, log_path, self._engine.environment())
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             returncode = self.process.poll()

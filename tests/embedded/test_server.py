@@ -26,6 +26,7 @@ from tests import backends
 from tests.backends import ENGINE
 
 NX_PATCHES = "nx-27017 patches"
+REPO = Path(__file__).resolve().parents[2]
 # Tests of one engine's own process run in that engine's lane (make test-nx, test-secantusdb).
 secantusdb_lane = pytest.mark.skipif(
     ENGINE != "secantusdb", reason="checks the secantusdb engine's process: its lane only"
@@ -224,6 +225,44 @@ async def test_the_embedded_server_runs_commands_without_a_thread_each(tmp_path:
 
     threads = next(int(line.split()[1]) for line in status.splitlines() if line[:8] == "Threads:")
     assert threads == 1
+
+
+@backends.only_on_nx_27017(NX_PATCHES)
+def test_the_embedded_server_runs_the_code_of_the_dockflow_that_starts_it(tmp_path: Path):
+    # The launcher was imported from wherever `dockflow` resolved in the server's working
+    # directory (its data directory): a checkout run beside the installed one (an A/B benchmark
+    # of two versions, a deploy) started the installed version's server and its fixes.
+    other = tmp_path / "other-checkout"
+    for package in ("dockflow", "core"):
+        shutil.copytree(
+            REPO / package, other / package, ignore=shutil.ignore_patterns("__pycache__"),
+        )  # fmt: skip
+    mark = tmp_path / "launched-from"
+    launcher = other / "dockflow" / "embedded" / "launcher.py"
+    launcher.write_text(
+        launcher.read_text().replace(
+            "    apply_patches()\n",
+            f"    open({str(mark)!r}, 'w').write(__file__)\n    apply_patches()\n",
+        )
+    )
+    start = (
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "from dockflow.embedded.supervisor import EmbeddedMongo\n"
+        "async def main():\n"
+        "    server = EmbeddedMongo(Path(sys.argv[1]), engine='nx-27017')\n"
+        "    await server.start()\n"
+        "    await server.stop()\n"
+        "asyncio.run(main())\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    subprocess.run(
+        [sys.executable, "-c", start, str(tmp_path / "data")],
+        cwd=other, env=env, check=True, timeout=60, capture_output=True,
+    )  # fmt: skip
+
+    assert mark.exists(), "the server ran another dockflow's launcher"
+    assert mark.read_text() == str(launcher)
 
 
 def _wal_commits(wal: Path) -> int:
