@@ -44,6 +44,8 @@ class StreamRun:
 
 
 def make_reading(stream: int, index: int, run_tag: str) -> edge_pb2.PalletReading:
+    """The `index`th reading of `stream`: a pallet of its own in each run (the warm-up's pallets
+    are not read again by the measured run, which would raise DUPLICATE_PALLET)."""
     stamp = Timestamp()
     stamp.GetCurrentTime()
     return edge_pb2.PalletReading(
@@ -51,7 +53,9 @@ def make_reading(stream: int, index: int, run_tag: str) -> edge_pb2.PalletReadin
         direction=edge_pb2.LOADING,
         occurred_at=stamp,
         labels=[
-            edge_pb2.LabelField(name="lpn", value=f"LPN{stream:02d}{index:07d}", confidence=0.99),
+            edge_pb2.LabelField(
+                name="lpn", value=f"LPN{run_tag}{stream:02d}{index:07d}", confidence=0.99
+            ),
             edge_pb2.LabelField(name="sku", value=f"SKU-{index % 50}", confidence=0.97),
         ],
     )

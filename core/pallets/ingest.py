@@ -1136,12 +1136,13 @@ async def _positions(storage: Storage, items: list[_Item]) -> dict[str, Doc]:
     """How the items' pallets were last read on their shipments: each pallet document keeps
     its position (no document of its own to write per reading), and the newest by arrival
     (its batch's time, then its message id) is where the pallet is. One lookup by the indexed
-    key: the same cost on a shipment of ten pallets as of ten thousand."""
-    keys = sorted({key for item in items if (key := position_id(item)) is not None})
-    if not keys:
+    (shipment, position): the same cost on a shipment of ten pallets as of ten thousand."""
+    keyed = [(item, key) for item in items if (key := position_id(item)) is not None]
+    if not keyed:
         return {}
+    shipment_ids = sorted({int(item.shipment["_id"]) for item, _ in keyed if item.shipment})
     readings = await storage.pallets.find(
-        {"position": {"$in": keys}},
+        {"shipment_id": {"$in": shipment_ids}, "position": {"$in": sorted({k for _, k in keyed})}},
         {"position": 1, "direction": 1, "repeated": 1, "created_at": 1, "message_id": 1},
     ).to_list()
     latest: dict[str, Doc] = {}
