@@ -41,7 +41,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -622,20 +622,24 @@ async def plan_batch(
                 _exception_record(item, draft, next(extra), now) for draft in drafts[item.index]
             ]
             pallet = _pallet_doc(settings, item, now)
-            pallet["raised"] = raised
-            # the open exceptions its reading repeats (the ack and a resend's carry them too)
-            pallet["echoed"] = [
-                {"_id": r.exception_id, "code": r.code, "priority": r.priority, "detail": r.detail}
-                for r in echoed.get(item.index, [])
-            ]
-            pallet["resolves"] = []
+            # What its reading raised, the open exceptions it repeats (the ack and a resend's
+            # carry them too) and those it resolves: kept only when there are some (read with
+            # `.get`), so a reading that raises nothing writes nothing of them.
+            if raised:
+                pallet["raised"] = raised
+            if echoed.get(item.index):
+                pallet["echoed"] = [
+                    {"_id": r.exception_id, "code": r.code, "priority": r.priority,
+                     "detail": r.detail}
+                    for r in echoed[item.index]
+                ]  # fmt: skip
             plan.pallets.append(pallet)
             new_messages.append((message_id, _message_for(pallet)))
             plan.exceptions += raised
             new_messages += [(r["seq"], records.message(settings, r)) for r in raised]
             for record in resolving.get(item.index, []):
                 resolution = _taken_off(item, record, next(extra), now)
-                pallet["resolves"].append(
+                pallet.setdefault("resolves", []).append(
                     {"exception_id": record["_id"], **resolution["history"][-1]}
                 )
                 plan.resolutions.append((record, resolution))
@@ -1132,19 +1136,33 @@ async def _match_site(
         )
 
 
+def position_filter(shipment_id: int, positions: Iterable[str]) -> Doc:
+    """The pallets of one shipment read at any of `positions` (answered by an index)."""
+    return {"shipment_id": shipment_id, "position": {"$in": sorted(positions)}}
+
+
 async def _positions(storage: Storage, items: list[_Item]) -> dict[str, Doc]:
     """How the items' pallets were last read on their shipments: each pallet document keeps
     its position (no document of its own to write per reading), and the newest by arrival
-    (its batch's time, then its message id) is where the pallet is. One lookup by the indexed
-    (shipment, position): the same cost on a shipment of ten pallets as of ten thousand."""
-    keyed = [(item, key) for item in items if (key := position_id(item)) is not None]
-    if not keyed:
-        return {}
-    shipment_ids = sorted({int(item.shipment["_id"]) for item, _ in keyed if item.shipment})
-    readings = await storage.pallets.find(
-        {"shipment_id": {"$in": shipment_ids}, "position": {"$in": sorted({k for _, k in keyed})}},
-        {"position": 1, "direction": 1, "repeated": 1, "created_at": 1, "message_id": 1},
-    ).to_list()
+    (its batch's time, then its message id) is where the pallet is. One lookup per shipment by
+    the indexed (shipment, position), together: the same cost on a shipment of ten pallets as of
+    ten thousand. (Per shipment: a server may answer `$in` on both fields of the index, and
+    SecantusDB does, by reading the whole collection.)"""
+    keys: dict[int, set[str]] = {}
+    for item in items:
+        key = position_id(item)
+        if key is not None and item.shipment is not None:
+            keys.setdefault(int(item.shipment["_id"]), set()).add(key)
+    found = await asyncio.gather(
+        *(
+            storage.pallets.find(
+                position_filter(shipment_id, positions),
+                {"position": 1, "direction": 1, "repeated": 1, "created_at": 1, "message_id": 1},
+            ).to_list()
+            for shipment_id, positions in sorted(keys.items())
+        )
+    )
+    readings = [reading for at_shipment in found for reading in at_shipment]
     latest: dict[str, Doc] = {}
     for reading in sorted(readings, key=lambda r: (r["created_at"], int(r["message_id"]))):
         latest[reading["position"]] = reading
@@ -1211,7 +1229,7 @@ def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
         "dockId": item.dock,
         **item.fields,
     }
-    return {
+    doc: Doc = {
         "_id": item.pallet_id,
         "camera_id": item.camera.camera_id,
         "reading_id": item.reading.reading_id,
@@ -1232,5 +1250,7 @@ def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
         "created_at": now,
         # how this pallet was read on its shipment (DUPLICATE_PALLET): see `_positions`
         "position": position_id(item),
-        "repeated": item.repeated,
     }
+    if item.repeated:  # read with `.get`: most readings are no repeat
+        doc["repeated"] = True
+    return doc
