@@ -38,6 +38,7 @@ carry a read LPN, else a read SKU. The shipment becomes arrived on its first pal
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import time
@@ -252,6 +253,11 @@ class _Item:
     # pallet taken off again.
     may_take_off: bool = False
     repeated: bool = False  # read the way its pallet's last reading on the shipment went
+
+    @functools.cached_property
+    def lpn_digest(self) -> str:
+        """The pallet's LPNs as one key: the same size for one LPN as for 200 of 1 KiB each."""
+        return hashlib.sha256("\x00".join(sorted(self.lpns)).encode()).hexdigest()[:32]
 
 
 @dataclass
@@ -918,12 +924,11 @@ def _repeated_lpns(items: list[_Item], positions: dict[str, Doc]) -> dict[int, l
 
 def position_id(item: _Item) -> str | None:
     """The key of an item's pallet on its shipment, kept as its pallet document's `position`:
-    the shipment and a digest of the pallet's LPNs, the same size for one LPN as for 200 of
-    1 KiB each (None without an LPN: nothing identifies the pallet)."""
+    the shipment and the digest of the pallet's LPNs (None without an LPN: nothing identifies
+    the pallet)."""
     if item.shipment is None or not item.lpns:
         return None
-    digest = hashlib.sha256("\x00".join(sorted(item.lpns)).encode()).hexdigest()[:32]
-    return f"{int(item.shipment['_id'])}|{digest}"
+    return f"{int(item.shipment['_id'])}|{item.lpn_digest}"
 
 
 async def _open_misloads(storage: Storage, items: list[_Item]) -> list[Doc]:
@@ -1098,17 +1103,16 @@ async def _match_site(
     )
     numbers = {o["_id"]: str(o["number"]) for o in orders}
     unstarted = {o["_id"] for o in orders if o.get("status") == lifecycle.ORDER_STATUS_NEW}
-    by_shipment: dict[int, list[Doc]] = {}
+    grouped: dict[int, list[Doc]] = {}
     for order_item in shipment_items:
-        by_shipment.setdefault(int(order_item["shipment_id"]), []).append(order_item)
+        grouped.setdefault(int(order_item["shipment_id"]), []).append(order_item)
+    by_shipment = {shipment_id: _OrderItems(found) for shipment_id, found in grouped.items()}
+    no_items = _OrderItems([])
     for item in items:
         assert item.shipment is not None
         misload_of = misloads.get(item.index)
         source = misload_of if misload_of is not None else item.shipment
-        mine = by_shipment.get(int(source["_id"]), [])
-        hits = [i for i in mine if i.get("lpn") in item.lpns] or [
-            i for i in mine if i.get("sku") in item.skus
-        ]
+        hits = by_shipment.get(int(source["_id"]), no_items).matching(item.lpns, item.skus)
         seen: dict[str, None] = {}
         for hit in hits:
             seen.setdefault(hit["order_id"], None)
@@ -1128,12 +1132,31 @@ async def _match_site(
             orders=list(item.orders),
             misload_of=misload_of,
             unexpected_lpns=[lpn for lpn in item.lpns if lpn not in named],
-            shipment_expects_lpns=any(
-                i.get("lpn") for i in by_shipment.get(int(item.shipment["_id"]), [])
-            ),
+            shipment_expects_lpns=by_shipment.get(int(item.shipment["_id"]), no_items).expects_lpns,
             matched_items=hits,
             repeated_lpns=repeated.get(item.index, []),
         )
+
+
+class _OrderItems:
+    """A shipment's order items, found by LPN and by SKU (a batch looks up each of its pallets:
+    scanning a shipment of thousands of items for each would grow with both)."""
+
+    def __init__(self, items: list[Doc]) -> None:
+        self.items = items
+        self.by_lpn: dict[Any, list[int]] = {}
+        self.by_sku: dict[Any, list[int]] = {}
+        for n, order_item in enumerate(items):
+            self.by_lpn.setdefault(order_item.get("lpn"), []).append(n)
+            self.by_sku.setdefault(order_item.get("sku"), []).append(n)
+        self.expects_lpns = any(order_item.get("lpn") for order_item in items)
+
+    def matching(self, lpns: list[str], skus: list[str]) -> list[Doc]:
+        """The items naming one of `lpns`, else one of `skus`, in their stored order."""
+        found = {n for lpn in lpns for n in self.by_lpn.get(lpn, ())}
+        if not found:
+            found = {n for sku in skus for n in self.by_sku.get(sku, ())}
+        return [self.items[n] for n in sorted(found)]
 
 
 def position_filter(shipment_id: int, positions: Iterable[str]) -> Doc:
