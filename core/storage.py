@@ -196,7 +196,7 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
         IndexModel([("business", ASCENDING), ("at", ASCENDING)]),
     ],
-    "minute_counts": [],  # _id = "{business}" or "{business}:{action}": core/outbox/per_minute
+    "minute_counts": [],  # _id = "{business}:{action}": core/outbox/per_minute
     "retention_marks": [],  # _id = "push_messages": how far the feed was swept (core/retention.py)
 }
 

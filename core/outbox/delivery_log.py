@@ -154,6 +154,11 @@ async def recover_for_client(
 
 
 async def _count_redelivery(storage: Storage, settings: Settings, principal: Principal) -> None:
-    limit = settings.webhook_redeliveries_per_minute
-    key = f"{principal.business}:redeliver"
-    await per_minute.take(storage, key, limit, datetime.now(UTC), "resends and recoveries")
+    await per_minute.take(
+        storage,
+        principal.business,
+        "redeliver",
+        settings.webhook_redeliveries_per_minute,
+        datetime.now(UTC),
+        "resends and recoveries",
+    )

@@ -16,11 +16,13 @@ from core.storage import Storage
 WINDOW_S = 60
 
 
-async def take(storage: Storage, key: str, limit: int, now: datetime, what: str) -> None:
-    """Count one more `what` under `key` (e.g. "acme:resend") in the minute of `now`;
-    `RateLimited` with the seconds to the next minute when it is past `limit`."""
+async def take(
+    storage: Storage, business: str, action: str, limit: int, now: datetime, what: str
+) -> None:
+    """Count one more `what` of `business`'s `action` (e.g. "acme", "redeliver") in the minute
+    of `now`; `RateLimited` with the seconds to the next minute when it is past `limit`."""
     minute = int(now.timestamp() // WINDOW_S)
-    if await _count(storage, key, minute, what) > limit:
+    if await _count(storage, f"{business}:{action}", minute, what) > limit:
         wait_s = max(1, math.ceil((minute + 1) * WINDOW_S - now.timestamp()))
         raise RateLimited(
             f"at most {limit} {what} a minute per business; try again in {wait_s} s",

@@ -113,7 +113,7 @@ async def begin(
     `RateLimited` past `webhook_test_sends_per_minute` (one counter per business and minute,
     taken atomically, so any number of API processes together send no more)."""
     await per_minute.take(
-        storage, business, settings.webhook_test_sends_per_minute, now, "test sends"
+        storage, business, "test-send", settings.webhook_test_sends_per_minute, now, "test sends"
     )
     test_id = new_test_id()
     await storage.test_sends.insert_one(
