@@ -43,9 +43,10 @@ from typing import Any
 import bson
 from bson import json_util
 from pymongo import AsyncMongoClient
+from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 
-from core.errors import ConfigError
+from core.errors import ConfigError, DatabaseUnavailable
 from core.files import ensure_private_dir, write_private_file
 from core.settings import EmbeddedEngine
 from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir, running_server_pid
@@ -379,32 +380,34 @@ async def _restore_logical(data_dir: Path, engine: EmbeddedEngine, info: BackupI
     replacing = kept.with_name(kept.name + ".new")
     undo = info.path.resolve() == kept.resolve()
     shutil.rmtree(replacing, ignore_errors=True)
+    folder = engine_dir(data_dir, engine)
     server = EmbeddedMongo(data_dir, engine=engine)
-    url = await server.start()
+    try:
+        url = await server.start()
+    except DatabaseUnavailable as error:
+        raise _unreadable(folder, error) from error
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(url)
     try:
         db = client[info.database]
-        replaced = bool(await db.list_collection_names())
-        if replaced:
-            with _removed_on_failure(replacing):
-                collections = await _backup_logical(db, replacing)
-                _write_manifest(replacing, engine, info.database, collections)
-            if not undo:
-                _replace_folder(replacing, kept)
-        await client.drop_database(info.database)
-        for name in sorted(info.collections):
-            collection = db[name]
-            await db.create_collection(name)
-            batch: list[dict[str, Any]] = []
-            for document in _read_bson(info.path / COLLECTIONS_DIR / f"{name}.bson"):
-                batch.append(document)
-                if len(batch) >= RESTORE_BATCH:
-                    await collection.insert_many(batch, ordered=True)
-                    batch = []
-            if batch:
-                await collection.insert_many(batch, ordered=True)
-            for spec in indexes.get(name, []):
-                await _create_index(collection, json_util.loads(json.dumps(spec)))
+        try:
+            replaced = bool(await db.list_collection_names())
+            if replaced:
+                with _removed_on_failure(replacing):
+                    collections = await _backup_logical(db, replacing)
+                    _write_manifest(replacing, engine, info.database, collections)
+        except PyMongoError as error:
+            raise _unreadable(folder, error) from error
+        if replaced and not undo:
+            _replace_folder(replacing, kept)
+        try:
+            await _put_back(client, info, indexes)
+        except PyMongoError as error:
+            kept_at = replacing if undo else kept
+            where = f"is kept as {kept_at}: restore that folder" if replaced else "was empty"
+            raise BackupError(
+                f"the restore failed after the database was dropped ({_first_line(error)}); "
+                f"the database it replaced {where}"
+            ) from error
     finally:
         await client.close()
         await server.stop()
@@ -413,6 +416,39 @@ async def _restore_logical(data_dir: Path, engine: EmbeddedEngine, info: BackupI
     if undo:
         _replace_folder(replacing, kept)
     return kept
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+
+
+def _unreadable(folder: Path, error: Exception) -> BackupError:
+    return BackupError(
+        f"the database in {folder} could not be read to keep it before the restore "
+        f"({_first_line(error)}); nothing was restored: move that folder aside to restore onto "
+        f"an empty database"
+    )
+
+
+async def _put_back(
+    client: AsyncMongoClient[dict[str, Any]], info: BackupInfo, indexes: dict[str, Any]
+) -> None:
+    """The backup's collections and indexes in place of the database of its name."""
+    db = client[info.database]
+    await client.drop_database(info.database)
+    for name in sorted(info.collections):
+        collection = db[name]
+        await db.create_collection(name)
+        batch: list[dict[str, Any]] = []
+        for document in _read_bson(info.path / COLLECTIONS_DIR / f"{name}.bson"):
+            batch.append(document)
+            if len(batch) >= RESTORE_BATCH:
+                await collection.insert_many(batch, ordered=True)
+                batch = []
+        if batch:
+            await collection.insert_many(batch, ordered=True)
+        for spec in indexes.get(name, []):
+            await _create_index(collection, json_util.loads(json.dumps(spec)))
 
 
 def _replace_folder(new: Path, old: Path) -> None:

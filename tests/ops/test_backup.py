@@ -17,7 +17,8 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 
-from dockflow.embedded.supervisor import EmbeddedMongo
+from dockflow.embedded.backup import nx_database_file
+from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir
 from tests.backends import ENGINE, only_on_nx_27017
 
 DOCKFLOW = [sys.executable, "-m", "dockflow"]
@@ -374,3 +375,31 @@ async def test_a_backup_that_fails_while_copying_leaves_no_folder_behind(tmp_pat
     assert f"cannot copy {database_file}" in err
     assert len(err.splitlines()) == 1, err
     assert not (tmp_path / "new").exists()
+
+
+async def test_a_restore_over_a_database_that_cannot_be_read_answers_in_one_line(tmp_path: Path):
+    # SecantusDB's restore reads the database it replaces, to keep it: a database whose files
+    # are damaged ended in a driver traceback.
+    data_dir, backup = tmp_path / "data", tmp_path / "backup"
+    await _back_up_orders(tmp_path / "a", backup, orders=3)
+    await _back_up_orders(data_dir, tmp_path / "current", orders=2)
+    if ENGINE == "nx-27017":  # the database's own file (the server's other files are whole)
+        damaged = [nx_database_file(data_dir, "dockflow")]
+    else:
+        damaged = list((engine_dir(data_dir, ENGINE) / "data").rglob("*"))
+    for path in damaged:
+        if path.is_file():
+            path.write_bytes(os.urandom(max(path.stat().st_size, 4096)))
+
+    code, _, err = await _run("admin", "restore", str(backup), env=_env(data_dir))
+
+    assert "Traceback" not in err, err
+    if ENGINE == "nx-27017":  # the file swapped for the backup's, the damaged one kept beside
+        assert code == 0, err
+        assert len((await _contents(data_dir))["orders"]) == 3
+    else:
+        assert code == 2
+        said = [line for line in err.splitlines() if line.startswith("dockflow admin:")]
+        assert len(said) == 1, err
+        assert "could not be read to keep it before the restore" in said[0]
+        assert "nothing was restored" in said[0]
