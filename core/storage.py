@@ -27,13 +27,7 @@ from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReturnD
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import (
-    BulkWriteError,
-    ConnectionFailure,
-    DuplicateKeyError,
-    OperationFailure,
-    PyMongoError,
-)
+from pymongo.errors import BulkWriteError, ConnectionFailure, DuplicateKeyError, PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
@@ -145,9 +139,9 @@ INDEXES: dict[str, list[IndexModel]] = {
     ],
     "readings": [],  # _id = "{camera_id}:{reading_id}": idempotency of camera readings
     "pallets": [
-        # a shipment's pallets, and a pallet's readings on it by its position, "{shipment_id}|
-        # {LPN digest}" (core/pallets): one index for both, one entry per pallet written
-        IndexModel([("shipment_id", ASCENDING), ("position", ASCENDING)]),
+        IndexModel([("shipment_id", ASCENDING)]),
+        # a pallet's readings on a shipment, by "{shipment_id}|{LPN digest}" (core/pallets)
+        IndexModel([("position", ASCENDING)]),
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("occurred_at", ASCENDING)]),
     ],
     "exceptions": [
@@ -198,13 +192,6 @@ INDEXES: dict[str, list[IndexModel]] = {
     ],
     "minute_counts": [],  # _id = "{business}:{action}": core/outbox/per_minute
     "retention_marks": [],  # _id = "push_messages": how far the feed was swept (core/retention.py)
-}
-
-# Indexes an index of INDEXES replaced, by their keys (names differ between servers): dropped
-# by `ensure_indexes`, so a database an earlier release indexed does not keep maintaining them.
-RETIRED_INDEXES: dict[str, list[list[tuple[str, int]]]] = {
-    # both answered by pallets' (shipment_id, position)
-    "pallets": [[("shipment_id", ASCENDING)], [("position", ASCENDING)]],
 }
 
 
@@ -351,18 +338,10 @@ class Storage:
         raise AttributeError(name)
 
     async def ensure_indexes(self) -> None:
-        """Create every index, then drop those an index of INDEXES replaced (RETIRED_INDEXES);
-        idempotent, safe to run from several processes at once."""
+        """Create every index; idempotent, safe to run from several processes at once."""
         for name, indexes in INDEXES.items():
             if indexes:
                 await self.db[name].create_indexes(indexes)
-        for name, retired in RETIRED_INDEXES.items():
-            keys = {tuple(key) for key in retired}
-            for index_name, spec in (await self.db[name].index_information()).items():
-                if tuple(spec["key"]) in keys:
-                    # Another process may drop it first.
-                    with contextlib.suppress(OperationFailure):
-                        await self.db[name].drop_index(index_name)
 
     async def next_ids(self, sequence: str, count: int = 1) -> IdBlock:
         """Reserve `count` consecutive ids of `sequence`, unique across tasks and processes.

@@ -1159,33 +1159,25 @@ class _OrderItems:
         return [self.items[n] for n in sorted(found)]
 
 
-def position_filter(shipment_id: int, positions: Iterable[str]) -> Doc:
-    """The pallets of one shipment read at any of `positions` (answered by an index)."""
-    return {"shipment_id": shipment_id, "position": {"$in": sorted(positions)}}
+def position_filter(positions: Iterable[str]) -> Doc:
+    """The pallets read at any of `positions` (answered by the `position` index)."""
+    return {"position": {"$in": sorted(positions)}}
 
 
 async def _positions(storage: Storage, items: list[_Item]) -> dict[str, Doc]:
     """How the items' pallets were last read on their shipments: each pallet document keeps
     its position (no document of its own to write per reading), and the newest by arrival
-    (its batch's time, then its message id) is where the pallet is. One lookup per shipment by
-    the indexed (shipment, position), together: the same cost on a shipment of ten pallets as of
-    ten thousand. (Per shipment: a server may answer `$in` on both fields of the index, and
-    SecantusDB does, by reading the whole collection.)"""
-    keys: dict[int, set[str]] = {}
-    for item in items:
-        key = position_id(item)
-        if key is not None and item.shipment is not None:
-            keys.setdefault(int(item.shipment["_id"]), set()).add(key)
-    found = await asyncio.gather(
-        *(
-            storage.pallets.find(
-                position_filter(shipment_id, positions),
-                {"position": 1, "direction": 1, "repeated": 1, "created_at": 1, "message_id": 1},
-            ).to_list()
-            for shipment_id, positions in sorted(keys.items())
-        )
-    )
-    readings = [reading for at_shipment in found for reading in at_shipment]
+    (its batch's time, then its message id) is where the pallet is. One lookup by the indexed
+    key for the whole batch: the same cost on a shipment of ten pallets as of ten thousand.
+    (Not an index on shipment and position: SecantusDB answers `$in` on both fields of one by
+    reading the whole collection, and a query per shipment is one per dock of the batch.)"""
+    keys = sorted({key for item in items if (key := position_id(item)) is not None})
+    if not keys:
+        return {}
+    readings = await storage.pallets.find(
+        position_filter(keys),
+        {"position": 1, "direction": 1, "repeated": 1, "created_at": 1, "message_id": 1},
+    ).to_list()
     latest: dict[str, Doc] = {}
     for reading in sorted(readings, key=lambda r: (r["created_at"], int(r["message_id"]))):
         latest[reading["position"]] = reading

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import shutil
+import site
 import socket
 import subprocess
 import sys
@@ -41,6 +42,11 @@ SECANTUSD = "secantusd-py"  # SecantusDB's server program (dev lock: pip install
 START_TIMEOUT_S = 30.0  # a first start creates the database files; generous for slow CI disks
 STOP_TIMEOUT_S = 10.0
 WATCH_INTERVAL_S = 0.2  # how often the supervisor looks at the child
+
+
+def _site_folders() -> set[Path]:
+    folders = [*site.getsitepackages(), site.getusersitepackages()]
+    return {Path(folder).resolve() for folder in folders}
 
 
 def _free_port() -> int:
@@ -95,7 +101,8 @@ class _Nx27017(_Engine):
 
     def command(self, data_dir: Path, port: int, log_path: Path) -> list[str]:
         return [
-            sys.executable, "-m", _LAUNCHER_MODULE,
+            # -P: its working directory (the data directory) is not put first on its path.
+            sys.executable, "-P", "-m", _LAUNCHER_MODULE,
             "--data-dir", str(data_dir),
             "--host", "127.0.0.1",
             "--port", str(port),
@@ -106,11 +113,14 @@ class _Nx27017(_Engine):
     def environment(self) -> dict[str, str]:
         """The launcher and its fixes come from the code of the dockflow starting it: a
         checkout run beside an installed release (an A/B benchmark, a deploy) otherwise starts
-        the installed release's server."""
+        the installed release's server. An installed dockflow is found where it is already (a
+        site-packages folder first on the path would come before the standard library)."""
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(CODE_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
-        )
+        if CODE_ROOT not in _site_folders():
+            given = env.get("PYTHONPATH")  # kept as it is, empty entries and all
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(CODE_ROOT), given] if given else [str(CODE_ROOT)]
+            )
         return env
 
     def prepare(self, data_dir: Path) -> None:

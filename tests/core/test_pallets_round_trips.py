@@ -131,14 +131,54 @@ def _read_by_index(plan: Doc) -> bool:
 async def test_a_pallets_last_reading_on_its_shipment_is_looked_up_by_an_index(storage: Storage):
     # DUPLICATE_PALLET reads where each pallet of a batch was last read on its shipment, every
     # batch: a lookup reading the collection grows with every pallet ever stored (on SecantusDB
-    # `$in` on both fields of the index was such a scan: 82 readings/s in `bench ingest`).
+    # `$in` on both fields of a (shipment_id, position) index was such a scan: 82 readings/s).
     await storage.ensure_indexes()
     await storage.pallets.insert_many(
         [{"_id": f"p{n}", "shipment_id": n % 4, "position": f"{n % 4}|d{n}"} for n in range(200)]
     )
 
-    lookup = position_filter(1, [f"1|d{n}" for n in range(1, 200, 8)])
+    lookup = position_filter([f"{n % 4}|d{n}" for n in range(1, 200, 8)])
     plan = await storage.pallets.find(lookup).explain()
 
     assert _read_by_index(plan), plan["queryPlanner"]["winningPlan"]
     assert len(await storage.pallets.find(lookup).to_list()) == 25
+
+
+class PositionLookups(monitoring.CommandListener):
+    """The commands that look pallets up by position."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        command = event.command
+        if event.command_name == "find" and command.get("find") == "pallets":
+            self.seen += "position" in (command.get("filter") or {})
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+async def test_a_batch_over_many_shipments_looks_positions_up_once(
+    settings: Settings, services: Services, tenant: Tenant
+):
+    # One query per shipment was one per dock a batch names (a camera may name any dock of its
+    # facility): 256 concurrent queries for a batch across 256 docks.
+    listener = PositionLookups()
+    client: AsyncMongoClient[Doc] = AsyncMongoClient(
+        settings.mongodb_url, tz_aware=True, event_listeners=[listener]
+    )
+    try:
+        storage = Storage(client, settings.mongodb_db)
+        camera = await camera_of(storage, tenant, "D1")
+        batch = [(camera, pallet(f"SPREAD-{dock}", dock=dock)) for dock in tenant.docks]
+
+        results = await record_pallets(storage, settings, batch)
+    finally:
+        await client.close()
+
+    assert len({r.shipment_id for r in results}) == len(tenant.docks) > 1
+    assert listener.seen == 1

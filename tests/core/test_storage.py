@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from pymongo import ASCENDING
 
 from core.settings import Settings
 from core.storage import Storage
@@ -66,20 +65,6 @@ async def test_ensure_indexes_is_idempotent(storage: Storage):
 
     info = await storage.order_items.index_information()
     assert any(spec.get("unique") for name, spec in info.items() if name != "_id_")
-
-
-async def test_indexes_an_index_replaced_are_dropped_and_the_replacement_kept(storage: Storage):
-    # A database an earlier release indexed: pallets by shipment and by position, each alone.
-    await storage.pallets.create_index([("shipment_id", ASCENDING)])
-    await storage.pallets.create_index([("position", ASCENDING)])
-
-    await storage.ensure_indexes()
-    await storage.ensure_indexes()
-
-    keys = [spec["key"] for spec in (await storage.pallets.index_information()).values()]
-    assert [("shipment_id", 1), ("position", 1)] in keys
-    assert [("shipment_id", 1)] not in keys
-    assert [("position", 1)] not in keys
 
 
 async def test_unknown_collection_attribute_fails_loudly(storage: Storage):
