@@ -1106,8 +1106,8 @@ async def _match_site(
     grouped: dict[int, list[Doc]] = {}
     for order_item in shipment_items:
         grouped.setdefault(int(order_item["shipment_id"]), []).append(order_item)
-    by_shipment = {shipment_id: _OrderItems(found) for shipment_id, found in grouped.items()}
-    no_items = _OrderItems([])
+    by_shipment = {shipment_id: OrderItems(found) for shipment_id, found in grouped.items()}
+    no_items = OrderItems([])
     for item in items:
         assert item.shipment is not None
         misload_of = misloads.get(item.index)
@@ -1138,7 +1138,7 @@ async def _match_site(
         )
 
 
-class _OrderItems:
+class OrderItems:
     """A shipment's order items, found by LPN and by SKU (a batch looks up each of its pallets:
     scanning a shipment of thousands of items for each would grow with both)."""
 

@@ -161,6 +161,34 @@ async def test_a_pallet_read_over_and_over_raises_one_duplicate_until_it_moves(
     assert await storage.exceptions.count_documents({"code": "DUPLICATE_PALLET"}) == 2
 
 
+async def test_pallets_an_earlier_release_stored_count_as_readings_of_the_pallet(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    # Documents of a release that wrote every exception field, empty or not, and `repeated`
+    # false; this one writes them only when they hold something.
+    earlier = {"raised": [], "echoed": [], "resolves": [], "repeated": False}
+    [first] = await read(storage, settings, tenant, "D1", pallet("OLD-1"))
+    await storage.pallets.update_one({"_id": first.pallet_id}, {"$set": earlier})
+    [_, repeat] = await read(storage, settings, tenant, "D1", pallet("OLD-2"), pallet("OLD-2"))
+    await storage.pallets.update_one(
+        {"_id": repeat.pallet_id}, {"$set": {**earlier, "repeated": True}}
+    )
+
+    [again] = await read(storage, settings, tenant, "D1", pallet("OLD-1"))
+    [folded] = await read(storage, settings, tenant, "D1", pallet("OLD-1"))
+    [still] = await read(storage, settings, tenant, "D1", pallet("OLD-2"))
+
+    assert codes(again) == ["DUPLICATE_PALLET"]
+    assert codes(folded) == []  # the same run of repeats
+    assert codes(still) == []  # stored as a repeat already
+    fresh = await storage.pallets.find_one({"_id": again.pallet_id})
+    assert fresh is not None
+    assert fresh["repeated"] is True
+    assert "resolves" not in fresh
+    assert "echoed" not in fresh
+    assert [r["code"] for r in fresh["raised"]] == ["DUPLICATE_PALLET"]
+
+
 async def test_a_pallet_of_hundreds_of_long_lpns_is_stored_with_bounded_records(
     storage: Storage, settings: Settings, tenant: Tenant
 ):
