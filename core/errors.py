@@ -32,6 +32,12 @@ class ConfigError(DockflowError):
     code = "CONFIG"
 
 
+class BackupError(ConfigError):
+    """A backup of the embedded database cannot be taken or put back (bad folder, a server
+    running, a mismatch, a database that cannot be read): `dockflow admin` says it in one
+    line and exits 2."""
+
+
 class BadRequest(DockflowError):
     """The request cannot be read (malformed body, bad header)."""
 

@@ -46,7 +46,7 @@ from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 
-from core.errors import ConfigError, DatabaseUnavailable
+from core.errors import BackupError, DatabaseUnavailable
 from core.files import ensure_private_dir, write_private_file
 from core.settings import EmbeddedEngine
 from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir, running_server_pid
@@ -89,10 +89,6 @@ class Restored:
 
     backup: BackupInfo
     kept: Path | None  # None when the data directory held no database
-
-
-class BackupError(ConfigError):
-    """A backup cannot be taken or put back (bad folder, a server running, a mismatch)."""
 
 
 def nx_database_file(data_dir: Path, database: str) -> Path:
