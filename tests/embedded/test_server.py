@@ -358,7 +358,7 @@ async def test_in_on_an_indexed_field_is_answered_by_the_index(storage: Storage)
 
 
 READS_OF_A_DATE_PAGE = """
-import sys, tempfile
+import sys
 from datetime import UTC, datetime, timedelta
 from dockflow.embedded.launcher import apply_patches
 if sys.argv[1] == "patched":
@@ -371,7 +371,7 @@ def counting_read(self, *args):
     loaded += 1
     return read(self, *args)
 neosqlite.Collection._load_with_stored_id = counting_read
-messages = neosqlite.Connection(tempfile.mktemp(suffix=".db"))["push_messages"]
+messages = neosqlite.Connection(sys.argv[2])["push_messages"]
 start = datetime(2026, 3, 1, tzinfo=UTC)
 messages.insert_many([{"_id": i, "business": "b", "sent_at": start + timedelta(seconds=i)}
                       for i in range(3000)])
@@ -382,12 +382,12 @@ print(loaded)
 """
 
 
-def test_a_limited_date_query_reads_only_its_page():
+def test_a_limited_date_query_reads_only_its_page(tmp_path: Path):
     # dockflow/embedded/patches/date_pages.py: a query comparing dates read every match into
     # Python before sorting and cutting (a `pushMessages(since:)` page start read a business's
     # whole feed, holding every other tenant's commands meanwhile).
     def documents_read(mode: str) -> int:
-        run = [sys.executable, "-c", READS_OF_A_DATE_PAGE, mode]
+        run = [sys.executable, "-c", READS_OF_A_DATE_PAGE, mode, str(tmp_path / f"{mode}.db")]
         return int(subprocess.run(run, check=True, capture_output=True, text=True).stdout)
 
     assert documents_read("unpatched") >= 3000  # the defect, as neosqlite has it
