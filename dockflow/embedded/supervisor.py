@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import site
 import socket
 import subprocess
@@ -41,12 +42,33 @@ CODE_ROOT = Path(__file__).resolve().parents[2]
 SECANTUSD = "secantusd-py"  # SecantusDB's server program (dev lock: pip install SecantusDB)
 START_TIMEOUT_S = 30.0  # a first start creates the database files; generous for slow CI disks
 STOP_TIMEOUT_S = 10.0
+STOPPED_POLL_S = 0.1  # how often a start looks whether the previous server has exited
 WATCH_INTERVAL_S = 0.2  # how often the supervisor looks at the child
 
 
 def _site_folders() -> set[Path]:
     folders = [*site.getsitepackages(), site.getusersitepackages()]
     return {Path(folder).resolve() for folder in folders}
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an exited child its new parent has not reaped yet)."""
+    if not _pid_alive(pid):
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc: alive as far as signals tell
+    return state != "Z"
+
+
+def _serves(pid: int, data_dir: Path) -> bool:
+    """Whether process `pid`'s command names `data_dir` (an embedded server of its files)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return str(data_dir).encode() in command
 
 
 def _free_port() -> int:
@@ -272,6 +294,7 @@ class EmbeddedMongo(Running):
         attached = await self._attach()
         if attached:
             return attached
+        await self._previous_stopped()
         self.port = _free_port()
         self.url = f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
         await self._spawn_and_wait()
@@ -309,6 +332,29 @@ class EmbeddedMongo(Running):
             f"embedded MongoDB ({self.engine}) did not answer ping within "
             f"{START_TIMEOUT_S:.0f} s; see {log_path}"
         )
+
+    async def _previous_stopped(self) -> None:
+        """Stop a server of these files that still runs but does not answer: one whose dockflow
+        died (a crash, SIGKILL) and that is stopping on the SIGTERM that death sent it, or did
+        not stop on it. It holds its files while it runs (SecantusDB's lock refused the new
+        server). As `stop` does: SIGTERM, STOP_TIMEOUT_S, then SIGKILL; only a process whose
+        command names these files (a pid taken again by another program is left alone)."""
+        try:
+            pid = int(json.loads(self._state_file.read_text()).get("pid", 0))
+        except (OSError, ValueError):
+            return
+        if pid <= 0 or not _running(pid) or not _serves(pid, self.data_dir):
+            return
+        log.warning(
+            "stopping the previous embedded MongoDB, which does not answer", extra={"pid": pid}
+        )
+        for sig, wait_s in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, STOP_TIMEOUT_S)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+            for _ in range(int(wait_s / STOPPED_POLL_S)):
+                await asyncio.sleep(STOPPED_POLL_S)
+                if not _running(pid):
+                    return
 
     async def _attach(self) -> str | None:
         try:

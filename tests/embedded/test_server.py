@@ -392,3 +392,53 @@ def test_a_limited_date_query_reads_only_its_page(tmp_path: Path):
 
     assert documents_read("unpatched") >= 3000  # the defect, as neosqlite has it
     assert documents_read("patched") == 5
+
+
+OWNER_THEN_HANG = """
+import asyncio, sys
+from pathlib import Path
+from pymongo import MongoClient
+from dockflow.embedded.supervisor import EmbeddedMongo
+async def main():
+    server = EmbeddedMongo(Path(sys.argv[1]), engine=sys.argv[2])
+    url = await server.start()
+    MongoClient(url)["restart"]["businesses"].insert_one({"_id": "acme"})
+    print(server.process.pid, flush=True)
+    await asyncio.sleep(120)
+asyncio.run(main())
+"""
+
+
+async def test_a_start_right_after_the_owner_was_killed_waits_for_its_server_to_stop(
+    tmp_path: Path,
+):
+    # The server of a SIGKILLed dockflow stops on the SIGTERM its parent's death sends it, and
+    # holds its files meanwhile: a dockflow restarted at once failed to start its own
+    # (SecantusDB: "WiredTiger database is already being managed by another process"). The old
+    # server is paused here so that it is still stopping when the new start comes.
+    owner = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", OWNER_THEN_HANG, str(tmp_path), ENGINE,
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert owner.stdout is not None
+    try:
+        async with asyncio.timeout(60):
+            old = int((await owner.stdout.readline()).strip())
+        os.kill(old, signal.SIGSTOP)
+    finally:
+        owner.kill()
+        await owner.wait()
+
+    server = EmbeddedMongo(tmp_path, engine=ENGINE)
+    starting = asyncio.create_task(server.start())
+    await asyncio.sleep(2)
+    os.kill(old, signal.SIGCONT)  # it takes the SIGTERM of its parent's death now
+    url = await starting
+    try:
+        store = await Storage.connect(url, "restart")
+        found = await store.businesses.find_one({"_id": "acme"})
+        await store.close()
+    finally:
+        await server.stop()
+
+    assert found == {"_id": "acme"}
