@@ -16,6 +16,7 @@ from pydantic_settings import (
 )
 
 from core.errors import ConfigError
+from core.settings_files import SettingFilesSource
 
 # The MongoDB-wire servers dockflow can start itself (dockflow/embedded/supervisor.py).
 EmbeddedEngine = Literal["nx-27017", "secantusdb"]
@@ -324,7 +325,12 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        # DOCKFLOW_<NAME>_FILE: a setting read from a file (secrets mounted into a container).
+        sources: list[PydanticBaseSettingsSource] = [
+            init_settings,
+            env_settings,
+            SettingFilesSource(settings_cls),
+        ]
         path = _config_file()
         if path is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +17,8 @@ import aiohttp
 import pytest
 import yaml
 
-from core.settings import Settings
+from core.errors import ConfigError
+from core.settings import Settings, load_settings
 from core.storage import Storage
 from tests.processes import DockflowProcess
 
@@ -84,7 +86,7 @@ def test_compose_runs_a_replica_set_and_each_part_behind_the_proxy():
     compose = _compose()
     services = compose["services"]
     parts = [s["command"][0] for s in _dockflow_services(compose).values()]
-    init = " ".join(services["mongo-init"]["command"])
+    init = (ROOT / "deploy" / "mongo-init.js").read_text()  # what mongo-init runs
 
     assert sorted(parts) == ["api", "api", "edge", "edge", "webhooks", "webhooks"]
     mongods = [s for s in services.values() if s.get("command", [""])[0] == "mongod"]
@@ -103,7 +105,7 @@ def test_every_dockflow_variable_set_in_compose_is_a_setting():
     compose = _compose()
     names: set[str] = set()
     for service in _dockflow_services(compose).values():
-        names |= set(service["environment"])
+        names |= {name.removesuffix("_FILE") for name in service["environment"]}
     names |= set(
         re.findall(r"^(DOCKFLOW_\w+)=", (ROOT / "deploy" / "example.env").read_text(), re.M)
     )
@@ -112,8 +114,88 @@ def test_every_dockflow_variable_set_in_compose_is_a_setting():
 
     assert names
     assert names <= settings, names - settings
-    url = compose["x-dockflow"]["environment"]["DOCKFLOW_MONGODB_URL"]
-    assert "replicaSet=rs0" in url
+    assert "replicaSet=rs0" in (ROOT / "docs" / "deploy.md").read_text()  # the URL to write
+
+
+def test_mongodb_runs_with_access_control_and_every_secret_comes_from_a_file():
+    compose = _compose()
+    services = compose["services"]
+    secrets = compose["secrets"]
+    mongods = [s for s in services.values() if s.get("command", [""])[0] == "mongod"]
+    init = services["mongo-init"]
+    script = (ROOT / "deploy" / "mongo-init.js").read_text()
+
+    # Members authenticate with a keyfile (access control on), copied from a secret file.
+    assert len(mongods) == 3
+    for mongod in mongods:
+        keyfile = mongod["command"][mongod["command"].index("--keyFile") + 1]
+        assert keyfile in " ".join(mongod["entrypoint"])
+        assert "/run/secrets/mongo_keyfile" in " ".join(mongod["entrypoint"])
+        assert mongod["secrets"] == ["mongo_keyfile"]
+    # Every secret is a file beside the compose file; none is an environment variable.
+    assert set(secrets) >= {"mongo_keyfile", "mongo_root_password", "dockflow_mongodb_url"}
+    assert all(entry["file"].startswith("./secrets/") for entry in secrets.values())
+    for name, service in _dockflow_services(compose).items():
+        environment = service["environment"]
+        assert "DOCKFLOW_MONGODB_URL" not in environment, name
+        assert "DOCKFLOW_SECRET_KEY" not in environment, name
+        for variable in ("DOCKFLOW_MONGODB_URL_FILE", "DOCKFLOW_SECRET_KEY_FILE"):
+            secret = environment[variable].removeprefix("/run/secrets/")
+            assert secret in service["secrets"], (name, variable)
+            assert secret in secrets
+    env_file = (ROOT / "deploy" / "example.env").read_text()
+    assert "SECRET" not in re.sub(r"^#.*$", "", env_file, flags=re.M)
+    # The users are created by the init script, which reads its passwords from the secrets.
+    assert init["network_mode"] == "service:mongo1"  # its 127.0.0.1: the localhost exception
+    assert init["command"][-2:] == ["--file", "/mongo-init.js"]
+    assert "./mongo-init.js:/mongo-init.js:ro" in init["volumes"]
+    assert set(init["secrets"]) == {"mongo_root_password", "dockflow_mongodb_url"}
+    assert "rs.initiate" in script
+    assert all(f"mongo{n}:27017" in script for n in (1, 2, 3))
+    assert 'createUser({user: "root"' in script
+    assert 'role: "readWrite"' in script
+    assert "/run/secrets/" in script
+
+
+def test_the_mongo_init_script_is_valid_javascript():
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: deploy/mongo-init.js is not parsed")
+
+    checked = subprocess.run(
+        [node, "--check", str(ROOT / "deploy" / "mongo-init.js")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_the_secret_files_the_services_name_are_read_as_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    url = "mongodb://dockflow:s3cret@mongo1:27017/?replicaSet=rs0&authSource=admin"
+    (tmp_path / "dockflow_mongodb_url").write_text(url + "\n")
+    (tmp_path / "dockflow_secret_key").write_text("a-key\n")
+    monkeypatch.delenv("DOCKFLOW_MONGODB_URL", raising=False)
+    monkeypatch.delenv("DOCKFLOW_SECRET_KEY", raising=False)
+    monkeypatch.setenv("DOCKFLOW_MONGODB_URL_FILE", str(tmp_path / "dockflow_mongodb_url"))
+    monkeypatch.setenv("DOCKFLOW_SECRET_KEY_FILE", str(tmp_path / "dockflow_secret_key"))
+
+    settings = load_settings()
+    monkeypatch.setenv("DOCKFLOW_SECRET_KEY", "another")
+    with pytest.raises(ConfigError) as both:
+        load_settings()
+    monkeypatch.delenv("DOCKFLOW_SECRET_KEY")
+    monkeypatch.setenv("DOCKFLOW_SECRET_KEY_FILE", str(tmp_path / "missing"))
+    with pytest.raises(ConfigError) as missing:
+        load_settings()
+
+    assert settings.mongodb_url == url
+    assert settings.secret_key == "a-key"
+    assert str(both.value) == "set DOCKFLOW_SECRET_KEY_FILE or DOCKFLOW_SECRET_KEY, not both"
+    assert str(missing.value).startswith("invalid setting DOCKFLOW_SECRET_KEY_FILE: cannot read")
 
 
 def test_the_deploy_guide_says_what_was_not_run():
