@@ -124,6 +124,13 @@ class RateLimited(DockflowError):
         self.retry_after_s = retry_after_s
 
 
+class QuotaExceeded(DockflowError):
+    """A business's stored bytes of one kind would pass its quota (core/tenancy/quotas.py):
+    nothing is written until retention gives bytes back or an operator raises the quota."""
+
+    code = "QUOTA_EXCEEDED"
+
+
 class Unavailable(DockflowError):
     """The database (or another dependency) cannot be reached; the caller may retry."""
 

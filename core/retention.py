@@ -3,7 +3,8 @@
 Push messages, camera readings, webhook deliveries and their attempts are kept
 `retention_*_days` (30 by default; 0 keeps them forever); completed shipments, with their
 orders, items, pallets, exceptions, files and dock events, `retention_shipments_days` (0, the
-default: kept). A sweeper deletes what is older, in
+default: kept); the bytes such a shipment was charged go back to its business's quotas
+(core/tenancy/quotas.py). A sweeper deletes what is older, in
 small batches, on every backend alike (`sweep`, run by every `dockflow webhooks` and `dockflow
 serve` process every `retention_sweep_interval_s`; several at once only delete the same
 documents). Idempotency keys, operator sessions and test sends expire by their own TTL indexes.
@@ -34,6 +35,7 @@ from core.running import Periodic
 from core.settings import Settings
 from core.shipments import attachments
 from core.storage import Doc, Storage
+from core.tenancy import quotas
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +133,10 @@ async def delete_shipment(storage: Storage, shipment_id: int) -> None:
     await storage.pallet_positions.delete_many(
         {"_id": {"$gte": f"{shipment_id}|", "$lt": f"{shipment_id}}}"}}
     )
-    await storage.shipments.delete_one({"_id": shipment_id})
+    # Its charged bytes go back to its business once, with the deletion that finds it.
+    shipment = await storage.shipments.find_one_and_delete({"_id": shipment_id})
+    if shipment is not None:
+        await quotas.release_shipment(storage, shipment)
 
 
 async def _sweep(storage: Storage, kept: Kept, query: Doc) -> int:

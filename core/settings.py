@@ -276,6 +276,16 @@ class Settings(BaseSettings):
     # Bytes of encoded subscription results kept to share between subscribers.
     graphql_shared_cache_bytes: int = Field(32 * 1024 * 1024, ge=64 * 1024)
 
+    # Per-business quotas on stored bytes (core/tenancy/quotas.py; 0: no quota). Beyond one, a
+    # write is refused with QUOTA_EXCEEDED (403 / GraphQL QUOTA_EXCEEDED) until retention gives
+    # bytes back or the quota is raised.
+    # Order documents applied through intake (their request bytes, kept with their shipment).
+    quota_document_bytes: int = Field(4 * 1024**3, ge=0)
+    # Files attached to shipments.
+    quota_attachment_bytes: int = Field(20 * 1024**3, ge=0)
+    # Exceptions raised by hand: each its note's bytes plus 4 KiB (record, message, deliveries).
+    quota_exception_bytes: int = Field(1024**3, ge=0)
+
     @field_validator("public_base_url")
     @classmethod
     def _strip_slash(cls, value: str) -> str:

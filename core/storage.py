@@ -192,6 +192,7 @@ INDEXES: dict[str, list[IndexModel]] = {
     ],
     "minute_counts": [],  # _id = "{business}:{action}": core/outbox/per_minute
     "retention_marks": [],  # _id = "push_messages": how far the feed was swept (core/retention.py)
+    "business_usage": [],  # _id = business: its stored bytes by kind (core/tenancy/quotas.py)
 }
 
 

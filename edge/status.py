@@ -36,6 +36,7 @@ GRPC_CODES: dict[str, grpc.StatusCode] = {
     "ORDER_ITEM_NOT_FOUND": grpc.StatusCode.ABORTED,
     "IDEMPOTENCY_KEY_IN_FLIGHT": grpc.StatusCode.ABORTED,
     "RATE_LIMITED": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "QUOTA_EXCEEDED": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
     "INTERNAL": grpc.StatusCode.INTERNAL,
     "CONFIG": grpc.StatusCode.INTERNAL,

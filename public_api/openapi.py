@@ -45,6 +45,11 @@ class Problem(BaseModel):
         None, description="Every invalid field (validation), or every conflicting item."
     )
     correlationId: str | None = Field(None, description="The request's Correlation-Id.")
+    code: str | None = Field(
+        None,
+        description="The error's stable code (e.g. VALIDATION_FAILED, QUOTA_EXCEEDED).",
+        examples=["QUOTA_EXCEEDED"],
+    )
 
 
 _BASE = {"business": "acme", "facility": "dc1", "direction": "OUTBOUND"}
@@ -159,8 +164,18 @@ _PROBLEMS: dict[int, tuple[str, dict[str, dict[str, Any]]]] = {
         {"missingToken": {"detail": "the bearer token is missing"}},
     ),
     403: (
-        "The client is restricted to other facilities of its business",
-        {"facility": {"detail": "this client may not access facility 'dc2'"}},
+        "The client is restricted to other facilities of its business, or the business's"
+        " document quota is used up (code QUOTA_EXCEEDED)",
+        {
+            "facility": {"detail": "this client may not access facility 'dc2'"},
+            "quota": {
+                "code": "QUOTA_EXCEEDED",
+                "detail": "business acme has used 4294967000 of its 4294967296 byte quota for"
+                " documents; 900 more bytes do not fit (an operator can raise"
+                " quota_document_bytes, or completed shipments give their bytes back when"
+                " retention deletes them)",
+            },
+        },
     ),
     404: (
         "Unknown business (or another tenant's) or facility",

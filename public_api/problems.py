@@ -74,6 +74,8 @@ HTTP_PROBLEMS: dict[str, tuple[int, str]] = {
     "IDEMPOTENCY_KEY_REUSED": (422, "Unprocessable Entity"),
     "RETENTION_EXCEEDED": (422, "Unprocessable Entity"),
     "RATE_LIMITED": (429, "Too Many Requests"),
+    # Not 429: retrying does not help until retention deletes data or the quota is raised.
+    "QUOTA_EXCEEDED": (403, "Quota Exceeded"),
     "INTERNAL": (500, "Internal Server Error"),
     "CONFIG": (500, "Invalid configuration"),
     "CREDENTIAL_UNREADABLE": (500, "Internal Server Error"),
@@ -107,6 +109,7 @@ def problem_from_error(error: DockflowError) -> web.Response:
         error.detail,
         errors=[{"path": e.path, "detail": e.detail} for e in error.errors] or None,
         headers=headers or None,
+        extra={"code": error.code},  # stable: what a client branches on (QUOTA_EXCEEDED, ...)
     )
 
 

@@ -15,6 +15,7 @@ from core.exceptions.codes import PRIORITIES
 from core.settings import Settings
 from core.shipments.completion import shipment_order_numbers
 from core.storage import Doc, Storage
+from core.tenancy import quotas
 
 MAX_DETAIL_CHARS = 200  # a customer exception's detail: the note's first sentence, cut here
 MAX_ORDERS = 100  # order numbers copied into a customer exception of a whole shipment
@@ -52,7 +53,7 @@ async def create_customer_exception(
     `check_shipment` lets `by` act on, and on `pallet_id` when given (unless that pallet is on
     the shipment, `pallet_elsewhere`: `NotFound` by default). The pallet's LPNs, orders and
     dock are copied, or for a whole shipment its order numbers (at most `MAX_ORDERS`) and
-    dock."""
+    dock. Its bytes are charged to the business's exception quota (`QuotaExceeded` first)."""
     if priority not in PRIORITY_VALUES:
         raise ValidationFailed(f"priority must be one of {', '.join(PRIORITY_VALUES)}")
     note = records.check_note(note, required=True)
@@ -71,23 +72,27 @@ async def create_customer_exception(
         orders = (await shipment_order_numbers(storage, shipment_id))[:MAX_ORDERS]
         dock = shipment.get("dock") or ""
     now = now or datetime.now(UTC)
-    return await records.create_exception(
-        storage,
-        settings,
-        by=by,
-        code="CUSTOMER",
-        priority=priority,
-        business=shipment["business"],
-        facility=shipment["facility"],
-        shipment_id=shipment_id,
-        pallet_id=pallet_id,
-        dock=dock,
-        lpns=lpns,
-        orders=orders,
-        detail=first_sentence(note),
-        expected=None,
-        observed=None,
-        occurred_at=now,
-        now=now,
-        note=note,
-    )
+    size = quotas.exception_bytes(note)
+    async with quotas.charged(storage, settings, shipment["business"], "exceptions", size):
+        record = await records.create_exception(
+            storage,
+            settings,
+            by=by,
+            code="CUSTOMER",
+            priority=priority,
+            business=shipment["business"],
+            facility=shipment["facility"],
+            shipment_id=shipment_id,
+            pallet_id=pallet_id,
+            dock=dock,
+            lpns=lpns,
+            orders=orders,
+            detail=first_sentence(note),
+            expected=None,
+            observed=None,
+            occurred_at=now,
+            now=now,
+            note=note,
+        )
+    await quotas.add_to_shipment(storage, shipment_id, "exceptions", size)
+    return record

@@ -19,6 +19,7 @@ from core.intake.contract import TextLimits, parse_document
 from core.intake.idempotency import KeyScope, StoredResponse
 from core.settings import Settings
 from core.storage import Session, Storage
+from core.tenancy import quotas
 from core.urls import shipment_url
 
 
@@ -62,16 +63,19 @@ async def apply_document_idempotently(
             check_access(principal, document.business, document.facility)
             return DocumentAnswer(stored, replayed=True)
 
-    async def store_response(result: documents.IntakeResult, session: Session) -> None:
-        # With the document's writes: a crash leaves both or neither.
-        assert key is not None
-        await idempotency.finish(storage, scope, key, _response(settings, result), session)
+    async def finish(result: documents.IntakeResult, session: Session) -> None:
+        # With the document's writes: a crash leaves all or none of them.
+        await quotas.add_to_shipment(storage, result.shipment_id, "documents", len(body), session)
+        if key is not None:
+            await idempotency.finish(storage, scope, key, _response(settings, result), session)
 
     try:
         document = parse_document(decode(body), limits)
-        result = await documents.apply_document(
-            storage, principal, document, then=None if key is None else store_response
-        )
+        # Its bytes are charged to the business's document quota before anything is written
+        # (and only once the caller may write there: a refusal tells another business's usage).
+        check_access(principal, document.business, document.facility)
+        async with quotas.charged(storage, settings, document.business, "documents", len(body)):
+            result = await documents.apply_document(storage, principal, document, then=finish)
     except BaseException:
         if key is not None:
             await idempotency.abandon(storage, scope, key)

@@ -19,7 +19,7 @@ import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import IO
+from typing import IO, Any
 
 from bson import ObjectId
 from gridfs.asynchronous import AsyncGridFSBucket
@@ -29,7 +29,9 @@ from pymongo.errors import PyMongoError
 from core.auth.access import Principal, check_access
 from core.errors import FieldError, NotFound, PayloadTooLarge, ValidationFailed
 from core.intake.contract import identifier_problem
+from core.settings import Settings
 from core.storage import Doc, Storage
+from core.tenancy import quotas
 
 BUCKET = "fs"
 READ_CHUNK = 256 * 1024  # bytes read from the upload (and streamed on download) at a time
@@ -64,9 +66,11 @@ def _chunks(source: IO[bytes]) -> Iterator[bytes]:
 
 
 async def upload_document(
-    storage: Storage, principal: Principal, new: NewDocument, *, max_bytes: int
+    storage: Storage, settings: Settings, principal: Principal, new: NewDocument
 ) -> Doc:
-    """Store an uploaded file for a shipment the caller may see; returns its metadata."""
+    """Store an uploaded file for a shipment the caller may see; returns its metadata. The file
+    is at most `max_upload_bytes` and its bytes are charged to the business's attachment quota
+    (`QuotaExceeded`, nothing kept, when they do not fit)."""
     shipment = await storage.shipments.find_one({"_id": new.shipment_id})
     if shipment is None or shipment.get("business") != principal.business:
         raise NotFound(f"shipment {new.shipment_id} not found")
@@ -78,17 +82,68 @@ async def upload_document(
             raise ValidationFailed(f"type {problem}", errors=[FieldError("type", problem)])
     content_type = media_type(new.content_type)
     document_id = f"sdoc_{secrets.token_hex(8)}"
-    if new.source.seekable():  # refuse before writing anything when the size is known
-        known = new.source.seek(0, os.SEEK_END)
-        new.source.seek(0)
-        if known > max_bytes:
-            raise PayloadTooLarge(f"the file is larger than the {max_bytes} byte limit")
-    stream = _bucket(storage).open_upload_stream(
-        name, metadata={"document_id": document_id, "contentType": content_type}
-    )
+    max_bytes = settings.max_upload_bytes
+    known = _known_size(new.source)
+    if known is not None and known > max_bytes:  # refused before anything is written
+        raise PayloadTooLarge(f"the file is larger than the {max_bytes} byte limit")
+    business = shipment["business"]
+    async with contextlib.AsyncExitStack() as charges:
+        if known is not None:  # charged before a byte is stored
+            await charges.enter_async_context(
+                quotas.charged(storage, settings, business, "attachments", known)
+            )
+        gridfs_id, size = await _store_contents(
+            storage,
+            new.source,
+            name,
+            {"document_id": document_id, "contentType": content_type},
+            max_bytes,
+        )
+        doc: Doc = {
+            "_id": document_id,
+            "shipment_id": new.shipment_id,
+            "business": business,
+            "facility": shipment["facility"],
+            "name": name,
+            "size": size,
+            "content_type": content_type,
+            "type": new.type,
+            "gridfs_id": gridfs_id,
+            "uploaded_by": principal.subject,
+            "created_at": datetime.now(UTC),
+        }
+        try:
+            if known is None:  # a stream: charged once its size is known, before it is listed
+                await charges.enter_async_context(
+                    quotas.charged(storage, settings, business, "attachments", size)
+                )
+            await storage.shipment_documents.insert_one(doc)
+        except BaseException:
+            with contextlib.suppress(NoFile, PyMongoError):
+                await _bucket(storage).delete(gridfs_id)
+            raise
+    await quotas.add_to_shipment(storage, new.shipment_id, "attachments", size)
+    return doc
+
+
+def _known_size(source: IO[bytes]) -> int | None:
+    """The upload's size when it can be told without reading it (a spooled file)."""
+    if not source.seekable():
+        return None
+    size = source.seek(0, os.SEEK_END)
+    source.seek(0)
+    return size
+
+
+async def _store_contents(
+    storage: Storage, source: IO[bytes], name: str, metadata: Doc, max_bytes: int
+) -> tuple[Any, int]:
+    """Write the file to GridFS chunk by chunk; returns its GridFS id and size. Past
+    `max_bytes`, `PayloadTooLarge` and nothing is kept."""
+    stream = _bucket(storage).open_upload_stream(name, metadata=metadata)
     size = 0
     try:
-        for chunk in _chunks(new.source):
+        for chunk in _chunks(source):
             size += len(chunk)
             if size > max_bytes:
                 raise PayloadTooLarge(f"the file is larger than the {max_bytes} byte limit")
@@ -99,21 +154,7 @@ async def upload_document(
             await stream.abort()
         raise
     await stream.close()
-    doc: Doc = {
-        "_id": document_id,
-        "shipment_id": new.shipment_id,
-        "business": shipment["business"],
-        "facility": shipment["facility"],
-        "name": name,
-        "size": size,
-        "content_type": content_type,
-        "type": new.type,
-        "gridfs_id": stream._id,
-        "uploaded_by": principal.subject,
-        "created_at": datetime.now(UTC),
-    }
-    await storage.shipment_documents.insert_one(doc)
-    return doc
+    return stream._id, size
 
 
 def media_type(declared: str | None) -> str:

@@ -734,6 +734,7 @@ class Mutation:
         upload: Any = input.file
         doc = await attachments.upload_document(
             context.services.storage,
+            settings,
             context.require_principal(),
             attachments.NewDocument(
                 shipment_id=input.shipment_id,
@@ -742,7 +743,6 @@ class Mutation:
                 type=input.type,
                 source=getattr(upload, "file", upload),
             ),
-            max_bytes=settings.max_upload_bytes,
         )
         return ShipmentDocument.from_doc(doc, settings)
 

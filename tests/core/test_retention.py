@@ -173,9 +173,9 @@ async def test_completed_shipments_past_retention_go_with_everything_of_theirs(
     await record_pallets(storage, settings, [(camera, pallet("L1"))])  # L2 never comes: SHORT
     await attachments.upload_document(
         storage,
+        settings,
         principal,
         attachments.NewDocument(old, "bol.pdf", "application/pdf", "BOL", io.BytesIO(b"%PDF")),
-        max_bytes=1024,
     )
     await completion.complete_shipment(storage, settings, old, "test", at=OLD)
     await completion.complete_shipment(storage, settings, recent, "test", at=RECENT)

@@ -24,6 +24,12 @@ subscription Feed($filter: PushMessageSubscriptionFilter!) {
 }
 """
 
+UPLOAD = """
+mutation Upload($input: UploadShipmentDocumentInput!) {
+  uploadShipmentDocument(input: $input) { id name size contentType type downloadUrl }
+}
+"""
+
 PUSH_MESSAGES = """
 query Page($input: PushMessageFilter!) {
   pushMessages(input: $input) { id businessSlug facilitySlug messageType message sentAt }
@@ -135,3 +141,33 @@ class WsSession:
 
     async def close(self) -> None:
         await self.ws.close()
+
+
+def multipart_upload(
+    shipment_id: int, content: bytes, filename: str = "bol.pdf"
+) -> tuple[bytes, str]:
+    """A GraphQL multipart request (spec: operations, map, then the file), built by hand."""
+    boundary = "dockflowtestboundary7MA4YWxk"
+    operations = json.dumps(
+        {
+            "query": UPLOAD,
+            "variables": {"input": {"shipmentId": shipment_id, "file": None, "type": "BOL"}},
+        }
+    )
+    file_map = json.dumps({"0": ["variables.input.file"]})
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="operations"\r\n\r\n'.encode()
+        + operations.encode()
+        + b"\r\n",
+        f'--{boundary}\r\nContent-Disposition: form-data; name="map"\r\n\r\n'.encode()
+        + file_map.encode()
+        + b"\r\n",
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="0"; filename="{filename}"\r\n'
+            "Content-Type: application/pdf\r\n\r\n"
+        ).encode()
+        + content
+        + b"\r\n",
+        f"--{boundary}--\r\n".encode(),
+    ]
+    return b"".join(parts), f"multipart/form-data; boundary={boundary}"

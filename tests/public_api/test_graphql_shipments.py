@@ -25,7 +25,13 @@ from public_api.app import create_app
 from tests.edge.documents import post_shipment
 from tests.edge.helpers import reading, stream
 from tests.factories import Tenant
-from tests.public_api.graphql_support import GRAPHQL, PUSH_MESSAGES, SINCE, gql
+from tests.public_api.graphql_support import (
+    GRAPHQL,
+    PUSH_MESSAGES,
+    SINCE,
+    gql,
+    multipart_upload,
+)
 
 SHIPMENT = """
 query One($id: Int!) {
@@ -43,12 +49,6 @@ query One($id: Int!) {
 UPDATE = """
 mutation Update($input: UpdateShipmentInput!) {
   updateShipment(input: $input) { id status dockSlug statusHistory { status source } }
-}
-"""
-
-UPLOAD = """
-mutation Upload($input: UploadShipmentDocumentInput!) {
-  uploadShipmentDocument(input: $input) { id name size contentType type downloadUrl }
 }
 """
 
@@ -311,36 +311,6 @@ async def test_complete_shipment_completes_once_and_publishes_one_message(
 
 
 # --- uploads ------------------------------------------------------------------------------
-
-
-def multipart_upload(
-    shipment_id: int, content: bytes, filename: str = "bol.pdf"
-) -> tuple[bytes, str]:
-    """A GraphQL multipart request (spec: operations, map, then the file), built by hand."""
-    boundary = "dockflowtestboundary7MA4YWxk"
-    operations = json.dumps(
-        {
-            "query": UPLOAD,
-            "variables": {"input": {"shipmentId": shipment_id, "file": None, "type": "BOL"}},
-        }
-    )
-    file_map = json.dumps({"0": ["variables.input.file"]})
-    parts = [
-        f'--{boundary}\r\nContent-Disposition: form-data; name="operations"\r\n\r\n'.encode()
-        + operations.encode()
-        + b"\r\n",
-        f'--{boundary}\r\nContent-Disposition: form-data; name="map"\r\n\r\n'.encode()
-        + file_map.encode()
-        + b"\r\n",
-        (
-            f'--{boundary}\r\nContent-Disposition: form-data; name="0"; filename="{filename}"\r\n'
-            "Content-Type: application/pdf\r\n\r\n"
-        ).encode()
-        + content
-        + b"\r\n",
-        f"--{boundary}--\r\n".encode(),
-    ]
-    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
 
 
 @pytest.fixture

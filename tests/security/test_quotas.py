@@ -1,0 +1,149 @@
+"""Per-business quotas on stored bytes (core/tenancy/quotas.py) through the real endpoints: an
+intake document over REST, a file upload and an exception over GraphQL. Past its quota a
+business is refused with QUOTA_EXCEEDED and nothing is written; another business is untouched;
+retention deleting a shipment gives its bytes back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from core import retention
+from core.services import Services
+from core.settings import Settings
+from core.shipments import completion
+from core.storage import Storage
+from core.tenancy import quotas
+from public_api.app import create_app
+from tests.edge.documents import post_shipment
+from tests.factories import Tenant
+from tests.public_api.graphql_support import GRAPHQL, gql, multipart_upload
+
+API = Callable[..., Awaitable[TestClient[Any, Any]]]
+PROBLEM = "application/problem+json"
+CREATE_EXCEPTION = """
+mutation Create($input: CreateExceptionInput!) { createException(input: $input) { id } }
+"""
+
+
+@pytest.fixture
+def api_with(
+    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
+    settings_factory: Callable[..., Settings],
+    storage: Storage,
+) -> API:
+    async def make(**overrides: Any) -> TestClient[Any, Any]:
+        services = Services(settings=settings_factory(**overrides), storage=storage)
+        return await aiohttp_client(create_app(services))
+
+    return make
+
+
+def document(tenant: Tenant, number: str) -> bytes:
+    body = {
+        "business": tenant.business,
+        "facility": tenant.facility,
+        "direction": "OUTBOUND",
+        "shipmentNumber": number,
+        "orderNumber": f"O-{number}",
+        "items": [{"lpn": f"L-{number}", "sku": "S1", "quantity": 1, "quantityUnit": "CASE"}],
+    }
+    return json.dumps(body).encode()
+
+
+async def post_document(api: TestClient[Any, Any], tenant: Tenant, body: bytes) -> Any:
+    headers = {**tenant.auth, "Content-Type": "application/json"}
+    return await api.post("/documents", data=body, headers=headers)
+
+
+async def test_documents_past_the_business_quota_are_refused_with_a_stable_code(
+    api_with: API, tenant: Tenant, other_tenant: Tenant, storage: Storage
+):
+    first, second = document(tenant, "Q1"), document(tenant, "Q2")
+    api = await api_with(quota_document_bytes=len(first) + len(second) - 1)
+
+    accepted = await post_document(api, tenant, first)
+    refused = await post_document(api, tenant, second)
+    problem = await refused.json(content_type=None)
+    elsewhere = await post_document(api, other_tenant, document(other_tenant, "Q2"))
+
+    assert accepted.status == 201
+    assert refused.status == 403
+    assert refused.content_type == PROBLEM
+    assert problem["code"] == "QUOTA_EXCEEDED"
+    assert "quota_document_bytes" in problem["detail"]
+    assert await storage.shipments.count_documents({"number": "Q2", "business": "acme"}) == 0
+    assert (await quotas.usage(storage, tenant.business))["documents"] == len(first)
+    assert elsewhere.status == 201  # another business has its own quota
+
+
+async def test_uploads_and_exceptions_past_the_business_quota_are_refused_over_graphql(
+    api_with: API, tenant: Tenant, storage: Storage
+):
+    api = await api_with(
+        quota_attachment_bytes=10_000, quota_exception_bytes=2 * quotas.EXCEPTION_BYTES
+    )
+    shipment_id = await post_shipment(storage, tenant, {"A": ["A1"]}, number="S-A")
+    files = [multipart_upload(shipment_id, b"x" * size) for size in (6_000, 6_000, 4_000)]
+
+    uploads = []
+    for body, content_type in files:
+        headers = {**tenant.auth, "Content-Type": content_type}
+        response = await api.post(GRAPHQL, data=body, headers=headers)
+        uploads.append(await response.json())
+    raised = [
+        await gql(
+            api,
+            CREATE_EXCEPTION,
+            {"input": {"shipmentId": shipment_id, "priority": "HIGH", "note": note}},
+            token=tenant.token,
+        )
+        for note in ("Pallet wrapped badly.", "Second.", "Third one.")
+    ]
+
+    assert "errors" not in uploads[0]
+    [refusal] = uploads[1]["errors"]
+    assert refusal["extensions"]["code"] == "QUOTA_EXCEEDED"
+    assert refusal["extensions"]["status"] == 403
+    assert "errors" not in uploads[2]  # what still fits is taken
+    assert await storage.shipment_documents.count_documents({}) == 2
+    assert len(await storage["fs.files"].find({}).to_list()) == 2  # the refused file is gone
+    assert ["errors" in body for _, body in raised] == [False, True, True]
+    assert raised[1][1]["errors"][0]["extensions"]["code"] == "QUOTA_EXCEEDED"
+    assert await storage.exceptions.count_documents({"code": "CUSTOMER"}) == 1
+    used = await quotas.usage(storage, tenant.business)
+    assert used["attachments"] == 10_000
+    assert used["exceptions"] == quotas.exception_bytes("Pallet wrapped badly.")
+
+
+async def test_retention_gives_a_deleted_shipments_bytes_back(
+    api_with: API, tenant: Tenant, storage: Storage, settings_factory: Callable[..., Settings]
+):
+    api = await api_with()
+    body = document(tenant, "R1")
+    created = await (await post_document(api, tenant, body)).json()
+    shipment_id = created["shipment"]["id"]
+    upload, content_type = multipart_upload(shipment_id, b"y" * 3_000)
+    uploaded = await api.post(
+        GRAPHQL, data=upload, headers={**tenant.auth, "Content-Type": content_type}
+    )
+    assert "errors" not in await uploaded.json()
+    before = await quotas.usage(storage, tenant.business)
+    settings = settings_factory(retention_shipments_days=1)
+    long_ago = datetime.now(UTC) - timedelta(days=3)
+    await completion.complete_shipment(storage, settings, shipment_id, "test", at=long_ago)
+
+    await retention.sweep(storage, settings, datetime.now(UTC))
+
+    assert before == {"documents": len(body), "attachments": 3_000, "exceptions": 0}
+    assert await quotas.usage(storage, tenant.business) == {
+        "documents": 0,
+        "attachments": 0,
+        "exceptions": 0,
+    }
