@@ -285,6 +285,9 @@ class Settings(BaseSettings):
     quota_attachment_bytes: int = Field(20 * 1024**3, ge=0)
     # Exceptions raised by hand: each its note's bytes plus 4 KiB (record, message, deliveries).
     quota_exception_bytes: int = Field(1024**3, ge=0)
+    # Websockets awaiting connection_init from one source address (an IPv6 /64; behind
+    # `trusted_proxies`, the forwarded address), within `graphql_max_pending_connections`.
+    graphql_max_pending_connections_per_source: int = Field(20, ge=1)
 
     @field_validator("public_base_url")
     @classmethod

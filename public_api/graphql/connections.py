@@ -1,6 +1,9 @@
 """Open GraphQL websockets: at most `graphql_max_pending_connections` awaiting their
-`connection_init` (anonymous until then), at most `graphql_max_connections_per_client` per
-API client, and each re-checked while it stays open.
+`connection_init` (anonymous until then), and of those at most
+`graphql_max_pending_connections_per_source` from one source (the client address as
+`trusted_proxies` tells it; an IPv6 /64 counts as one source, as one host is given a whole
+/64), so that one address cannot hold every place; at most
+`graphql_max_connections_per_client` per API client, and each re-checked while it stays open.
 
 A connection is registered when its `connection_init` is accepted. Every
 `graphql_recheck_interval_s` one sweep asks the rule every HTTP request obeys
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import time
 from collections import Counter
@@ -35,6 +39,20 @@ REVOKED_CLOSE_CODE = 4403
 TOO_MANY_CONNECTIONS_CLOSE_CODE = 4429
 # RFC 6455 "try again later": the process holds its limit of connections awaiting init.
 TOO_MANY_PENDING_CLOSE_CODE = 1013
+
+
+def pending_source(address: str) -> str:
+    """The source a connection awaiting init is counted against: its address, or its /64 for
+    IPv6 (anything else, e.g. "unknown", as it is)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:  # ::ffff:a.b.c.d is the IPv4 host a.b.c.d
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 class TooManyConnections(Exception):
@@ -59,22 +77,39 @@ class Connections:
         self.limit = settings.graphql_max_connections_per_client
         self.interval_s = settings.graphql_recheck_interval_s
         self.pending_limit = settings.graphql_max_pending_connections
-        self._pending: set[int] = set()  # id(context) of connections awaiting connection_init
+        self.pending_source_limit = settings.graphql_max_pending_connections_per_source
+        # id(context) of connections awaiting connection_init -> their source; and by source.
+        self._pending: dict[int, str] = {}
+        self._pending_per_source: Counter[str] = Counter()
         self._open: dict[int, _Connection] = {}  # by id(context)
         self._per_client: Counter[tuple[str, str]] = Counter()
         self._sweeper: asyncio.Task[None] | None = None
 
-    def admit(self, context: GraphQLContext) -> bool:
-        """Count a new websocket until its connection_init; False when the process already
-        holds `graphql_max_pending_connections` of them."""
+    def admit(self, context: GraphQLContext, address: str) -> str | None:
+        """Count a new websocket from `address` until its connection_init; the reason it is
+        refused when the process already holds `graphql_max_pending_connections` of them, or
+        its source `graphql_max_pending_connections_per_source`."""
+        source = pending_source(address)
         if len(self._pending) >= self.pending_limit:
-            log.warning(
-                "websocket refused: too many awaiting connection_init",
-                extra={"limit": self.pending_limit},
-            )
-            return False
-        self._pending.add(id(context))
-        return True
+            refusal, limit = "too many connections awaiting connection_init", self.pending_limit
+        elif self._pending_per_source[source] >= self.pending_source_limit:
+            refusal = "too many connections from this address awaiting connection_init"
+            limit = self.pending_source_limit
+        else:
+            self._pending[id(context)] = source
+            self._pending_per_source[source] += 1
+            return None
+        log.warning(f"websocket refused: {refusal}", extra={"limit": limit, "source": source})
+        return f"{refusal}; retry later"
+
+    def _initialised(self, context: GraphQLContext) -> None:
+        """The connection no longer awaits its connection_init (accepted, or ended)."""
+        source = self._pending.pop(id(context), None)
+        if source is None:
+            return
+        self._pending_per_source[source] -= 1
+        if self._pending_per_source[source] <= 0:
+            del self._pending_per_source[source]
 
     def open(
         self,
@@ -87,7 +122,7 @@ class Connections:
         """Register an accepted connection; `TooManyConnections` when its client already
         holds the limit."""
         self.close(context)  # a repeated connection_init replaces the registration
-        self._pending.discard(id(context))
+        self._initialised(context)
         key = (principal.business, principal.subject)
         if self._per_client[key] >= self.limit:
             log.warning(
@@ -111,7 +146,7 @@ class Connections:
 
     def close(self, context: GraphQLContext) -> None:
         """Forget a connection that ended (idempotent)."""
-        self._pending.discard(id(context))
+        self._initialised(context)
         connection = self._open.pop(id(context), None)
         if connection is None:
             return

@@ -51,6 +51,7 @@ from core.services import Services
 from core.shipments import attachments
 from public_api.auth import PRINCIPAL, authenticate
 from public_api.body_limits import own_body_limit
+from public_api.client_address import request_source
 from public_api.graphql.connections import (
     TOO_MANY_CONNECTIONS_CLOSE_CODE,
     TOO_MANY_PENDING_CLOSE_CODE,
@@ -199,15 +200,15 @@ def _connections(view: object) -> Connections:
 
 
 async def _refused_as_pending(view: object, context: GraphQLContext) -> bool:
-    """Close a new websocket at once (1013) when too many await their connection_init."""
-    if _connections(view).admit(context):
+    """Close a new websocket at once (1013) when too many await their connection_init, in the
+    process or from its source address."""
+    address = request_source(context.request, context.services.settings.trusted_proxies)
+    refusal = _connections(view).admit(context, address)
+    if refusal is None:
         return False
     ws = context.response
     if isinstance(ws, web.WebSocketResponse):
-        await ws.close(
-            code=TOO_MANY_PENDING_CLOSE_CODE,
-            message=b"too many connections awaiting connection_init; retry later",
-        )
+        await ws.close(code=TOO_MANY_PENDING_CLOSE_CODE, message=refusal.encode())
     return True
 
 

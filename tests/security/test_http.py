@@ -490,6 +490,50 @@ async def test_websockets_awaiting_connection_init_are_capped(
     )
 
 
+@pytest.mark.parametrize("protocol", [TRANSPORT_WS, LEGACY_WS])
+async def test_one_source_address_cannot_hold_every_place_awaiting_connection_init(
+    api_with: API, tenant: Tenant, protocol: str
+):
+    # Behind the proxy (127.0.0.1, trusted) an anonymous flood comes from one forwarded address.
+    api = await api_with(
+        trusted_proxies=("127.0.0.1/32",),
+        graphql_max_pending_connections=100,
+        graphql_max_pending_connections_per_source=2,
+    )
+    flooder = {"X-Forwarded-For": "203.0.113.7"}
+    waiting = [await WsSession.open(api, protocol, headers=flooder) for _ in range(2)]
+
+    one_more = await WsSession.open(api, protocol, headers=flooder)
+    code, reason = await _close_of(one_more)
+    # A tenant from another address still connects and subscribes.
+    other = await WsSession.open(api, protocol, headers={"X-Forwarded-For": "198.51.100.9"})
+    acked = await other.init(tenant.auth)
+    # The flooder's own next connection fits once one of its waiting ones is accepted.
+    assert (await waiting[0].init(tenant.auth))["type"] == "connection_ack"
+    after = await WsSession.open(api, protocol, headers=flooder)
+
+    assert code == 1013
+    assert "from this address awaiting connection_init" in reason
+    assert acked["type"] == "connection_ack"
+    assert (await after.init(tenant.auth))["type"] == "connection_ack"
+
+
+async def test_a_forwarded_address_from_an_untrusted_peer_counts_as_the_peer(
+    api_with: API, tenant: Tenant
+):
+    api = await api_with(graphql_max_pending_connections_per_source=2)  # no trusted proxy
+    spoofed = [
+        await WsSession.open(api, LEGACY_WS, headers={"X-Forwarded-For": f"192.0.2.{n}"})
+        for n in range(3)
+    ]
+
+    code, reason = await _close_of(spoofed[2])
+
+    assert code == 1013
+    assert "from this address" in reason
+    assert not spoofed[0].ws.closed
+
+
 async def test_a_subscriber_is_ended_by_bytes_behind_not_only_by_messages(
     settings_factory: Callable[..., Settings], storage: Storage, services: Services
 ):
