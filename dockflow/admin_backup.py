@@ -16,6 +16,7 @@ from core.errors import ConfigError
 from core.logs import configure_logging
 from core.settings import Settings, load_settings
 from dockflow.embedded import backup
+from dockflow.embedded.restore_credentials import CredentialChanges
 
 EXIT_USAGE = 2
 
@@ -30,6 +31,15 @@ def register(sub: Any) -> None:
         parser.add_argument("path", type=Path, metavar="PATH")
         parser.add_argument("--data-dir", help="data directory (DOCKFLOW_DATA_DIR)")
         parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+        if name == "restore":
+            parser.add_argument(
+                "--no-reapply-revocations",
+                dest="reapply_revocations",
+                action="store_false",
+                help="restore credentials exactly as backed up: signing keys, API clients, "
+                "cameras and operators revoked, disabled or re-keyed after the backup work "
+                "again (by default those steps are taken again on the restored database)",
+            )
         parser.set_defaults(func=lambda args, name=name: run(name, args))
 
 
@@ -60,10 +70,14 @@ def run(command: str, args: argparse.Namespace) -> int:
         else:
             restored = asyncio.run(
                 backup.restore(
-                    settings.data_dir, settings.embedded_engine, settings.mongodb_db, args.path
+                    settings.data_dir,
+                    settings.embedded_engine,
+                    settings.mongodb_db,
+                    args.path,
+                    reapply_revocations=args.reapply_revocations,
                 )
             )
-            info, kept = restored.backup, restored.kept
+            info, kept, credentials = restored.backup, restored.kept, restored.credentials
     except ConfigError as exc:
         print(f"dockflow admin: {exc.detail}", file=sys.stderr)
         return EXIT_USAGE
@@ -76,6 +90,9 @@ def run(command: str, args: argparse.Namespace) -> int:
     }
     if command == "restore":
         data["kept"] = None if kept is None else str(kept)
+        data["credentials_changed_since_backup"] = [step.line for step in credentials.steps]
+        data["credentials_reapplied"] = credentials.reapplied
+        data["credentials_unreadable"] = credentials.unreadable
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -85,4 +102,33 @@ def run(command: str, args: argparse.Namespace) -> int:
         original = kept.name.removesuffix(backup.KEPT_SUFFIX)
         undo = "restore that folder" if kept.is_dir() else f"rename it {original}"
         print(f"the database it replaced is kept as {kept} (undo, with dockflow stopped: {undo})")
+    if command == "restore":
+        _tell_credentials(credentials)
     return 0
+
+
+def _tell_credentials(credentials: CredentialChanges) -> None:
+    """What the operator must know about credentials after a restore (stderr: a warning)."""
+    if credentials.unreadable is not None:
+        print(
+            "warning: the replaced database could not be read "
+            f"({credentials.unreadable}): credentials revoked, disabled or re-keyed after the "
+            "backup may work again; revoke them again (dockflow admin rotate-signing-key "
+            "--revoke, disable or re-key clients, cameras and operators)",
+            file=sys.stderr,
+        )
+        return
+    if not credentials.steps:
+        print("credentials: none revoked, disabled or re-keyed after the backup")
+        return
+    if credentials.reapplied:
+        print("credentials changed after the backup, done again on the restored database:")
+    else:
+        print(
+            "warning: credentials changed after the backup and NOT done again "
+            "(--no-reapply-revocations): they work as at the backup",
+            file=sys.stderr,
+        )
+    out = sys.stdout if credentials.reapplied else sys.stderr
+    for step in credentials.steps:
+        print(f"  {step.line}", file=out)

@@ -49,6 +49,8 @@ from pymongo.read_concern import ReadConcern
 from core.errors import BackupError, DatabaseUnavailable
 from core.files import ensure_private_dir, write_private_file
 from core.settings import EmbeddedEngine
+from dockflow.embedded import restore_credentials
+from dockflow.embedded.restore_credentials import CredentialChanges
 from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir, running_server_pid
 
 MANIFEST = "backup.json"
@@ -89,6 +91,8 @@ class Restored:
 
     backup: BackupInfo
     kept: Path | None  # None when the data directory held no database
+    # Credentials revoked, disabled or re-keyed after the backup, and whether that was kept.
+    credentials: CredentialChanges
 
 
 def nx_database_file(data_dir: Path, database: str) -> Path:
@@ -271,10 +275,19 @@ def read_backup(path: Path) -> BackupInfo:
     return info
 
 
-async def restore(data_dir: Path, engine: EmbeddedEngine, database: str, source: Path) -> Restored:
+async def restore(
+    data_dir: Path,
+    engine: EmbeddedEngine,
+    database: str,
+    source: Path,
+    *,
+    reapply_revocations: bool = True,
+) -> Restored:
     """Replace `database` in `data_dir` by the backup in `source`, after checking the backup,
     keeping what it replaces. Refused while a server runs on that data directory: its open
-    files would be swapped under it."""
+    files would be swapped under it. Credentials revoked, disabled or re-keyed in the replaced
+    database after the backup are so again in the restored one, unless `reapply_revocations`
+    is False (dockflow/embedded/restore_credentials.py); either way they are listed."""
     info = read_backup(source)
     if info.engine != engine:
         raise BackupError(
@@ -295,14 +308,19 @@ async def restore(data_dir: Path, engine: EmbeddedEngine, database: str, source:
     if engine == "nx-27017":
         database_file = nx_database_file(data_dir, info.database)
         await asyncio.to_thread(_verify_files, info, [database_file.name])
+        current = await restore_credentials.read_current(data_dir, engine, info.database)
         ensure_private_dir(data_dir)
         kept = await asyncio.to_thread(_restore_sqlite, info, database_file)
     else:
         names = [INDEXES_FILE, *(f"{COLLECTIONS_DIR}/{name}.bson" for name in info.collections)]
         await asyncio.to_thread(_verify_files, info, names)
+        current = await restore_credentials.read_current(data_dir, engine, info.database)
         ensure_private_dir(data_dir)
         kept = await _restore_logical(data_dir, engine, info)
-    return Restored(backup=info, kept=kept)
+    credentials = await restore_credentials.reapply(
+        data_dir, engine, info.database, current, apply=reapply_revocations
+    )
+    return Restored(backup=info, kept=kept, credentials=credentials)
 
 
 def _verify_files(info: BackupInfo, names: Iterable[str]) -> None:

@@ -17,6 +17,8 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 
+from core.storage import Storage
+from core.tenancy import tenants
 from dockflow.embedded.backup import nx_database_file
 from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir
 from tests.backends import ENGINE, only_on_nx_27017
@@ -403,3 +405,85 @@ async def test_a_restore_over_a_database_that_cannot_be_read_answers_in_one_line
         assert len(said) == 1, err
         assert "could not be read to keep it before the restore" in said[0]
         assert "nothing was restored" in said[0]
+
+
+async def _credentials_then_backup(data_dir: Path, backup: Path) -> dict[str, str]:
+    """A business with two API clients, a camera, an operator and a signing key, backed up into
+    `backup`; then, after the backup, the key revoked (a new one signs), one client disabled,
+    the other and the camera re-keyed, the operator given a new password. Returns the ids."""
+    server = EmbeddedMongo(data_dir, engine=ENGINE)
+    url = await server.start()
+    env = {**_env(data_dir), "DOCKFLOW_MONGODB_URL": url}
+    storage = await Storage.connect(url, "dockflow")
+    try:
+        await tenants.create_business(storage, "acme", "Acme")
+        await tenants.create_facility(storage, "acme", "dc1", name="DC1", docks=("D1",))
+        disabled = (await tenants.create_client(storage, "acme", name="one")).entity.client_id
+        rekeyed = (await tenants.create_client(storage, "acme", name="two")).entity.client_id
+        camera = (await tenants.create_camera(storage, "acme", "dc1", dock="D1")).entity.camera_id
+        await tenants.create_operator(storage, "ops", "first-password")
+        code, out, err = await _run("admin", "rotate-signing-key", "--json", env=env)
+        assert code == 0, err
+        old_key = json.loads(out)["kid"]
+        code, _, err = await _run("admin", "backup", str(backup), env=_env(data_dir))
+        assert code == 0, err
+
+        code, out, err = await _run("admin", "rotate-signing-key", "--revoke", "--json", env=env)
+        assert code == 0, err
+        await tenants.set_client_disabled(storage, disabled)
+        await tenants.update_client(
+            storage, rekeyed, facilities=None, name="two", client_secret="a-new-secret-0123456789"
+        )
+        await tenants.set_camera_disabled(storage, camera)
+        await tenants.update_operator(storage, "ops", businesses=None, password="second-password")
+        return {
+            "old_key": old_key,
+            "new_key": json.loads(out)["kid"],
+            "disabled": disabled,
+            "rekeyed": rekeyed,
+            "camera": camera,
+        }
+    finally:
+        await storage.close()
+        await server.stop()
+
+
+async def test_a_restore_keeps_what_was_revoked_after_the_backup_unless_told_not_to(
+    tmp_path: Path,
+):
+    data_dir, backup = tmp_path / "data", tmp_path / "backup"
+    ids = await _credentials_then_backup(data_dir, backup)
+    current = await _contents(data_dir)
+
+    code, out, err = await _run("admin", "restore", str(backup), env=_env(data_dir))
+    restored = await _contents(data_dir)
+    as_backed_up = await _run(
+        "admin", "restore", str(backup), "--no-reapply-revocations", env=_env(data_dir)
+    )
+    plain = await _contents(data_dir)
+
+    assert code == 0, err
+    for line in (
+        f"signing_keys {ids['old_key']}: revoked after the backup",
+        f"signing_keys {ids['new_key']}: created after the backup",
+        f"api_clients {ids['disabled']}: disabled after the backup",
+        f"api_clients {ids['rekeyed']}: given a new secret after the backup",
+        f"cameras {ids['camera']}: disabled after the backup",
+        "operators ops: given a new password after the backup",
+    ):
+        assert line in out, out
+    keys = {key["_id"]: key for key in restored["signing_keys"]}
+    assert keys[ids["old_key"]]["revoked_at"] is not None
+    assert "private_sealed" not in keys[ids["old_key"]]
+    assert ids["new_key"] in keys  # a key that may sign is there
+    clients = {client["_id"]: client for client in restored["api_clients"]}
+    assert clients == {client["_id"]: client for client in current["api_clients"]}
+    assert [c["disabled"] for c in restored["cameras"]] == [True]
+    assert restored["operators"][0]["password_hash"] == current["operators"][0]["password_hash"]
+    # Told not to, the backup's credentials come back as they were, and the output says so.
+    assert as_backed_up[0] == 0, as_backed_up[2]
+    assert "NOT done again" in as_backed_up[2]
+    assert f"api_clients {ids['disabled']}: enabled" not in as_backed_up[2]
+    plain_clients = {client["_id"]: client for client in plain["api_clients"]}
+    assert not plain_clients[ids["disabled"]].get("disabled")
+    assert {key["_id"] for key in plain["signing_keys"]} == {ids["old_key"]}
