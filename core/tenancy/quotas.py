@@ -59,17 +59,20 @@ async def _charge(storage: Storage, business: str, kind: Kind, size: int, limit:
     within: Doc = {**counter}
     if limit:
         within["$or"] = [{kind: {"$lte": limit - size}}, {kind: {"$exists": False}}]
-    if (
-        size > limit > 0
-        or (await storage.business_usage.update_one(within, {"$inc": {kind: size}})).modified_count
-        != 1
-    ):
+    if size > limit > 0 or not await _increment(storage, within, kind, size):
         used = await usage(storage, business)
         raise QuotaExceeded(
             f"business {business} has used {used[kind]} of its {limit} byte quota for {kind};"
             f" {size} more bytes do not fit (an operator can raise {SETTINGS[kind]}, or"
             " completed shipments give their bytes back when retention deletes them)"
         )
+
+
+async def _increment(storage: Storage, within: Doc, kind: Kind, size: int) -> bool:
+    """Add `size` to the counter when it matches `within` (matched, not modified: an empty file
+    adds nothing and still fits)."""
+    result = await storage.business_usage.update_one(within, {"$inc": {kind: size}})
+    return result.matched_count == 1
 
 
 async def _give_back(storage: Storage, business: str, amounts: dict[Kind, int]) -> None:

@@ -90,7 +90,8 @@ async def test_uploads_and_exceptions_past_the_business_quota_are_refused_over_g
         quota_attachment_bytes=10_000, quota_exception_bytes=2 * quotas.EXCEPTION_BYTES
     )
     shipment_id = await post_shipment(storage, tenant, {"A": ["A1"]}, number="S-A")
-    files = [multipart_upload(shipment_id, b"x" * size) for size in (6_000, 6_000, 4_000)]
+    # The last, empty, still fits a quota used to its last byte.
+    files = [multipart_upload(shipment_id, b"x" * size) for size in (6_000, 6_000, 4_000, 0)]
 
     uploads = []
     for body, content_type in files:
@@ -112,8 +113,9 @@ async def test_uploads_and_exceptions_past_the_business_quota_are_refused_over_g
     assert refusal["extensions"]["code"] == "QUOTA_EXCEEDED"
     assert refusal["extensions"]["status"] == 403
     assert "errors" not in uploads[2]  # what still fits is taken
-    assert await storage.shipment_documents.count_documents({}) == 2
-    assert len(await storage["fs.files"].find({}).to_list()) == 2  # the refused file is gone
+    assert "errors" not in uploads[3], uploads[3]
+    assert await storage.shipment_documents.count_documents({}) == 3
+    assert len(await storage["fs.files"].find({}).to_list()) == 3  # the refused file is gone
     assert ["errors" in body for _, body in raised] == [False, True, True]
     assert raised[1][1]["errors"][0]["extensions"]["code"] == "QUOTA_EXCEEDED"
     assert await storage.exceptions.count_documents({"code": "CUSTOMER"}) == 1
