@@ -47,8 +47,9 @@ if (!asRoot) {
     if (e.codeName === "Unauthorized") {
       throw new Error("mongo_root_password does not match the root user already created");
     }
+    // mongo1 is preferred as primary: users are created through it (this script's node).
     rs.initiate({_id: "rs0", members: [
-      {_id: 0, host: "mongo1:27017"},
+      {_id: 0, host: "mongo1:27017", priority: 2},
       {_id: 1, host: "mongo2:27017"},
       {_id: 2, host: "mongo3:27017"}]});
   }
