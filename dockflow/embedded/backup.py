@@ -308,9 +308,14 @@ async def restore(
     if engine == "nx-27017":
         database_file = nx_database_file(data_dir, info.database)
         await asyncio.to_thread(_verify_files, info, [database_file.name])
-        current = await restore_credentials.read_current(data_dir, engine, info.database)
         ensure_private_dir(data_dir)
-        kept = await asyncio.to_thread(_restore_sqlite, info, database_file)
+        checked = await asyncio.to_thread(_checked_copy, info, database_file)
+        try:  # read once the backup is known sound: a refused backup starts no server
+            current = await restore_credentials.read_current(data_dir, engine, info.database)
+        except BaseException:
+            checked.unlink()
+            raise
+        kept = await asyncio.to_thread(_swap_in, checked, database_file)
     else:
         names = [INDEXES_FILE, *(f"{COLLECTIONS_DIR}/{name}.bson" for name in info.collections)]
         await asyncio.to_thread(_verify_files, info, names)
@@ -342,9 +347,9 @@ def _verify_files(info: BackupInfo, names: Iterable[str]) -> None:
             )
 
 
-def _restore_sqlite(info: BackupInfo, destination: Path) -> Path | None:
-    """Put the backup's file in place of `destination` once a copy of it passes SQLite's
-    integrity check; the replaced file (with its journal) is kept as ``*.before-restore``."""
+def _checked_copy(info: BackupInfo, destination: Path) -> Path:
+    """A copy of the backup's file beside `destination` that passes SQLite's integrity check,
+    to put in its place with `_swap_in`."""
     ensure_private_dir(destination.parent)
     temporary = destination.with_name(destination.name + ".restoring")
     shutil.copyfile(info.path / destination.name, temporary)
@@ -356,6 +361,12 @@ def _restore_sqlite(info: BackupInfo, destination: Path) -> Path | None:
             f"the backup's {destination.name} fails SQLite's integrity check ({problem}): "
             f"nothing was restored"
         )
+    return temporary
+
+
+def _swap_in(temporary: Path, destination: Path) -> Path | None:
+    """Put the checked copy in place of `destination`; the replaced file (with its journal)
+    is kept as ``*.before-restore``."""
     kept = None
     if destination.exists():
         kept = destination.with_name(destination.name + KEPT_SUFFIX)
