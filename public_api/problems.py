@@ -73,6 +73,7 @@ HTTP_PROBLEMS: dict[str, tuple[int, str]] = {
     "VALIDATION_FAILED": (422, "Unprocessable Entity"),
     "IDEMPOTENCY_KEY_REUSED": (422, "Unprocessable Entity"),
     "RETENTION_EXCEEDED": (422, "Unprocessable Entity"),
+    "AUTH_MUST_BE_GIVEN_AGAIN": (422, "Unprocessable Entity"),
     "RATE_LIMITED": (429, "Too Many Requests"),
     "INTERNAL": (500, "Internal Server Error"),
     "CONFIG": (500, "Invalid configuration"),

@@ -243,7 +243,9 @@ async def update_for_client(
     auth: AuthInput | None,
 ) -> WebhookEndpoint:
     """`updateWebhookEndpoint`: the fields given replace the endpoint's (auth as a whole, with
-    its password); the id, secrets and enabled state are kept. An endpoint an operator made
+    its password; given again when the URL's origin changes, `check_auth_may_stay`); the id,
+    secrets and enabled state are kept. A facility change keeps the auth: the requests still
+    go where the credentials were given for. An endpoint an operator made
     becomes the business's own once a client gives it a URL or an auth (where dockflow
     connects): the egress rules of a customer's apply to both, and it counts towards the
     business's limit."""
@@ -252,6 +254,8 @@ async def update_for_client(
     becomes_customers = endpoint.created_by != "CUSTOMER" and (url is not None or auth is not None)
     if becomes_customers or endpoint.created_by == "CUSTOMER":
         check_customer_url(new_url)
+    if auth is None:
+        webhook_endpoints.check_auth_may_stay(endpoint, new_url)  # before it takes a place
     new_facility = facility if set_facility else endpoint.facility
     new_events = events if events is not None else list(endpoint.events)
     options = _options(principal, new_facility, new_events, auth or AuthInput())

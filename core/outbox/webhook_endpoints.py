@@ -8,8 +8,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal, TypedDict, Unpack
 from urllib.parse import urlsplit
 
+from yarl import URL
+
 from core.auth.crypto import SIGNING_SECRET_PREFIX, SecretBox, new_signing_secret
-from core.errors import Conflict, NotFound, ValidationFailed
+from core.errors import AuthMustBeGivenAgain, Conflict, NotFound, ValidationFailed
 from core.outbox.due import schedule
 from core.settings import Settings
 from core.storage import Doc, Storage
@@ -91,6 +93,42 @@ def allow_hosts_for(settings: Settings, endpoint: WebhookEndpoint) -> tuple[str,
     """The hosts exempt from the egress rules for this endpoint: the operator's allow-list for
     an endpoint an operator made; none for one a customer made (https, public addresses only)."""
     return () if endpoint.created_by == "CUSTOMER" else settings.webhook_allow_hosts
+
+
+def origin(url: str) -> str:
+    """Where a URL's requests go: scheme, host and port (the scheme's own when none is written),
+    as `https://host:443`. Credentials are given for one origin, as browsers scope them."""
+    parsed = URL(url)
+    return f"{parsed.scheme.lower()}://{(parsed.host or '').lower()}:{parsed.port}"
+
+
+def check_auth_may_stay(endpoint: WebhookEndpoint, new_url: str) -> None:
+    """The endpoint's stored auth (a Basic password; for a token, a login with its password
+    and the token the customer's login server mints) goes only to the origin it was given
+    for: another origin needs it given again, else AuthMustBeGivenAgain. Whoever may edit an
+    endpoint's URL, a client limited to one facility included, could otherwise have the
+    business's credentials sent to a server of their choosing."""
+    if endpoint.auth.kind == "none" or origin(new_url) == origin(endpoint.base_url):
+        return
+    raise AuthMustBeGivenAgain(
+        f"the endpoint's {endpoint.auth.kind} auth was given for {origin(endpoint.base_url)}; "
+        f"to send to {origin(new_url)}, give auth again (with its password), or NONE"
+    )
+
+
+def credential_scope(endpoint: WebhookEndpoint) -> tuple[str, ...]:
+    """What the endpoint's credentials were given for: its origin and its whole auth (the
+    password sealed anew on each change). A token minted under one scope is never sent under
+    another (webhooks/customer_auth.py caches tokens by it)."""
+    auth = endpoint.auth
+    return (
+        origin(endpoint.base_url),
+        auth.kind,
+        auth.username,
+        auth.password_sealed,
+        auth.login_url,
+        auth.token_field,
+    )
 
 
 def endpoint_from_doc(doc: Doc) -> WebhookEndpoint:
@@ -258,14 +296,21 @@ async def reconfigure(
     **options: Unpack[EndpointOptions],
 ) -> WebhookEndpoint:
     """Replace an endpoint's configuration (`keep_auth`: its stored auth stays, password
-    included); its id, secrets and enabled state are kept."""
+    included, and only at its origin: `check_auth_may_stay`); its id, secrets and enabled
+    state are kept."""
+    current = await get_endpoint(storage, endpoint_id)
     fields = _endpoint_fields(box, base_url, options)
+    guard: Doc = {"_id": endpoint_id}
     if keep_auth:
+        check_auth_may_stay(current, base_url)
         del fields["auth"]
+        # The auth kept is the one judged for this URL: not one another edit stored meanwhile.
+        guard["base_url"] = current.base_url
+        guard["auth.password_sealed"] = current.auth.password_sealed
     fields["created_by"] = created_by
-    done = await storage.webhook_endpoints.update_one({"_id": endpoint_id}, {"$set": fields})
+    done = await storage.webhook_endpoints.update_one(guard, {"$set": fields})
     if done.matched_count == 0:
-        raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
+        raise Conflict(f"webhook endpoint {endpoint_id} was changed meanwhile; try again")
     return await get_endpoint(storage, endpoint_id)
 
 

@@ -122,7 +122,10 @@ class CreateWebhookEndpointInput:
     auth: WebhookAuthInput | None = None
 
 
-@strawberry.input(description="The fields given replace the endpoint's (auth as a whole).")
+@strawberry.input(
+    description="The fields given replace the endpoint's (auth as a whole). A url of another "
+    "scheme, host or port needs auth given again (AUTH_MUST_BE_GIVEN_AGAIN without it)."
+)
 class UpdateWebhookEndpointInput:
     id: str
     url: str | None = None

@@ -1,0 +1,179 @@
+"""Attacks on customer-managed webhook endpoints and the inputs around them (the third outside
+review), kept as regression cases: credentials that followed a URL, whole backlogs requeued at
+will, dates and URLs that ended as INTERNAL."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from core.auth.crypto import SecretBox
+from core.outbox import webhook_endpoints
+from core.services import Services
+from core.storage import Storage
+from core.tenancy import tenants
+from tests.factories import Tenant
+from tests.public_api.graphql_support import gql
+from tests.webhooks.conftest import Receiver, endpoint_of, make_endpoint
+
+ENDPOINT = "id url createdBy auth { scheme username loginUrl }"
+UPDATE = f"""
+mutation Update($input: UpdateWebhookEndpointInput!) {{
+  updateWebhookEndpoint(input: $input) {{ {ENDPOINT} }}
+}}
+"""
+LIST = f"query {{ webhookEndpoints {{ {ENDPOINT} }} }}"
+TEST_SEND = """
+mutation Test($id: String!) {
+  sendTestWebhook(endpointId: $id, eventType: PALLET_EVENT) { succeeded statusCode error }
+}
+"""
+
+
+async def _facility_client_token(services: Services, tenant: Tenant) -> str:
+    """A token of a client limited to the tenant's facility."""
+    client = await tenants.create_client(
+        services.storage, tenant.business, facilities=[tenant.facility]
+    )
+    return (await services.tokens.issue(client.entity)).access_token
+
+
+def _code(body: dict[str, Any]) -> tuple[str, str]:
+    [error] = body["errors"]
+    return error["extensions"]["code"], error["extensions"].get("reason", "")
+
+
+@pytest.mark.parametrize(
+    "auth",
+    [
+        {"auth_kind": "basic", "username": "dock", "password": "the-business-password"},
+        {
+            "auth_kind": "token",
+            "username": "dock",
+            "password": "the-business-password",
+            "login_url": "https://login.acme.example/token",
+        },
+    ],
+    ids=["basic", "token"],
+)
+async def test_stored_credentials_never_follow_a_new_origin(
+    services: Services, tenant: Tenant, api: TestClient[Any, Any], auth: dict[str, Any]
+):
+    # An endpoint of the facility, with the business's credentials, made by an operator; a
+    # client limited to that facility points it at its own server and asks for a test send:
+    # the Basic password, or a token of the business's own login server, went there.
+    created = await make_endpoint(
+        services, tenant, "https://wms.acme.example/hooks", facility=tenant.facility, **auth
+    )
+    endpoint_id = endpoint_of(created).endpoint_id
+    token = await _facility_client_token(services, tenant)
+
+    refused = []
+    for url in ("https://attacker.example/hooks", "https://wms.acme.example:8443/hooks"):
+        _, body = await gql(api, UPDATE, {"input": {"id": endpoint_id, "url": url}}, token=token)
+        refused.append(body)
+    _, listed = await gql(api, LIST, token=token)
+
+    for body in refused:
+        assert body["data"] is None, body
+        assert _code(body) == ("BAD_USER_INPUT", "AUTH_MUST_BE_GIVEN_AGAIN"), body
+    assert "give auth again" in refused[0]["errors"][0]["message"]
+    # Nothing changed, and the operator's endpoint took none of the business's own places.
+    [unchanged] = listed["data"]["webhookEndpoints"]
+    assert unchanged["url"] == "https://wms.acme.example/hooks"
+    assert unchanged["createdBy"] == "OPERATOR"
+    assert unchanged["auth"]["scheme"] == auth["auth_kind"].upper()
+
+
+async def test_a_new_path_keeps_the_credentials_and_new_auth_replaces_them(
+    services: Services, tenant: Tenant, api: TestClient[Any, Any]
+):
+    created = await make_endpoint(
+        services,
+        tenant,
+        "https://wms.acme.example/hooks",
+        facility=tenant.facility,
+        auth_kind="basic",
+        username="dock",
+        password="the-business-password",
+    )
+    endpoint_id = endpoint_of(created).endpoint_id
+    token = await _facility_client_token(services, tenant)
+
+    _, same_origin = await gql(
+        api,
+        UPDATE,
+        {"input": {"id": endpoint_id, "url": "https://WMS.acme.example:443/v2"}},
+        token=token,
+    )
+    _, with_auth = await gql(
+        api,
+        UPDATE,
+        {"input": {"id": endpoint_id, "url": "https://new.example", "auth": {"scheme": "NONE"}}},
+        token=token,
+    )
+
+    assert same_origin["data"]["updateWebhookEndpoint"]["auth"]["scheme"] == "BASIC"
+    moved = with_auth["data"]["updateWebhookEndpoint"]
+    assert (moved["url"], moved["auth"]["scheme"]) == ("https://new.example", "NONE")
+    stored = await webhook_endpoints.get_endpoint(services.storage, endpoint_id)
+    assert stored.auth.password_sealed == ""
+
+
+@pytest.fixture
+async def two_receivers() -> AsyncIterator[tuple[Receiver, Receiver]]:
+    """Two customer servers of two origins, each logging in with tokens of its own."""
+    pair = (
+        Receiver(login_answer=lambda n: {"access_token": f"first{n}"}),
+        Receiver(login_answer=lambda n: {"access_token": f"other{n}"}),
+    )
+    for receiver in pair:
+        receiver.server = TestServer(receiver.app(), host="127.0.0.1", port=0)
+        await receiver.server.start_server()
+    yield pair
+    for receiver in pair:
+        assert receiver.server is not None
+        await receiver.server.close()
+
+
+async def test_a_token_minted_for_one_origin_is_never_sent_to_another(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    two_receivers: tuple[Receiver, Receiver],
+    api: TestClient[Any, Any],
+):
+    # The test sender kept the business's token by endpoint id alone: once the endpoint was
+    # pointed elsewhere, with a login of the new server, the cached token went there.
+    receiver, second_receiver = two_receivers
+    created = await make_endpoint(
+        services,
+        tenant,
+        receiver.base_url,
+        auth_kind="token",
+        username="dock",
+        password="pw",
+        login_url=f"{receiver.base_url}/login",
+    )
+    endpoint_id = endpoint_of(created).endpoint_id
+    _, first = await gql(api, TEST_SEND, {"id": endpoint_id}, token=tenant.token)
+    await webhook_endpoints.update_endpoint(
+        storage,
+        SecretBox(services.settings),
+        endpoint_id,
+        second_receiver.base_url,
+        auth_kind="token",
+        username="other",
+        password="pw2",
+        login_url=f"{second_receiver.base_url}/login",
+    )
+
+    _, second = await gql(api, TEST_SEND, {"id": endpoint_id}, token=tenant.token)
+
+    assert first["data"]["sendTestWebhook"]["succeeded"] is True, first
+    assert second["data"]["sendTestWebhook"]["succeeded"] is True, second
+    assert [r.headers["Authorization"] for r in receiver.requests] == ["Bearer first1"]
+    assert [r.headers["Authorization"] for r in second_receiver.requests] == ["Bearer other1"]
