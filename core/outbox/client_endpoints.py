@@ -26,7 +26,7 @@ from yarl import URL
 from core.auth.access import Principal
 from core.auth.crypto import SecretBox
 from core.errors import Forbidden, ValidationFailed
-from core.outbox import deliveries, egress_rules, webhook_endpoints
+from core.outbox import deliveries, egress_rules, per_minute, webhook_endpoints
 from core.outbox.webhook_endpoints import EndpointOptions, WebhookEndpoint, endpoint_from_doc
 from core.settings import Settings
 from core.storage import Storage
@@ -275,25 +275,42 @@ async def update_for_client(
 
 
 async def enable_for_client(
-    storage: Storage, principal: Principal, endpoint_id: str
+    storage: Storage, settings: Settings, principal: Principal, endpoint_id: str
 ) -> tuple[WebhookEndpoint, int]:
-    """`enableWebhookEndpoint`: enabled again, its DISABLED deliveries queued again (how many)."""
+    """`enableWebhookEndpoint`: enabled again, its DISABLED deliveries queued again (how many).
+    With disables, at most `webhook_endpoint_switches_per_minute` a business."""
     await endpoint_for_client(storage, principal, endpoint_id)
+    await _count_switch(storage, settings, principal)
     requeued = await deliveries.enable_endpoint(storage, endpoint_id)
     return await webhook_endpoints.get_endpoint(storage, endpoint_id), requeued
 
 
 async def disable_for_client(
-    storage: Storage, principal: Principal, endpoint_id: str, reason: str | None
+    storage: Storage, settings: Settings, principal: Principal, endpoint_id: str, reason: str | None
 ) -> WebhookEndpoint:
     """`disableWebhookEndpoint`: its deliveries wait as DISABLED; the business hears of it
-    (ENDPOINT_DISABLED) on its feed and its other OPERATIONAL endpoints."""
+    (ENDPOINT_DISABLED) on its feed and its other OPERATIONAL endpoints. With enables, at most
+    `webhook_endpoint_switches_per_minute` a business."""
     await endpoint_for_client(storage, principal, endpoint_id)
     text = (reason or "").strip() or f"disabled by client {principal.subject}"
     if len(text) > MAX_REASON_CHARS:
         raise ValidationFailed(f"reason is longer than {MAX_REASON_CHARS} characters")
+    await _count_switch(storage, settings, principal)
     await deliveries.disable_endpoint(storage, endpoint_id, text)
     return await webhook_endpoints.get_endpoint(storage, endpoint_id)
+
+
+async def _count_switch(storage: Storage, settings: Settings, principal: Principal) -> None:
+    """One more enable or disable of the business's endpoints this minute (RateLimited past
+    the allowance): each rewrites a whole backlog, and a disable tells the business too."""
+    await per_minute.take(
+        storage,
+        principal.business,
+        "endpoint-switch",
+        settings.webhook_endpoint_switches_per_minute,
+        datetime.now(UTC),
+        "endpoint enables and disables",
+    )
 
 
 async def delete_for_client(storage: Storage, principal: Principal, endpoint_id: str) -> None:

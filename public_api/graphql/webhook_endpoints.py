@@ -214,7 +214,7 @@ async def update_webhook_endpoint(
 async def enable_webhook_endpoint(info: GQLInfo, id: str) -> EnabledWebhookEndpoint:
     context = info.context
     endpoint, requeued = await client_endpoints.enable_for_client(
-        context.services.storage, context.require_principal(), id
+        context.services.storage, context.services.settings, context.require_principal(), id
     )
     return EnabledWebhookEndpoint(endpoint=WebhookEndpointType.of(endpoint), requeued=requeued)
 
@@ -224,7 +224,11 @@ async def disable_webhook_endpoint(
 ) -> WebhookEndpointType:
     context = info.context
     endpoint = await client_endpoints.disable_for_client(
-        context.services.storage, context.require_principal(), id, reason
+        context.services.storage,
+        context.services.settings,
+        context.require_principal(),
+        id,
+        reason,
     )
     return WebhookEndpointType.of(endpoint)
 

@@ -17,7 +17,13 @@ from core.storage import Storage
 from core.tenancy import tenants
 from tests.factories import Tenant
 from tests.public_api.graphql_support import gql
-from tests.webhooks.conftest import Receiver, endpoint_of, make_endpoint
+from tests.webhooks.conftest import (
+    Receiver,
+    append_pallets,
+    deliveries_of,
+    endpoint_of,
+    make_endpoint,
+)
 
 ENDPOINT = "id url createdBy auth { scheme username loginUrl }"
 UPDATE = f"""
@@ -177,3 +183,32 @@ async def test_a_token_minted_for_one_origin_is_never_sent_to_another(
     assert second["data"]["sendTestWebhook"]["succeeded"] is True, second
     assert [r.headers["Authorization"] for r in receiver.requests] == ["Bearer first1"]
     assert [r.headers["Authorization"] for r in second_receiver.requests] == ["Bearer other1"]
+
+
+ENABLE = "mutation E($id: String!) { enableWebhookEndpoint(id: $id) { requeued } }"
+DISABLE = "mutation D($id: String!) { disableWebhookEndpoint(id: $id) { enabled } }"
+
+
+async def test_enables_and_disables_are_limited_per_business_and_minute(
+    services: Services, storage: Storage, tenant: Tenant, api: TestClient[Any, Any]
+):
+    # Each enable requeued, and each disable held, the endpoint's whole backlog (and told the
+    # business), as often as a client asked: outside the allowance resends have.
+    endpoint_id = endpoint_of(
+        await make_endpoint(services, tenant, "https://hooks.acme.example")
+    ).endpoint_id
+    await append_pallets(storage, tenant, 3)
+    limit = services.settings.webhook_endpoint_switches_per_minute
+
+    answers = []
+    for n in range(limit + 1):
+        mutation = DISABLE if n % 2 else ENABLE
+        answers.append((await gql(api, mutation, {"id": endpoint_id}, token=tenant.token))[1])
+
+    assert all("errors" not in answer for answer in answers[:limit]), answers[:limit]
+    [error] = answers[limit]["errors"]
+    assert error["extensions"]["reason"] == "RATE_LIMITED"
+    assert f"at most {limit} endpoint enables and disables a minute" in error["message"]
+    # The refused enable requeued nothing: the backlog still waits as the last disable left it.
+    assert {d["status"] for d in await deliveries_of(storage)} == {"DISABLED"}
+    assert not (await webhook_endpoints.get_endpoint(storage, endpoint_id)).enabled
