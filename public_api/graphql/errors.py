@@ -77,6 +77,9 @@ def with_code(error: GraphQLError) -> GraphQLError:
     if error.extensions and "code" in error.extensions:
         return error
     original = error.original_error
+    # A variable's coercion wraps what a scalar raised in an error of its own.
+    while isinstance(original, GraphQLError) and original.original_error is not None:
+        original = original.original_error
     message = error.message
     if isinstance(original, DockflowError):
         extensions = error_extensions(original)

@@ -16,7 +16,7 @@ from core.services import Services
 from core.storage import Storage
 from core.tenancy import tenants
 from tests.factories import Tenant
-from tests.public_api.graphql_support import gql
+from tests.public_api.graphql_support import WsSession, gql
 from tests.webhooks.conftest import (
     Receiver,
     append_pallets,
@@ -212,3 +212,83 @@ async def test_enables_and_disables_are_limited_per_business_and_minute(
     # The refused enable requeued nothing: the backlog still waits as the last disable left it.
     assert {d["status"] for d in await deliveries_of(storage)} == {"DISABLED"}
     assert not (await webhook_endpoints.get_endpoint(storage, endpoint_id)).enabled
+
+
+# Dates whose UTC time is year 0 or year 10000: each parses as an ISO 8601 DateTime.
+UNSTORABLE_DATES = ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00")
+DATED = {
+    "exceptions": 'query Q($d: DateTime!) { exceptions(filter: {businessSlug: "acme", since: $d})'
+    " { id } }",
+    "webhookDeliveries": "query Q($d: DateTime!) { webhookDeliveries(filter: {since: $d}) { id } }",
+    "recoverWebhookDeliveries": "mutation M($d: DateTime!) "
+    '{ recoverWebhookDeliveries(endpointId: "ENDPOINT", since: $d) }',
+    "pushMessages": 'query Q($d: DateTime!) { pushMessages(input: {businessSlug: "acme", '
+    "since: $d}) { id } }",
+}
+
+
+def _as_literal(query: str, value: str) -> str:
+    """The same operation with the date written in the document instead of a variable."""
+    return query.replace("($d: DateTime!)", "").replace("$d", f'"{value}"')
+
+
+async def test_a_date_utc_cannot_hold_is_invalid_input_in_every_input(
+    services: Services,
+    tenant: Tenant,
+    api: TestClient[Any, Any],
+    caplog: pytest.LogCaptureFixture,
+):
+    # The shipments filter guarded it; every other `since` was an INTERNAL error with a logged
+    # traceback (30 aliases a request: 30 tracebacks).
+    endpoint_id = endpoint_of(
+        await make_endpoint(services, tenant, "https://h.example")
+    ).endpoint_id
+    answers: dict[str, dict[str, Any]] = {}
+    for name, query in DATED.items():
+        query = query.replace("ENDPOINT", endpoint_id)
+        for value in UNSTORABLE_DATES:
+            answers[f"{name} {value}"] = (await gql(api, query, {"d": value}, token=tenant.token))[
+                1
+            ]
+            literal = _as_literal(query, value)
+            answers[f"{name} {value} literal"] = (await gql(api, literal, token=tenant.token))[1]
+    ws = await WsSession.open(api)
+    try:
+        await ws.init({"Authorization": f"Bearer {tenant.token}"})
+        for n, value in enumerate(UNSTORABLE_DATES):
+            await ws.subscribe(
+                str(n),
+                "subscription S($d: DateTime!) "
+                '{ pushMessage(filter: {businessSlug: "acme", since: $d}) { id } }',
+                {"d": value},
+            )
+            answers[f"pushMessage {value}"] = {"errors": (await ws.receive())["payload"]}
+    finally:
+        await ws.ws.close()
+
+    for case, answer in answers.items():
+        [error] = answer["errors"]
+        assert error["extensions"]["code"] == "BAD_USER_INPUT", (case, answer)
+        assert error["extensions"]["reason"] == "VALIDATION_FAILED", (case, answer)
+        assert "out of range" in error["message"], (case, answer)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+async def test_a_documents_date_utc_cannot_hold_is_a_field_error(
+    tenant: Tenant, storage: Storage, api: TestClient[Any, Any]
+):
+    # The REST document took the same dates, and its write ended in a 500.
+    line = {"lpn": "L1", "sku": "S1", "quantity": 1, "quantityUnit": "CASE"}
+    base = {"business": "acme", "facility": "dc1", "direction": "OUTBOUND", "items": [line]}
+    answers = []
+    for n, value in enumerate(UNSTORABLE_DATES):
+        document = {**base, "orderNumber": f"O{n}", "expectedArrivalAt": value}
+        response = await api.post("/documents", json=document, headers=tenant.auth)
+        answers.append((response.status, await response.json(content_type=None)))
+
+    for status, problem in answers:
+        assert status == 422, problem
+        [error] = problem["errors"]
+        assert error["path"] == "expectedArrivalAt"
+        assert "out of range" in error["detail"]
+    assert await storage.orders.count_documents({}) == 0
