@@ -4,14 +4,18 @@ will, dates and URLs that ended as INTERNAL."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from yarl import URL
 
 from core.auth.crypto import SecretBox
-from core.outbox import webhook_endpoints
+from core.outbox import egress_rules, webhook_endpoints, webhook_urls
 from core.services import Services
 from core.storage import Storage
 from core.tenancy import tenants
@@ -292,3 +296,93 @@ async def test_a_documents_date_utc_cannot_hold_is_a_field_error(
         assert error["path"] == "expectedArrivalAt"
         assert "out of range" in error["detail"]
     assert await storage.orders.count_documents({}) == 0
+
+
+# --- URLs: one rule for every URL given for a webhook, never a parser's exception ----------------
+
+_TRICKY_HOSTS = [
+    "xn--",
+    "xn--a",
+    "xn--ls8h.la",
+    "a..b",
+    "%zz",
+    "[::1",
+    "[::1]",
+    "[fe80::1%25eth0]",
+    "127.1",
+    "0x7f.1",
+    "8.8.8.8.",
+    "\u2100.com",
+    "é.example",
+    "a" * 64 + ".example",
+    "hooks.acme.example",
+]
+hosts = st.one_of(
+    st.sampled_from(_TRICKY_HOSTS),
+    st.builds("xn--{}".format, st.text(alphabet="abz09-.", max_size=8)),
+    st.text(max_size=20),
+)
+urls = st.one_of(
+    st.text(max_size=40),
+    st.builds(
+        "{}://{}{}{}{}".format,
+        st.sampled_from(["https", "http", "HTTPS", "ftp", ""]),
+        st.sampled_from(["", "user@", "user:pw@", "@"]),
+        hosts,
+        st.sampled_from(["", ":0", ":443", ":99999", ":-1", ":x", ":"]),
+        st.sampled_from(["", "/", "/hooks", "/?q=1", "/#f", "/%", "/\\"]),
+    ),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(url=urls)
+@example(url="https://xn--/")
+def test_the_url_rule_answers_every_string_and_what_it_accepts_can_be_sent(url: str):
+    for customer, routes_added in ((True, True), (True, False), (False, True), (False, False)):
+        refusal = webhook_urls.url_refusal(url, customer=customer, routes_added=routes_added)
+        assert refusal is None or isinstance(refusal, str)
+        if refusal is None:  # what is stored is what every later step can read
+            assert URL(url).host
+            assert webhook_endpoints.origin(url).startswith(("http://", "https://"))
+            egress_rules.url_refusal(url, ())
+
+
+@pytest.fixture
+async def session_loop() -> asyncio.AbstractEventLoop:
+    """The loop the servers live on; the property test drives it between examples."""
+    return asyncio.get_running_loop()
+
+
+CREATE = """
+mutation C($input: CreateWebhookEndpointInput!) {
+  createWebhookEndpoint(input: $input) { signingSecret }
+}
+"""
+
+
+# A plain (sync) test driving the session loop itself, as tests/core/test_intake_property.py.
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(url=urls)
+@example(url="https://xn--/")
+def test_no_url_given_through_graphql_is_an_internal_error(
+    tenant: Tenant,
+    api: TestClient[Any, Any],
+    session_loop: asyncio.AbstractEventLoop,
+    url: str,
+):
+    login = {"scheme": "TOKEN", "username": "u", "password": "p", "loginUrl": url}
+    inputs = [
+        {"url": url, "events": ["PALLET_EVENT"]},
+        {"url": "https://hooks.acme.example", "events": ["PALLET_EVENT"], "auth": login},
+    ]
+    for given_input in inputs:
+        _, body = session_loop.run_until_complete(
+            gql(api, CREATE, {"input": given_input}, token=tenant.token)
+        )
+        codes = [error["extensions"]["code"] for error in body.get("errors", [])]
+        assert "INTERNAL" not in codes, (url, body)
