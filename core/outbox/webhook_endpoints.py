@@ -307,9 +307,11 @@ async def reconfigure(
     if keep_auth:
         check_auth_may_stay(current, base_url)
         del fields["auth"]
-        # The auth kept is the one judged for this URL: not one another edit stored meanwhile.
+        # The auth kept is the one judged for this URL: not one another edit stored meanwhile
+        # (a password is sealed anew on every change; an endpoint without one may lack it).
+        sealed = current.auth.password_sealed
         guard["base_url"] = current.base_url
-        guard["auth.password_sealed"] = current.auth.password_sealed
+        guard["auth.password_sealed"] = sealed if sealed else {"$in": ["", None]}
     fields["created_by"] = created_by
     done = await storage.webhook_endpoints.update_one(guard, {"$set": fields})
     if done.matched_count == 0:

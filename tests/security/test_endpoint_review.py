@@ -133,6 +133,31 @@ async def test_a_new_path_keeps_the_credentials_and_new_auth_replaces_them(
     assert stored.auth.password_sealed == ""
 
 
+async def test_an_endpoint_stored_without_auth_fields_is_still_reconfigured(
+    storage: Storage, tenant: Tenant, api: TestClient[Any, Any]
+):
+    # An endpoint written before auth was stored has no password to guard: the edit's check
+    # against a concurrent one must still match it.
+    await storage.webhook_endpoints.insert_one(
+        {
+            "_id": "whe_legacy",
+            "business": tenant.business,
+            "base_url": "https://old.acme.example",
+            "created_by": "CUSTOMER",
+            "signing_secrets": ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+        }
+    )
+
+    _, body = await gql(
+        api,
+        UPDATE,
+        {"input": {"id": "whe_legacy", "url": "https://new.acme.example"}},
+        token=tenant.token,
+    )
+
+    assert body["data"]["updateWebhookEndpoint"]["url"] == "https://new.acme.example", body
+
+
 @pytest.fixture
 async def two_receivers() -> AsyncIterator[tuple[Receiver, Receiver]]:
     """Two customer servers of two origins, each logging in with tokens of its own."""
