@@ -3,9 +3,12 @@ explained by the server of the lane (docs/benchmarks.md has the figures of `benc
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from bson import json_util
 from pymongo import AsyncMongoClient, monitoring
 
 from core.auth.access import Principal
@@ -81,9 +84,67 @@ async def test_a_delivery_page_is_read_by_an_index_led_by_the_business(
         plan = await storage.webhook_deliveries.find(query).sort(list(sort.items())).explain()
         assert backends.reads_by_index_led_by(plan, "business"), (query, _winning(plan))
     # A filtered page (status, since) reads by it too where the planner weighs the sort
-    # (SQLite: the order is the index's; MongoDB); nx-27017's explain leaves the sort out and
-    # SecantusDB's explains only filters naming an index's fields whole, so it is not asked.
+    # (SQLite: the order is the index's; MongoDB); nx-27017's explain over the wire leaves the
+    # sort out (SQLite's own plan of every page, sort included, is checked below) and
+    # SecantusDB's explains only filters naming an index's fields whole.
     assert filtered[0]["business"] == "acme"
+
+
+# Every page's SQL plan on nx-27017 (its patches applied, in process): read from the index in
+# the page's order, so that the LIMIT stops the walk (no temporary B-tree sorting the matches).
+SQL_PLANS = """
+import sys
+from bson import json_util
+from dockflow.embedded.launcher import apply_patches
+apply_patches()
+import neosqlite
+from core.storage import INDEXES
+deliveries = neosqlite.Connection(":memory:")["webhook_deliveries"]
+for model in INDEXES["webhook_deliveries"]:
+    keys = list(model.document["key"].items())
+    deliveries.create_index(keys if len(keys) > 1 else keys[0][0])
+for query, sort in json_util.loads(sys.argv[1]):
+    plan = deliveries.find(query).sort(list(sort.items())).limit(50).explain()
+    print(" / ".join(step["detail"] for step in plan["queryPlanner"]["winningPlan"]))
+"""
+
+
+@backends.only_on_nx_27017("SQLite query plans of the nx-27017 patches")
+async def test_every_delivery_page_is_read_in_its_order_from_the_index(
+    settings: Settings, storage: Storage
+):
+    listener = DeliveryFinds()
+    client: AsyncMongoClient[Doc] = AsyncMongoClient(
+        settings.mongodb_url, tz_aware=True, event_listeners=[listener]
+    )
+    acme = Principal("client", "acme", facilities=frozenset({"dc1"}))
+    await storage.webhook_endpoints.insert_one(
+        {"_id": "whe_acme0", "business": "acme", "facility": "dc1", "base_url": "https://a.example"}
+    )
+    since = datetime.now(UTC) - timedelta(days=1)
+    try:
+        reading = Storage(client, settings.mongodb_db)
+        for wanted in (
+            DeliveryFilter(),
+            DeliveryFilter(status="FAILED", since=since),
+            DeliveryFilter(status="PENDING"),
+            DeliveryFilter(endpoint_id="whe_acme0", since=since),
+        ):
+            await list_for_client(reading, acme, wanted)
+    finally:
+        await client.close()
+    pages = [(query, sort) for query, sort, _ in listener.finds if sort]
+
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", SQL_PLANS, json_util.dumps(pages), stdout=asyncio.subprocess.PIPE
+    )
+    output, _ = await process.communicate()
+    plans = output.decode().splitlines()
+
+    assert len(plans) == len(pages) == 4
+    for plan in plans:
+        assert "USING INDEX idx_webhook_deliveries_business_message_id_endpoint_id" in plan, plan
+        assert "TEMP B-TREE" not in plan, plan
 
 
 def _winning(plan: dict[str, Any]) -> Any:
