@@ -77,9 +77,13 @@ def with_code(error: GraphQLError) -> GraphQLError:
     if error.extensions and "code" in error.extensions:
         return error
     original = error.original_error
-    # A variable's coercion wraps what a scalar raised in an error of its own.
-    while isinstance(original, GraphQLError) and original.original_error is not None:
-        original = original.original_error
+    # A variable's coercion wraps what a scalar raised (a date the rule refuses) in an error
+    # of its own: that domain error is the answer.
+    inner = original
+    while isinstance(inner, GraphQLError) and inner.original_error is not None:
+        inner = inner.original_error
+    if isinstance(inner, DockflowError):
+        original = inner
     message = error.message
     if isinstance(original, DockflowError):
         extensions = error_extensions(original)
