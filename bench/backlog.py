@@ -1,7 +1,7 @@
 """What one business's backlog costs every other: the database time of the queries that run
 for everyone (retry claims, queue gauges) and of the ones a business may run at will (a
-`pushMessages(since:)` page, the open exceptions count), at a backlog of `--size` and of a
-hundredth of it, on the same server.
+`pushMessages(since:)` page, the open exceptions count, a `webhookDeliveries` page, its own or
+the business's beside), at a backlog of `--size` and of a hundredth of it, on the same server.
 
     python -m bench.backlog --engine nx-27017 --size 30000
 
@@ -25,28 +25,31 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from core.auth.access import Scope
+from core.auth.access import Principal, Scope
 from core.exceptions.queries import ExceptionFilter, find_exceptions, open_count
 from core.feed.reader import list_messages
-from core.outbox import deliveries
+from core.outbox import deliveries, delivery_log
 from core.outbox.due import schedule
 from core.storage import Storage
 from dockflow.embedded.supervisor import EmbeddedMongo
 
 LIMIT = 3.0
 DEAD = "whe_dead"
+HEALTHY = "whe_healthy"
+HEALTHY_DELIVERIES = 50  # business `c`'s: one page
 
 
 async def _fill(storage: Storage, size: int) -> None:
     """A dead endpoint's `size` due retries, `size` messages and open exceptions of business
-    `b`; a healthy business `c` beside it."""
+    `b`; a healthy business `c` beside it, with one page of delivered messages."""
     now = datetime.now(UTC)
     start = now - timedelta(seconds=size)
     for first in range(0, size, 5000):
         batch = range(first, min(size, first + 5000))
         await storage.webhook_deliveries.insert_many(
             {
-                "_id": f"dlv_{i}",
+                "_id": f"dlv_{i + 1}_dead",
+                "business": "b",
                 "endpoint_id": DEAD,
                 "message_id": i + 1,
                 "event": "PALLET_EVENT",
@@ -78,6 +81,20 @@ async def _fill(storage: Storage, size: int) -> None:
             }
             for i in batch
         )
+    await storage.webhook_deliveries.insert_many(
+        {
+            "_id": f"dlv_{size + i + 1}_healthy",
+            "business": "c",
+            "endpoint_id": HEALTHY,
+            "message_id": size + i + 1,
+            "event": "PALLET_EVENT",
+            "status": deliveries.SUCCEEDED,
+            "attempts": 1,
+            "created_at": now,
+            **schedule(None),
+        }
+        for i in range(HEALTHY_DELIVERIES)
+    )
 
 
 async def _median_ms(run: Callable[[], Awaitable[Any]], runs: int) -> float:
@@ -113,6 +130,17 @@ async def _measure(storage: Storage, runs: int) -> dict[str, float]:
         ),
         "exceptions page, since": lambda: find_exceptions(
             storage, b, ExceptionFilter(first=100, since=since)
+        ),
+        "webhookDeliveries page": lambda: delivery_log.list_for_client(
+            storage, Principal("bench", "b"), delivery_log.DeliveryFilter()
+        ),
+        "webhookDeliveries page, FAILED since": lambda: delivery_log.list_for_client(
+            storage,
+            Principal("bench", "b"),
+            delivery_log.DeliveryFilter(status="FAILED", since=since),
+        ),
+        "webhookDeliveries page of the business beside": lambda: delivery_log.list_for_client(
+            storage, Principal("bench", "c"), delivery_log.DeliveryFilter()
         ),
     }
     return {name: await _median_ms(run, runs) for name, run in queries.items()}

@@ -110,6 +110,13 @@ class IdempotencyKeyReused(ValidationFailed):
     code = "IDEMPOTENCY_KEY_REUSED"
 
 
+class AuthMustBeGivenAgain(ValidationFailed):
+    """A webhook endpoint's stored credentials were given for one origin (scheme, host, port):
+    sending to another needs them given again (`webhook_endpoints.check_auth_may_stay`)."""
+
+    code = "AUTH_MUST_BE_GIVEN_AGAIN"
+
+
 class RetentionExceeded(ValidationFailed):
     """Messages asked for are older than the retained feed (`core.retention`)."""
 

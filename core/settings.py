@@ -167,6 +167,9 @@ class Settings(BaseSettings):
     # Resends and recoveries (resendWebhookDelivery, recoverWebhookDeliveries) a business may
     # ask for per minute, together.
     webhook_redeliveries_per_minute: int = Field(30, ge=1, le=10000)
+    # Enables and disables of endpoints (enableWebhookEndpoint, disableWebhookEndpoint) a
+    # business may ask for per minute, together: each requeues or holds a whole backlog.
+    webhook_endpoint_switches_per_minute: int = Field(10, ge=1, le=10000)
     # Per worker: requests in flight to one endpoint, and requests per second to it (0: no limit).
     webhook_endpoint_concurrency: int = Field(4, ge=1)
     webhook_endpoint_rate_per_s: float = Field(50.0, ge=0)

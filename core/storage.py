@@ -176,6 +176,12 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("status", ASCENDING), ("due_ms", ASCENDING)]),
         IndexModel([("endpoint_id", ASCENDING), ("status", ASCENDING), ("message_id", ASCENDING)]),
         IndexModel([("message_id", ASCENDING)]),
+        # a business's deliveries in the order `webhookDeliveries` pages them (core/outbox/
+        # delivery_log.py): endpoint_id, not _id, breaks a message's ties (nx-27017 cannot
+        # index `_id` beside other fields); the same order, as _id is built from both
+        IndexModel(
+            [("business", ASCENDING), ("message_id", ASCENDING), ("endpoint_id", ASCENDING)]
+        ),
     ],
     "delivery_attempts": [IndexModel([("delivery_id", ASCENDING)])],
     "shipment_documents": [IndexModel([("shipment_id", ASCENDING)])],

@@ -8,6 +8,7 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
+from core.instants import instant_refusal
 from core.outbox import deliveries
 from core.services import Services
 from dockflow import admin
@@ -75,7 +76,10 @@ def parse_time(text: str) -> datetime:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    if refusal := instant_refusal(moment):  # the date rule of every input
+        raise argparse.ArgumentTypeError(f"{text!r} {refusal}")
+    return moment
 
 
 def _when(value: Any) -> str:

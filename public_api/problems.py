@@ -73,6 +73,7 @@ HTTP_PROBLEMS: dict[str, tuple[int, str]] = {
     "VALIDATION_FAILED": (422, "Unprocessable Entity"),
     "IDEMPOTENCY_KEY_REUSED": (422, "Unprocessable Entity"),
     "RETENTION_EXCEEDED": (422, "Unprocessable Entity"),
+    "AUTH_MUST_BE_GIVEN_AGAIN": (422, "Unprocessable Entity"),
     "RATE_LIMITED": (429, "Too Many Requests"),
     # Not 429: retrying does not help until retention deletes data or the quota is raised.
     "QUOTA_EXCEEDED": (403, "Quota Exceeded"),

@@ -1,10 +1,11 @@
 """How dockflow authenticates to a customer's webhook server: none, basic, or token.
 
 Token: POST the customer's login URL with ``{"username", "password"}``, read the token from the
-configured JSON field, and cache it per endpoint until its ``expires_in`` runs out or the
-customer answers 401; then log in again once. Passwords are decrypted only when used.
-The login answer is read up to `webhook_max_login_answer_bytes` (a bigger one is a failed
-attempt, never buffered), and the token must be a printable ASCII header value.
+configured JSON field, and cache it per endpoint and credential scope (its origin and whole auth:
+`credential_scope`, so a token never follows a changed URL or login) until its ``expires_in``
+runs out or the customer answers 401; then log in again once. Passwords are decrypted only
+when used. The login answer is read up to `webhook_max_login_answer_bytes` (a bigger one is a
+failed attempt, never buffered), and the token must be a printable ASCII header value.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from core.auth.crypto import SecretBox
-from core.outbox.webhook_endpoints import WebhookEndpoint, authorization
+from core.outbox.webhook_endpoints import WebhookEndpoint, authorization, credential_scope
 from webhooks.egress import check_url
 from webhooks.transport import describe_error, read_capped
 
@@ -62,7 +63,8 @@ class CustomerAuth:
         self._timeout_s = timeout_s
         self._allow_hosts = allow_hosts
         self._user_agent = user_agent
-        self._tokens: dict[str, _CachedToken] = {}
+        # By endpoint id: the scope the token was minted under, and the token.
+        self._tokens: dict[str, tuple[tuple[str, ...], _CachedToken]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.logins = 0  # successful logins, for operators' curiosity and tests
 
@@ -83,11 +85,16 @@ class CustomerAuth:
         already replaced it). True when a fresh login may help (token auth)."""
         if endpoint.auth.kind != "token":
             return False
-        cached = self._tokens.get(endpoint.endpoint_id)
+        cached = self._cached(endpoint)
         sent = headers.get("Authorization")
         if cached is not None and sent == authorization(endpoint.auth.header_format, cached.token):
             del self._tokens[endpoint.endpoint_id]
         return True
+
+    def _cached(self, endpoint: WebhookEndpoint) -> _CachedToken | None:
+        """The token cached for the endpoint as it is now (none once its scope changed)."""
+        scope, cached = self._tokens.get(endpoint.endpoint_id, ((), None))
+        return cached if scope == credential_scope(endpoint) else None
 
     def forget(self, endpoint_id: str) -> None:
         self._tokens.pop(endpoint_id, None)
@@ -95,13 +102,13 @@ class CustomerAuth:
     async def _token(self, endpoint: WebhookEndpoint) -> str:
         lock = self._locks.setdefault(endpoint.endpoint_id, asyncio.Lock())
         async with lock:  # concurrent deliveries to one endpoint share one login
-            cached = self._tokens.get(endpoint.endpoint_id)
+            cached = self._cached(endpoint)
             if cached is not None and (
                 cached.expires_at is None or time.monotonic() < cached.expires_at
             ):
                 return cached.token
             fresh = await self._login(endpoint)
-            self._tokens[endpoint.endpoint_id] = fresh
+            self._tokens[endpoint.endpoint_id] = (credential_scope(endpoint), fresh)
             self.logins += 1
             return fresh.token
 

@@ -53,6 +53,7 @@ from core import metrics, retention
 from core.auth.access import Principal
 from core.errors import DockflowError, ErrorList, FeedStopped, Forbidden, SlowConsumer
 from core.feed import publish
+from core.instants import instant_refusal
 from core.settings import Settings
 from core.storage import UNAVAILABLE_ERRORS, Doc, Storage
 
@@ -116,8 +117,8 @@ def check_scope(principal: Principal, business: str, facility: str | None = None
 def validate_page(since: datetime | None, first: int | None) -> int:
     """`first` with its default; `since` must carry a UTC offset."""
     errors = ErrorList()
-    if since is not None and (since.tzinfo is None or since.utcoffset() is None):
-        errors.add("since", "must carry a UTC offset, e.g. 2026-05-01T00:00:00Z")
+    if since is not None and (refusal := instant_refusal(since)) is not None:
+        errors.add("since", refusal)
     page = DEFAULT_PAGE if first is None else first
     if not 1 <= page <= MAX_PAGE:
         errors.add("first", f"must be between 1 and {MAX_PAGE}")

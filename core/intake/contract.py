@@ -28,6 +28,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from core.errors import ErrorList, FieldError, ValidationFailed
+from core.instants import instant_refusal
 from core.settings import Settings
 from core.shipments.directions import ShipmentDirection
 
@@ -301,7 +302,9 @@ def parse_document(data: Any, limits: TextLimits | None = None) -> IntakeDocumen
 def _check_shape(document: IntakeDocument) -> None:
     errors = ErrorList()
     arrival = document.expected_arrival_at
-    if arrival is not None and arrival > datetime.now(UTC) + MAX_ARRIVAL_AHEAD:
+    if arrival is not None and (refusal := instant_refusal(arrival)) is not None:
+        errors.add("expectedArrivalAt", refusal)
+    elif arrival is not None and arrival > datetime.now(UTC) + MAX_ARRIVAL_AHEAD:
         errors.add("expectedArrivalAt", "more than two years ahead")
     if document.orders is not None:
         if document.order_number is not None:

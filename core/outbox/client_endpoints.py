@@ -14,25 +14,21 @@ it is sent to: `webhook_endpoints.allow_hosts_for`), and a business has at most
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
 from pymongo.errors import DuplicateKeyError
-from yarl import URL
 
 from core.auth.access import Principal
 from core.auth.crypto import SecretBox
 from core.errors import Forbidden, ValidationFailed
-from core.outbox import deliveries, egress_rules, webhook_endpoints
+from core.outbox import deliveries, per_minute, webhook_endpoints, webhook_urls
 from core.outbox.webhook_endpoints import EndpointOptions, WebhookEndpoint, endpoint_from_doc
 from core.settings import Settings
 from core.storage import Storage
 from core.tenancy.tenants import Created, get_facility
 
-MAX_URL_CHARS = 2048
 MAX_REASON_CHARS = 500
 MAX_FIELD_CHARS = 200  # usernames, passwords, token field names, header formats
 
@@ -79,40 +75,9 @@ async def list_for_client(storage: Storage, principal: Principal) -> list[Webhoo
 
 
 def check_customer_url(url: str, what: str = "url") -> None:
-    """The egress rules for a URL a customer gives, with no allow-list; ValidationFailed."""
-    if len(url) > MAX_URL_CHARS:
-        raise ValidationFailed(f"{what} is longer than {MAX_URL_CHARS} characters")
-    if any(ch.isspace() or not ch.isprintable() for ch in url):
-        raise ValidationFailed(f"{what} must not contain spaces or control characters")
-    try:
-        parsed = URL(url)
-    except ValueError:
-        raise ValidationFailed(f"{what} is not a URL") from None
-    if not parsed.is_absolute() or not parsed.host:
-        raise ValidationFailed(f"{what} must be an absolute https URL")
-    if parsed.explicit_port == 0:
-        raise ValidationFailed(f"{what} has port 0")
-    if _odd_ipv4(parsed.host):
-        raise ValidationFailed(f"{what}: write an IPv4 address as four decimal numbers")
-    if parsed.user is not None or parsed.password is not None:
-        raise ValidationFailed(f"{what} must not carry credentials; use auth instead")
-    if parsed.query_string or parsed.fragment:
-        raise ValidationFailed(f"{what} must have no query or fragment (routes are added to it)")
-    refusal = egress_rules.url_refusal(url, ())
-    if refusal is not None:
-        raise ValidationFailed(f"{what} is refused: {refusal}")
-
-
-def _odd_ipv4(host: str) -> bool:
-    """A host that URL parsers read as an IPv4 address (its last label is a number) written
-    otherwise than dotted decimal: `2130706433`, `0177.0.0.1`, `127.1`, `0x7f.1`, `1.2.3.4.`."""
-    last = host.rstrip(".").rsplit(".", 1)[-1]
-    if not re.fullmatch(r"[0-9]+|0[xX][0-9a-fA-F]*", last):
-        return False
-    try:
-        return str(ipaddress.IPv4Address(host)) != host
-    except ValueError:
-        return True
+    """A URL a customer gives: the one rule for webhook URLs (`webhook_urls`), with the egress
+    rules and no allow-list; ValidationFailed naming `what`."""
+    webhook_urls.check_url(url, what, customer=True, routes_added=what == "url")
 
 
 def _options(
@@ -243,7 +208,9 @@ async def update_for_client(
     auth: AuthInput | None,
 ) -> WebhookEndpoint:
     """`updateWebhookEndpoint`: the fields given replace the endpoint's (auth as a whole, with
-    its password); the id, secrets and enabled state are kept. An endpoint an operator made
+    its password; given again when the URL's origin changes, `check_auth_may_stay`); the id,
+    secrets and enabled state are kept. A facility change keeps the auth: the requests still
+    go where the credentials were given for. An endpoint an operator made
     becomes the business's own once a client gives it a URL or an auth (where dockflow
     connects): the egress rules of a customer's apply to both, and it counts towards the
     business's limit."""
@@ -252,6 +219,8 @@ async def update_for_client(
     becomes_customers = endpoint.created_by != "CUSTOMER" and (url is not None or auth is not None)
     if becomes_customers or endpoint.created_by == "CUSTOMER":
         check_customer_url(new_url)
+    if auth is None:
+        webhook_endpoints.check_auth_may_stay(endpoint, new_url)  # before it takes a place
     new_facility = facility if set_facility else endpoint.facility
     new_events = events if events is not None else list(endpoint.events)
     options = _options(principal, new_facility, new_events, auth or AuthInput())
@@ -271,25 +240,42 @@ async def update_for_client(
 
 
 async def enable_for_client(
-    storage: Storage, principal: Principal, endpoint_id: str
+    storage: Storage, settings: Settings, principal: Principal, endpoint_id: str
 ) -> tuple[WebhookEndpoint, int]:
-    """`enableWebhookEndpoint`: enabled again, its DISABLED deliveries queued again (how many)."""
+    """`enableWebhookEndpoint`: enabled again, its DISABLED deliveries queued again (how many).
+    With disables, at most `webhook_endpoint_switches_per_minute` a business."""
     await endpoint_for_client(storage, principal, endpoint_id)
+    await _count_switch(storage, settings, principal)
     requeued = await deliveries.enable_endpoint(storage, endpoint_id)
     return await webhook_endpoints.get_endpoint(storage, endpoint_id), requeued
 
 
 async def disable_for_client(
-    storage: Storage, principal: Principal, endpoint_id: str, reason: str | None
+    storage: Storage, settings: Settings, principal: Principal, endpoint_id: str, reason: str | None
 ) -> WebhookEndpoint:
     """`disableWebhookEndpoint`: its deliveries wait as DISABLED; the business hears of it
-    (ENDPOINT_DISABLED) on its feed and its other OPERATIONAL endpoints."""
+    (ENDPOINT_DISABLED) on its feed and its other OPERATIONAL endpoints. With enables, at most
+    `webhook_endpoint_switches_per_minute` a business."""
     await endpoint_for_client(storage, principal, endpoint_id)
     text = (reason or "").strip() or f"disabled by client {principal.subject}"
     if len(text) > MAX_REASON_CHARS:
         raise ValidationFailed(f"reason is longer than {MAX_REASON_CHARS} characters")
+    await _count_switch(storage, settings, principal)
     await deliveries.disable_endpoint(storage, endpoint_id, text)
     return await webhook_endpoints.get_endpoint(storage, endpoint_id)
+
+
+async def _count_switch(storage: Storage, settings: Settings, principal: Principal) -> None:
+    """One more enable or disable of the business's endpoints this minute (RateLimited past
+    the allowance): each rewrites a whole backlog, and a disable tells the business too."""
+    await per_minute.take(
+        storage,
+        principal.business,
+        "endpoint-switch",
+        settings.webhook_endpoint_switches_per_minute,
+        datetime.now(UTC),
+        "endpoint enables and disables",
+    )
 
 
 async def delete_for_client(storage: Storage, principal: Principal, endpoint_id: str) -> None:

@@ -71,9 +71,9 @@ async def list_for_client(
             {"business": principal.business, "facility": {"$in": sorted(principal.facilities)}},
             {"_id": 1},
         ).to_list()
-        query["endpoint_id"] = {"$in": [e["_id"] for e in visible]}
+        query["endpoint_id"] = _one_of([e["_id"] for e in visible])
     if wanted.status is not None:
-        query["status"] = {"$in": list(SHOWN[wanted.status])}
+        query["status"] = _one_of(list(SHOWN[wanted.status]))
     if wanted.since is not None:
         query["created_at"] = {"$gte": wanted.since}
     after: tuple[int, str] | None = None
@@ -82,25 +82,39 @@ async def list_for_client(
         # id, of another facility or made up, gets the same answer.
         shown: Doc = {k: v for k, v in query.items() if k in ("business", "endpoint_id")}
         anchor = await storage.webhook_deliveries.find_one(
-            {**shown, "_id": wanted.after_id}, {"message_id": 1}
+            {**shown, "_id": wanted.after_id}, {"message_id": 1, "endpoint_id": 1}
         )
         if anchor is None:
             raise ValidationFailed(f"afterId {wanted.after_id!r} is not a delivery of yours")
-        after = (int(anchor["message_id"]), wanted.after_id)
+        after = _position(anchor)
         query["message_id"] = {"$gte": after[0]}
     # Deliveries of one message id differ by endpoint: a page boundary inside one message id
-    # needs the ones past `after_id` only, so a few more are read than shown.
+    # needs the ones past `after_id` only, so a few more are read than shown. The order is the
+    # (business, message_id, endpoint_id) index's: the page is read from it and stops at its
+    # limit, whoever else has deliveries (a delivery's id is made of the same two, so this is
+    # also the order of ids within a message).
     found = (
         await storage.webhook_deliveries.find(query)
-        .sort([("message_id", ASCENDING), ("_id", ASCENDING)])
+        .sort([("message_id", ASCENDING), ("endpoint_id", ASCENDING)])
         .limit(wanted.first + (MAX_FIRST if after else 0))
         .to_list()
     )
     if after is not None:
-        found = [d for d in found if (int(d["message_id"]), d["_id"]) > after]
+        found = [d for d in found if _position(d) > after]
     page = found[: wanted.first]
     attempts = await _attempts_of(storage, [d["_id"] for d in page])
     return [DeliveryView(d, attempts.get(d["_id"], [])) for d in page]
+
+
+def _position(delivery: Doc) -> tuple[int, str]:
+    """Where a delivery stands in the pages' order."""
+    return int(delivery["message_id"]), delivery["endpoint_id"]
+
+
+def _one_of(values: list[str]) -> str | Doc:
+    """A filter on one of `values`: an equality when there is one (the embedded server sorts
+    and limits a date query in SQL only without `$in`)."""
+    return values[0] if len(values) == 1 else {"$in": values}
 
 
 async def _attempts_of(storage: Storage, delivery_ids: list[str]) -> dict[str, list[Doc]]:

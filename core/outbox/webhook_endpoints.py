@@ -6,10 +6,12 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, TypedDict, Unpack
-from urllib.parse import urlsplit
+
+from yarl import URL
 
 from core.auth.crypto import SIGNING_SECRET_PREFIX, SecretBox, new_signing_secret
-from core.errors import Conflict, NotFound, ValidationFailed
+from core.errors import AuthMustBeGivenAgain, Conflict, NotFound, ValidationFailed
+from core.outbox import webhook_urls
 from core.outbox.due import schedule
 from core.settings import Settings
 from core.storage import Doc, Storage
@@ -93,6 +95,45 @@ def allow_hosts_for(settings: Settings, endpoint: WebhookEndpoint) -> tuple[str,
     return () if endpoint.created_by == "CUSTOMER" else settings.webhook_allow_hosts
 
 
+def origin(url: str) -> str:
+    """Where a URL's requests go: scheme, host and port (the scheme's own when none is written),
+    as `https://host:443`. Credentials are given for one origin, as browsers scope them."""
+    try:  # a stored URL may predate the URL rule (core.outbox.webhook_urls)
+        parsed = URL(url)
+        return f"{parsed.scheme.lower()}://{(parsed.raw_host or '').lower()}:{parsed.port}"
+    except ValueError:
+        return url
+
+
+def check_auth_may_stay(endpoint: WebhookEndpoint, new_url: str) -> None:
+    """The endpoint's stored auth (a Basic password; for a token, a login with its password
+    and the token the customer's login server mints) goes only to the origin it was given
+    for: another origin needs it given again, else AuthMustBeGivenAgain. Whoever may edit an
+    endpoint's URL, a client limited to one facility included, could otherwise have the
+    business's credentials sent to a server of their choosing."""
+    if endpoint.auth.kind == "none" or origin(new_url) == origin(endpoint.base_url):
+        return
+    raise AuthMustBeGivenAgain(
+        f"the endpoint's {endpoint.auth.kind} auth was given for {origin(endpoint.base_url)}; "
+        f"to send to {origin(new_url)}, give auth again (with its password), or NONE"
+    )
+
+
+def credential_scope(endpoint: WebhookEndpoint) -> tuple[str, ...]:
+    """What the endpoint's credentials were given for: its origin and its whole auth (the
+    password sealed anew on each change). A token minted under one scope is never sent under
+    another (webhooks/customer_auth.py caches tokens by it)."""
+    auth = endpoint.auth
+    return (
+        origin(endpoint.base_url),
+        auth.kind,
+        auth.username,
+        auth.password_sealed,
+        auth.login_url,
+        auth.token_field,
+    )
+
+
 def endpoint_from_doc(doc: Doc) -> WebhookEndpoint:
     auth = doc.get("auth") or {}
     return WebhookEndpoint(
@@ -168,9 +209,7 @@ def _endpoint_fields(box: SecretBox, base_url: str, options: EndpointOptions) ->
     login_url = options.get("login_url", "")
     token_field = options.get("token_field", "access_token")
     header_format = options.get("header_format", "Bearer {token}")
-    parts = urlsplit(base_url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValidationFailed("the webhook URL must be an absolute http(s) URL")
+    webhook_urls.check_url(base_url, "the webhook URL", customer=False)
     unknown = set(events) - set(EVENTS)
     if unknown or not events:
         raise ValidationFailed(f"events must be among {', '.join(EVENTS)}")
@@ -180,6 +219,8 @@ def _endpoint_fields(box: SecretBox, base_url: str, options: EndpointOptions) ->
         raise ValidationFailed(f"{auth_kind} auth needs a username and a password")
     if auth_kind == "token" and not login_url:
         raise ValidationFailed("token auth needs the customer's login URL")
+    if auth_kind == "token":
+        webhook_urls.check_url(login_url, "the login URL", customer=False, routes_added=False)
     if header_format_refusal(header_format):
         raise ValidationFailed(f"the header format {header_format_refusal(header_format)}")
     return {
@@ -258,14 +299,23 @@ async def reconfigure(
     **options: Unpack[EndpointOptions],
 ) -> WebhookEndpoint:
     """Replace an endpoint's configuration (`keep_auth`: its stored auth stays, password
-    included); its id, secrets and enabled state are kept."""
+    included, and only at its origin: `check_auth_may_stay`); its id, secrets and enabled
+    state are kept."""
+    current = await get_endpoint(storage, endpoint_id)
     fields = _endpoint_fields(box, base_url, options)
+    guard: Doc = {"_id": endpoint_id}
     if keep_auth:
+        check_auth_may_stay(current, base_url)
         del fields["auth"]
+        # The auth kept is the one judged for this URL: not one another edit stored meanwhile
+        # (a password is sealed anew on every change; an endpoint without one may lack it).
+        sealed = current.auth.password_sealed
+        guard["base_url"] = current.base_url
+        guard["auth.password_sealed"] = sealed if sealed else {"$in": ["", None]}
     fields["created_by"] = created_by
-    done = await storage.webhook_endpoints.update_one({"_id": endpoint_id}, {"$set": fields})
+    done = await storage.webhook_endpoints.update_one(guard, {"$set": fields})
     if done.matched_count == 0:
-        raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
+        raise Conflict(f"webhook endpoint {endpoint_id} was changed meanwhile; try again")
     return await get_endpoint(storage, endpoint_id)
 
 

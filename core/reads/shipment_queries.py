@@ -16,6 +16,7 @@ from pymongo import ASCENDING, DESCENDING
 from core.auth.access import Principal, Scope, check_access
 from core.errors import ErrorList, NotFound
 from core.feed.reader import check_scope
+from core.instants import instant_refusal
 from core.shipments import lifecycle, observed
 from core.storage import Doc, Storage, storable_int, time_range
 from core.tenancy.tenants import Facility, get_facility
@@ -118,10 +119,8 @@ async def find_shipments(
     business or facility outside the scope matches nothing."""
     errors = ErrorList()
     for name, value in (("since", selector.since), ("before", selector.before)):
-        if value is not None and value.utcoffset() is None:
-            errors.add(name, "must carry a UTC offset")
-        elif value is not None and not lifecycle.fits_utc(value):
-            errors.add(name, "is out of range: its UTC time is not within years 1-9999")
+        if value is not None and (refusal := instant_refusal(value)) is not None:
+            errors.add(name, refusal)
     size = DEFAULT_SHIPMENTS_PAGE if selector.first is None else selector.first
     if not 1 <= size <= MAX_SHIPMENTS_PAGE:
         errors.add("first", f"must be between 1 and {MAX_SHIPMENTS_PAGE}")

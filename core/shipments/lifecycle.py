@@ -84,16 +84,6 @@ def check_camera_clock(settings: Settings, at: datetime, now: datetime) -> None:
         )
 
 
-def fits_utc(at: datetime) -> bool:
-    """Whether `at` (with an offset) is an instant a UTC datetime can hold: years 1-9999 at
-    UTC. 0001-01-01T00:00+14:00 is still year 0 in UTC, 9999-12-31T23:00-14:00 year 10000."""
-    try:
-        at.astimezone(UTC)
-    except OverflowError:
-        return False
-    return True
-
-
 def truncate_ms(at: datetime) -> datetime:
     return at.astimezone(UTC).replace(microsecond=at.microsecond // 1000 * 1000)
 

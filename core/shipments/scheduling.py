@@ -21,6 +21,7 @@ from typing import Literal
 
 from core.auth.access import Principal, check_access
 from core.errors import Conflict, NotFound, ValidationFailed
+from core.instants import given_instant
 from core.settings import Settings
 from core.shipments import completion, lifecycle
 from core.storage import Doc, Storage
@@ -58,10 +59,8 @@ async def update_shipment(storage: Storage, principal: Principal, update: Shipme
         raise ValidationFailed("DOOR_ASSIGNED needs dockSlug")
     if update.event != "DOOR_ASSIGNED" and update.dock:
         raise ValidationFailed(f"dockSlug applies to DOOR_ASSIGNED only, not {update.event}")
-    if update.at is not None and update.at.utcoffset() is None:
-        raise ValidationFailed("`at` must carry a UTC offset")
-    if update.at is not None and not lifecycle.fits_utc(update.at):
-        raise ValidationFailed("`at` is out of range: its UTC time is not within years 1-9999")
+    if update.at is not None:
+        given_instant(update.at, "`at`")
     at = lifecycle.truncate_ms(update.at) if update.at else lifecycle.now_ms()
     status, allowed_from = _TRANSITIONS[update.event]
     for _ in range(WRITE_ATTEMPTS):

@@ -44,6 +44,7 @@ GRAPHQL_CODES: dict[str, str] = {
     "VALIDATION_FAILED": "BAD_USER_INPUT",
     "IDEMPOTENCY_KEY_REUSED": "BAD_USER_INPUT",
     "RETENTION_EXCEEDED": "BAD_USER_INPUT",
+    "AUTH_MUST_BE_GIVEN_AGAIN": "BAD_USER_INPUT",
     "RATE_LIMITED": "BAD_USER_INPUT",
     "QUOTA_EXCEEDED": "QUOTA_EXCEEDED",
     "INTERNAL": "INTERNAL",
@@ -77,6 +78,13 @@ def with_code(error: GraphQLError) -> GraphQLError:
     if error.extensions and "code" in error.extensions:
         return error
     original = error.original_error
+    # A variable's coercion wraps what a scalar raised (a date the rule refuses) in an error
+    # of its own: that domain error is the answer.
+    inner = original
+    while isinstance(inner, GraphQLError) and inner.original_error is not None:
+        inner = inner.original_error
+    if isinstance(inner, DockflowError):
+        original = inner
     message = error.message
     if isinstance(original, DockflowError):
         extensions = error_extensions(original)

@@ -12,6 +12,7 @@ from opentelemetry.trace import SpanKind
 from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
 from strawberry.file_uploads import Upload
 from strawberry.scalars import JSON
+from strawberry.schema.config import StrawberryConfig
 from strawberry.types import Info
 
 from core import tracing, urls
@@ -25,7 +26,7 @@ from core.reads import shipment_queries
 from core.settings import Settings
 from core.shipments import attachments, linking, scheduling
 from core.storage import Doc
-from public_api.graphql import webhook_deliveries, webhook_endpoints
+from public_api.graphql import scalars, webhook_deliveries, webhook_endpoints
 from public_api.graphql.context import SLOW_CONSUMER_CLOSE_CODE, GraphQLContext
 from public_api.graphql.cost import CostLimits, QueryCostLimiter
 from public_api.graphql.errors import ErrorCodes
@@ -873,6 +874,8 @@ def build_schema(settings: Settings) -> DockflowSchema:
             ErrorCodes,
         ],
         execution_context_class=execution_context_class,
+        # Every DateTime input obeys the one date rule (core.instants), before any resolver.
+        config=StrawberryConfig(scalar_map={dt.datetime: scalars.DateTime}),
     )
     schema.shared_results = execution_context_class.shared_results
     return schema

@@ -122,7 +122,10 @@ class CreateWebhookEndpointInput:
     auth: WebhookAuthInput | None = None
 
 
-@strawberry.input(description="The fields given replace the endpoint's (auth as a whole).")
+@strawberry.input(
+    description="The fields given replace the endpoint's (auth as a whole). A url of another "
+    "scheme, host or port needs auth given again (AUTH_MUST_BE_GIVEN_AGAIN without it)."
+)
 class UpdateWebhookEndpointInput:
     id: str
     url: str | None = None
@@ -211,7 +214,7 @@ async def update_webhook_endpoint(
 async def enable_webhook_endpoint(info: GQLInfo, id: str) -> EnabledWebhookEndpoint:
     context = info.context
     endpoint, requeued = await client_endpoints.enable_for_client(
-        context.services.storage, context.require_principal(), id
+        context.services.storage, context.services.settings, context.require_principal(), id
     )
     return EnabledWebhookEndpoint(endpoint=WebhookEndpointType.of(endpoint), requeued=requeued)
 
@@ -221,7 +224,11 @@ async def disable_webhook_endpoint(
 ) -> WebhookEndpointType:
     context = info.context
     endpoint = await client_endpoints.disable_for_client(
-        context.services.storage, context.require_principal(), id, reason
+        context.services.storage,
+        context.services.settings,
+        context.require_principal(),
+        id,
+        reason,
     )
     return WebhookEndpointType.of(endpoint)
 

@@ -17,6 +17,7 @@ from core.pallets.ingest import position_filter, record_pallets
 from core.services import Services
 from core.settings import Settings
 from core.storage import Doc, Storage
+from tests import backends
 from tests.core.pallet_helpers import camera_of, pallet
 from tests.edge.documents import post_shipment
 from tests.factories import Tenant
@@ -115,19 +116,6 @@ async def test_a_pallet_of_an_order_adds_only_the_order_lookups(
     assert shipment.get("completed_at") is None  # LPN-3 is still due
 
 
-def _read_by_index(plan: Doc) -> bool:
-    """Whether an `explain` answer reads by an index: SQLite's plan on the embedded server, the
-    query planner's stages elsewhere."""
-    winning = plan["queryPlanner"]["winningPlan"]
-    if isinstance(winning, list):  # nx-27017: SQLite's EXPLAIN QUERY PLAN rows
-        return bool(winning) and " USING INDEX " in winning[0]["detail"]
-    stages = []
-    while isinstance(winning, dict):
-        stages.append(winning.get("stage"))
-        winning = winning.get("inputStage")
-    return "IXSCAN" in stages and "COLLSCAN" not in stages
-
-
 async def test_a_pallets_last_reading_on_its_shipment_is_looked_up_by_an_index(storage: Storage):
     # DUPLICATE_PALLET reads where each pallet of a batch was last read on its shipment, every
     # batch: a lookup reading the collection grows with every pallet ever stored (on SecantusDB
@@ -140,7 +128,7 @@ async def test_a_pallets_last_reading_on_its_shipment_is_looked_up_by_an_index(s
     lookup = position_filter([f"{n % 4}|d{n}" for n in range(1, 200, 8)])
     plan = await storage.pallets.find(lookup).explain()
 
-    assert _read_by_index(plan), plan["queryPlanner"]["winningPlan"]
+    assert backends.reads_by_index_led_by(plan, "position"), plan["queryPlanner"]["winningPlan"]
     assert len(await storage.pallets.find(lookup).to_list()) == 25
 
 

@@ -122,7 +122,9 @@ async def test_push_messages_errors_carry_codes(
     _, invalid = await gql(api, "{ nope }", token=tenant.token)
 
     assert naive["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
-    assert naive["errors"][0]["extensions"]["errors"][0]["path"] == "since"
+    # Every DateTime input is read by one rule (core.instants), before the resolver runs.
+    assert naive["errors"][0]["extensions"]["reason"] == "VALIDATION_FAILED"
+    assert "2026-01-01T00:00:00 must carry a UTC offset" in naive["errors"][0]["message"]
     assert other["errors"][0]["extensions"]["code"] == "FORBIDDEN"
     assert other["data"] is None
     assert too_many["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"

@@ -1,0 +1,33 @@
+"""The one rule for a date a caller gives (a GraphQL DateTime, a document's date, a command's
+`--since`): it carries a UTC offset and names an instant the database can store, years 1-9999
+in UTC. `0001-01-01T00:00:00+14:00` parses, and is still year 0 in UTC: converting it (as every
+query and write does) raised OverflowError, an internal error with a logged traceback."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from core.errors import FieldError, ValidationFailed
+
+NO_OFFSET = "must carry a UTC offset, e.g. 2026-05-01T00:00:00Z"
+OUT_OF_RANGE = "is out of range: its UTC time is not within years 1-9999"
+
+
+def instant_refusal(at: datetime) -> str | None:
+    """Why a date a caller gave is refused (None: it is a storable instant)."""
+    if at.tzinfo is None or at.utcoffset() is None:
+        return NO_OFFSET
+    try:
+        at.astimezone(UTC)
+    except OverflowError:
+        return OUT_OF_RANGE
+    return None
+
+
+def given_instant(at: datetime, what: str) -> datetime:
+    """`at` when it obeys the rule; otherwise ValidationFailed saying why, `what` naming the
+    input (a field path or the value as given)."""
+    refusal = instant_refusal(at)
+    if refusal is not None:
+        raise ValidationFailed(f"{what} {refusal}", errors=[FieldError(what, refusal)])
+    return at
