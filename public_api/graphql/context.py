@@ -17,6 +17,7 @@ from core.errors import Unauthenticated
 from core.feed.reader import FeedHub
 from core.services import Services
 from core.shipments import linking
+from public_api.graphql.loaders import ReadLoaders
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +43,18 @@ class GraphQLContext:
     # `Shipment.linkedFrom` of every shipment in a result, in one query (not cached: a mutation
     # may change links within the same request).
     linked_from: DataLoader[int, list[int]] = field(init=False)
+    # What the operation's shipments and pallets select, a page at a time (`loaders`).
+    reads: ReadLoaders = field(init=False)
 
     def __post_init__(self) -> None:
         self.linked_from = DataLoader(
             partial(linking.linked_from, self.services.storage), cache=False
         )
+        self.reads = self.fresh_reads()
+
+    def fresh_reads(self) -> ReadLoaders:
+        """Loaders with nothing cached: for a mutation's result, read after its change."""
+        return ReadLoaders(self.services.storage, self.require_principal)
 
     def require_principal(self) -> Principal:
         if self.principal is None:
