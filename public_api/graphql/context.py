@@ -43,17 +43,16 @@ class GraphQLContext:
     # `Shipment.linkedFrom` of every shipment in a result, in one query (not cached: a mutation
     # may change links within the same request).
     linked_from: DataLoader[int, list[int]] = field(init=False)
-    # What the operation's shipments and pallets select, a page at a time (`loaders`).
-    reads: ReadLoaders = field(init=False)
 
     def __post_init__(self) -> None:
         self.linked_from = DataLoader(
             partial(linking.linked_from, self.services.storage), cache=False
         )
-        self.reads = self.fresh_reads()
 
-    def fresh_reads(self) -> ReadLoaders:
-        """Loaders with nothing cached: for a mutation's result, read after its change."""
+    def page_loaders(self) -> ReadLoaders:
+        """Loaders for one root field's result (`public_api.graphql.loaders`): nothing cached
+        outlives it, neither into a later mutation of the request nor into a later operation
+        of a websocket, whose context lives as long as the connection."""
         return ReadLoaders(self.services.storage, self.require_principal)
 
     def require_principal(self) -> Principal:

@@ -3,8 +3,9 @@
 A field such as `Shipment.pallets` is resolved once per shipment; each resolver asks a
 DataLoader here, which reads the children of every shipment of the page in one query (each
 parent's first `first`, `core.reads.shipment_queries`), and only when the field is selected.
-One `ReadLoaders` serves a query operation; each mutation field gets its own, so a field never
-reads what an earlier mutation of the same request changed from a cache.
+One `ReadLoaders` serves one root field's result (a page of shipments, one shipment, a
+facility's docks): nothing it caches outlives that field, so a mutation never reads from a cache
+what an earlier one changed, and a websocket's later operations read afresh.
 """
 
 from __future__ import annotations
@@ -56,6 +57,17 @@ class ReadLoaders:
         self.documents = DataLoader[tuple[int, int], list[Doc]](self._documents)
         self.progress = DataLoader[tuple[int, str], LpnProgress | None](self._progress)
         self.exceptions = DataLoader[tuple[str, Hashable, int], list[Doc]](self._exceptions)
+        self._observed: dict[int, frozenset[str]] = {}
+
+    async def observed(self, shipment_id: int, direction: str) -> frozenset[str] | None:
+        """The LPNs observed on the shipment (`progress`), as a set made once per shipment:
+        each of its items asks."""
+        if shipment_id not in self._observed:
+            progress = await self.progress.load((shipment_id, direction))
+            if progress is None:
+                return None
+            self._observed[shipment_id] = frozenset(progress.observed)
+        return self._observed[shipment_id]
 
     async def _orders(self, keys: list[tuple[int, int]]) -> list[list[Doc] | BaseException]:
         return await _pages(

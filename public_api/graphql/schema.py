@@ -272,7 +272,10 @@ class OrderItem:
     async def observed(self) -> bool:
         if not self.lpn:
             return False
-        return self.lpn in set((await _progress(self.loaders, *self.shipment)).observed)
+        observed = await self.loaders.observed(*self.shipment)
+        if observed is None:
+            raise shipment_queries.progress_too_large(self.shipment[0])
+        return self.lpn in observed
 
     @classmethod
     def from_doc(cls, doc: Doc, shipment: tuple[int, str], loaders: ReadLoaders) -> "OrderItem":
@@ -622,7 +625,7 @@ class Query:
         doc = await shipment_queries.shipment_doc(
             context.services.storage, context.require_principal(), id
         )
-        return Shipment.from_doc(doc, _settings(info), context.reads)
+        return Shipment.from_doc(doc, _settings(info), context.page_loaders())
 
     @strawberry.field(description="Newest first.")
     async def shipments(self, info: GQLInfo, filter: ShipmentFilter) -> list[Shipment]:
@@ -640,7 +643,8 @@ class Query:
                 first=filter.first,
             ),
         )
-        return [Shipment.from_doc(d, _settings(info), context.reads) for d in docs]
+        loaders = context.page_loaders()  # one for the page: its children read together
+        return [Shipment.from_doc(d, _settings(info), loaders) for d in docs]
 
     @strawberry.field(description="Exceptions in creation order; page with afterId.")
     async def exceptions(self, info: GQLInfo, filter: ExceptionFilter) -> list[ShippingException]:
@@ -670,6 +674,7 @@ class Query:
             context.services.storage, context.require_principal(), business_slug, facility_slug
         )
         settings = _settings(info)
+        loaders = context.page_loaders()
         return Facility(
             business_slug=view.facility.business,
             slug=view.facility.slug,
@@ -679,7 +684,7 @@ class Query:
                 Dock(
                     slug=d.slug,
                     name=d.name,
-                    current_shipment=Shipment.from_doc(d.current, settings, context.reads)
+                    current_shipment=Shipment.from_doc(d.current, settings, loaders)
                     if d.current
                     else None,
                 )
@@ -710,7 +715,7 @@ class Mutation:
         storage = context.services.storage
         await scheduling.request_completion(storage, _settings(info), principal, id)
         doc = await shipment_queries.shipment_doc(storage, principal, id)
-        return Shipment.from_doc(doc, _settings(info), context.fresh_reads())
+        return Shipment.from_doc(doc, _settings(info), context.page_loaders())
 
     @strawberry.mutation(
         description="Scheduling events (AT_FACILITY, DOOR_ASSIGNED, CHECKED_OUT), or a link to "
@@ -746,7 +751,7 @@ class Mutation:
                 ),
             )
         doc = await shipment_queries.shipment_doc(storage, principal, input.id)
-        return Shipment.from_doc(doc, _settings(info), context.fresh_reads())
+        return Shipment.from_doc(doc, _settings(info), context.page_loaders())
 
     @strawberry.mutation(
         description="Raise a CUSTOMER exception on a shipment (and one of its pallets): it is "

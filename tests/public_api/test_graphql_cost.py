@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from core.reads import shipment_queries
 from core.settings import Settings
 from core.storage import Storage
 from edge.server import EdgeServer
@@ -222,3 +223,30 @@ async def test_a_page_of_shipments_reads_each_kind_of_child_once_whatever_its_si
     twice = ["orders", "order_items", "pallets", "exceptions"]
     assert for_the_page == sorted([*twice, *twice, "shipment_documents"])
     assert for_one == for_the_page
+
+
+async def test_lpn_progress_of_a_shipment_past_its_bound_is_refused_not_read_whole(
+    api: TestClient[Any, Any], tenant: Tenant, storage: Storage
+):
+    items = shipment_queries.MAX_PROGRESS_ROWS + 1
+    shipment_id = await post_shipment(
+        storage, tenant, {"BIG": [f"B{i:05d}" for i in range(items)]}, number="S-BIG"
+    )
+    query = (
+        "query($id: Int!) { shipment(id: $id) { id orders(first: 1) { items(first: 3) { lpn } } "
+        "%s } }"
+    )
+
+    _, pages = await gql(api, query % "", {"id": shipment_id}, token=tenant.token)
+    _, progress = await gql(
+        api, query % "lpns { missing }", {"id": shipment_id}, token=tenant.token
+    )
+
+    assert pages["data"]["shipment"]["orders"] == [
+        {"items": [{"lpn": "B00000"}, {"lpn": "B00001"}, {"lpn": "B00002"}]}
+    ]
+    assert progress["data"] is None
+    [error] = progress["errors"]
+    assert error["path"] == ["shipment", "lpns"]
+    assert error["extensions"]["reason"] == "PAYLOAD_TOO_LARGE", error
+    assert str(shipment_queries.MAX_PROGRESS_ROWS) in error["message"]
