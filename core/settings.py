@@ -259,8 +259,9 @@ class Settings(BaseSettings):
     # A GraphQL multipart request: most parts (fields and files), and most files.
     graphql_multipart_max_parts: int = Field(16, ge=3)
     graphql_multipart_max_files: int = Field(4, ge=1)
-    # Query cost budget: objects a document may ask for (list sizes from `first`, multiplied
-    # through nesting); a nested list without `first` counts as `graphql_cost_list_size` items.
+    # Query cost budget: objects a document may make the server load (list sizes from `first`
+    # as execution coerces it, schema defaults included, multiplied through nesting); a list
+    # with neither `first` nor a known most counts as `graphql_cost_list_size` items.
     graphql_max_cost: int = Field(50_000, ge=100)
     graphql_cost_list_size: int = Field(10, ge=1)
     # Aliases, and field selections (fragments expanded), in one GraphQL document.

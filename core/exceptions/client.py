@@ -8,8 +8,7 @@ NOT_FOUND, one of a facility outside a restricted client's list FORBIDDEN
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from datetime import UTC, datetime
 
 from core.auth.access import Principal, Scope, check_access
@@ -17,6 +16,7 @@ from core.errors import NotFound, ValidationFailed
 from core.exceptions import customer, queries, records
 from core.exceptions.codes import Status
 from core.feed.reader import check_scope
+from core.reads.batched import first_of_each
 from core.settings import Settings
 from core.storage import Doc, Storage
 
@@ -33,19 +33,18 @@ async def list_exceptions(
 
 
 async def of_parents(
-    storage: Storage, principal: Principal, field: str, ids: Sequence[object], first: int
+    storage: Storage, principal: Principal, field: str, ids: Sequence[Hashable], first: int
 ) -> list[list[Doc]]:
     """The first `first` exceptions (creation order) of each shipment (`field`
-    "shipment_id") or pallet ("pallet_id") of `ids`, within the client's scope."""
+    "shipment_id") or pallet ("pallet_id") of `ids`, within the client's scope: one query for
+    them all (`core.reads.batched.first_of_each`)."""
     if not 1 <= first <= MAX_PER_PARENT:
         raise ValidationFailed(f"first must be between 1 and {MAX_PER_PARENT}")
     scope = Scope.of_principal(principal).query()
-
-    async def one(parent: object) -> list[Doc]:
-        found = storage.exceptions.find({**scope, field: parent}).sort("seq", 1).limit(first)
-        return await found.to_list()
-
-    return list(await asyncio.gather(*(one(i) for i in ids)))
+    found = await first_of_each(
+        storage.exceptions, field, ids, first, [("seq", 1), ("_id", 1)], query=scope
+    )
+    return [found[parent] for parent in ids]
 
 
 async def get_for_client(storage: Storage, principal: Principal, exception_id: str) -> Doc:

@@ -3,26 +3,55 @@ and the one shipment list with its filter, for GraphQL and the dashboard alike.
 
 Every read is batched: a page of shipments costs one query per collection (shipments, orders,
 order items, pallets, documents), never one per shipment or per item. Joins happen in Python
-(the portable subset has no `$lookup`).
+(the portable subset has no `$lookup`). `load_views` reads everything of a page (the dashboard);
+the `*_of` functions read one kind of child for a page, each parent's first few
+(`core.reads.batched`), so an API client's query reads only what it selected, within bounds.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from pymongo import ASCENDING, DESCENDING
 
 from core.auth.access import Principal, Scope, check_access
-from core.errors import ErrorList, NotFound
+from core.errors import ErrorList, NotFound, PayloadTooLarge, ValidationFailed
 from core.feed.reader import check_scope
 from core.instants import instant_refusal
+from core.reads.batched import Sort, first_of_each
 from core.shipments import lifecycle, observed
 from core.storage import Doc, Storage, storable_int, time_range
 from core.tenancy.tenants import Facility, get_facility
 
 DEFAULT_SHIPMENTS_PAGE = 100  # a shipment list shows this many when `first` is not given
 MAX_SHIPMENTS_PAGE = 1000
+# A shipment's orders, pallets and documents, and an order's items, as API clients read them:
+# the first CHILD_PAGE by default, at most MAX_CHILD_PAGE (an order's items: MAX_ITEMS_PAGE, the
+# most one document may give it).
+CHILD_PAGE = 100
+MAX_CHILD_PAGE = 1000
+MAX_ITEMS_PAGE = 10_000
+# A shipment's LPN progress reads its items' LPNs and its pallets; beyond this many rows of
+# either it is not computed for an API client (a bound on what one field may read).
+MAX_PROGRESS_ROWS = 1000
+PROGRESS_ROWS = 3 * MAX_PROGRESS_ROWS  # what one shipment's progress reads at most, all three
+
+ORDER_SORT: Sort = [("created_seq", ASCENDING), ("_id", ASCENDING)]
+ITEM_SORT: Sort = [("seq", ASCENDING), ("_id", ASCENDING)]
+# The database's approximation of `observed.reading_order`, which orders each page afterwards.
+PALLET_SORT: Sort = [("occurred_at", ASCENDING), ("message_id", ASCENDING), ("_id", ASCENDING)]
+DOCUMENT_SORT: Sort = [("created_at", ASCENDING), ("_id", ASCENDING)]
+PROGRESS_PALLET_FIELDS = {
+    "shipment_id": 1,
+    "lpns": 1,
+    "direction": 1,
+    "occurred_at": 1,
+    "created_at": 1,
+    "message_id": 1,
+}
 
 
 @dataclass
@@ -81,13 +110,113 @@ async def load_views(storage: Storage, shipments: list[Doc]) -> list[ShipmentVie
     return [views[i] for i in ids]
 
 
-async def get_shipment(storage: Storage, principal: Principal, shipment_id: int) -> ShipmentView:
-    """One shipment the caller may see; NOT_FOUND for an unknown id or another tenant's."""
+async def shipment_doc(storage: Storage, principal: Principal, shipment_id: int) -> Doc:
+    """One shipment the caller may see, its document alone; NOT_FOUND for an unknown id or
+    another tenant's."""
     doc = await storage.shipments.find_one({"_id": shipment_id})
     if doc is None or doc.get("business") != principal.business:
         raise NotFound(f"shipment {shipment_id} not found")
     check_access(principal, doc["business"], doc["facility"])
-    return (await load_views(storage, [doc]))[0]
+    return doc
+
+
+async def get_shipment(storage: Storage, principal: Principal, shipment_id: int) -> ShipmentView:
+    """One shipment the caller may see with everything of it (`shipment_doc`)."""
+    return (await load_views(storage, [await shipment_doc(storage, principal, shipment_id)]))[0]
+
+
+def check_child_page(first: int, most: int = MAX_CHILD_PAGE) -> None:
+    if not 1 <= first <= most:
+        raise ValidationFailed(f"first must be between 1 and {most}")
+
+
+async def orders_of(
+    storage: Storage, shipment_ids: Sequence[int], first: int
+) -> dict[int, list[Doc]]:
+    """The first `first` orders of each shipment, in creation order: one query for them all."""
+    check_child_page(first)
+    return await first_of_each(storage.orders, "shipment_id", shipment_ids, first, ORDER_SORT)
+
+
+async def items_of(
+    storage: Storage, order_ids: Sequence[Hashable], first: int
+) -> dict[str, list[Doc]]:
+    """The first `first` items of each order, in the order the documents gave them."""
+    check_child_page(first, MAX_ITEMS_PAGE)
+    return await first_of_each(storage.order_items, "order_id", order_ids, first, ITEM_SORT)
+
+
+async def pallets_of(
+    storage: Storage, shipment_ids: Sequence[int], first: int
+) -> dict[int, list[Doc]]:
+    """The first `first` pallets of each shipment, in reading order."""
+    check_child_page(first)
+    found = await first_of_each(storage.pallets, "shipment_id", shipment_ids, first, PALLET_SORT)
+    for pallets in found.values():
+        pallets.sort(key=observed.reading_order)
+    return found
+
+
+async def documents_of(
+    storage: Storage, shipment_ids: Sequence[int], first: int
+) -> dict[int, list[Doc]]:
+    """The first `first` documents of each shipment, oldest first."""
+    check_child_page(first)
+    return await first_of_each(
+        storage.shipment_documents, "shipment_id", shipment_ids, first, DOCUMENT_SORT
+    )
+
+
+def progress_too_large(shipment_id: int) -> PayloadTooLarge:
+    """Why a shipment's progress is not computed (`progress_of` gave None)."""
+    return PayloadTooLarge(
+        f"shipment {shipment_id} has more than {MAX_PROGRESS_ROWS} orders, items or pallets: "
+        "its LPN progress is not computed here; read its orders and pallets page by page"
+    )
+
+
+async def progress_of(
+    storage: Storage, shipments: Sequence[Doc]
+) -> dict[int, observed.LpnProgress | None]:
+    """Each shipment's LPN progress, as `ShipmentView.progress` computes it, from three queries
+    for them all; None for a shipment with more than `MAX_PROGRESS_ROWS` orders, items or
+    pallets (each read as the few fields progress needs, up to that many)."""
+    ids = [int(s["_id"]) for s in shipments]
+    rows = MAX_PROGRESS_ROWS + 1
+    orders, items, pallets = await asyncio.gather(
+        first_of_each(
+            storage.orders, "shipment_id", ids, rows, ORDER_SORT, projection={"shipment_id": 1}
+        ),
+        first_of_each(
+            storage.order_items,
+            "shipment_id",
+            ids,
+            rows,
+            ITEM_SORT,
+            projection={"shipment_id": 1, "order_id": 1, "lpn": 1},
+        ),
+        first_of_each(
+            storage.pallets,
+            "shipment_id",
+            ids,
+            rows,
+            PALLET_SORT,
+            projection=PROGRESS_PALLET_FIELDS,
+        ),
+    )
+    progress: dict[int, observed.LpnProgress | None] = {}
+    for shipment in shipments:
+        sid = int(shipment["_id"])
+        if any(len(found[sid]) > MAX_PROGRESS_ROWS for found in (orders, items, pallets)):
+            progress[sid] = None
+            continue
+        position = {order["_id"]: n for n, order in enumerate(orders[sid])}
+        # Items in order of their order's creation, then as the documents gave them.
+        last = len(position)
+        in_order = sorted(items[sid], key=lambda item: position.get(item["order_id"], last))
+        expected = observed.expected_lpns(in_order)
+        progress[sid] = observed.lpn_progress(shipment.get("direction", ""), expected, pallets[sid])
+    return progress
 
 
 @dataclass(frozen=True)
@@ -148,21 +277,28 @@ async def find_shipments(
     return ShipmentPage(rows[:size], selector.page, len(rows) > size)
 
 
+async def list_shipment_docs(
+    storage: Storage, principal: Principal, selector: ShipmentFilter
+) -> list[Doc]:
+    """The API client's page of shipments matching the filter (their documents alone); a
+    business or facility it may not see is FORBIDDEN."""
+    check_scope(principal, selector.business or principal.business, selector.facility)
+    found = await find_shipments(storage, Scope.of_principal(principal), selector)
+    return found.shipments
+
+
 async def list_shipments(
     storage: Storage, principal: Principal, selector: ShipmentFilter
 ) -> list[ShipmentView]:
-    """The API client's page of shipments matching the filter, with their details; a business
-    or facility it may not see is FORBIDDEN."""
-    check_scope(principal, selector.business or principal.business, selector.facility)
-    found = await find_shipments(storage, Scope.of_principal(principal), selector)
-    return await load_views(storage, found.shipments)
+    """`list_shipment_docs` with everything of each shipment."""
+    return await load_views(storage, await list_shipment_docs(storage, principal, selector))
 
 
 @dataclass
 class DockView:
     slug: str
     name: str
-    current: ShipmentView | None
+    current: Doc | None  # the shipment's document
 
 
 @dataclass
@@ -180,8 +316,7 @@ async def get_facility_view(
     facility = await get_facility(storage, business, facility_slug)
     slugs = [dock.slug for dock in facility.docks]
     current = await lifecycle.current_shipments_at_docks(storage, business, facility_slug, slugs)
-    views = {v.shipment["dock"]: v for v in await load_views(storage, list(current.values()))}
     return FacilityView(
         facility=facility,
-        docks=[DockView(d.slug, d.name, views.get(d.slug)) for d in facility.docks],
+        docks=[DockView(d.slug, d.name, current.get(d.slug)) for d in facility.docks],
     )

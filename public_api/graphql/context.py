@@ -17,6 +17,7 @@ from core.errors import Unauthenticated
 from core.feed.reader import FeedHub
 from core.services import Services
 from core.shipments import linking
+from public_api.graphql.loaders import ReadLoaders
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,12 @@ class GraphQLContext:
         self.linked_from = DataLoader(
             partial(linking.linked_from, self.services.storage), cache=False
         )
+
+    def page_loaders(self) -> ReadLoaders:
+        """Loaders for one root field's result (`public_api.graphql.loaders`): nothing cached
+        outlives it, neither into a later mutation of the request nor into a later operation
+        of a websocket, whose context lives as long as the connection."""
+        return ReadLoaders(self.services.storage, self.require_principal)
 
     def require_principal(self) -> Principal:
         if self.principal is None:

@@ -1,12 +1,18 @@
-"""The query cost budget: what a GraphQL document asks for, refused before it runs.
+"""The query cost budget: what a GraphQL document makes the server load, refused before it runs.
 
-The cost of a document is the number of objects it may return: every object-typed field
-counts once per instance, and a list multiplies what is under it by its size (its `first`,
-directly or in an input object; the field's default page when absent at the root; else
-`graphql_cost_list_size`). 30 aliases of `pushMessages(first: 10000)` cost 300,000 and are
-refused with `extensions.code: QUERY_TOO_COSTLY`; a document with too many field selections
-(fragments expanded) is refused with `TOO_MANY_FIELDS`. Both are validation errors: nothing
-is executed.
+The cost of a document is the number of objects its resolvers may load: every object-typed
+field counts once per instance, and a list multiplies what is under it by its size. The size is
+read from the field's arguments as execution will see them: coerced by graphql-core against the
+schema, with the operation's variables coerced against their definitions (JSON `10000.0` is the
+Int 10000, a variable's declared default and an argument's or input field's schema default
+count as given). It is the `first` argument, or the `first` of an input object argument; when
+that is null, the field's default page (`LIST_SIZES`); a list without `first` holds at most
+`LIST_SIZES` items, else is taken to hold `graphql_cost_list_size`. A field that also reads rows
+it does not return (a shipment's LPN progress) is charged those rows (`PARENT_LOADS`).
+
+30 aliases of `pushMessages(first: 10000)` cost 300,000 and are refused with
+`extensions.code: QUERY_TOO_COSTLY`; a document with too many field selections (fragments
+expanded) is refused with `TOO_MANY_FIELDS`. Both are validation errors: nothing is executed.
 """
 
 from __future__ import annotations
@@ -22,11 +28,11 @@ from graphql import (
     FragmentDefinitionNode,
     FragmentSpreadNode,
     GraphQLError,
+    GraphQLField,
     GraphQLList,
     GraphQLNamedType,
     GraphQLNonNull,
     GraphQLObjectType,
-    GraphQLOutputType,
     GraphQLSchema,
     InlineFragmentNode,
     OperationDefinitionNode,
@@ -35,23 +41,35 @@ from graphql import (
     ValidationRule,
     get_named_type,
     is_composite_type,
-    value_from_ast_untyped,
 )
+from graphql.execution.values import VariableValues, get_argument_values, get_variable_values
 from graphql.type.introspection import SchemaMetaFieldDef, TypeMetaFieldDef, TypeNameMetaFieldDef
 from strawberry.extensions import SchemaExtension
 
 from core.exceptions import queries as exception_queries
 from core.feed import reader
+from core.outbox import delivery_log
 from core.reads import shipment_queries
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# Root list fields and the page they return when `first` is not given.
-DEFAULT_PAGES: dict[str, int] = {
-    "pushMessages": reader.DEFAULT_PAGE,
-    "shipments": shipment_queries.DEFAULT_SHIPMENTS_PAGE,
-    "exceptions": exception_queries.ExceptionFilter.first,
+# Lists whose size no `first` gives, by schema coordinate: their default page when `first` is
+# null or absent (the root lists), or the most items they hold.
+LIST_SIZES: dict[str, int] = {
+    "Query.pushMessages": reader.DEFAULT_PAGE,
+    "Query.shipments": shipment_queries.DEFAULT_SHIPMENTS_PAGE,
+    "Query.exceptions": exception_queries.ExceptionFilter.first,
+    "WebhookDelivery.attempts": delivery_log.MAX_ATTEMPTS_SHOWN,
+}
+
+# Rows read once per instance of a type when any of these fields is selected under it (at any
+# depth), beyond the objects returned: a shipment's LPN progress reads its items and pallets.
+PARENT_LOADS: dict[str, tuple[frozenset[str], int]] = {
+    "Shipment": (
+        frozenset({"Shipment.lpns", "OrderItem.observed"}),
+        shipment_queries.PROGRESS_ROWS,
+    ),
 }
 
 
@@ -59,7 +77,7 @@ DEFAULT_PAGES: dict[str, int] = {
 class CostLimits:
     max_cost: int
     max_fields: int
-    list_size: int  # a nested list without `first` is taken to have this many items
+    list_size: int  # a nested list without `first` or a known size is taken to have this many
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CostLimits:
@@ -79,26 +97,33 @@ class _TooManyFields(Exception):
     spread twice ... doubles the fields at each level (2^20 from a few hundred bytes)."""
 
 
-def _first(node: FieldNode, variables: Mapping[str, Any]) -> int | None:
-    """The `first` argument of a field, given directly or inside an input object."""
-    for argument in node.arguments or ():
-        try:
-            value = value_from_ast_untyped(argument.value, dict(variables))
-        except (TypeError, ValueError):  # an invalid value: validation reports it
-            continue
-        if argument.name.value == "first" and isinstance(value, int):
-            return value
-        if isinstance(value, Mapping) and isinstance(value.get("first"), int):
-            return int(value["first"])
+# What coercing a literal may raise besides GraphQLError: a custom scalar's parser.
+_COERCION_ERRORS = (GraphQLError, TypeError, ValueError, OverflowError)
+
+
+def _first(arguments: Mapping[str, Any]) -> int | None:
+    """The coerced `first` argument of a field, given directly or inside an input object."""
+    value = arguments.get("first")
+    if isinstance(value, int):
+        return value
+    for argument in arguments.values():
+        if isinstance(argument, Mapping) and isinstance(argument.get("first"), int):
+            return int(argument["first"])
     return None
+
+
+@dataclass
+class _Subtree:
+    cost: int  # objects and rows loaded under one instance of the parent
+    selected: frozenset[str]  # schema coordinates selected in it, at any depth
 
 
 class _Estimator:
     def __init__(
         self,
         schema: GraphQLSchema,
-        fragments: Mapping[str, Any],
-        variables: Mapping[str, Any],
+        fragments: Mapping[str, FragmentDefinitionNode],
+        variables: VariableValues,
         limits: CostLimits,
     ) -> None:
         self.schema = schema
@@ -132,68 +157,73 @@ class _Estimator:
         parent: GraphQLNamedType,
         root: bool,
         path: frozenset[str] = frozenset(),
-    ) -> int:
+    ) -> _Subtree:
         total = 0
+        selected: set[str] = set()
         for node, owner in self.selections(selection_set, parent, path):
             self.total.fields += 1
             if self.total.fields > self.limits.max_fields:
                 raise _TooManyFields
-            field_type = self._field_type(node, owner, root)
-            if field_type is None or node.selection_set is None:
+            selected.add(f"{owner.name}.{node.name.value}")
+            definition = self._definition(node, owner, root)
+            if definition is None or node.selection_set is None:
                 continue
-            named = get_named_type(field_type)
+            named = get_named_type(definition.type)
             if not is_composite_type(named):
                 continue
-            size = self._list_size(node, field_type, root)
-            total += size * (1 + self.cost(node.selection_set, named, root=False, path=path))
-        return total
+            size = self._list_size(node, owner, definition)
+            if size == 0:
+                continue
+            under = self.cost(node.selection_set, named, root=False, path=path)
+            selected |= under.selected
+            total += size * (1 + under.cost + self._parent_loads(named, under.selected))
+        return _Subtree(total, frozenset(selected))
 
-    def _field_type(
+    @staticmethod
+    def _parent_loads(named: GraphQLNamedType, selected: frozenset[str]) -> int:
+        loads = PARENT_LOADS.get(named.name)
+        if loads is None or not loads[0] & selected:
+            return 0
+        return loads[1]
+
+    def _definition(
         self, node: FieldNode, owner: GraphQLNamedType, root: bool
-    ) -> GraphQLOutputType | None:
+    ) -> GraphQLField | None:
         name = node.name.value
         if name == "__typename":
-            return TypeNameMetaFieldDef.type
+            return TypeNameMetaFieldDef
         if root and name == "__schema":
-            return SchemaMetaFieldDef.type
+            return SchemaMetaFieldDef
         if root and name == "__type":
-            return TypeMetaFieldDef.type
+            return TypeMetaFieldDef
         fields = getattr(owner, "fields", None)
         definition = fields.get(name) if fields else None
-        return definition.type if definition is not None else None
+        return definition if isinstance(definition, GraphQLField) else None
 
-    def _list_size(self, node: FieldNode, field_type: GraphQLOutputType, root: bool) -> int:
+    def _list_size(self, node: FieldNode, owner: GraphQLNamedType, field: GraphQLField) -> int:
+        """How many objects the field returns at most, from its arguments as coerced for
+        execution; 0 when they cannot be coerced (the field then fails before its resolver)."""
+        field_type = field.type
         if isinstance(field_type, GraphQLNonNull):
             field_type = field_type.of_type
         if not isinstance(field_type, GraphQLList):
             return 1
-        first = _first(node, self.variables)
+        try:
+            arguments = get_argument_values(field, node, self.variables)
+        except _COERCION_ERRORS:
+            return 0
+        first = _first(arguments)
         if first is not None:
             return max(first, 0)
-        if root and node.name.value in DEFAULT_PAGES:
-            return DEFAULT_PAGES[node.name.value]
-        return self.limits.list_size
-
-
-def _with_defaults(
-    operation: OperationDefinitionNode, variables: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The variables an operation runs with: those given, else their declared defaults."""
-    values = dict(variables)
-    for definition in operation.variable_definitions or ():
-        name = definition.variable.name.value
-        if name not in values and definition.default_value is not None:
-            try:
-                values[name] = value_from_ast_untyped(definition.default_value)
-            except (TypeError, ValueError):  # an invalid default: validation reports it
-                continue
-    return values
+        return LIST_SIZES.get(f"{owner.name}.{node.name.value}", self.limits.list_size)
 
 
 def document_cost(
     context: ValidationContext, variables: Mapping[str, Any], limits: CostLimits
 ) -> DocumentCost:
-    """The cost of the costliest operation of the document, and its field selections."""
+    """The cost of the costliest operation of the document, and its field selections. Each
+    operation is measured with its variables coerced as execution coerces them; one whose
+    variables cannot be coerced is never executed and costs nothing."""
     fragments = {
         f.name.value: f
         for f in context.document.definitions
@@ -206,14 +236,21 @@ def document_cost(
         root_type: GraphQLObjectType | None = context.schema.get_root_type(definition.operation)
         if root_type is None:
             continue
-        values = _with_defaults(definition, variables)
+        try:
+            values = get_variable_values(
+                context.schema, definition.variable_definitions or (), dict(variables)
+            )
+        except _COERCION_ERRORS:
+            continue
+        if not isinstance(values, VariableValues):  # errors: execution refuses it as well
+            continue
         estimator = _Estimator(context.schema, fragments, values, limits)
         try:
-            estimator.total.cost = estimator.cost(definition.selection_set, root_type, root=True)
+            root = estimator.cost(definition.selection_set, root_type, root=True)
         except _TooManyFields:
             worst.fields = estimator.total.fields
             return worst  # refused for its fields; its cost is not known
-        worst.cost = max(worst.cost, estimator.total.cost)
+        worst.cost = max(worst.cost, root.cost)
         worst.fields = max(worst.fields, estimator.total.fields)
     return worst
 

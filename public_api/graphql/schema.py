@@ -30,6 +30,7 @@ from public_api.graphql import scalars, webhook_deliveries, webhook_endpoints
 from public_api.graphql.context import SLOW_CONSUMER_CLOSE_CODE, GraphQLContext
 from public_api.graphql.cost import CostLimits, QueryCostLimiter
 from public_api.graphql.errors import ErrorCodes
+from public_api.graphql.loaders import ReadLoaders
 from public_api.graphql.message_types import MessageType
 from public_api.graphql.shared_events import SharedResults, shared_execution_context_class
 from public_api.graphql.webhook_deliveries import TestWebhookResult, WebhookDelivery
@@ -233,13 +234,14 @@ PARENT_EXCEPTIONS = (
 
 
 async def _exceptions_of(
-    info: GQLInfo, field: str, parent: object, first: int
+    info: GQLInfo, loaders: ReadLoaders, field: str, parent: str | int, first: int
 ) -> list[ShippingException]:
-    context = info.context
-    [docs] = await exception_client.of_parents(
-        context.services.storage, context.require_principal(), field, [parent], first
-    )
+    docs = await loaders.exceptions.load((field, parent, first))
     return [ShippingException.from_doc(d, _settings(info)) for d in docs]
+
+
+def _child_page(what: str, most: int = shipment_queries.MAX_CHILD_PAGE) -> str:
+    return f"{what}: the first `first` (default {shipment_queries.CHILD_PAGE}, max {most})."
 
 
 @strawberry.type
@@ -264,10 +266,20 @@ class OrderItem:
     quantity_unit: str | None
     identifier: str | None
     reference: str | None
-    observed: bool = strawberry.field(description="Its LPN was read in the expected direction.")
+    shipment: strawberry.Private[tuple[int, str]]  # id and direction, for its progress
+    loaders: strawberry.Private[ReadLoaders]
+
+    @strawberry.field(description="Its LPN was read in the expected direction.")
+    async def observed(self) -> bool:
+        if not self.lpn:
+            return False
+        observed = await self.loaders.observed(*self.shipment)
+        if observed is None:
+            raise shipment_queries.progress_too_large(self.shipment[0])
+        return self.lpn in observed
 
     @classmethod
-    def from_doc(cls, doc: Doc, observed: set[str]) -> "OrderItem":
+    def from_doc(cls, doc: Doc, shipment: tuple[int, str], loaders: ReadLoaders) -> "OrderItem":
         return cls(
             id=doc["_id"],
             lpn=doc.get("lpn"),
@@ -276,7 +288,8 @@ class OrderItem:
             quantity_unit=doc.get("quantity_unit"),
             identifier=doc.get("identifier"),
             reference=doc.get("reference"),
-            observed=bool(doc.get("lpn")) and doc.get("lpn") in observed,
+            shipment=shipment,
+            loaders=loaders,
         )
 
 
@@ -286,7 +299,28 @@ class Order:
     order_number: str
     status: str
     direction: str | None
-    items: list[OrderItem]
+    shipment: strawberry.Private[tuple[int, str]]
+    loaders: strawberry.Private[ReadLoaders]
+
+    @strawberry.field(
+        description=_child_page(
+            "Its items as the documents gave them", shipment_queries.MAX_ITEMS_PAGE
+        )
+    )
+    async def items(self, first: int = shipment_queries.CHILD_PAGE) -> list[OrderItem]:
+        docs = await self.loaders.items.load((self.id, first))
+        return [OrderItem.from_doc(d, self.shipment, self.loaders) for d in docs]
+
+    @classmethod
+    def from_doc(cls, doc: Doc, shipment: tuple[int, str], loaders: ReadLoaders) -> "Order":
+        return cls(
+            id=doc["_id"],
+            order_number=doc.get("number", ""),
+            status=doc.get("status", "CREATED"),
+            direction=doc.get("direction"),
+            shipment=shipment,
+            loaders=loaders,
+        )
 
 
 @strawberry.type
@@ -309,15 +343,16 @@ class Pallet:
     image_urls: list[str]
     message_id: int | None
     url: str
+    loaders: strawberry.Private[ReadLoaders]
 
     @strawberry.field(description=PARENT_EXCEPTIONS)
     async def exceptions(
         self, info: GQLInfo, first: int = exception_client.MAX_PER_PARENT
     ) -> list[ShippingException]:
-        return await _exceptions_of(info, "pallet_id", self.id, first)
+        return await _exceptions_of(info, self.loaders, "pallet_id", self.id, first)
 
     @classmethod
-    def from_doc(cls, doc: Doc, settings: Settings) -> "Pallet":
+    def from_doc(cls, doc: Doc, settings: Settings, loaders: ReadLoaders) -> "Pallet":
         return cls(
             id=str(doc["_id"]),
             dock_slug=doc.get("dock"),
@@ -335,6 +370,7 @@ class Pallet:
             image_urls=list(doc.get("image_urls") or []),
             message_id=doc.get("message_id"),
             url=urls.pallet_url(settings, str(doc["_id"])),
+            loaders=loaders,
         )
 
 
@@ -369,6 +405,18 @@ class LpnProgress:
     unexpected: list[str]
 
 
+async def _progress(loaders: ReadLoaders, shipment_id: int, direction: str) -> LpnProgress:
+    progress = await loaders.progress.load((shipment_id, direction))
+    if progress is None:
+        raise shipment_queries.progress_too_large(shipment_id)
+    return LpnProgress(
+        expected=progress.expected,
+        observed=progress.observed,
+        missing=progress.missing,
+        unexpected=progress.unexpected,
+    )
+
+
 @strawberry.type
 class Shipment:
     id: int
@@ -392,12 +440,35 @@ class Shipment:
     seal_number: str | None
     bol_number: str | None
     additional_fields: list[AdditionalField]
-    orders: list[Order]
-    lpns: LpnProgress = strawberry.field(description="Expected vs observed LPNs.")
-    pallets: list[Pallet]
     status_history: list[StatusChange]
-    documents: list[ShipmentDocument]
     url: str
+    loaders: strawberry.Private[ReadLoaders]
+
+    @strawberry.field(description=_child_page("Its orders in creation order"))
+    async def orders(self, first: int = shipment_queries.CHILD_PAGE) -> list[Order]:
+        docs = await self.loaders.orders.load((self.id, first))
+        return [Order.from_doc(d, (self.id, self.direction or ""), self.loaders) for d in docs]
+
+    @strawberry.field(
+        description="Expected vs observed LPNs (PAYLOAD_TOO_LARGE for a shipment with more "
+        f"than {shipment_queries.MAX_PROGRESS_ROWS} orders, items or pallets)."
+    )
+    async def lpns(self) -> LpnProgress:
+        return await _progress(self.loaders, self.id, self.direction or "")
+
+    @strawberry.field(description=_child_page("Its pallets in reading order"))
+    async def pallets(
+        self, info: GQLInfo, first: int = shipment_queries.CHILD_PAGE
+    ) -> list[Pallet]:
+        docs = await self.loaders.pallets.load((self.id, first))
+        return [Pallet.from_doc(d, _settings(info), self.loaders) for d in docs]
+
+    @strawberry.field(description=_child_page("Its documents, oldest first"))
+    async def documents(
+        self, info: GQLInfo, first: int = shipment_queries.CHILD_PAGE
+    ) -> list[ShipmentDocument]:
+        docs = await self.loaders.documents.load((self.id, first))
+        return [ShipmentDocument.from_doc(d, _settings(info)) for d in docs]
 
     @strawberry.field(description="Ids of the shipments linked to this one.")
     async def linked_from(self, info: GQLInfo) -> list[int]:
@@ -407,17 +478,16 @@ class Shipment:
     async def exceptions(
         self, info: GQLInfo, first: int = exception_client.MAX_PER_PARENT
     ) -> list[ShippingException]:
-        return await _exceptions_of(info, "shipment_id", self.id, first)
+        return await _exceptions_of(info, self.loaders, "shipment_id", self.id, first)
 
     @classmethod
-    def from_view(cls, view: shipment_queries.ShipmentView, settings: Settings) -> "Shipment":
-        doc = view.shipment
+    def from_doc(cls, doc: Doc, settings: Settings, loaders: ReadLoaders) -> "Shipment":
+        """The shipment's own fields; what it holds is read when selected (`loaders`)."""
         fields: dict[str, Any] = doc.get("fields") or {}
-        progress = view.progress
-        observed_set = set(progress.observed)
         arrival = fields.get("expectedArrivalAt")
+        shipment_id = int(doc["_id"])
         return cls(
-            id=view.id,
+            id=shipment_id,
             business_slug=doc["business"],
             facility_slug=doc["facility"],
             direction=doc.get("direction"),
@@ -441,29 +511,12 @@ class Shipment:
                 AdditionalField(name=f.get("name", ""), value=f.get("value"))
                 for f in fields.get("additionalFields") or []
             ],
-            orders=[
-                Order(
-                    id=o.order["_id"],
-                    order_number=o.order.get("number", ""),
-                    status=o.order.get("status", "CREATED"),
-                    direction=o.order.get("direction"),
-                    items=[OrderItem.from_doc(i, observed_set) for i in o.items],
-                )
-                for o in view.orders
-            ],
-            lpns=LpnProgress(
-                expected=progress.expected,
-                observed=progress.observed,
-                missing=progress.missing,
-                unexpected=progress.unexpected,
-            ),
-            pallets=[Pallet.from_doc(p, settings) for p in view.pallets],
             status_history=[
                 StatusChange(status=h.get("status", ""), at=h["at"], source=h.get("source"))
                 for h in doc.get("history") or []
             ],
-            documents=[ShipmentDocument.from_doc(d, settings) for d in view.documents],
-            url=urls.shipment_url(settings, view.id),
+            url=urls.shipment_url(settings, shipment_id),
+            loaders=loaders,
         )
 
 
@@ -570,15 +623,15 @@ class Query:
     @strawberry.field
     async def shipment(self, info: GQLInfo, id: int) -> Shipment:
         context = info.context
-        view = await shipment_queries.get_shipment(
+        doc = await shipment_queries.shipment_doc(
             context.services.storage, context.require_principal(), id
         )
-        return Shipment.from_view(view, _settings(info))
+        return Shipment.from_doc(doc, _settings(info), context.page_loaders())
 
     @strawberry.field(description="Newest first.")
     async def shipments(self, info: GQLInfo, filter: ShipmentFilter) -> list[Shipment]:
         context = info.context
-        views = await shipment_queries.list_shipments(
+        docs = await shipment_queries.list_shipment_docs(
             context.services.storage,
             context.require_principal(),
             shipment_queries.ShipmentFilter(
@@ -591,7 +644,8 @@ class Query:
                 first=filter.first,
             ),
         )
-        return [Shipment.from_view(v, _settings(info)) for v in views]
+        loaders = context.page_loaders()  # one for the page: its children read together
+        return [Shipment.from_doc(d, _settings(info), loaders) for d in docs]
 
     @strawberry.field(description="Exceptions in creation order; page with afterId.")
     async def exceptions(self, info: GQLInfo, filter: ExceptionFilter) -> list[ShippingException]:
@@ -621,6 +675,7 @@ class Query:
             context.services.storage, context.require_principal(), business_slug, facility_slug
         )
         settings = _settings(info)
+        loaders = context.page_loaders()
         return Facility(
             business_slug=view.facility.business,
             slug=view.facility.slug,
@@ -630,7 +685,9 @@ class Query:
                 Dock(
                     slug=d.slug,
                     name=d.name,
-                    current_shipment=Shipment.from_view(d.current, settings) if d.current else None,
+                    current_shipment=Shipment.from_doc(d.current, settings, loaders)
+                    if d.current
+                    else None,
                 )
                 for d in view.docks
             ],
@@ -658,8 +715,8 @@ class Mutation:
         principal = context.require_principal()
         storage = context.services.storage
         await scheduling.request_completion(storage, _settings(info), principal, id)
-        view = await shipment_queries.get_shipment(storage, principal, id)
-        return Shipment.from_view(view, _settings(info))
+        doc = await shipment_queries.shipment_doc(storage, principal, id)
+        return Shipment.from_doc(doc, _settings(info), context.page_loaders())
 
     @strawberry.mutation(
         description="Scheduling events (AT_FACILITY, DOOR_ASSIGNED, CHECKED_OUT), or a link to "
@@ -694,8 +751,8 @@ class Mutation:
                     at=input.at,
                 ),
             )
-        view = await shipment_queries.get_shipment(storage, principal, input.id)
-        return Shipment.from_view(view, _settings(info))
+        doc = await shipment_queries.shipment_doc(storage, principal, input.id)
+        return Shipment.from_doc(doc, _settings(info), context.page_loaders())
 
     @strawberry.mutation(
         description="Raise a CUSTOMER exception on a shipment (and one of its pallets): it is "
