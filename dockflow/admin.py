@@ -24,11 +24,11 @@ import yaml
 
 from core.auth.credentials import new_secret
 from core.auth.crypto import SecretBox
-from core.errors import DockflowError
+from core.errors import ConfigError, DockflowError
 from core.exceptions.codes import RULE_CODES
 from core.outbox import webhook_endpoints
 from core.services import Services
-from core.settings import Settings, load_settings
+from core.settings import Settings, load_settings, unknown_variables
 from core.shipments import linking
 from core.storage import UNAVAILABLE_ERRORS
 from core.tenancy import provisioning, tenants
@@ -255,7 +255,10 @@ def _settings(args: argparse.Namespace) -> Settings:
         overrides["data_dir"] = args.data_dir
     if getattr(args, "mongodb_url", None):
         overrides["mongodb_url"] = args.mongodb_url
-    return load_settings(**overrides)
+    settings = load_settings(**overrides)
+    for warning in unknown_variables():
+        print(f"dockflow admin: warning: {warning}", file=sys.stderr)
+    return settings
 
 
 def run(handler: Handler, args: argparse.Namespace) -> int:
@@ -264,7 +267,8 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
         settings = _settings(args)
         output = asyncio.run(_call(handler, settings, args))
     except (DockflowError, AdminError) as exc:
-        print(f"dockflow admin: {_one_line(exc)}", file=sys.stderr)
+        for line in _lines_of(exc):
+            print(f"dockflow admin: {line}", file=sys.stderr)
         return EXIT_USAGE
     except UNAVAILABLE_ERRORS as exc:
         print(f"dockflow admin: the database is unavailable: {exc}", file=sys.stderr)
@@ -279,6 +283,13 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
 async def _call(handler: Handler, settings: Settings, args: argparse.Namespace) -> Output:
     async with runtime.open_services(settings) as services:
         return await handler(services, args)
+
+
+def _lines_of(exc: Exception) -> list[str]:
+    """An error as printed: one line, or one per invalid setting."""
+    if isinstance(exc, ConfigError) and not exc.errors:
+        return [" ".join(line.split()) for line in exc.detail.splitlines()]
+    return [_one_line(exc)]
 
 
 def _one_line(exc: Exception) -> str:
