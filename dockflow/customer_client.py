@@ -4,6 +4,7 @@ and the OAuth2 client-credentials token request, made as a customer's tools make
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from dataclasses import dataclass
 
@@ -20,6 +21,11 @@ class ClientOptions:
     audience: str
 
 
+# Refusals that asking again cannot change: bad credentials, audience or request (RFC 6749
+# section 5.2). 408 and 429 (slow_down) pass with time, as do 5xx answers.
+_TRANSIENT_CLIENT_ERRORS = (408, 429)
+
+
 class TokenRequestFailed(Exception):
     """The token endpoint refused the client credentials (its status and body say why)."""
 
@@ -27,6 +33,25 @@ class TokenRequestFailed(Exception):
         super().__init__(f"token request failed: HTTP {status}\n{body}")
         self.status = status
         self.body = body
+
+    @property
+    def permanent(self) -> bool:
+        """Whether the same request would be refused again (a 4xx other than 408 and 429)."""
+        return 400 <= self.status < 500 and self.status not in _TRANSIENT_CLIENT_ERRORS
+
+    @property
+    def reason(self) -> str:
+        """The OAuth error and its description in one line, else the body's start."""
+        try:
+            answer = json.loads(self.body)
+        except ValueError:
+            answer = None
+        if isinstance(answer, dict) and "error" in answer:
+            description = answer.get("error_description")
+            text = f"{answer['error']}: {description}" if description else str(answer["error"])
+        else:
+            text = self.body[:200]
+        return f"HTTP {self.status} {' '.join(text.split())}".strip()
 
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:
