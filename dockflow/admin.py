@@ -33,7 +33,8 @@ from core.shipments import linking
 from core.storage import UNAVAILABLE_ERRORS
 from core.tenancy import provisioning, tenants
 from core.tenancy.tenants import ApiClient, Camera, Facility, LabelFieldMapping
-from dockflow import runtime
+from dockflow import runtime, server_record
+from dockflow.embedded.supervisor import has_database
 
 EXIT_USAGE = 2  # bad input: duplicates, unknown references, invalid values
 EXIT_UNAVAILABLE = 3  # the database cannot be reached
@@ -261,10 +262,27 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings
 
 
+def _require_database(settings: Settings) -> None:
+    """Refuse to work on an embedded database that does not exist: run from another directory,
+    a command would otherwise start a new, empty one there and answer from it (a list showing
+    "(none)", a client created where no server reads it)."""
+    if settings.mongodb_url is not None:
+        return
+    engine = settings.embedded_engine
+    if has_database(settings.data_dir, engine):
+        return
+    raise AdminError(
+        f"no dockflow database in {Path(settings.data_dir).resolve()} (no running server, no "
+        f"{engine} files under mongo/); run this where dockflow serve runs (its ./var), or give "
+        "--data-dir, DOCKFLOW_DATA_DIR or DOCKFLOW_MONGODB_URL"
+    )
+
+
 def run(handler: Handler, args: argparse.Namespace) -> int:
     """Run one admin command: print its output, or one error line and exit code 2."""
     try:
         settings = _settings(args)
+        _require_database(settings)
         output = asyncio.run(_call(handler, settings, args))
     except (DockflowError, AdminError) as exc:
         for line in _lines_of(exc):
@@ -434,15 +452,19 @@ async def _create_client(services: Services, args: argparse.Namespace) -> Output
         client_id=args.client_id,
     )
     client: ApiClient = created.entity
-    settings = services.settings
+    # Where the running server is reached (it may run on other ports than this command's
+    # environment says); without one, what these settings would serve.
+    running = server_record.running_api(services.settings.data_dir)
+    base_url = running.public_base_url if running else services.settings.public_base_url
+    audience = running.graphql_url if running else services.settings.graphql_url
     data = {
         "client_id": client.client_id,
         "client_secret": created.secret,
         "business": client.business,
         "facilities": None if client.facilities is None else sorted(client.facilities),
         "name": client.name,
-        "token_url": f"{settings.public_base_url}/oauth/token",
-        "audience": settings.graphql_url,
+        "token_url": f"{base_url}/oauth/token",
+        "audience": audience,
     }
     return Output(data, f"created API client {SHOWN_ONCE}\n{_lines(data)}")
 

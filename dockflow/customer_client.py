@@ -7,10 +7,14 @@ import argparse
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 
+from dockflow import server_record
+
 DEFAULT_URL = "http://localhost:8080"
+DEFAULT_DATA_DIR = "./var"
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,8 @@ class TokenRequestFailed(Exception):
 
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:
-    """--client-id, --client-secret (also from DOCKFLOW_CLIENT_ID/SECRET), --url, --audience."""
+    """--client-id, --client-secret (also from DOCKFLOW_CLIENT_ID/SECRET), --url, --audience,
+    --data-dir (where a running dockflow recorded its address)."""
     parser.add_argument(
         "--client-id", default=os.environ.get("DOCKFLOW_CLIENT_ID"), help="(DOCKFLOW_CLIENT_ID)"
     )
@@ -66,22 +71,40 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--url",
-        default=os.environ.get("DOCKFLOW_PUBLIC_BASE_URL", DEFAULT_URL),
-        help=f"dockflow base URL (default {DEFAULT_URL})",
+        help="dockflow base URL (default: the running dockflow of the data directory, else "
+        f"DOCKFLOW_PUBLIC_BASE_URL, else {DEFAULT_URL})",
     )
-    parser.add_argument("--audience", help="token audience (default: {url}/public_graphql)")
+    parser.add_argument(
+        "--audience",
+        help="token audience (default: the running dockflow's, else {url}/public_graphql)",
+    )
+    add_data_dir_option(parser)
+
+
+def add_data_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir",
+        default=os.environ.get("DOCKFLOW_DATA_DIR", DEFAULT_DATA_DIR),
+        help="data directory of the running dockflow, whose addresses it recorded "
+        f"(DOCKFLOW_DATA_DIR, default {DEFAULT_DATA_DIR})",
+    )
 
 
 def client_options(args: argparse.Namespace) -> ClientOptions | None:
     """The options, or None when the credentials are missing."""
     if not args.client_id or not args.client_secret:
         return None
-    url = args.url.rstrip("/")
+    url, audience = args.url, args.audience
+    running = server_record.running_api(Path(args.data_dir))
+    if url is None and running is not None:
+        url = running.public_base_url
+        audience = audience or running.graphql_url
+    url = (url or os.environ.get("DOCKFLOW_PUBLIC_BASE_URL") or DEFAULT_URL).rstrip("/")
     return ClientOptions(
         url=url,
         client_id=args.client_id,
         client_secret=args.client_secret,
-        audience=args.audience or f"{url}/public_graphql",
+        audience=audience or f"{url}/public_graphql",
     )
 
 
