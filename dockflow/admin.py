@@ -4,7 +4,8 @@ Every command takes ``--json`` (machine-readable output on stdout) and fails wit
 and one line on stderr (duplicates, unknown references, invalid values). Secrets are printed
 once, when created; only their hashes are stored. The database is the one ``dockflow serve``
 uses: the embedded server of the same data directory (attached to if running) or
-``DOCKFLOW_MONGODB_URL``.
+``DOCKFLOW_MONGODB_URL``. Where the data directory holds no database and no server runs, a
+command says where it looked and exits 2: it never starts a new, empty database there.
 """
 
 from __future__ import annotations

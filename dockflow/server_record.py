@@ -85,13 +85,17 @@ def recorded(data_dir: Path, record: ServerRecord) -> Iterator[None]:
 
 
 def _alive(pid: int) -> bool:
+    """Whether `pid` runs and is a dockflow (a killed server's pid may be taken again)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    try:
+        return b"dockflow" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc: alive as far as signals tell
 
 
 def running_servers(data_dir: Path) -> list[ServerRecord]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import aiohttp
 
+from dockflow import server_record
 from tests.processes import DemoServer, free_port, newcomer_environment
 
 DOCKFLOW = [sys.executable, "-m", "dockflow"]
@@ -112,3 +113,21 @@ async def test_admin_where_there_is_no_dockflow_says_where_it_looked(tmp_path: P
         assert "--data-dir" in line
         assert out == ""
     assert list(elsewhere.iterdir()) == [], "nothing is created where nothing was"
+
+
+async def test_records_of_processes_that_are_gone_are_not_believed(tmp_path: Path):
+    """A killed server leaves its record; its pid, free again, may be another program's."""
+    other = await asyncio.create_subprocess_exec("sleep", "600")
+    finished = await asyncio.create_subprocess_exec("true")
+    await finished.wait()
+    try:
+        for pid in (other.pid, finished.pid):
+            record = server_record.ServerRecord(
+                pid=pid, parts=("api",), public_base_url="http://localhost:1"
+            )
+            with server_record.recorded(tmp_path, record):
+                assert server_record.running_api(tmp_path) is None
+            assert not list((tmp_path / "run").iterdir()), "a record goes with its block"
+    finally:
+        other.kill()
+        await other.wait()
