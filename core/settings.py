@@ -6,6 +6,7 @@ import difflib
 import ipaddress
 import json
 import os
+import tomllib
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -434,6 +435,8 @@ def load_settings(**overrides: Any) -> Settings:
             else:  # a rule between settings names them in its message
                 lines.append(f"invalid settings: {error['msg']}")
         raise ConfigError("\n".join(dict.fromkeys(lines))) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"DOCKFLOW_CONFIG_FILE: {path} is not valid TOML: {exc}") from None
     except SettingsError as exc:
         # A value the environment source could not parse (pydantic-settings names the field).
         cause = exc.__cause__

@@ -5,6 +5,7 @@ and the public base URL following the HTTP listener unless it is given."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +57,18 @@ def test_every_invalid_setting_is_one_line_naming_it(monkeypatch: pytest.MonkeyP
     assert lines[1].startswith("invalid setting DOCKFLOW_TRUSTED_PROXIES: ")
     assert "'not-a-network' is not an IP address" in lines[1]
     assert lines[2].startswith("invalid setting DOCKFLOW_WEBHOOK_RETRY_SCHEDULE_S (item 3): ")
+
+
+def test_a_config_file_that_is_not_toml_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    config = tmp_path / "dockflow.toml"
+    config.write_text("http_port = 8080\nwebhook_allow_hosts = [127.0.0.1]\n")
+    monkeypatch.setenv("DOCKFLOW_CONFIG_FILE", str(config))
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    [line] = raised.value.detail.splitlines()
+    assert line.startswith(f"DOCKFLOW_CONFIG_FILE: {config} is not valid TOML: ")
 
 
 def test_unknown_variables_are_named_with_the_likely_intended_one():
