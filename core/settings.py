@@ -2,24 +2,49 @@
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
+import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from pydantic_settings.exceptions import SettingsError
 
 from core.errors import ConfigError
-from core.settings_files import SettingFilesSource
+from core.settings_files import SettingFilesSource, decode_text
 
 # The MongoDB-wire servers dockflow can start itself (dockflow/embedded/supervisor.py).
 EmbeddedEngine = Literal["nx-27017", "secantusdb"]
+
+ENV_PREFIX = "DOCKFLOW_"
+# DOCKFLOW_* variables that are not settings: read by the command line (customer tools, the
+# simulator, the webhook listener), the test suite, and the compose files in deploy/.
+OTHER_VARIABLES = frozenset(
+    {
+        "DOCKFLOW_CONFIG_FILE",
+        "DOCKFLOW_CLIENT_ID",
+        "DOCKFLOW_CLIENT_SECRET",
+        "DOCKFLOW_CAMERA_TOKEN",
+        "DOCKFLOW_WEBHOOK_SECRET",
+        "DOCKFLOW_HOST",
+        "DOCKFLOW_IMAGE",
+        "DOCKFLOW_CHROMIUM",
+        "DOCKFLOW_CATALOG_SELF_TEST",
+    }
+)
+# Listening on every interface: clients on this machine reach it as localhost.
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 
 
 def _config_file() -> Path | None:
@@ -54,7 +79,9 @@ class Settings(BaseSettings):
     # The API's /metrics is on the ops port, not the public one (false: on the public port,
     # and the API's processes run no ops listener).
     metrics_on_ops_port: bool = True
-    public_base_url: str = "http://localhost:8080"
+    # The address customers use (token audience, links, API docs); unset: derived from the HTTP
+    # listener, http(s)://{http_host, localhost for every interface}:{http_port}.
+    public_base_url: str = ""
     dashboard_url: str = ""  # empty: {public_base_url}/dashboard
     # Dashboard operator sessions end after this many seconds without a request.
     dashboard_session_idle_s: float = Field(8 * 3600.0, gt=0)
@@ -293,6 +320,19 @@ class Settings(BaseSettings):
     # `trusted_proxies`, the forwarded address), within `graphql_max_pending_connections`.
     graphql_max_pending_connections_per_source: int = Field(20, ge=1)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_public_base_url(cls, data: Any) -> Any:
+        """No public base URL given: the HTTP listener's own address, so that a changed port
+        changes every address dockflow hands out with it."""
+        if not isinstance(data, dict) or data.get("public_base_url"):
+            return data
+        fields = cls.model_fields
+        host = str(data.get("http_host", fields["http_host"].default))
+        port = data.get("http_port", fields["http_port"].default)
+        tls = data.get("tls_cert_file") is not None and data.get("tls_key_file") is not None
+        return {**data, "public_base_url": listener_url(host, port, tls=tls)}
+
     @field_validator("public_base_url")
     @classmethod
     def _strip_slash(cls, value: str) -> str:
@@ -345,7 +385,7 @@ class Settings(BaseSettings):
         # DOCKFLOW_<NAME>_FILE: a setting read from a file (secrets mounted into a container).
         sources: list[PydanticBaseSettingsSource] = [
             init_settings,
-            env_settings,
+            _EnvSource(settings_cls),
             SettingFilesSource(settings_cls),
         ]
         path = _config_file()
@@ -354,14 +394,66 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
+def listener_url(host: str, port: object, *, tls: bool = False) -> str:
+    """The URL clients on this machine use for a listener bound to `host`:`port`."""
+    shown = "localhost" if host in _WILDCARD_HOSTS else host
+    if ":" in shown and not shown.startswith("["):
+        shown = f"[{shown}]"  # an IPv6 address
+    return f"{'https' if tls else 'http'}://{shown}:{port}"
+
+
+class _EnvSource(EnvSettingsSource):
+    """``DOCKFLOW_*`` variables, where a list setting is JSON (``["a", "b"]``) or the
+    comma-separated text env files hold (``a,b``)."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        return decode_text(field, value)
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One warning per ``DOCKFLOW_*`` variable that is no setting (a misspelling is otherwise
+    ignored without a word), naming the likely intended one when one is close."""
+    environ = os.environ if environ is None else environ
+    settings = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+    # A setting read from a file (core/settings_files.py) is known too.
+    known = settings | {name + "_FILE" for name in settings} | OTHER_VARIABLES
+    warnings = []
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or name in known:
+            continue
+        # Compared without the prefix they all share, which would make any two names alike.
+        close = difflib.get_close_matches(
+            name.removeprefix(ENV_PREFIX), [k.removeprefix(ENV_PREFIX) for k in known], n=1
+        )
+        hint = f" (did you mean {ENV_PREFIX}{close[0]}?)" if close else ""
+        warnings.append(f"unknown setting {name} is ignored{hint}")
+    return warnings
+
+
 def load_settings(**overrides: Any) -> Settings:
-    """Build the settings, turning a validation failure into one line naming the setting."""
+    """Build the settings; every invalid setting becomes one line of the ConfigError naming it
+    (a value that cannot even be parsed too)."""
     path = _config_file()
     if path is not None and not path.is_file():
         raise ConfigError(f"DOCKFLOW_CONFIG_FILE: no such file: {path}")
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        name = "DOCKFLOW_" + "_".join(str(p) for p in first["loc"]).upper()
-        raise ConfigError(f"invalid setting {name}: {first['msg']}") from None
+        lines = []
+        for error in exc.errors():
+            location = error["loc"]
+            if location:
+                name = f"{ENV_PREFIX}{str(location[0]).upper()}"
+                item = "".join(f" (item {int(p) + 1})" for p in location[1:] if isinstance(p, int))
+                lines.append(f"invalid setting {name}{item}: {error['msg']}")
+            else:  # a rule between settings names them in its message
+                lines.append(f"invalid settings: {error['msg']}")
+        raise ConfigError("\n".join(dict.fromkeys(lines))) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"DOCKFLOW_CONFIG_FILE: {path} is not valid TOML: {exc}") from None
+    except SettingsError as exc:
+        # A value the environment source could not parse (pydantic-settings names the field).
+        cause = exc.__cause__
+        field_name = str(exc).split('"')[1] if '"' in str(exc) else ""
+        name = ENV_PREFIX + field_name.upper() if field_name else "a DOCKFLOW_ setting"
+        raise ConfigError(f"invalid setting {name}: {cause or exc}") from None

@@ -5,7 +5,9 @@ come from a container's mounted secrets, not from the environment every child pr
 
 from __future__ import annotations
 
+import json
 import os
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,21 @@ from core.errors import ConfigError
 
 PREFIX = "DOCKFLOW_"
 SUFFIX = "_FILE"
+
+
+def decode_text(field: FieldInfo, value: str) -> Any:
+    """A setting's text as the environment and files give it: JSON where it parses, and for a
+    list setting also the comma-separated form env files hold (``a,b``)."""
+    sequence = typing.get_origin(field.annotation) in (tuple, list, set, frozenset)
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        if not sequence:
+            raise
+        decoded = value
+    if sequence and not isinstance(decoded, list):
+        return [part.strip() for part in str(value).split(",") if part.strip()]
+    return decoded
 
 
 class SettingFilesSource(PydanticBaseSettingsSource):
@@ -33,10 +50,16 @@ class SettingFilesSource(PydanticBaseSettingsSource):
         if os.environ.get(f"{PREFIX}{field_name.upper()}") is not None:
             raise ConfigError(f"set {variable} or {PREFIX}{field_name.upper()}, not both")
         try:
-            return Path(path).read_text().rstrip(), field_name, False
+            text = Path(path).read_text().rstrip()
         except OSError as exc:
             message = f"invalid setting {variable}: cannot read {path}: {exc.strerror}"
             raise ConfigError(message) from None
+        if self.field_is_complex(field):
+            try:
+                return decode_text(field, text), field_name, True
+            except ValueError:
+                raise ConfigError(f"invalid setting {variable}: {path} is not JSON") from None
+        return text, field_name, False
 
     def __call__(self) -> dict[str, Any]:
         values: dict[str, Any] = {}

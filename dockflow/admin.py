@@ -4,7 +4,8 @@ Every command takes ``--json`` (machine-readable output on stdout) and fails wit
 and one line on stderr (duplicates, unknown references, invalid values). Secrets are printed
 once, when created; only their hashes are stored. The database is the one ``dockflow serve``
 uses: the embedded server of the same data directory (attached to if running) or
-``DOCKFLOW_MONGODB_URL``.
+``DOCKFLOW_MONGODB_URL``. Where the data directory holds no database and no server runs, a
+command says where it looked and exits 2: it never starts a new, empty database there.
 """
 
 from __future__ import annotations
@@ -24,16 +25,17 @@ import yaml
 
 from core.auth.credentials import new_secret
 from core.auth.crypto import SecretBox
-from core.errors import DockflowError
+from core.errors import ConfigError, DockflowError
 from core.exceptions.codes import RULE_CODES
 from core.outbox import webhook_endpoints
 from core.services import Services
-from core.settings import Settings, load_settings
+from core.settings import Settings, load_settings, unknown_variables
 from core.shipments import linking
 from core.storage import UNAVAILABLE_ERRORS
 from core.tenancy import provisioning, tenants
 from core.tenancy.tenants import ApiClient, Camera, Facility, LabelFieldMapping
-from dockflow import runtime
+from dockflow import runtime, server_record
+from dockflow.embedded.supervisor import has_database
 
 EXIT_USAGE = 2  # bad input: duplicates, unknown references, invalid values
 EXIT_UNAVAILABLE = 3  # the database cannot be reached
@@ -255,16 +257,37 @@ def _settings(args: argparse.Namespace) -> Settings:
         overrides["data_dir"] = args.data_dir
     if getattr(args, "mongodb_url", None):
         overrides["mongodb_url"] = args.mongodb_url
-    return load_settings(**overrides)
+    settings = load_settings(**overrides)
+    for warning in unknown_variables():
+        print(f"dockflow admin: warning: {warning}", file=sys.stderr)
+    return settings
+
+
+def _require_database(settings: Settings) -> None:
+    """Refuse to work on an embedded database that does not exist: run from another directory,
+    a command would otherwise start a new, empty one there and answer from it (a list showing
+    "(none)", a client created where no server reads it)."""
+    if settings.mongodb_url is not None:
+        return
+    engine = settings.embedded_engine
+    if has_database(settings.data_dir, engine):
+        return
+    raise AdminError(
+        f"no dockflow database in {Path(settings.data_dir).resolve()} (no running server, no "
+        f"{engine} files under mongo/); run this where dockflow serve runs (its ./var), or give "
+        "--data-dir, DOCKFLOW_DATA_DIR or DOCKFLOW_MONGODB_URL"
+    )
 
 
 def run(handler: Handler, args: argparse.Namespace) -> int:
     """Run one admin command: print its output, or one error line and exit code 2."""
     try:
         settings = _settings(args)
+        _require_database(settings)
         output = asyncio.run(_call(handler, settings, args))
     except (DockflowError, AdminError) as exc:
-        print(f"dockflow admin: {_one_line(exc)}", file=sys.stderr)
+        for line in _lines_of(exc):
+            print(f"dockflow admin: {line}", file=sys.stderr)
         return EXIT_USAGE
     except UNAVAILABLE_ERRORS as exc:
         print(f"dockflow admin: the database is unavailable: {exc}", file=sys.stderr)
@@ -279,6 +302,13 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
 async def _call(handler: Handler, settings: Settings, args: argparse.Namespace) -> Output:
     async with runtime.open_services(settings) as services:
         return await handler(services, args)
+
+
+def _lines_of(exc: Exception) -> list[str]:
+    """An error as printed: one line, or one per invalid setting."""
+    if isinstance(exc, ConfigError) and not exc.errors:
+        return [" ".join(line.split()) for line in exc.detail.splitlines()]
+    return [_one_line(exc)]
 
 
 def _one_line(exc: Exception) -> str:
@@ -423,15 +453,19 @@ async def _create_client(services: Services, args: argparse.Namespace) -> Output
         client_id=args.client_id,
     )
     client: ApiClient = created.entity
-    settings = services.settings
+    # Where the running server is reached (it may run on other ports than this command's
+    # environment says); without one, what these settings would serve.
+    running = server_record.running_api(services.settings.data_dir)
+    base_url = running.public_base_url if running else services.settings.public_base_url
+    audience = running.graphql_url if running else services.settings.graphql_url
     data = {
         "client_id": client.client_id,
         "client_secret": created.secret,
         "business": client.business,
         "facilities": None if client.facilities is None else sorted(client.facilities),
         "name": client.name,
-        "token_url": f"{settings.public_base_url}/oauth/token",
-        "audience": settings.graphql_url,
+        "token_url": f"{base_url}/oauth/token",
+        "audience": audience,
     }
     return Output(data, f"created API client {SHOWN_ONCE}\n{_lines(data)}")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, get_args
@@ -11,8 +12,10 @@ from typing import Any, get_args
 from core.errors import ConfigError, DatabaseUnavailable
 from core.logs import configure_logging
 from core.services import Services
-from core.settings import EmbeddedEngine, Settings, load_settings
+from core.settings import EmbeddedEngine, Settings, load_settings, unknown_variables
 from dockflow import __version__, runtime
+
+log = logging.getLogger("dockflow")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -30,6 +33,8 @@ def _settings(args: argparse.Namespace) -> Settings:
             overrides[name] = value
     settings = load_settings(**overrides)
     configure_logging(settings.log_level, settings.log_format)
+    for warning in unknown_variables():
+        log.warning(warning)
     return settings
 
 
@@ -123,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (ConfigError, DatabaseUnavailable) as exc:
-        print(f"dockflow: {exc.detail}", file=sys.stderr)
+        for line in exc.detail.splitlines():  # one line per problem (each invalid setting)
+            print(f"dockflow: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -57,6 +57,11 @@ class ConsumerError(Exception):
         self.auth = auth  # the token was refused: fetch a new one
 
 
+class TokenRefused(Exception):
+    """The token endpoint refused us for good (bad credentials, audience, request): asking
+    again cannot help, so the consumer stops with the reason."""
+
+
 @dataclass
 class Options:
     client: ClientOptions
@@ -129,7 +134,9 @@ class Consumer:
         try:
             token, expires_in = await fetch_token(session, self.options.client)
         except TokenRequestFailed as exc:
-            raise ConsumerError(f"token request failed ({exc.status}): {exc.body}") from None
+            if exc.permanent:
+                raise TokenRefused(f"the token request was refused: {exc.reason}") from None
+            raise ConsumerError(f"token request failed ({exc.reason})") from None
         self._token = token
         self._token_expires = time.monotonic() + expires_in - TOKEN_MARGIN_S
         return self._token
@@ -293,6 +300,10 @@ def _main(args: argparse.Namespace) -> int:
         state=args.state,
         max_messages=args.max_messages,
     )
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(Consumer(options).run())
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(Consumer(options).run())
+    except TokenRefused as refused:
+        _log(f"{refused}; not retrying")
+        return 1
     return 0

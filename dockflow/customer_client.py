@@ -4,12 +4,17 @@ and the OAuth2 client-credentials token request, made as a customer's tools make
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 
+from dockflow import server_record
+
 DEFAULT_URL = "http://localhost:8080"
+DEFAULT_DATA_DIR = "./var"
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,11 @@ class ClientOptions:
     audience: str
 
 
+# Refusals that asking again cannot change: bad credentials, audience or request (RFC 6749
+# section 5.2). 408 and 429 (slow_down) pass with time, as do 5xx answers.
+_TRANSIENT_CLIENT_ERRORS = (408, 429)
+
+
 class TokenRequestFailed(Exception):
     """The token endpoint refused the client credentials (its status and body say why)."""
 
@@ -28,9 +38,29 @@ class TokenRequestFailed(Exception):
         self.status = status
         self.body = body
 
+    @property
+    def permanent(self) -> bool:
+        """Whether the same request would be refused again (a 4xx other than 408 and 429)."""
+        return 400 <= self.status < 500 and self.status not in _TRANSIENT_CLIENT_ERRORS
+
+    @property
+    def reason(self) -> str:
+        """The OAuth error and its description in one line, else the body's start."""
+        try:
+            answer = json.loads(self.body)
+        except ValueError:
+            answer = None
+        if isinstance(answer, dict) and "error" in answer:
+            description = answer.get("error_description")
+            text = f"{answer['error']}: {description}" if description else str(answer["error"])
+        else:
+            text = self.body[:200]
+        return f"HTTP {self.status} {' '.join(text.split())}".strip()
+
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:
-    """--client-id, --client-secret (also from DOCKFLOW_CLIENT_ID/SECRET), --url, --audience."""
+    """--client-id, --client-secret (also from DOCKFLOW_CLIENT_ID/SECRET), --url, --audience,
+    --data-dir (where a running dockflow recorded its address)."""
     parser.add_argument(
         "--client-id", default=os.environ.get("DOCKFLOW_CLIENT_ID"), help="(DOCKFLOW_CLIENT_ID)"
     )
@@ -41,22 +71,40 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--url",
-        default=os.environ.get("DOCKFLOW_PUBLIC_BASE_URL", DEFAULT_URL),
-        help=f"dockflow base URL (default {DEFAULT_URL})",
+        help="dockflow base URL (default: the running dockflow of the data directory, else "
+        f"DOCKFLOW_PUBLIC_BASE_URL, else {DEFAULT_URL})",
     )
-    parser.add_argument("--audience", help="token audience (default: {url}/public_graphql)")
+    parser.add_argument(
+        "--audience",
+        help="token audience (default: the running dockflow's, else {url}/public_graphql)",
+    )
+    add_data_dir_option(parser)
+
+
+def add_data_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir",
+        default=os.environ.get("DOCKFLOW_DATA_DIR", DEFAULT_DATA_DIR),
+        help="data directory of the running dockflow, whose addresses it recorded "
+        f"(DOCKFLOW_DATA_DIR, default {DEFAULT_DATA_DIR})",
+    )
 
 
 def client_options(args: argparse.Namespace) -> ClientOptions | None:
     """The options, or None when the credentials are missing."""
     if not args.client_id or not args.client_secret:
         return None
-    url = args.url.rstrip("/")
+    url, audience = args.url, args.audience
+    running = server_record.running_api(Path(args.data_dir))
+    if url is None and running is not None:
+        url = running.public_base_url
+        audience = audience or running.graphql_url
+    url = (url or os.environ.get("DOCKFLOW_PUBLIC_BASE_URL") or DEFAULT_URL).rstrip("/")
     return ClientOptions(
         url=url,
         client_id=args.client_id,
         client_secret=args.client_secret,
-        audience=args.audience or f"{url}/public_graphql",
+        audience=audience or f"{url}/public_graphql",
     )
 
 

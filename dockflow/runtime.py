@@ -7,6 +7,7 @@ import atexit
 import contextlib
 import logging
 import signal
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -20,8 +21,9 @@ from core.files import ensure_private_dir
 from core.retention import RetentionSweeper
 from core.running import Periodic
 from core.services import Services
-from core.settings import Settings
+from core.settings import Settings, listener_url
 from core.storage import Storage
+from dockflow import server_record
 from dockflow.embedded.supervisor import EmbeddedMongo
 from dockflow.heap import HeapFreezer
 from edge.server import EdgeServer
@@ -122,6 +124,10 @@ async def serve(
             loop.add_signal_handler(sig, stop.set)
     try:
         async with AsyncExitStack() as stack:
+            listener: socket.socket | None = None
+            if "api" in parts and settings.http_port == 0:
+                listener = stack.enter_context(_bind_any_port(settings.http_host))
+                settings = _with_http_port(settings, listener.getsockname()[1])
             services = await stack.enter_async_context(open_services(settings))
             if not services.storage.transactions:
                 log.warning(
@@ -138,7 +144,7 @@ async def serve(
                 edge = await stack.enter_async_context(EdgeServer(services))
                 addresses["grpc"] = edge.address
             if "api" in parts:
-                http = await stack.enter_async_context(HttpServer(services))
+                http = await stack.enter_async_context(HttpServer(services, listener=listener))
                 addresses["http"] = http.address
                 if not services.storage.transactions:
                     await stack.enter_async_context(_exception_repair(services))
@@ -151,6 +157,8 @@ async def serve(
                 # A long-running process: keep its long-lived objects (all started by now) out
                 # of the collector's walks.
                 stack.enter_context(HeapFreezer(settings.gc_thaw_interval_s))
+            record = server_record.record_for(settings, parts, addresses)
+            stack.enter_context(server_record.recorded(settings.data_dir, record))
             if on_started is not None:
                 await on_started(services, addresses)
             await stop.wait()
@@ -161,6 +169,32 @@ async def serve(
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
         tracing.shutdown()  # what is buffered goes out
+
+
+def _bind_any_port(host: str) -> socket.socket:
+    """A listening socket on a free port of `host` (DOCKFLOW_HTTP_PORT=0), bound before the
+    services are made so that the addresses they hand out name the port."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host or None, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _with_http_port(settings: Settings, port: int) -> Settings:
+    """The settings with the HTTP port a listener was given; a public base URL derived from the
+    listener (none was set) follows it."""
+    tls = settings.tls_cert_file is not None
+    update: dict[str, object] = {"http_port": port}
+    if settings.public_base_url == listener_url(settings.http_host, settings.http_port, tls=tls):
+        update["public_base_url"] = listener_url(settings.http_host, port, tls=tls)
+    return settings.model_copy(update=update)
 
 
 def _exception_repair(services: Services) -> Periodic:

@@ -28,7 +28,11 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from core.shipments import directions
+from dockflow import server_record
+from dockflow.customer_client import add_data_dir_option
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
+
+DEFAULT_TARGET = "localhost:50051"
 
 STATUS_NAMES = {
     edge_pb2.ACCEPTED: "ACCEPTED",
@@ -48,6 +52,9 @@ class SimulateOptions:
     direction: str = "LOADING"
     dock: str = ""
     lpns: list[str] = field(default_factory=list)
+    # The SKUs an intake document lists per LPN, read as one `sku` label each; an LPN without
+    # any gets an invented one.
+    skus: dict[str, list[str]] = field(default_factory=dict)
     unload_pairs: int = 0
     dock_events: bool = False
     resend: bool = False
@@ -109,19 +116,33 @@ def exception_line(reading_id: str, exception: edge_pb2.ReadingException) -> str
     )
 
 
-def lpns_from_document(path: Path) -> tuple[list[str], str | None]:
-    """The LPNs of an intake document (JSON) and the reading direction its direction implies."""
+@dataclass(frozen=True)
+class DocumentPallets:
+    """What an intake document expects at the dock: its LPNs in order, each LPN's SKUs, and
+    the reading direction its direction implies (None when it names none)."""
+
+    lpns: list[str]
+    skus: dict[str, list[str]]
+    direction: str | None
+
+
+def pallets_from_document(path: Path) -> DocumentPallets:
+    """The pallets of an intake document (JSON): every item's LPN with the SKUs listed for it."""
     document: dict[str, Any] = json.loads(path.read_text())
     orders = document.get("orders") or [document]
-    lpns: list[str] = []
+    skus: dict[str, list[str]] = {}
     for order in orders:
         for item in order.get("items") or []:
-            if item.get("lpn") and item["lpn"] not in lpns:
-                lpns.append(item["lpn"])
+            if not item.get("lpn"):
+                continue
+            listed = skus.setdefault(item["lpn"], [])
+            if item.get("sku") and item["sku"] not in listed:
+                listed.append(item["sku"])
     shipment_direction = document.get("direction")
-    if shipment_direction not in directions.SHIPMENT_DIRECTIONS:
-        return lpns, None
-    return lpns, directions.reading_direction(shipment_direction)
+    direction = None
+    if shipment_direction in directions.SHIPMENT_DIRECTIONS:
+        direction = directions.reading_direction(shipment_direction)
+    return DocumentPallets(list(skus), skus, direction)
 
 
 def _now() -> Timestamp:
@@ -147,7 +168,10 @@ def build_readings(options: SimulateOptions) -> list[edge_pb2.PalletReading]:
                 direction=move,
                 labels=[
                     edge_pb2.LabelField(name="lpn", value=lpn, confidence=0.99),
-                    edge_pb2.LabelField(name="sku", value=f"SKU-{lpn}", confidence=0.95),
+                    *(
+                        edge_pb2.LabelField(name="sku", value=sku, confidence=0.95)
+                        for sku in options.skus.get(lpn) or [f"SKU-{lpn}"]
+                    ),
                 ],
             )
         )
@@ -277,14 +301,22 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 2
     lpns: list[str] = []
+    skus: dict[str, list[str]] = {}
     direction = args.direction
     document = args.shipment or args.lpns_from
     if document is not None:
-        lpns, implied = lpns_from_document(Path(document))
-        direction = direction or implied
+        try:
+            expected = pallets_from_document(Path(document))
+        except (OSError, ValueError) as exc:
+            print(f"dockflow simulate: cannot read {document}: {exc}", file=sys.stderr)
+            return 2
+        lpns, skus = expected.lpns, expected.skus
+        direction = direction or expected.direction
     pallets = args.pallets if args.pallets is not None else (len(lpns) or 10)
+    running = server_record.running_edge(Path(args.data_dir))
+    target = args.target or (running.grpc_target if running else None) or DEFAULT_TARGET
     options = SimulateOptions(
-        target=args.target,
+        target=target,
         camera_token=token,
         pallets=pallets,
         rate=args.rate,
@@ -292,6 +324,7 @@ def _run(args: argparse.Namespace) -> int:
         direction=direction or "LOADING",
         dock=args.dock,
         lpns=lpns,
+        skus=skus,
         unload_pairs=args.unload_pairs,
         dock_events=args.dock_events,
         resend=args.resend,
@@ -314,7 +347,12 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(commands: Any) -> None:
     parser = commands.add_parser("simulate", help="simulate a dock camera streaming pallets")
-    parser.add_argument("--target", default="localhost:50051", help="edge address host:port")
+    parser.add_argument(
+        "--target",
+        help="edge address host:port (default: the running dockflow of the data directory, "
+        f"else {DEFAULT_TARGET})",
+    )
+    add_data_dir_option(parser)
     parser.add_argument("--camera-token", help="camera bearer token (DOCKFLOW_CAMERA_TOKEN)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--shipment", metavar="FILE", help="intake document (JSON): its LPNs")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import ssl
 
 from aiohttp import web
@@ -29,12 +30,22 @@ def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
 class HttpServer(Running):
     """Owns the aiohttp runner. `start()` binds; `stop()` drains; usable as `async with`."""
 
-    def __init__(self, services: Services, host: str | None = None, port: int | None = None):
+    def __init__(
+        self,
+        services: Services,
+        host: str | None = None,
+        port: int | None = None,
+        *,
+        listener: socket.socket | None = None,
+    ):
         self.services = services
         settings = services.settings
         self.host = settings.http_host if host is None else host
         self.requested_port = settings.http_port if port is None else port
         self.port = 0
+        # A socket bound already (dockflow/runtime.py binds port 0 before the settings that
+        # name the port are made); None: bind host and port here.
+        self._listener = listener
         self._runner: web.AppRunner | None = None
 
     name = "HTTP API"
@@ -60,9 +71,13 @@ class HttpServer(Running):
         )
         await runner.setup()
         try:
-            site = web.TCPSite(
-                runner, self.host, self.requested_port, ssl_context=self._ssl_context()
-            )
+            site: web.BaseSite
+            if self._listener is not None:
+                site = web.SockSite(runner, self._listener, ssl_context=self._ssl_context())
+            else:
+                site = web.TCPSite(
+                    runner, self.host, self.requested_port, ssl_context=self._ssl_context()
+                )
             await site.start()
         except OSError as exc:
             await runner.cleanup()

@@ -15,6 +15,7 @@ import asyncio
 import os
 import re
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -123,3 +124,74 @@ class DockflowProcess:
         traceback: TracebackType | None,
     ) -> None:
         await self.stop()
+
+
+def free_port() -> int:
+    """A port free on loopback now (for a process that must be given a fixed one)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class DemoServer:
+    """`dockflow serve --demo` as a newcomer runs it: in `directory` (its data in ./var there),
+    on the embedded database of the test lane's engine, on the given fixed ports, with no
+    DOCKFLOW_* variable of the suite's but the engine's.
+
+        async with DemoServer(tmp_path, http_port=free_port(), ...) as server:
+            server.banner  # what it printed up to "Press Ctrl-C"
+    """
+
+    def __init__(self, directory: Path, *, http_port: int, grpc_port: int, ops_port: int) -> None:
+        self.directory = directory
+        self.ports = {"http": http_port, "grpc": grpc_port, "ops": ops_port}
+        self.env = {
+            **newcomer_environment(),
+            "DOCKFLOW_HTTP_PORT": str(http_port),
+            "DOCKFLOW_GRPC_PORT": str(grpc_port),
+            "DOCKFLOW_OPS_PORT": str(ops_port),
+            "DOCKFLOW_LOG_FORMAT": "console",
+        }
+        self.log_path = directory / "serve.log"
+        self.process: asyncio.subprocess.Process | None = None
+        self.banner = ""
+
+    async def __aenter__(self) -> DemoServer:
+        with self.log_path.open("ab") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "dockflow", "serve", "--demo",
+                cwd=self.directory, env=self.env, stdout=log, stderr=log,
+                stdin=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+        deadline = time.monotonic() + START_LIMIT_S
+        while READY_LINE not in (output := self.log_path.read_text(errors="replace")):
+            if self.process.returncode is not None or time.monotonic() > deadline:
+                await self.stop()
+                raise AssertionError(f"dockflow serve --demo did not start:\n{output}")
+            await asyncio.sleep(0.05)
+        self.banner = output
+        return self
+
+    async def stop(self) -> None:
+        """Ctrl-C and wait; SIGKILL if it hangs. Idempotent."""
+        process, self.process = self.process, None
+        if process is None or process.returncode is not None:
+            return
+        process.send_signal(signal.SIGINT)
+        try:
+            await asyncio.wait_for(process.wait(), STOP_LIMIT_S)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+
+def newcomer_environment() -> dict[str, str]:
+    """This environment without the suite's DOCKFLOW_* variables, but with its lane's engine:
+    what a user's shell holds."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("DOCKFLOW_")}
+    if "DOCKFLOW_EMBEDDED_ENGINE" in os.environ:
+        env["DOCKFLOW_EMBEDDED_ENGINE"] = os.environ["DOCKFLOW_EMBEDDED_ENGINE"]
+    return env

@@ -4,6 +4,7 @@ later starts print them again from the credentials file."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -113,16 +114,21 @@ async def test_serve_demo_prints_a_token_command_that_works(tmp_path: Path):
                 seen += line.decode()
         http = re.search(r"HTTP API\s+http://([\d.]+:\d+)", seen)
         client_secret = re.search(r"client_secret (\S+)", seen)
+        printed = re.search(r"-d '(\{.*\})'", seen)  # the token command's body
         assert http, seen
         assert client_secret, seen
+        assert printed, seen
         base = f"http://{http.group(1)}"
+        # On port 0 too, the audience it prints is its own address (the port it was given).
+        audience = json.loads(printed.group(1))["audience"]
+        assert audience == f"{base}/public_graphql"
         async with aiohttp.ClientSession() as session:
             async with session.post(
                 f"{base}/oauth/token",
                 json={
                     "client_id": "dfc_demo",
                     "client_secret": client_secret.group(1),
-                    "audience": "http://localhost:8080/public_graphql",
+                    "audience": audience,
                     "grant_type": "client_credentials",
                 },
             ) as resp:

@@ -16,6 +16,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from core.settings import Settings
+from tests.processes import DockflowProcess
+
 DOCKFLOW = [sys.executable, "-m", "dockflow"]
 
 
@@ -123,6 +126,38 @@ def test_invalid_setting_stops_startup_with_one_line(tmp_path: Path):
         "dockflow: invalid setting DOCKFLOW_HTTP_PORT: Input should be a valid integer, "
         "unable to parse string as an integer"
     ]
+
+
+def test_every_invalid_setting_is_a_line_and_lists_take_plain_text(tmp_path: Path):
+    """A list setting written as in an env file is read; the two invalid settings beside it
+    are one line each, with no traceback."""
+    env = {
+        **os.environ,
+        "DOCKFLOW_DATA_DIR": str(tmp_path),
+        "DOCKFLOW_WEBHOOK_ALLOW_HOSTS": "127.0.0.1,::1",
+        "DOCKFLOW_HTTP_PORT": "not-a-port",
+        "DOCKFLOW_OPS_PORT": "-1",
+    }
+    result = subprocess.run(
+        [*DOCKFLOW, "serve"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert [line.split(":")[1].strip() for line in lines] == [
+        "invalid setting DOCKFLOW_HTTP_PORT",
+        "invalid setting DOCKFLOW_OPS_PORT",
+    ], lines
+
+
+async def test_a_misspelt_variable_is_named_at_start(settings: Settings, tmp_path: Path):
+    log = tmp_path / "api.log"
+    async with DockflowProcess("api", settings, log, DOCKFLOW_HTTP_PORTT="18080"):
+        pass
+    assert (
+        "unknown setting DOCKFLOW_HTTP_PORTT is ignored (did you mean DOCKFLOW_HTTP_PORT?)"
+        in log.read_text()
+    )
 
 
 @pytest.mark.parametrize("command", [[], ["serve"], ["edge"], ["api"], ["webhooks"]])

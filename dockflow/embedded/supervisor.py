@@ -197,6 +197,22 @@ def engine_dir(data_dir: Path, engine: EmbeddedEngine) -> Path:
     return Path(data_dir).resolve() / "mongo" / engine
 
 
+def has_database(data_dir: Path, engine: EmbeddedEngine) -> bool:
+    """Whether `data_dir` holds files of `engine`'s server (a start made them), in its folder
+    or, for nx-27017, in the folder of the older single-folder layout. Reads only."""
+    mongo_dir = Path(data_dir).resolve() / "mongo"
+    folders = [engine_dir(data_dir, engine)]
+    if engine == "nx-27017":
+        folders.append(mongo_dir)
+    for folder in folders:
+        try:
+            if any(path.is_file() for path in folder.iterdir()):
+                return True
+        except OSError:
+            continue
+    return running_server_pid(data_dir, engine) is not None
+
+
 def running_server_pid(data_dir: Path, engine: EmbeddedEngine) -> int | None:
     """The pid of a live embedded server of `engine` on `data_dir`, from the server.json its
     owner wrote, or None."""

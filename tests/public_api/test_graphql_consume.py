@@ -128,3 +128,56 @@ async def test_consume_resumes_after_being_cut_off_without_gaps_or_repeats(
     assert [m["id"] for m in lines] == held.ids + burst.ids
     assert json.loads(state.read_text())["lastId"] == burst.ids[-1]
     assert code == 0
+
+
+async def read_stderr_until(process: asyncio.subprocess.Process, text: str, times: int) -> str:
+    assert process.stderr is not None
+    seen = ""
+    while seen.count(text) < times:
+        line = await asyncio.wait_for(process.stderr.readline(), 60)
+        assert line, f"the consumer exited early:\n{seen}"
+        seen += line.decode()
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "reason"),
+    [
+        ("--audience", "http://elsewhere.example/public_graphql", "invalid_target"),
+        ("--client-secret", "dfs_wrong", "invalid_client"),
+    ],
+)
+async def test_consume_stops_when_its_token_is_refused_for_good(
+    api: TestClient[Any, Any], consume: Any, option: str, value: str, reason: str
+):
+    process = await consume(api.port, option, value)
+    code = await asyncio.wait_for(process.wait(), 60)
+    assert process.stderr is not None
+    err = (await process.stderr.read()).decode()
+
+    assert code == 1, err
+    [line] = err.splitlines()
+    assert line.startswith("dockflow consume: the token request was refused: HTTP 40")
+    assert reason in line
+    assert line.endswith("; not retrying")
+
+
+async def test_consume_retries_a_token_endpoint_that_fails_for_now(
+    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]], consume: Any
+):
+    asked: list[int] = []
+
+    async def unavailable(request: web.Request) -> web.Response:
+        asked.append(1)
+        return web.json_response({"error": "temporarily_unavailable"}, status=503)
+
+    app = web.Application()
+    app.router.add_post("/oauth/token", unavailable)
+    server = await aiohttp_client(app)
+
+    process = await consume(server.port)
+    err = await read_stderr_until(process, "reconnecting in", 3)
+
+    assert process.returncode is None, "a 503 is asked again, never the end"
+    assert len(asked) >= 3
+    assert "HTTP 503 temporarily_unavailable" in err

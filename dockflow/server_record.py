@@ -1,0 +1,128 @@
+"""Where a running dockflow can be reached, recorded in its data directory for the commands
+that talk to it (`admin`, `post-document`, `consume`, `simulate`).
+
+Each server process (`serve`, `api`, `edge`, `webhooks`) writes ``DATA_DIR/run/<pid>.json`` once
+its listeners are bound, and removes it when it stops: its public base URL (the one its tokens
+name as audience and its messages link to), and its gRPC and ops addresses. A command run from
+the same directory (or with the same ``--data-dir`` / ``DOCKFLOW_DATA_DIR``) reads the records of
+live processes, so a server started on other ports than the defaults is found without repeating
+them. The embedded database records its own address the same way (``mongo/<engine>/server.json``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from core.files import write_private_file
+from core.settings import Settings, listener_url
+
+log = logging.getLogger(__name__)
+
+RECORD_FOLDER = "run"
+
+
+@dataclass(frozen=True)
+class ServerRecord:
+    """What one running process serves, as clients on this machine reach it."""
+
+    pid: int
+    parts: tuple[str, ...]
+    public_base_url: str | None = None  # with the API
+    graphql_url: str | None = None  # the token audience (with the API)
+    grpc_target: str | None = None  # host:port (with the edge)
+    ops_url: str | None = None
+
+
+def _folder(data_dir: Path) -> Path:
+    return Path(data_dir).resolve() / RECORD_FOLDER
+
+
+def _client_address(bound: str) -> str:
+    """host:port a client on this machine dials for a listener bound to `bound`."""
+    host, _, port = bound.rpartition(":")
+    return listener_url(host, port).split("://", 1)[1]
+
+
+def record_for(
+    settings: Settings, parts: tuple[str, ...], addresses: dict[str, str]
+) -> ServerRecord:
+    """This process's record from its bound `addresses` (dockflow/runtime.py)."""
+    api = "http" in addresses
+    return ServerRecord(
+        pid=os.getpid(),
+        parts=parts,
+        public_base_url=settings.public_base_url if api else None,
+        graphql_url=settings.graphql_url if api else None,
+        grpc_target=_client_address(addresses["grpc"]) if "grpc" in addresses else None,
+        ops_url=f"http://{_client_address(addresses['ops'])}" if "ops" in addresses else None,
+    )
+
+
+@contextlib.contextmanager
+def recorded(data_dir: Path, record: ServerRecord) -> Iterator[None]:
+    """Keep `record` in the data directory while the block runs. A data directory that cannot
+    be written (a read-only container) is logged, not fatal: commands then use their defaults."""
+    path = _folder(data_dir) / f"{record.pid}.json"
+    try:
+        write_private_file(path, json.dumps(asdict(record)).encode())
+    except OSError as exc:
+        log.warning(
+            "cannot record this server's addresses", extra={"path": str(path), "error": str(exc)}
+        )
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs and is a dockflow (a killed server's pid may be taken again)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        return b"dockflow" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc: alive as far as signals tell
+
+
+def running_servers(data_dir: Path) -> list[ServerRecord]:
+    """The records of the live dockflow processes of `data_dir`, oldest first (a record left by
+    a killed process is skipped). Reads only: nothing is created."""
+    folder = _folder(data_dir)
+    found = []
+    try:
+        paths = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime)
+    except OSError:
+        return []
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+            record = ServerRecord(**{**data, "parts": tuple(data.get("parts", ()))})
+        except (OSError, ValueError, TypeError):
+            continue
+        if record.pid > 0 and _alive(record.pid):
+            found.append(record)
+    return found
+
+
+def running_api(data_dir: Path) -> ServerRecord | None:
+    """A live process of `data_dir` serving the API, if any."""
+    return next((r for r in running_servers(data_dir) if r.public_base_url), None)
+
+
+def running_edge(data_dir: Path) -> ServerRecord | None:
+    """A live process of `data_dir` serving the camera edge, if any."""
+    return next((r for r in running_servers(data_dir) if r.grpc_target), None)

@@ -1,0 +1,133 @@
+"""A dockflow on other ports than the defaults, and the commands beside it: every address it
+hands out names its port, and `admin`, `post-document`, `consume` and `simulate`, run from the
+same directory without being told, reach it (dockflow/server_record.py). Where no dockflow and
+no database are, `admin` says so instead of making an empty one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from dockflow import server_record
+from tests.processes import DemoServer, free_port, newcomer_environment
+
+DOCKFLOW = [sys.executable, "-m", "dockflow"]
+COMMAND_LIMIT_S = 120.0  # guards against a hang (shared machine); not a timing assertion
+
+
+async def _run(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        *DOCKFLOW, *argv,
+        cwd=cwd, env=env or newcomer_environment(),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), COMMAND_LIMIT_S)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_every_address_follows_the_http_port_and_commands_find_the_server(tmp_path: Path):
+    http_port, grpc_port = free_port(), free_port()
+    async with DemoServer(
+        tmp_path, http_port=http_port, grpc_port=grpc_port, ops_port=free_port()
+    ) as server:
+        base = f"http://localhost:{http_port}"
+        credentials = json.loads((tmp_path / "var" / "demo-credentials.json").read_text())
+
+        # The banner: its token command (URL and audience) and the links name the port.
+        curl = re.search(r"curl -s -X POST (\S+) .*\n\s+-d '(\{.*\})'", server.banner)
+        assert curl, server.banner
+        assert curl.group(1) == f"{base}/oauth/token"
+        assert json.loads(curl.group(2))["audience"] == f"{base}/public_graphql"
+        assert f"API docs        {base}/v1/docs/" in server.banner
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{base}/v1/docs/openapi.json") as answer:
+                assert (await answer.json())["servers"] == [{"url": base}]
+
+        # The commands, run in its directory with nothing said about ports or URLs.
+        customer = {
+            **newcomer_environment(),
+            "DOCKFLOW_CLIENT_ID": credentials["client_id"],
+            "DOCKFLOW_CLIENT_SECRET": credentials["client_secret"],
+            "DOCKFLOW_CAMERA_TOKEN": credentials["cameras"]["D1"]["token"],
+        }
+        code, out, err = await _run("admin", "create-client", "demo", "--json", cwd=tmp_path)
+        assert code == 0, err
+        created = json.loads(out)
+        assert created["token_url"] == f"{base}/oauth/token"
+        assert created["audience"] == f"{base}/public_graphql"
+
+        document = tmp_path / "order.json"
+        document.write_text(
+            json.dumps(
+                {
+                    "business": "demo",
+                    "facility": "dc1",
+                    "direction": "OUTBOUND",
+                    "orderNumber": "SO-PORTS",
+                    "items": [
+                        {"lpn": "LPN-P1", "sku": "SKU-P", "quantity": 1, "quantityUnit": "PALLET"}
+                    ],
+                }
+            )
+        )
+        code, out, err = await _run("post-document", str(document), cwd=tmp_path, env=customer)
+        assert code == 0, out + err
+        assert f"Location: {base}/dashboard/shipments/" in out
+
+        code, out, err = await _run(
+            "simulate", "--lpns-from", str(document), "--quiet", cwd=tmp_path, env=customer
+        )
+        assert code == 0, out + err
+        assert "ACCEPTED 1" in out
+
+        code, out, err = await _run(
+            "consume", "--business", "demo", "--max-messages", "1", cwd=tmp_path, env=customer
+        )
+        assert code == 0, err
+        message = json.loads(out.splitlines()[0])
+        assert message["messageType"] == "PALLET_EVENT"
+        assert message["message"]["url"].startswith(f"{base}/dashboard/pallets/")
+        assert message["message"]["skus"] == ["SKU-P"], "the document's SKU, not an invented one"
+
+    # Stopped: its record is gone, so the commands no longer find it.
+    assert not list((tmp_path / "var" / "run").glob("*.json"))
+
+
+async def test_admin_where_there_is_no_dockflow_says_where_it_looked(tmp_path: Path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for argv in (["list", "businesses"], ["create-business", "acme"]):
+        code, out, err = await _run("admin", *argv, cwd=elsewhere)
+
+        assert code == 2, out + err
+        [line] = err.splitlines()
+        assert line.startswith("dockflow admin: no dockflow database in ")
+        assert str((elsewhere / "var").resolve()) in line
+        assert "--data-dir" in line
+        assert out == ""
+    assert list(elsewhere.iterdir()) == [], "nothing is created where nothing was"
+
+
+async def test_records_of_processes_that_are_gone_are_not_believed(tmp_path: Path):
+    """A killed server leaves its record; its pid, free again, may be another program's."""
+    other = await asyncio.create_subprocess_exec("sleep", "600")
+    finished = await asyncio.create_subprocess_exec("true")
+    await finished.wait()
+    try:
+        for pid in (other.pid, finished.pid):
+            record = server_record.ServerRecord(
+                pid=pid, parts=("api",), public_base_url="http://localhost:1"
+            )
+            with server_record.recorded(tmp_path, record):
+                assert server_record.running_api(tmp_path) is None
+            assert not list((tmp_path / "run").iterdir()), "a record goes with its block"
+    finally:
+        other.kill()
+        await other.wait()
