@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from importlib import resources
@@ -57,7 +58,12 @@ from public_api.graphql.connections import (
     Connections,
     TooManyConnections,
 )
-from public_api.graphql.context import GraphQLContext
+from public_api.graphql.context import (
+    CLOSE_WAIT_S,
+    GOING_AWAY_CLOSE_CODE,
+    GraphQLContext,
+    close_within,
+)
 from public_api.graphql.schema import build_schema
 from public_api.graphql.shared_events import encode_frame
 from public_api.graphql.webhook_deliveries import TEST_SENDER
@@ -322,6 +328,33 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
         self.services = services
         self.closing: set[asyncio.Task[None]] = set()  # see GraphQLContext.closing
         self.connections = Connections(services.storage, settings, services.tokens)
+        # Every websocket this view opened and its request, until it is gone: closed with
+        # 1001 at shutdown (`close_websockets`).
+        self.websockets: weakref.WeakKeyDictionary[web.WebSocketResponse, web.Request] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def close_websockets(self) -> None:
+        """Close every open websocket with 1001 ("going away"), each within the shutdown
+        grace. A subscription never ends by itself: without this the server's drain waited
+        out its whole grace for them, then dropped them (the client saw 1006)."""
+        open_websockets = [(ws, r) for ws, r in list(self.websockets.items()) if not ws.closed]
+        if not open_websockets:
+            return
+        wait_s = min(CLOSE_WAIT_S, self.services.settings.shutdown_grace_s)
+        count = len(open_websockets)
+        log.info(
+            f"closing {count} websocket{'' if count == 1 else 's'}: the server is shutting down",
+            extra={"close_code": GOING_AWAY_CLOSE_CODE, "wait_s": wait_s},
+        )
+        await asyncio.gather(
+            *(
+                close_within(
+                    request, ws, GOING_AWAY_CLOSE_CODE, "the server is shutting down", wait_s
+                )
+                for ws, request in open_websockets
+            )
+        )
 
     def is_websocket_request(self, request: web.Request) -> TypeGuard[web.Request]:
         # RFC 6455: the opening handshake is a GET; aiohttp's check does not look at the method.
@@ -357,6 +390,7 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
             max_msg_size=self.services.settings.http_max_body_bytes,
         )
         await ws.prepare(request)
+        self.websockets[ws] = request
         return ws
 
     async def get_context(
@@ -495,6 +529,10 @@ async def _test_sender_context(app: web.Application) -> AsyncIterator[None]:
         await sender.close()
 
 
+async def _close_websockets(app: web.Application) -> None:
+    await app[GRAPHQL_VIEW].close_websockets()
+
+
 async def _connections_context(app: web.Application) -> AsyncIterator[None]:
     yield
     await app[GRAPHQL_VIEW].connections.stop()
@@ -507,6 +545,8 @@ def setup(app: web.Application) -> None:
     app.cleanup_ctx.append(_feed_hub_context)
     app.cleanup_ctx.append(_connections_context)
     app.cleanup_ctx.append(_test_sender_context)
+    # Shutdown handlers run before the server waits for its requests in flight.
+    app.on_shutdown.append(_close_websockets)
     own_body_limit(app, PATH)  # multipart uploads: `max_upload_bytes` (`_body_limit`)
     app.router.add_route("*", PATH, graphql_endpoint)
     app.router.add_get(SDL_PATH, schema_sdl)
