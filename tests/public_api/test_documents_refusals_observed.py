@@ -26,7 +26,7 @@ def _rejected() -> float:
     return REGISTRY.get_sample_value("dockflow_documents_total", {"status": "rejected"}) or 0.0
 
 
-REFUSALS = {
+REFUSALS: dict[str, tuple[int, dict[str, Any]]] = {
     "malformed-json-400": (400, {"data": b"{not json", "content_type": "application/json"}),
     "unsupported-type-415": (415, {"data": b"hello", "content_type": "text/plain"}),
     "invalid-field-422": (422, {"json": {**VALID, "items": [{"lpn": "L1"}]}}),
