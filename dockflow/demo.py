@@ -74,10 +74,17 @@ DECLARATION = provisioning.Declaration(
 
 def demo_settings(settings: Settings) -> Settings:
     """The demo's settings: webhooks may also go to this machine (plain http to a loopback
-    host), so `dockflow listen` receives them without configuration. Production settings are
-    unchanged: only `serve --demo` adds these hosts."""
+    host), so `dockflow listen` receives them without configuration, and the GraphQL sandbox's
+    sample query names the demo tenant. Production settings are unchanged: only `serve --demo`
+    adds these hosts."""
     allowed = tuple(dict.fromkeys((*settings.webhook_allow_hosts, *LOOPBACK_HOSTS)))
-    return settings.model_copy(update={"webhook_allow_hosts": allowed})
+    return settings.model_copy(
+        update={
+            "webhook_allow_hosts": allowed,
+            "graphql_sandbox_business": BUSINESS,
+            "graphql_sandbox_facility": FACILITY,
+        }
+    )
 
 
 def credentials_path(services: Services) -> Path:

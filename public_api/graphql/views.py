@@ -49,6 +49,7 @@ from core.auth.tokens import bearer_token
 from core.errors import BadRequest, PayloadTooLarge, Unauthenticated
 from core.feed.reader import FeedHub
 from core.services import Services
+from core.settings import Settings
 from core.shipments import attachments
 from public_api.auth import PRINCIPAL, authenticate
 from public_api.body_limits import own_body_limit
@@ -72,6 +73,9 @@ from webhooks.sender import Sender
 
 PATH = "/public_graphql"
 SDL_PATH = f"{PATH}/schema.graphql"  # the schema in SDL, for code generators (no token needed)
+# The same schema as an introspection result: the sandbox's schema, so it needs no request with
+# a token before the user has entered one (no token needed, as for the SDL).
+INTROSPECTION_PATH = f"{PATH}/schema.json"
 DOCUMENTS_PATH = "/shipment-documents/{document_id}"
 STATIC_PATH = "/static/graphiql"
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static" / "graphiql"
@@ -328,6 +332,7 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
         self.services = services
         self.closing: set[asyncio.Task[None]] = set()  # see GraphQLContext.closing
         self.connections = Connections(services.storage, settings, services.tokens)
+        self.introspection: str | None = None  # `schema_introspection`'s answer, made once
         # Every websocket this view opened and its request, until it is gone: closed with
         # 1001 at shutdown (`close_websockets`).
         self.websockets: weakref.WeakKeyDictionary[web.WebSocketResponse, web.Request] = (
@@ -462,7 +467,7 @@ async def graphql_endpoint(request: web.Request) -> web.StreamResponse:
     if view.is_websocket_request(request):
         return await view(request)
     if _wants_sandbox(request):
-        return web.Response(text=_sandbox_html(), content_type="text/html")
+        return web.Response(text=_sandbox_html(view.services.settings), content_type="text/html")
     await authenticate(request)
     limit = _body_limit(request)
     if request.content_length is not None and request.content_length > limit:
@@ -470,9 +475,18 @@ async def graphql_endpoint(request: web.Request) -> web.StreamResponse:
     return await view(request)
 
 
-def _sandbox_html() -> str:
+def _sandbox_html(settings: Settings) -> str:
+    """The sandbox page: its assets, schema address and the names its sample query uses."""
     template = resources.files("public_api.graphql").joinpath("graphiql.html").read_text()
-    return template.replace("__STATIC__", STATIC_PATH)
+    page = {
+        "schemaUrl": INTROSPECTION_PATH,
+        "business": settings.graphql_sandbox_business,
+        "facility": settings.graphql_sandbox_facility,
+    }
+    # Inside a <script>: "</" must not end it early.
+    return template.replace("__STATIC__", STATIC_PATH).replace(
+        "__PAGE__", json.dumps(page).replace("</", "<\\/")
+    )
 
 
 async def download_document(request: web.Request) -> web.StreamResponse:
@@ -490,6 +504,14 @@ async def download_document(request: web.Request) -> web.StreamResponse:
         await response.write(chunk)
     await response.write_eof()
     return response
+
+
+async def schema_introspection(request: web.Request) -> web.Response:
+    """GET /public_graphql/schema.json: the introspection result of this endpoint's schema."""
+    view = request.app[GRAPHQL_VIEW]
+    if view.introspection is None:
+        view.introspection = json.dumps(view.dockflow_schema.introspect())
+    return web.Response(text=view.introspection, content_type="application/json")
 
 
 async def schema_sdl(request: web.Request) -> web.Response:
@@ -550,5 +572,6 @@ def setup(app: web.Application) -> None:
     own_body_limit(app, PATH)  # multipart uploads: `max_upload_bytes` (`_body_limit`)
     app.router.add_route("*", PATH, graphql_endpoint)
     app.router.add_get(SDL_PATH, schema_sdl)
+    app.router.add_get(INTROSPECTION_PATH, schema_introspection)
     app.router.add_get(DOCUMENTS_PATH, download_document)
     app.router.add_static(STATIC_PATH, STATIC_DIR)
