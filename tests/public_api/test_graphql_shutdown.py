@@ -14,14 +14,22 @@ from core.services import Services
 from core.settings import Settings
 from tests.factories import make_tenant
 from tests.processes import DockflowProcess
-from tests.public_api.graphql_support import GRAPHQL, SINCE, SUBSCRIPTION, TRANSPORT_WS, WsSession
+from tests.public_api.graphql_support import (
+    GRAPHQL,
+    LEGACY_WS,
+    SINCE,
+    SUBSCRIPTION,
+    TRANSPORT_WS,
+    WsSession,
+)
 
 GOING_AWAY = 1001  # RFC 6455: the server is going down
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("protocol", [TRANSPORT_WS, LEGACY_WS])
 async def test_sigterm_closes_an_open_subscription_with_1001_and_the_process_exits(
-    services: Services, settings: Settings, tmp_path: Path
+    services: Services, settings: Settings, tmp_path: Path, protocol: str
 ):
     # Given a running server and a subscriber with an open subscription
     tenant = await make_tenant(services)
@@ -30,8 +38,8 @@ async def test_sigterm_closes_an_open_subscription_with_1001_and_the_process_exi
         "serve", settings, tmp_path / "serve.log", DOCKFLOW_PUBLIC_BASE_URL=settings.public_base_url
     )
     async with serve, aiohttp.ClientSession() as session:
-        ws = await session.ws_connect(f"{serve.base_url}{GRAPHQL}", protocols=[TRANSPORT_WS])
-        subscriber = WsSession(ws, TRANSPORT_WS)
+        ws = await session.ws_connect(f"{serve.base_url}{GRAPHQL}", protocols=[protocol])
+        subscriber = WsSession(ws, protocol)
         assert (await subscriber.init({"Authorization": f"Bearer {tenant.token}"}))["type"] == (
             "connection_ack"
         )
