@@ -306,6 +306,10 @@ class Settings(BaseSettings):
     feed_subscriber_buffer_bytes: int = Field(16 * 1024 * 1024, ge=64 * 1024)
     # Bytes of encoded subscription results kept to share between subscribers.
     graphql_shared_cache_bytes: int = Field(32 * 1024 * 1024, ge=64 * 1024)
+    # The business and facility the GraphQL sandbox's sample query names (`serve --demo`: the
+    # demo tenant's); a placeholder otherwise.
+    graphql_sandbox_business: str = Field("your-business", pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    graphql_sandbox_facility: str = Field("your-facility", pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
     # Per-business quotas on stored bytes (core/tenancy/quotas.py; 0: no quota). Beyond one, a
     # write is refused with QUOTA_EXCEEDED (403 / GraphQL QUOTA_EXCEEDED) until retention gives

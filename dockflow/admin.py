@@ -27,7 +27,7 @@ from core.auth.credentials import new_secret
 from core.auth.crypto import SecretBox
 from core.errors import ConfigError, DockflowError
 from core.exceptions.codes import RULE_CODES
-from core.outbox import webhook_endpoints
+from core.outbox import egress_rules, webhook_endpoints
 from core.services import Services
 from core.settings import Settings, load_settings, unknown_variables
 from core.shipments import linking
@@ -513,6 +513,7 @@ async def _create_webhook(services: Services, args: argparse.Namespace) -> Outpu
         token_field=args.token_field,
         header_format=args.header_format,
     )
+    _warn_of_refused_targets(services.settings, created.entity, (args.url, args.login_url))
     data = {**_endpoint_data(created.entity), "signing_secret": created.secret}
     data.pop("disabled_reason")
     return Output(
@@ -520,6 +521,19 @@ async def _create_webhook(services: Services, args: argparse.Namespace) -> Outpu
         f"created webhook endpoint {SHOWN_ONCE}\n{_lines(data)}\n"
         "  requests carry Standard Webhooks headers signed with signing_secret",
     )
+
+
+def _warn_of_refused_targets(
+    settings: Settings, endpoint: webhook_endpoints.WebhookEndpoint, urls: tuple[str, ...]
+) -> None:
+    """On stderr: a target the egress rules of a server with these settings refuse (plain http,
+    a loopback or private address), with the setting that allows it. A warning, not a refusal:
+    the server that delivers may run with another allow-list than this command."""
+    allow_hosts = webhook_endpoints.allow_hosts_for(settings, endpoint)
+    for url in filter(None, urls):
+        warning = egress_rules.operator_url_warning(url, allow_hosts)
+        if warning is not None:
+            print(f"dockflow admin: warning: {warning}", file=sys.stderr)
 
 
 async def _create_operator(services: Services, args: argparse.Namespace) -> Output:

@@ -110,12 +110,13 @@ async def list_deliveries(services: Services, args: argparse.Namespace) -> admin
     data = [_delivery_data(r) for r in rows]
     if not data:
         return admin.Output(data, f"no {'/'.join(statuses)} deliveries")
+    # LAST is the whole error, never cut: it is what tells the operator how to fix a target.
     lines = ["DELIVERY  MESSAGE  ENDPOINT  EVENT  STATUS  ATTEMPTS  CREATED  LAST"]
     for d in data:
         last = str(d["last_status"]) if d["last_status"] is not None else d["last_error"] or "-"
         lines.append(
             f"{d['delivery_id']}  {d['message_id']}  {d['endpoint_id']}  {d['event']}  "
-            f"{d['status']}  {d['attempts']}  {d['created_at']}  {last[:60]}"
+            f"{d['status']}  {d['attempts']}  {d['created_at']}  {last}"
         )
     return admin.Output(data, "\n".join(lines))
 

@@ -32,6 +32,10 @@ def _settings(args: argparse.Namespace) -> Settings:
         if value is not None:
             overrides[name] = value
     settings = load_settings(**overrides)
+    if getattr(args, "demo", False):
+        from dockflow import demo
+
+        settings = demo.demo_settings(settings)
     configure_logging(settings.log_level, settings.log_format)
     for warning in unknown_variables():
         log.warning(warning)

@@ -1,8 +1,9 @@
 """``dockflow serve --demo`` (and ``make run``): a demo tenant to try dockflow with.
 
-On the first start it creates business ``demo``, facility ``dc1`` with docks D1-D4 and a label
-mapping, an API client, a camera per dock and an operator, and prints their credentials. Only
-hashes are stored in the database, so the credentials are also kept in
+Webhooks may also go to loopback hosts (`demo_settings`), so `dockflow listen` on this machine
+receives them. On the first start it creates business ``demo``, facility ``dc1`` with docks
+D1-D4 and a label mapping, an API client, a camera per dock and an operator, and prints their
+credentials. Only hashes are stored in the database, so the credentials are also kept in
 ``DATA_DIR/demo-credentials.json`` (mode 0600) and printed again from there on later starts.
 """
 
@@ -16,7 +17,9 @@ from typing import Any
 from core.auth.crypto import SecretBox
 from core.errors import NotFound
 from core.files import write_private_file
+from core.outbox.egress_rules import LOOPBACK_HOSTS
 from core.services import Services
+from core.settings import Settings
 from core.tenancy import provisioning, tenants
 from core.tenancy.provisioning import (
     BusinessSpec,
@@ -67,6 +70,21 @@ DECLARATION = provisioning.Declaration(
     ],
     operators=[OperatorSpec(username=OPERATOR, businesses=[BUSINESS])],
 )
+
+
+def demo_settings(settings: Settings) -> Settings:
+    """The demo's settings: webhooks may also go to this machine (plain http to a loopback
+    host), so `dockflow listen` receives them without configuration, and the GraphQL sandbox's
+    sample query names the demo tenant. Production settings are unchanged: only `serve --demo`
+    adds these hosts."""
+    allowed = tuple(dict.fromkeys((*settings.webhook_allow_hosts, *LOOPBACK_HOSTS)))
+    return settings.model_copy(
+        update={
+            "webhook_allow_hosts": allowed,
+            "graphql_sandbox_business": BUSINESS,
+            "graphql_sandbox_facility": FACILITY,
+        }
+    )
 
 
 def credentials_path(services: Services) -> Path:
@@ -167,6 +185,8 @@ def describe(services: Services, created: bool, credentials: dict[str, Any] | No
         f"  GraphQL         {settings.graphql_url}",
         f"  API docs        {base}/v1/docs/",
         f"  Dashboard       {settings.dashboard_base_url}",
+        "  Webhooks        loopback hosts allowed (demo only): dockflow listen --port 8090, then",
+        f"                  dockflow admin create-webhook {BUSINESS} --url http://127.0.0.1:8090",
     ]
     return lines
 

@@ -95,6 +95,8 @@ class EdgeServer(Running):
         if server is None:
             return
         await self.health.enter_graceful_shutdown()
-        await server.stop(self.services.settings.shutdown_grace_s if grace is None else grace)
+        grace_s = self.services.settings.shutdown_grace_s if grace is None else grace
+        log.info(f"gRPC edge draining: waiting up to {grace_s:g} s for calls in flight")
+        await server.stop(grace_s)
         await self.batcher.stop()
         log.info("gRPC edge stopped")

@@ -13,11 +13,13 @@ import json
 
 from aiohttp import web
 
-from core.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+from core import metrics
+from core.errors import BadRequest, DockflowError, PayloadTooLarge, UnsupportedMediaType
 from core.intake.submission import apply_document_idempotently
 from public_api.auth import authenticate
 from public_api.body_limits import own_body_limit
 from public_api.keys import SERVICES
+from public_api.problems import http_problem
 from public_api.xml_documents import document_from_xml
 
 PATHS = ("/documents", "/v1/documents")
@@ -80,7 +82,18 @@ def decode(kind: str, body: bytes) -> object:
 
 
 async def post_document(request: web.Request) -> web.Response:
-    """Create or update the shipment, orders and items of one document."""
+    """Create or update the shipment, orders and items of one document. Every refusal (a 4xx
+    answer: 400, 401, 403, 404, 409, 413, 415, 422, 429) counts as a rejected document;
+    an unavailable database (503) is not the document's fault and is not counted."""
+    try:
+        return await _apply(request)
+    except DockflowError as error:
+        if http_problem(error)[0] < 500:
+            metrics.DOCUMENTS.labels("rejected").inc()
+        raise
+
+
+async def _apply(request: web.Request) -> web.Response:
     principal = await authenticate(request)
     services = request.app[SERVICES]
     kind = body_kind(request.content_type)

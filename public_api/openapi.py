@@ -44,7 +44,10 @@ class Problem(BaseModel):
     errors: list[ProblemFieldError] | None = Field(
         None, description="Every invalid field (validation), or every conflicting item."
     )
-    correlationId: str | None = Field(None, description="The request's Correlation-Id.")
+    correlationId: str | None = Field(
+        None,
+        description="The request's Correlation-Id: the client's, or one generated for it.",
+    )
     code: str | None = Field(
         None,
         description="The error's stable code (e.g. VALIDATION_FAILED, QUOTA_EXCEEDED).",
@@ -263,7 +266,7 @@ def build_openapi(settings: Settings) -> dict[str, Any]:
         for name, (summary, value) in EXAMPLES.items()
     }
     correlation_header = {
-        "description": "The request's Correlation-Id, echoed.",
+        "description": "The request's Correlation-Id: the client's, echoed, or one generated.",
         "schema": {"type": "string"},
     }
     responses: dict[str, Any] = {

@@ -119,10 +119,14 @@ _HTTP_TITLES = {413: "Content Too Large", 404: "Not Found", 405: "Method Not All
 
 @web.middleware
 async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Correlation id in and out, metrics, and every error as problem+json."""
-    cid = request.headers.get(CORRELATION_HEADER)
-    if cid is not None:
-        cid = cid[:MAX_CORRELATION_ID]
+    """Correlation id in and out, metrics, and every error as problem+json.
+
+    Every request has a correlation id: the client's `Correlation-Id`, or one generated here,
+    so that every problem+json body names one and the log lines of the request carry it; it is
+    echoed in the response's `Correlation-Id` header."""
+    cid = request.headers.get(CORRELATION_HEADER, "").strip()[:MAX_CORRELATION_ID]
+    if not cid:
+        cid = uuid.uuid4().hex
     token = correlation_id.set(cid)
     started = time.perf_counter()
     route = request.match_info.route.resource
@@ -136,7 +140,7 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
     ) as span:
         try:
             response = await _handle(request, handler)
-            if cid is not None and not response.prepared:
+            if not response.prepared:
                 response.headers[CORRELATION_HEADER] = cid
             span.set_attribute("http.response.status_code", response.status)
             metrics.HTTP_REQUESTS.labels(route_name, request.method, str(response.status)).inc()

@@ -99,6 +99,14 @@ class HttpServer(Running):
         runner, self._runner = self._runner, None
         if runner is None:
             return
+        # What the drain waits for: the open connections (websockets among them are closed
+        # with 1001 by the application's shutdown handlers) for up to the grace.
+        connections = len(runner.server.connections) if runner.server is not None else 0
+        log.info(
+            f"{self.name} draining: {connections} open connection"
+            f"{'' if connections == 1 else 's'}, waiting up to "
+            f"{self.services.settings.shutdown_grace_s:g} s for requests in flight",
+        )
         await runner.cleanup()
         log.info(f"{self.name} stopped")
 

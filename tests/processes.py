@@ -6,7 +6,8 @@ tests that need several processes to share a database as they do in production.
         channel = grpc.aio.insecure_channel(edge_a.grpc_target)
 
 The process gets the test's database (`settings.mongodb_url`, `settings.mongodb_db`), its data
-directory and secret key; keyword `env` entries (``DOCKFLOW_*``) override the rest.
+directory and secret key; `args` follow the part (`("--demo",)`); keyword `env` entries
+(``DOCKFLOW_*``) override the rest.
 """
 
 from __future__ import annotations
@@ -36,11 +37,20 @@ _OPS_LINE = re.compile(r"^  Ops +(http://\S+:\d+)", re.MULTILINE)
 class DockflowProcess:
     """One `dockflow <part>` child process on the test's database; start again after a stop."""
 
-    def __init__(self, part: str, settings: Settings, log_path: Path, **env: str) -> None:
+    def __init__(
+        self,
+        part: str,
+        settings: Settings,
+        log_path: Path,
+        *,
+        args: tuple[str, ...] = (),
+        **env: str,
+    ) -> None:
         if part not in PARTS:
             raise ValueError(f"part must be one of {PARTS}")
         assert settings.mongodb_url is not None, "a process shares the test's database"
         self.part = part
+        self.args = args  # after the part, e.g. ("--demo",)
         self.log_path = log_path
         self.env = {
             **os.environ,
@@ -68,7 +78,7 @@ class DockflowProcess:
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "dockflow", self.part,
+                sys.executable, "-m", "dockflow", self.part, *self.args,
                 env=self.env, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
         deadline = time.monotonic() + START_LIMIT_S

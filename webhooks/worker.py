@@ -159,6 +159,10 @@ class WebhookWorker(Running):
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
         if self._tasks:
+            log.info(
+                f"webhook worker draining: waiting up to {self.settings.shutdown_grace_s:g} s "
+                f"for {len(self._tasks)} deliveries in flight"
+            )
             await asyncio.wait(list(self._tasks), timeout=self.settings.shutdown_grace_s)
         unfinished = dict(self._tasks)
         for task in unfinished:

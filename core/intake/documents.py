@@ -121,7 +121,7 @@ async def apply_document(
         try:
             result = await _apply_document(storage, principal, document, then)
         except DockflowError as error:
-            metrics.DOCUMENTS.labels("rejected").inc()
+            # Counted as rejected by the intake endpoint, with the refusals before this point.
             span.set_attribute("dockflow.rejected", error.code)
             raise
         span.set_attribute("dockflow.shipment_id", result.shipment_id)

@@ -4,7 +4,8 @@ and after each resolution (every address a name resolves to).
 
 Targets must be https and resolve only to public addresses, unless the URL's host is listed in
 the operator's `webhook_allow_hosts` (tests and demos list 127.0.0.1; plain http is then allowed
-too). An endpoint a customer created gets no allow-list (`allow_hosts_for`).
+too). An endpoint a customer created gets no allow-list (`allow_hosts_for`). `dockflow serve --demo`
+adds the loopback hosts (`LOOPBACK_HOSTS`) so a local receiver works out of the box.
 
 Public means: outside every special-purpose range of IANA's registries (refused by name, so a
 refused attempt says which), and for IPv6 inside global unicast 2000::/3. An IPv6 address that
@@ -15,9 +16,14 @@ judged by that IPv4 address; the local-use NAT64 prefix and IPv4-compatible addr
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections.abc import Iterable
 
 from yarl import URL
+
+ALLOW_HOSTS_SETTING = "DOCKFLOW_WEBHOOK_ALLOW_HOSTS"
+# What `dockflow serve --demo` adds to the allow-list: a receiver on this machine.
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 
 
 class AllowList:
@@ -142,3 +148,20 @@ def url_refusal(url: str, allow_hosts: Iterable[str]) -> str | None:
     except ValueError:
         return None  # a name: resolved and checked by the resolver
     return address_refusal(host)
+
+
+def operator_url_warning(url: str, allow_hosts: Iterable[str]) -> str | None:
+    """What an operator who creates an endpoint at `url` must be told when a server with this
+    allow-list will refuse every delivery to it, with the fix; None when it may be delivered
+    to (a host name is only judged when a delivery resolves it)."""
+    reason = url_refusal(url, allow_hosts)
+    if reason is None:
+        return None
+    host = (URL(url).host or "").strip("[]")
+    fix = f"{ALLOW_HOSTS_SETTING}='{json.dumps([host])}'"
+    demo = " (`dockflow serve --demo` allows loopback hosts)" if host in LOOPBACK_HOSTS else ""
+    return (
+        f"every delivery to this endpoint will fail ({reason}) unless the server allows its "
+        f"host: set {fix} (a JSON list) where `dockflow serve` runs and restart it{demo}; "
+        "or use an https URL of a public host"
+    )

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 # that stopped reading before the connection is dropped.
 SLOW_CONSUMER_CLOSE_CODE = 1008
 CLOSE_WAIT_S = 5.0
+# RFC 6455 "going away": every open websocket is closed with it when the server shuts down.
+GOING_AWAY_CLOSE_CODE = 1001
 
 
 @dataclass
@@ -67,17 +69,23 @@ class GraphQLContext:
         ws = self.response
         if not isinstance(ws, web.WebSocketResponse) or ws.closed:
             return
-        task = asyncio.create_task(_close_within(self.request, ws, code, reason))
+        log.warning("closing websocket", extra={"close_code": code, "reason": reason})
+        task = asyncio.create_task(close_within(self.request, ws, code, reason))
         self.closing.add(task)
         task.add_done_callback(self.closing.discard)
 
 
-async def _close_within(
-    request: web.Request, ws: web.WebSocketResponse, code: int, reason: str
+async def close_within(
+    request: web.Request,
+    ws: web.WebSocketResponse,
+    code: int,
+    reason: str,
+    wait_s: float = CLOSE_WAIT_S,
 ) -> None:
-    log.warning("closing websocket", extra={"close_code": code, "reason": reason})
+    """Close `ws` with `code`; its transport is dropped when the close frame has not gone out
+    and been answered within `wait_s`."""
     try:
-        async with asyncio.timeout(CLOSE_WAIT_S):
+        async with asyncio.timeout(wait_s):
             await ws.close(code=code, message=reason.encode()[:123])
     except (TimeoutError, ConnectionError):
         pass

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from importlib import resources
@@ -48,6 +49,7 @@ from core.auth.tokens import bearer_token
 from core.errors import BadRequest, PayloadTooLarge, Unauthenticated
 from core.feed.reader import FeedHub
 from core.services import Services
+from core.settings import Settings
 from core.shipments import attachments
 from public_api.auth import PRINCIPAL, authenticate
 from public_api.body_limits import own_body_limit
@@ -58,7 +60,12 @@ from public_api.graphql.connections import (
     Connections,
     TooManyConnections,
 )
-from public_api.graphql.context import GraphQLContext
+from public_api.graphql.context import (
+    CLOSE_WAIT_S,
+    GOING_AWAY_CLOSE_CODE,
+    GraphQLContext,
+    close_within,
+)
 from public_api.graphql.schema import build_schema
 from public_api.graphql.shared_events import encode_frame
 from public_api.graphql.webhook_deliveries import TEST_SENDER
@@ -67,6 +74,9 @@ from webhooks.sender import Sender
 
 PATH = "/public_graphql"
 SDL_PATH = f"{PATH}/schema.graphql"  # the schema in SDL, for code generators (no token needed)
+# The same schema as an introspection result: the sandbox's schema, so it needs no request with
+# a token before the user has entered one (no token needed, as for the SDL).
+INTROSPECTION_PATH = f"{PATH}/schema.json"
 DOCUMENTS_PATH = "/shipment-documents/{document_id}"
 STATIC_PATH = "/static/graphiql"
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static" / "graphiql"
@@ -323,6 +333,34 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
         self.services = services
         self.closing: set[asyncio.Task[None]] = set()  # see GraphQLContext.closing
         self.connections = Connections(services.storage, settings, services.tokens)
+        self.introspection: str | None = None  # `schema_introspection`'s answer, made once
+        # Every websocket this view opened and its request, until it is gone: closed with
+        # 1001 at shutdown (`close_websockets`).
+        self.websockets: weakref.WeakKeyDictionary[web.WebSocketResponse, web.Request] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def close_websockets(self) -> None:
+        """Close every open websocket with 1001 ("going away"), each within the shutdown
+        grace. A subscription never ends by itself: without this the server's drain waited
+        out its whole grace for them, then dropped them (the client saw 1006)."""
+        open_websockets = [(ws, r) for ws, r in list(self.websockets.items()) if not ws.closed]
+        if not open_websockets:
+            return
+        wait_s = min(CLOSE_WAIT_S, self.services.settings.shutdown_grace_s)
+        count = len(open_websockets)
+        log.info(
+            f"closing {count} websocket{'' if count == 1 else 's'}: the server is shutting down",
+            extra={"close_code": GOING_AWAY_CLOSE_CODE, "wait_s": wait_s},
+        )
+        await asyncio.gather(
+            *(
+                close_within(
+                    request, ws, GOING_AWAY_CLOSE_CODE, "the server is shutting down", wait_s
+                )
+                for ws, request in open_websockets
+            )
+        )
 
     def is_websocket_request(self, request: web.Request) -> TypeGuard[web.Request]:
         # RFC 6455: the opening handshake is a GET; aiohttp's check does not look at the method.
@@ -358,6 +396,7 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
             max_msg_size=self.services.settings.http_max_body_bytes,
         )
         await ws.prepare(request)
+        self.websockets[ws] = request
         return ws
 
     async def get_context(
@@ -429,7 +468,7 @@ async def graphql_endpoint(request: web.Request) -> web.StreamResponse:
     if view.is_websocket_request(request):
         return await view(request)
     if _wants_sandbox(request):
-        return web.Response(text=_sandbox_html(), content_type="text/html")
+        return web.Response(text=_sandbox_html(view.services.settings), content_type="text/html")
     await authenticate(request)
     limit = _body_limit(request)
     if request.content_length is not None and request.content_length > limit:
@@ -437,9 +476,18 @@ async def graphql_endpoint(request: web.Request) -> web.StreamResponse:
     return await view(request)
 
 
-def _sandbox_html() -> str:
+def _sandbox_html(settings: Settings) -> str:
+    """The sandbox page: its assets, schema address and the names its sample query uses."""
     template = resources.files("public_api.graphql").joinpath("graphiql.html").read_text()
-    return template.replace("__STATIC__", STATIC_PATH)
+    page = {
+        "schemaUrl": INTROSPECTION_PATH,
+        "business": settings.graphql_sandbox_business,
+        "facility": settings.graphql_sandbox_facility,
+    }
+    # Inside a <script>: "</" must not end it early.
+    return template.replace("__STATIC__", STATIC_PATH).replace(
+        "__PAGE__", json.dumps(page).replace("</", "<\\/")
+    )
 
 
 async def download_document(request: web.Request) -> web.StreamResponse:
@@ -457,6 +505,14 @@ async def download_document(request: web.Request) -> web.StreamResponse:
         await response.write(chunk)
     await response.write_eof()
     return response
+
+
+async def schema_introspection(request: web.Request) -> web.Response:
+    """GET /public_graphql/schema.json: the introspection result of this endpoint's schema."""
+    view = request.app[GRAPHQL_VIEW]
+    if view.introspection is None:
+        view.introspection = json.dumps(view.dockflow_schema.introspect())
+    return web.Response(text=view.introspection, content_type="application/json")
 
 
 async def schema_sdl(request: web.Request) -> web.Response:
@@ -496,6 +552,10 @@ async def _test_sender_context(app: web.Application) -> AsyncIterator[None]:
         await sender.close()
 
 
+async def _close_websockets(app: web.Application) -> None:
+    await app[GRAPHQL_VIEW].close_websockets()
+
+
 async def _connections_context(app: web.Application) -> AsyncIterator[None]:
     yield
     await app[GRAPHQL_VIEW].connections.stop()
@@ -508,8 +568,11 @@ def setup(app: web.Application) -> None:
     app.cleanup_ctx.append(_feed_hub_context)
     app.cleanup_ctx.append(_connections_context)
     app.cleanup_ctx.append(_test_sender_context)
+    # Shutdown handlers run before the server waits for its requests in flight.
+    app.on_shutdown.append(_close_websockets)
     own_body_limit(app, PATH)  # multipart uploads: `max_upload_bytes` (`_body_limit`)
     app.router.add_route("*", PATH, graphql_endpoint)
     app.router.add_get(SDL_PATH, schema_sdl)
+    app.router.add_get(INTROSPECTION_PATH, schema_introspection)
     app.router.add_get(DOCUMENTS_PATH, download_document)
     app.router.add_static(STATIC_PATH, STATIC_DIR)

@@ -96,11 +96,13 @@ async def test_xml_gives_the_same_result_as_json(
     # JSON documents go to facility dc1, their XML twins to dc2, so the two runs don't meet.
     await tenants.create_facility(services.storage, "acme", "dc2", name="DC2", docks=("D1",))
     for index, document in enumerate(SCENARIOS[scenario]):
-        json_resp = await api.post("/documents", json=document, headers=tenant.auth)
+        # One correlation id for both: an error's body names it (generated when none is sent).
+        auth = {**tenant.auth, "Correlation-Id": f"twin-{index}"}
+        json_resp = await api.post("/documents", json=document, headers=auth)
         xml_resp = await api.post(
             "/documents",
             data=document_to_xml({**document, "facility": "dc2"}).encode(),
-            headers={**tenant.auth, "Content-Type": "application/xml" if index % 2 else "text/xml"},
+            headers={**auth, "Content-Type": "application/xml" if index % 2 else "text/xml"},
         )
         assert xml_resp.status == json_resp.status, await xml_resp.text()
         assert comparable(await xml_resp.json()) == comparable(await json_resp.json())

@@ -281,3 +281,21 @@ async def test_the_sdl_is_the_served_schema_and_parses(api: TestClient[Any, Any]
     served = graphql.build_client_schema((await introspected.json())["data"])
     assert print_sorted(built) == print_sorted(served)
     assert "pushMessages" in sdl
+
+
+async def test_the_introspection_json_needs_no_token_and_is_the_served_schema(
+    api: TestClient[Any, Any], tenant: Any
+):
+    # The sandbox's schema: fetched before the user has entered a token.
+    response = await api.get("/public_graphql/schema.json")
+
+    assert response.status == 200
+    assert response.content_type == "application/json"
+    published = graphql.build_client_schema(await response.json())
+    introspected = await api.post(
+        "/public_graphql",
+        json={"query": graphql.get_introspection_query()},
+        headers=tenant.auth,
+    )
+    served = graphql.build_client_schema((await introspected.json())["data"])
+    assert print_sorted(published) == print_sorted(served)

@@ -9,6 +9,7 @@ import json
 from collections.abc import Awaitable, Callable
 from contextlib import redirect_stderr, redirect_stdout
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -16,8 +17,9 @@ from aiohttp import web
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from dockflow import cli
+from dockflow import cli, demo
 from tests.factories import Tenant
+from tests.processes import DockflowProcess
 from tests.webhooks.conftest import (
     Received,
     Receiver,
@@ -37,6 +39,7 @@ def admin(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Admin:
     """``dockflow admin ARGS`` in a thread (it runs its own event loop): (code, out, err)."""
     assert settings.mongodb_url is not None
     monkeypatch.setenv("DOCKFLOW_MONGODB_DB", settings.mongodb_db)
+    monkeypatch.setenv("DOCKFLOW_SECRET_KEY", str(settings.secret_key))  # the workers' key
     monkeypatch.delenv("DOCKFLOW_CONFIG_FILE", raising=False)
     database = ["--mongodb-url", settings.mongodb_url, "--data-dir", str(settings.data_dir)]
 
@@ -139,3 +142,63 @@ async def test_enable_endpoint_requeues_and_unknown_ids_fail_with_one_line(
     code, _, err = await admin("recover", endpoint_id, "--since", "yesterday")
     assert code == 2
     assert "not an ISO 8601 time" in err
+
+
+async def test_a_local_url_is_created_with_the_fix_named_and_its_failures_are_shown_whole(
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+    admin: Admin,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # Given an operator whose server allows no local hosts (the production default)
+    monkeypatch.delenv("DOCKFLOW_WEBHOOK_ALLOW_HOSTS", raising=False)
+    # When they create an endpoint at a receiver on this machine
+    code, _, err = await admin("create-webhook", tenant.business, "--url", receiver.base_url)
+    # Then it is created, with a warning that names the refusal and the exact setting to set
+    assert code == 0, err
+    assert "only https targets are allowed" in err
+    assert """DOCKFLOW_WEBHOOK_ALLOW_HOSTS='["127.0.0.1"]'""" in err
+    assert "serve --demo" in err
+
+    # When a worker that allows no local hosts tries to deliver to it
+    await append_pallets(storage, tenant, 1)
+    await start_worker(fast_settings(webhook_allow_hosts=(), webhook_retry_schedule_s=(0,)))
+    await wait_until(lambda: all_finished(storage))
+    # Then nothing reached the receiver, and `admin deliveries` shows the whole error
+    assert receiver.requests == []
+    code, out, _ = await admin("deliveries")
+    assert code == 0
+    refusal = f"egress: {receiver.base_url}/api/palletEvent: only https targets are allowed"
+    assert refusal in out, out
+
+    # And with the host allowed, creating another endpoint there says nothing more
+    monkeypatch.setenv("DOCKFLOW_WEBHOOK_ALLOW_HOSTS", '["127.0.0.1"]')
+    code, _, err = await admin("create-webhook", tenant.business, "--url", receiver.base_url)
+    assert (code, err) == (0, "")
+
+
+async def test_serve_demo_delivers_to_a_local_receiver_without_configuration(
+    settings: Settings, storage: Storage, receiver: Receiver, tmp_path: Path, admin: Admin
+):
+    # Given `dockflow serve --demo` with no allow-list of its own
+    serve = DockflowProcess(
+        "serve",
+        settings,
+        tmp_path / "serve.log",
+        args=("--demo",),
+        DOCKFLOW_WEBHOOK_ALLOW_HOSTS="[]",
+        DOCKFLOW_WEBHOOK_POLL_INTERVAL_S="0.1",
+    )
+    async with serve:
+        # and the demo business's endpoint at a receiver on this machine
+        code, _, err = await admin("create-webhook", demo.BUSINESS, "--url", receiver.base_url)
+        assert code == 0, err
+        # When a pallet event of the demo is written
+        demo_tenant = Tenant(demo.BUSINESS, demo.FACILITY, demo.DOCKS, "", "", "")
+        [message_id] = await append_pallets(storage, demo_tenant, 1)
+        # Then the receiver gets it
+        await wait_until(lambda: len(receiver.requests) == 1)
+        assert receiver.ids() == [str(message_id)], serve.log_text()

@@ -4,9 +4,13 @@
 (function () {
   "use strict";
   var main = document.getElementById("main");
-  var status = document.getElementById("live-status");
+  // The badge is inside <main>, which a refresh replaces: look it up each time.
+  function setStatus(text) {
+    var status = document.getElementById("live-status");
+    if (status) status.textContent = text;
+  }
   if (!main || !main.dataset.live || !window.EventSource) {
-    if (status) status.textContent = "Live updates unavailable: reload to refresh";
+    setStatus("Live updates unavailable: reload to refresh");
     return;
   }
   var busy = false;
@@ -41,7 +45,7 @@
           count.innerHTML = freshCount.innerHTML;
           count.className = freshCount.className;
         }
-        if (status) status.textContent = "Live: updated " + new Date().toLocaleTimeString();
+        setStatus("Live: updated " + new Date().toLocaleTimeString());
         document.dispatchEvent(new CustomEvent("dockflow:refreshed"));
       })
       .catch(function () { window.location.reload(); })
@@ -54,10 +58,10 @@
   var source = new EventSource(main.dataset.live);
   source.addEventListener("refresh", refresh);
   source.addEventListener("open", function () {
-    if (status) status.textContent = "Live updates on";
+    setStatus("Live updates on");
   });
   source.addEventListener("error", function () {
-    if (status) status.textContent = "Live updates reconnecting…";
+    setStatus("Live updates reconnecting…");
   });
   window.addEventListener("pagehide", function () { source.close(); });
 })();
