@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     # The embedded server is restarted (same port, same files) this many seconds after it
     # exits unexpectedly; requests answer 503 / UNAVAILABLE meanwhile.
     embedded_restart_delay_s: float = Field(1.0, ge=0)
+    # nx-27017 aborts a transaction whose client said nothing for this many seconds: SQLite has
+    # one writer, so until then every other write to the database waits (a killed client).
+    embedded_transaction_idle_s: float = Field(5.0, gt=0, le=60)
     # Listeners.
     http_host: str = "0.0.0.0"
     http_port: int = Field(8080, ge=0, le=65535)

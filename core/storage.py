@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import pymongo
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReturnDocument
+from pymongo.asynchronous.client_session import _SESSION as BOUND_SESSION
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
@@ -215,6 +216,12 @@ def runs_transactions(hello: Doc) -> bool:
     return bool(hello.get("setName")) or hello.get("msg") == "isdbgrid"
 
 
+def single_writer(hello: Doc) -> bool:
+    """Whether a server's `hello` says one transaction holds every write of its database (the
+    embedded nx-27017 over SQLite: dockflow/embedded/patches/transactions.py)."""
+    return bool(hello.get("singleWriter"))
+
+
 def _duplicate_key(error: PyMongoError) -> bool:
     if isinstance(error, DuplicateKeyError):
         return True
@@ -251,8 +258,10 @@ class Storage:
         # queues in front of lock documents, and who hears of the messages written here.
         self.local_locks = LocalLocks()
         self.written_listeners: set[WrittenListener] = set()
-        # Whether the server runs multi-document transactions; set by `connect` from `hello`.
+        # Whether the server runs multi-document transactions, and whether an open one holds
+        # every write of the database; set by `connect` from `hello`.
         self.transactions = False
+        self.single_writer = False
 
     @classmethod
     async def connect(cls, url: str, db_name: str, *, timeout_ms: int = 5000) -> Storage:
@@ -271,7 +280,21 @@ class Storage:
             await client.close()
             raise
         storage.transactions = runs_transactions(hello)
+        storage.single_writer = single_writer(hello)
         return storage
+
+    @property
+    def change_streams(self) -> bool:
+        """Whether the server's change streams are MongoDB's (a replica-set member, mongos).
+        Not the embedded nx-27017's: its events carry dates as extended JSON."""
+        return self.transactions and not self.single_writer
+
+    @property
+    def reserved_apart(self) -> bool:
+        """Whether ids a unit of work reserves without its session survive its retry. Not on
+        a single-writer server, where its every command is part of it (`in_transaction`): they
+        are undone with it and must be reserved again."""
+        return not self.single_writer
 
     def require_transactions(self) -> None:
         """Refuse a server without transactions (a standalone mongod): on it a crash could
@@ -299,6 +322,10 @@ class Storage:
             return await work(None)
 
         async def run(session: Session) -> T:
+            # On a single-writer server a write apart from the unit (an id reservation) would
+            # wait for the unit, which waits for it: every command of the unit's task, and of
+            # the tasks it starts, is part of it there (pymongo's bound session).
+            bound = BOUND_SESSION.set(session) if self.single_writer else None
             try:
                 return await work(session)
             except UNAVAILABLE_ERRORS as error:
@@ -306,6 +333,9 @@ class Storage:
                 # retries later (a camera resends), instead of the transaction loop retrying it
                 # as transient until `limit_s` while the client waits.
                 raise DatabaseUnavailable(f"the database is unavailable: {error}") from error
+            finally:
+                if bound is not None:
+                    BOUND_SESSION.reset(bound)
 
         with pymongo.timeout(limit_s):
             for attempt in range(DUPLICATE_RETRIES + 1):
@@ -346,8 +376,9 @@ class Storage:
     async def next_ids(self, sequence: str, count: int = 1) -> IdBlock:
         """Reserve `count` consecutive ids of `sequence`, unique across tasks and processes.
 
-        Never part of a transaction (every writer would conflict on the counter): ids reserved
-        by a unit of work that is retried or fails are skipped, never handed out twice."""
+        Not part of a unit of work (every writer would conflict on the counter): ids reserved by
+        a unit that is retried or fails are skipped, never handed out twice. Except on a
+        single-writer server (`reserved_apart`), where they are part of the unit."""
         if count < 1:
             raise ValueError("count must be >= 1")
         for _ in range(3):

@@ -44,7 +44,10 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             # Database files, their log and pid file: the owner's only (files below inherit it).
             ensure_private_dir(settings.data_dir)
             embedded = EmbeddedMongo(
-                settings.data_dir, settings.embedded_restart_delay_s, settings.embedded_engine
+                settings.data_dir,
+                settings.embedded_restart_delay_s,
+                settings.embedded_engine,
+                settings.embedded_transaction_idle_s,
             )
             atexit.register(embedded.stop_now)
             url = await embedded.start()

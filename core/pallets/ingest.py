@@ -391,6 +391,11 @@ class MessageIds:
     def taken(self) -> list[int]:
         return list(self._ids)
 
+    def forget(self) -> None:
+        """Drop the ids an attempt reserved inside its transaction (a single-writer server:
+        `Storage.reserved_apart`): they were undone with it."""
+        self._ids = []
+
     async def replace(self, storage: Storage, fenced: Sequence[int]) -> None:
         """Fresh ids in place of `fenced` ones (a feed reader gave those up), in the same
         order, so the batch's messages keep their order."""
@@ -473,6 +478,8 @@ async def _store_in_transaction(
     message_ids = MessageIds()
 
     async def store(session: Session) -> BatchPlan:
+        if not storage.reserved_apart:
+            message_ids.forget()
         plan = await plan_batch(storage, settings, batch, message_ids=message_ids)
         if plan.repairs:
             await _drop_stored(storage, plan, session)
