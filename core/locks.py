@@ -1,5 +1,11 @@
-"""Named mutual exclusion across tasks and processes: a lock document per key in `order_locks`.
+"""Named mutual exclusion across tasks and processes.
 
+Inside a unit of work (`queue` around `Storage.in_transaction`, `claim` as its first write): the
+unit writes each key's document in `order_locks`, so two units for one key conflict and the later
+runs again once the first has ended (the embedded nx-27017 runs one unit at a time anyway), and a
+unit that is aborted or whose process is killed holds nothing afterwards.
+
+Outside one (`hold`): a lease document per key in `order_locks`.
 A lock is taken by inserting ``{_id: key}`` (the unique `_id` makes exactly one insert win) and
 released by deleting it. All the keys of one `hold` are inserted with one ordered insert_many
 (it stops at the first key held elsewhere; the rest are then taken one by one, in order) and
@@ -21,12 +27,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from core.errors import Unavailable
 
 if TYPE_CHECKING:
-    from core.storage import Storage
+    from core.storage import Session, Storage
 
 LOCK_TTL_S = 120.0  # a holder that crashed blocks its keys at most this long
 LOCK_WAIT_S = 30.0  # longest a caller waits for a busy key before answering 503
@@ -65,6 +72,37 @@ class LocalLocks:
     def __len__(self) -> int:
         """Keys some task of this process holds or waits for."""
         return len(self._locks)
+
+
+@asynccontextmanager
+async def queue(
+    storage: Storage, keys: Iterable[str], *, wait_s: float = LOCK_WAIT_S
+) -> AsyncIterator[None]:
+    """Queue behind this process's other tasks for `keys` (sorted: callers never deadlock); no
+    database command. With `claim` inside the unit of work it runs, the keys are held across
+    processes too."""
+    async with AsyncExitStack() as stack:
+        try:
+            async with asyncio.timeout(wait_s):
+                for key in sorted(set(keys)):
+                    await stack.enter_async_context(storage.local_locks.hold(key))
+        except TimeoutError:
+            raise Unavailable(BUSY) from None
+        yield
+
+
+async def claim(storage: Storage, keys: Iterable[str], session: Session) -> None:
+    """Hold `keys` until the unit of work `session` runs ends: one write to each key's document
+    (one command), which another unit writing them conflicts with. Nothing on a single-writer
+    server, where no other unit runs meanwhile."""
+    if storage.single_writer:
+        return
+    until = datetime.now(UTC) + timedelta(seconds=LOCK_TTL_S)  # the TTL index removes it later
+    claims = [
+        UpdateOne({"_id": key}, {"$set": {"expires_at": until}, "$inc": {"claims": 1}}, upsert=True)
+        for key in sorted(set(keys))
+    ]
+    await storage.order_locks.bulk_write(claims, ordered=True, session=session)
 
 
 @asynccontextmanager

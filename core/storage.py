@@ -6,11 +6,11 @@ items, pallets, messages, deliveries) are their own documents; creation is inser
 ``DuplicateKeyError``; joins happen in Python. ``tests/core/test_storage_conformance.py`` runs
 every operation the repositories use against the backend in use.
 
-Where the server runs multi-document transactions (a replica-set member or mongos: production's
-MongoDB, SecantusDB) `Storage.transactions` is true and `in_transaction` applies a unit of work
-(one intake document, one pallet batch) all or nothing. Elsewhere (the embedded nx-27017, which
-shares one SQLite connection between sessions) the same work runs write by write, and the
-idempotent rewrites of `core/pallets/ingest.py` are what make a crash recoverable.
+Every supported server runs multi-document transactions (a replica-set member or mongos:
+production's MongoDB, SecantusDB, the embedded nx-27017 with dockflow/embedded/patches/
+transactions.py), and `in_transaction` applies a unit of work (one intake document, one pallet
+batch, one exception change) all or nothing. A standalone MongoDB is refused at start
+(`require_transactions`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from core.locks import LocalLocks
 log = logging.getLogger(__name__)
 
 Doc = dict[str, Any]
-# The session of the running transaction, or None where the work runs write by write.
+# The session of the running transaction, or None outside one.
 Session = AsyncClientSession | None
 T = TypeVar("T")
 # Called with the push messages this process has just stored (core/feed/publish.py).
@@ -151,8 +151,6 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("business", ASCENDING), ("seq", ASCENDING)]),
         IndexModel([("shipment_id", ASCENDING)]),
         IndexModel([("pallet_id", ASCENDING)]),
-        # changes whose message a crash kept from being written (write by write only)
-        IndexModel([("unpublished", ASCENDING)], sparse=True),
         # the open MISLOAD exceptions at a dock, which a reversal there resolves
         IndexModel(
             [
@@ -308,8 +306,7 @@ class Storage:
         *,
         limit_s: float = TRANSACTION_LIMIT_S,
     ) -> T:
-        """Run `work(session)` in one multi-document transaction and commit it; `work(None)`,
-        write by write, where the server has no transactions.
+        """Run `work(session)` in one multi-document transaction and commit it.
 
         Transient errors (a write conflict with another transaction, an election) run the whole
         work again, and a commit of unknown outcome is retried, as the driver specification
@@ -318,8 +315,6 @@ class Storage:
         So `work` may run several times: it must compute everything
         from what it reads through `session`. A write it makes without the session (an id
         reservation) is not undone by a retry."""
-        if not self.transactions:
-            return await work(None)
 
         async def run(session: Session) -> T:
             # On a single-writer server a write apart from the unit (an id reservation) would

@@ -113,6 +113,10 @@ class _Scheduler:
             return request_id, _as_primary(answer)
         if name in ("commitTransaction", "abortTransaction"):
             return msg["request_id"], self.finish(handler, body, name)
+        if name == "killAllSessions":  # as MongoDB: their transactions end
+            for txn in list(self.transactions.values()):
+                self.abort(handler, txn, "killAllSessions")
+            return msg["request_id"], {"ok": 1}
         lsid = _lsid(body)
         if body.get("autocommit") is False and lsid is not None:
             return await self.in_transaction(handler, func, msg, body, lsid)
@@ -306,11 +310,12 @@ def _as_primary(answer: Any) -> Any:
 
 def _reader(database: Any) -> Connection:
     """The read connection of `database` (a neosqlite Connection): its own SQLite connection on
-    the same file, which may not write and never waits for the writer."""
+    the same file. It is used only while a transaction holds the file's write lock, so a write
+    through it (none is meant) fails at once instead of waiting (no busy timeout). Not
+    `query_only`: neosqlite's aggregations write temporary tables, which no lock guards."""
     reader = database.__dict__.get(_READER)  # not getattr: a Connection's attributes are
     if reader is None:  # its collections
         reader = Connection(database.db_path, check_same_thread=False, journal_mode="WAL")
-        reader.db.execute("PRAGMA query_only = 1")
         reader.db.execute("PRAGMA busy_timeout = 0")
         database.__dict__[_READER] = reader
     return reader
