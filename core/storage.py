@@ -257,9 +257,11 @@ class Storage:
         self.local_locks = LocalLocks()
         self.written_listeners: set[WrittenListener] = set()
         # Whether the server runs multi-document transactions, and whether an open one holds
-        # every write of the database; set by `connect` from `hello`.
+        # every write of the database: from `hello`, at `connect` or before the first unit of
+        # work (a Storage made around a client of its own, as tests do).
         self.transactions = False
         self.single_writer = False
+        self._server_known = False
 
     @classmethod
     async def connect(cls, url: str, db_name: str, *, timeout_ms: int = 5000) -> Storage:
@@ -277,9 +279,14 @@ class Storage:
         except BaseException:
             await client.close()
             raise
-        storage.transactions = runs_transactions(hello)
-        storage.single_writer = single_writer(hello)
+        storage.learn_server(hello)
         return storage
+
+    def learn_server(self, hello: Doc) -> None:
+        """What the server's `hello` answer says of its transactions."""
+        self.transactions = runs_transactions(hello)
+        self.single_writer = single_writer(hello)
+        self._server_known = True
 
     @property
     def change_streams(self) -> bool:
@@ -315,6 +322,9 @@ class Storage:
         So `work` may run several times: it must compute everything
         from what it reads through `session`. A write it makes without the session (an id
         reservation) is not undone by a retry."""
+
+        if not self._server_known:
+            self.learn_server(await self.client.admin.command("hello"))
 
         async def run(session: Session) -> T:
             # On a single-writer server a write apart from the unit (an id reservation) would
