@@ -43,6 +43,9 @@ log = logging.getLogger("dockflow.embedded.transactions")
 
 IDLE_LIMIT_S = 5.0  # set by the launcher from its --transaction-idle-s
 LIFETIME_LIMIT_S = 60.0  # MongoDB's transactionLifetimeLimitSeconds
+# How long an ended transaction is remembered (a retried commit answers ok, a command of an
+# aborted one NoSuchTransaction); then its session's entry goes, so they do not pile up.
+RETAIN_S = 300.0
 REPLICA_SET = "dockflow"
 ADDRESS = "127.0.0.1:27017"  # set by the launcher from its --host and --port
 
@@ -250,6 +253,11 @@ class _Scheduler:
         if database.holder is txn:
             database.holder = None
             database.free.set()
+        asyncio.get_running_loop().call_later(RETAIN_S, self.forget, txn)
+
+    def forget(self, txn: _Transaction) -> None:
+        if self.transactions.get(txn.lsid) is txn:
+            del self.transactions[txn.lsid]
 
     def held(self, db_name: str) -> bool:
         state = self.databases.get(db_name)
