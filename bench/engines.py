@@ -79,7 +79,9 @@ class Server:
 
     def argv(self) -> list[str]:
         """The command the embedded supervisor starts the engine with, plus `extra`."""
-        command = supervisor.ENGINES[self.engine].command(self.data_dir, self.port, self.log_path)
+        command = supervisor.ENGINES[self.engine].command(
+            self.data_dir, self.port, self.log_path, supervisor.TRANSACTION_IDLE_S
+        )
         return [*command, *self.extra]
 
     def start(self) -> float:

@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     # The embedded server is restarted (same port, same files) this many seconds after it
     # exits unexpectedly; requests answer 503 / UNAVAILABLE meanwhile.
     embedded_restart_delay_s: float = Field(1.0, ge=0)
+    # nx-27017 aborts a transaction whose client said nothing for this many seconds: SQLite has
+    # one writer, so until then every other write to the database waits (a killed client).
+    embedded_transaction_idle_s: float = Field(5.0, gt=0, le=60)
     # Listeners.
     http_host: str = "0.0.0.0"
     http_port: int = Field(8080, ge=0, le=65535)
@@ -233,9 +236,6 @@ class Settings(BaseSettings):
     # Completed shipments with everything that belongs to them (0: kept, the default).
     retention_shipments_days: int = Field(0, ge=0, le=36500)
     retention_sweep_interval_s: float = Field(3600.0, gt=0)
-    # Where the database has no transactions: how often the API looks for exception changes a
-    # crash kept from being published, and how old their marks must be (core/exceptions/records).
-    exception_repair_interval_s: float = Field(30.0, gt=0)
 
     # Hardening: webhook egress, dashboard content, identifiers.
     # Bytes of a webhook answer read (for the attempt's snippet); the rest is never read.

@@ -6,11 +6,11 @@ items, pallets, messages, deliveries) are their own documents; creation is inser
 ``DuplicateKeyError``; joins happen in Python. ``tests/core/test_storage_conformance.py`` runs
 every operation the repositories use against the backend in use.
 
-Where the server runs multi-document transactions (a replica-set member or mongos: production's
-MongoDB, SecantusDB) `Storage.transactions` is true and `in_transaction` applies a unit of work
-(one intake document, one pallet batch) all or nothing. Elsewhere (the embedded nx-27017, which
-shares one SQLite connection between sessions) the same work runs write by write, and the
-idempotent rewrites of `core/pallets/ingest.py` are what make a crash recoverable.
+Every supported server runs multi-document transactions (a replica-set member or mongos:
+production's MongoDB, SecantusDB, the embedded nx-27017 with dockflow/embedded/patches/
+transactions.py), and `in_transaction` applies a unit of work (one intake document, one pallet
+batch, one exception change) all or nothing. A standalone MongoDB is refused at start
+(`require_transactions`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -37,7 +38,7 @@ from core.locks import LocalLocks
 log = logging.getLogger(__name__)
 
 Doc = dict[str, Any]
-# The session of the running transaction, or None where the work runs write by write.
+# The session of the running transaction, or None outside one.
 Session = AsyncClientSession | None
 T = TypeVar("T")
 # Called with the push messages this process has just stored (core/feed/publish.py).
@@ -150,8 +151,6 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("business", ASCENDING), ("seq", ASCENDING)]),
         IndexModel([("shipment_id", ASCENDING)]),
         IndexModel([("pallet_id", ASCENDING)]),
-        # changes whose message a crash kept from being written (write by write only)
-        IndexModel([("unpublished", ASCENDING)], sparse=True),
         # the open MISLOAD exceptions at a dock, which a reversal there resolves
         IndexModel(
             [
@@ -222,6 +221,12 @@ def runs_transactions(hello: Doc) -> bool:
     return bool(hello.get("setName")) or hello.get("msg") == "isdbgrid"
 
 
+def single_writer(hello: Doc) -> bool:
+    """Whether a server's `hello` says one transaction holds every write of its database (the
+    embedded nx-27017 over SQLite: dockflow/embedded/patches/transactions.py)."""
+    return bool(hello.get("singleWriter"))
+
+
 def _duplicate_key(error: PyMongoError) -> bool:
     if isinstance(error, DuplicateKeyError):
         return True
@@ -258,8 +263,12 @@ class Storage:
         # queues in front of lock documents, and who hears of the messages written here.
         self.local_locks = LocalLocks()
         self.written_listeners: set[WrittenListener] = set()
-        # Whether the server runs multi-document transactions; set by `connect` from `hello`.
+        # Whether the server runs multi-document transactions, and whether an open one holds
+        # every write of the database: from `hello`, at `connect` or before the first unit of
+        # work (a Storage made around a client of its own, as tests do).
         self.transactions = False
+        self.single_writer = False
+        self._server_known = False
 
     @classmethod
     async def connect(cls, url: str, db_name: str, *, timeout_ms: int = 5000) -> Storage:
@@ -277,8 +286,27 @@ class Storage:
         except BaseException:
             await client.close()
             raise
-        storage.transactions = runs_transactions(hello)
+        storage.learn_server(hello)
         return storage
+
+    def learn_server(self, hello: Doc) -> None:
+        """What the server's `hello` answer says of its transactions."""
+        self.transactions = runs_transactions(hello)
+        self.single_writer = single_writer(hello)
+        self._server_known = True
+
+    @property
+    def change_streams(self) -> bool:
+        """Whether the server's change streams are MongoDB's (a replica-set member, mongos).
+        Not the embedded nx-27017's: its events carry dates as extended JSON."""
+        return self.transactions and not self.single_writer
+
+    @property
+    def reserved_apart(self) -> bool:
+        """Whether ids a unit of work reserves without its session survive its retry. Not on
+        a single-writer server, where its every command is part of it (`in_transaction`): they
+        are undone with it and must be reserved again."""
+        return not self.single_writer
 
     def require_transactions(self) -> None:
         """Refuse a server without transactions (a standalone mongod): on it a crash could
@@ -292,8 +320,7 @@ class Storage:
         *,
         limit_s: float = TRANSACTION_LIMIT_S,
     ) -> T:
-        """Run `work(session)` in one multi-document transaction and commit it; `work(None)`,
-        write by write, where the server has no transactions.
+        """Run `work(session)` in one multi-document transaction and commit it.
 
         Transient errors (a write conflict with another transaction, an election) run the whole
         work again, and a commit of unknown outcome is retried, as the driver specification
@@ -302,17 +329,25 @@ class Storage:
         So `work` may run several times: it must compute everything
         from what it reads through `session`. A write it makes without the session (an id
         reservation) is not undone by a retry."""
-        if not self.transactions:
-            return await work(None)
 
-        async def run(session: Session) -> T:
-            try:
-                return await work(session)
-            except UNAVAILABLE_ERRORS as error:
-                # The database cannot be reached: the unit of work ends now and its client
-                # retries later (a camera resends), instead of the transaction loop retrying it
-                # as transient until `limit_s` while the client waits.
-                raise DatabaseUnavailable(f"the database is unavailable: {error}") from error
+        if not self._server_known:
+            self.learn_server(await self.client.admin.command("hello"))
+
+        async def run(session: AsyncClientSession) -> T:
+            async with AsyncExitStack() as bound:
+                if self.single_writer:
+                    # On a single-writer server a write apart from the unit (an id reservation)
+                    # would wait for the unit, which waits for it: every command of the unit's
+                    # task, and of the tasks it starts, is part of it there (a bound session).
+                    await bound.enter_async_context(session.bind(end_session=False))
+                try:
+                    return await work(session)
+                except UNAVAILABLE_ERRORS as error:
+                    # The database cannot be reached: the unit of work ends now and its client
+                    # retries later (a camera resends), instead of the transaction loop
+                    # retrying it as transient until `limit_s` while the client waits.
+                    raise DatabaseUnavailable(f"the database is unavailable: {error}") from error
+            raise AssertionError("unreachable")  # pragma: no cover
 
         with pymongo.timeout(limit_s):
             for attempt in range(DUPLICATE_RETRIES + 1):
@@ -353,8 +388,9 @@ class Storage:
     async def next_ids(self, sequence: str, count: int = 1) -> IdBlock:
         """Reserve `count` consecutive ids of `sequence`, unique across tasks and processes.
 
-        Never part of a transaction (every writer would conflict on the counter): ids reserved
-        by a unit of work that is retried or fails are skipped, never handed out twice."""
+        Not part of a unit of work (every writer would conflict on the counter): ids reserved by
+        a unit that is retried or fails are skipped, never handed out twice. Except on a
+        single-writer server (`reserved_apart`), where they are part of the unit."""
         if count < 1:
             raise ValueError("count must be >= 1")
         for _ in range(3):

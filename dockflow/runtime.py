@@ -11,15 +11,13 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 
-from pymongo.errors import ConnectionFailure, PyMongoError
+from pymongo.errors import ConnectionFailure
 from pymongo.uri_parser import parse_uri
 
 from core import tracing
 from core.errors import DatabaseUnavailable
-from core.exceptions import records
 from core.files import ensure_private_dir
 from core.retention import RetentionSweeper
-from core.running import Periodic
 from core.services import Services
 from core.settings import Settings, listener_url
 from core.storage import Storage
@@ -33,7 +31,6 @@ from webhooks.worker import WebhookWorker
 log = logging.getLogger(__name__)
 
 PARTS = ("api", "edge", "webhooks")
-NX_27017_PROCESS = "nx_27017"  # what the embedded server answers in serverStatus.process
 
 
 @asynccontextmanager
@@ -46,7 +43,10 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             # Database files, their log and pid file: the owner's only (files below inherit it).
             ensure_private_dir(settings.data_dir)
             embedded = EmbeddedMongo(
-                settings.data_dir, settings.embedded_restart_delay_s, settings.embedded_engine
+                settings.data_dir,
+                settings.embedded_restart_delay_s,
+                settings.embedded_engine,
+                settings.embedded_transaction_idle_s,
             )
             atexit.register(embedded.stop_now)
             url = await embedded.start()
@@ -64,7 +64,8 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
                 raise
             raise DatabaseUnavailable(_unreachable(url, exc)) from exc
         try:
-            await _check_transactions(storage)
+            # A MongoDB must run transactions (a replica set; the embedded servers do).
+            storage.require_transactions()
             yield Services(settings=settings, storage=storage)
         finally:
             await storage.close()
@@ -72,21 +73,6 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         if embedded is not None:
             await embedded.stop()
             atexit.unregister(embedded.stop_now)
-
-
-async def _check_transactions(storage: Storage) -> None:
-    """A MongoDB must run transactions (a replica set); the embedded nx-27017, which has none,
-    is accepted (started here or, as by the tests, given by URL): `serve` warns of it."""
-    if not storage.transactions and not await _is_nx_27017(storage):
-        storage.require_transactions()
-
-
-async def _is_nx_27017(storage: Storage) -> bool:
-    try:
-        status = await storage.client.admin.command("serverStatus")
-    except PyMongoError:  # a MongoDB may refuse it to this user: it is no nx-27017 then
-        return False
-    return status.get("process") == NX_27017_PROCESS
 
 
 def _unreachable(url: str, error: ConnectionFailure) -> str:
@@ -129,11 +115,6 @@ async def serve(
                 listener = stack.enter_context(_bind_any_port(settings.http_host))
                 settings = _with_http_port(settings, listener.getsockname()[1])
             services = await stack.enter_async_context(open_services(settings))
-            if not services.storage.transactions:
-                log.warning(
-                    "the embedded database has no isolated transactions: documents and pallet "
-                    "batches are applied write by write on it"
-                )
             addresses: dict[str, str] = {}
             if "api" not in parts or settings.metrics_on_ops_port:
                 # Entered first, stopped last: probes and scrapes answer through the drain.
@@ -146,8 +127,6 @@ async def serve(
             if "api" in parts:
                 http = await stack.enter_async_context(HttpServer(services, listener=listener))
                 addresses["http"] = http.address
-                if not services.storage.transactions:
-                    await stack.enter_async_context(_exception_repair(services))
             if "webhooks" in parts and settings.webhooks_enabled:
                 await stack.enter_async_context(WebhookWorker(services))
             if "webhooks" in parts:
@@ -195,18 +174,6 @@ def _with_http_port(settings: Settings, port: int) -> Settings:
     if settings.public_base_url == listener_url(settings.http_host, settings.http_port, tls=tls):
         update["public_base_url"] = listener_url(settings.http_host, port, tls=tls)
     return settings.model_copy(update=update)
-
-
-def _exception_repair(services: Services) -> Periodic:
-    """Publishes exception changes a crashed API process left unpublished (write by write)."""
-    interval = services.settings.exception_repair_interval_s
-    return Periodic(
-        "exception repair",
-        interval,
-        lambda: records.repair_unpublished(
-            services.storage, services.settings, older_than_s=interval
-        ),
-    )
 
 
 async def _announce_shutdown(services: Services, edge: EdgeServer | None) -> None:

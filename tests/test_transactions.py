@@ -1,5 +1,5 @@
 """Which databases dockflow starts on: one that runs multi-document transactions (a replica set,
-SecantusDB), or the embedded nx-27017 with a warning; a standalone MongoDB is refused with the
+SecantusDB, the embedded nx-27017), without a warning; a standalone MongoDB is refused with the
 fix named."""
 
 from __future__ import annotations
@@ -93,11 +93,10 @@ async def test_starting_against_a_standalone_mongodb_fails_naming_the_fix(
     assert "rs.initiate()" in message
 
 
-async def test_the_embedded_server_is_served_with_one_warning(
+async def test_the_embedded_server_runs_transactions_and_is_served_without_a_warning(
     settings: Settings, storage: Storage, caplog: pytest.LogCaptureFixture
 ):
-    if storage.transactions:
-        pytest.skip("this backend runs transactions: there is nothing to warn about")
+    assert storage.transactions  # on every lane, the embedded nx-27017 included
     caplog.set_level(logging.WARNING, logger="dockflow.runtime")
     stop = asyncio.Event()
 
@@ -109,10 +108,7 @@ async def test_the_embedded_server_is_served_with_one_warning(
 
     warnings = [r.getMessage() for r in caplog.records if r.name == "dockflow.runtime"]
     assert stop.is_set()
-    assert warnings == [
-        "the embedded database has no isolated transactions: documents and pallet batches "
-        "are applied write by write on it"
-    ]
+    assert warnings == []
 
 
 async def test_starting_against_an_unreachable_mongodb_fails_with_a_clear_message(tmp_path: Path):
@@ -146,8 +142,6 @@ async def test_starting_against_an_unreachable_mongodb_fails_with_a_clear_messag
 async def test_a_unit_of_work_past_its_time_limit_is_unavailable_not_an_internal_error(
     storage: Storage,
 ):
-    if not storage.transactions:
-        pytest.skip("nx-27017 has no transactions: a unit of work runs write by write, unbounded")
     runs = 0
 
     async def slow(session: Session) -> None:

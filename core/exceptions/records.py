@@ -21,7 +21,7 @@ import secrets
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, Final
 
 from core import metrics, urls
@@ -34,10 +34,6 @@ from core.storage import Doc, Session, Storage
 log = logging.getLogger(__name__)
 
 MESSAGE_TYPE: Final = "EXCEPTION"
-# Where the database has no transactions: the message id of a change whose message is not
-# written yet (`repair_unpublished` finds the records a crash left marked).
-UNPUBLISHED: Final = "unpublished"
-REPAIR_BATCH = 500
 MAX_NOTE_CHARS = 2_000
 BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 # Bounds of one record, whatever a camera sent (a reading may carry 200 labels of 1 KiB): a
@@ -269,9 +265,8 @@ async def change_status(
 ) -> Doc:
     """Move a stored exception to `to` and publish its message; returns the changed record.
 
-    One transaction where the database has them; else the entry (holding its message id, and
-    marked `unpublished` until its message is written) goes first and then the message, and
-    `repair_unpublished` completes a change a crash cut short. `Conflict` when the record cannot
+    One transaction: the entry (holding its message id) and the message. `Conflict` when the
+    record cannot
     move there (checked before a message id is reserved, so a refused change holds no reader
     back), or another change won a race."""
     current = await storage.exceptions.find_one({"_id": exception}, {"status": 1})
@@ -284,12 +279,8 @@ async def change_status(
         current = await storage.exceptions.find_one({"_id": exception}, session=session)
         if current is None:
             raise NotFound("exception not found")
-        if session is None and current.get(UNPUBLISHED) is not None:
-            await _complete(storage, settings, current)  # a change a crash cut short
         changed = transition(current, to, at, by, note, message_id)
         update = change_update(changed)
-        if session is None:
-            update["$set"][UNPUBLISHED] = message_id
         done = await storage.exceptions.update_one(change_filter(current), update, session=session)
         if done.matched_count != 1:
             raise Conflict(f"exception {exception} changed meanwhile; read it again")
@@ -299,8 +290,6 @@ async def change_status(
         await publish.write_messages(
             storage, written, session, on_renumber=_renumbered(storage, exception)
         )
-        if session is None:
-            await _published(storage, exception, message_id)
         return changed, written
 
     return await publish.write_with_message(storage, build)
@@ -310,8 +299,8 @@ async def create_exception(
     storage: Storage, settings: Settings, *, by: Actor, **fields: Any
 ) -> Doc:
     """Store a new exception (a person's: `CUSTOMER`) and publish its creation; returns it.
-    `fields` are `new_record`'s, but for the ids and times it sets itself. Where the database
-    has no transactions the record is marked `unpublished` until its message is written."""
+    `fields` are `new_record`'s, but for the ids and times it sets itself; record and message
+    are one transaction."""
 
     async def build(message_id: int, session: Session) -> tuple[Doc, publish.WrittenMessages]:
         now = fields.pop("now")
@@ -319,16 +308,13 @@ async def create_exception(
             exception_id=new_exception_id(), now=now, by=by, message_id=message_id, **fields
         )
         fields["now"] = now
-        marked = record if session is not None else {**record, UNPUBLISHED: message_id}
-        await storage.exceptions.insert_one(marked, session=session)
+        await storage.exceptions.insert_one(record, session=session)
         written = await publish.build_messages(
             storage, [message(settings, record)], ids=[message_id], sent_at=now
         )
         await publish.write_messages(
             storage, written, session, on_renumber=_renumbered(storage, record["_id"])
         )
-        if session is None:
-            await _published(storage, record["_id"], message_id)
         return record, written
 
     record = await publish.write_with_message(storage, build)
@@ -381,36 +367,3 @@ async def publish_missing(storage: Storage, settings: Settings, records: Iterabl
             storage, written, on_renumber=_renumbered(storage, record["_id"])
         )
     return len(missing)
-
-
-async def _published(storage: Storage, record_id: str, message_id: int) -> None:
-    """The change that reserved `message_id` has its message: the mark goes (unless a later
-    change marked the record again)."""
-    await storage.exceptions.update_one(
-        {"_id": record_id, UNPUBLISHED: message_id}, {"$unset": {UNPUBLISHED: ""}}
-    )
-
-
-async def _complete(storage: Storage, settings: Settings, record: Doc) -> int:
-    written = await publish_missing(storage, settings, [record])
-    await _published(storage, record["_id"], record[UNPUBLISHED])
-    return written
-
-
-async def repair_unpublished(storage: Storage, settings: Settings, *, older_than_s: float) -> int:
-    """Publish what changes cut short by a crash left unpublished (write by write only), for
-    records marked more than `older_than_s` ago: younger marks may belong to a change still under
-    way in another process. Returns how many messages were written."""
-    before = datetime.now(UTC) - timedelta(seconds=older_than_s)
-    marked = await storage.exceptions.find(
-        {UNPUBLISHED: {"$exists": True}, "updated_at": {"$lt": before}}
-    ).to_list(REPAIR_BATCH)
-    written = 0
-    for record in marked:
-        written += await _complete(storage, settings, record)
-    if written:
-        log.warning(
-            "published exception changes a crash had cut short",
-            extra={"messages": written, "exceptions": len(marked)},
-        )
-    return written

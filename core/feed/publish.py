@@ -392,8 +392,7 @@ async def write_with_message(
         except PyMongoError:
             if await fenced_among(storage, [message_id]):
                 continue
-            if storage.transactions:  # rolled back: nothing holds the id
-                await _give_up(storage, message_id)
+            await _give_up(storage, message_id)  # rolled back: nothing holds the id
             raise
         except Exception:
             # `build` refused (a conflict, a missing record) before it wrote anything: a
@@ -402,7 +401,7 @@ async def write_with_message(
             raise
         if not written.messages:
             await fence_ids(storage, [message_id])
-        elif storage.transactions:
+        else:
             announce(storage, written.messages)
         return result
     raise MessageIdsFenced([message_id])

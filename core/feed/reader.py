@@ -411,9 +411,9 @@ class FeedHub:
 
     async def _follow_stream(self) -> None:
         """Follow inserts into push_messages until stopped or the stream fails."""
-        # Change streams come with the deployments that run transactions (a replica-set member,
-        # mongos), as `Storage.connect` found from `hello`.
-        if not self.storage.transactions:
+        # Change streams come with a replica-set member or mongos, as `Storage.connect` found
+        # from `hello`.
+        if not self.storage.change_streams:
             self.use_change_stream = False  # polling for good
             return
         stream = await self._open_stream()

@@ -1,18 +1,18 @@
 """Document intake: find or create the shipment and orders a document names, then apply each
 order's item strategy (OVERWRITE, APPEND, MERGE, DELETE). DESIGN.md section 5 is the contract.
 
-A document is applied in two phases under locks on its order and shipment keys:
+A document is applied in two phases under locks on its order and shipment keys, taken inside its
+transaction (`locks.claim`: a killed process holds none):
 plan (read the current state, compute every change, raise on any error: nothing written yet),
 then execute (the writes). So a rejected document writes nothing, and requests for the same order
 never interleave (20 identical concurrent documents leave one shipment, one order, one item set).
 
-Where the database runs transactions, plan and execute are one transaction
-(`Storage.in_transaction`): a crash leaves the document applied whole or not at all, and the
-plan's reads are part of it, so two processes applying documents for one order serialise even
-without the lock (a write conflict runs the whole document again on fresh reads). Shipment ids and
-order sequence numbers are reserved outside it (`Storage.next_ids`): a document run again or
-rolled back skips the numbers it reserved. Without transactions (the embedded nx-27017) the
-writes are applied one by one and a crash can leave part of a document.
+Plan and execute are one transaction (`Storage.in_transaction`): a crash leaves the document
+applied whole or not at all, and the plan's reads are part of it, so two processes applying
+documents for one order serialise even without the lock (a write conflict runs the whole
+document again on fresh reads). Shipment ids and order sequence numbers are reserved outside it
+where the server can commit them apart (`Storage.next_ids`): a document run again or rolled back
+skips the numbers it reserved.
 
 Round trips are what the embedded database limits (one command at a time), so the response is
 built from what the plan read and the writes wrote: only intake writes order items, and only under
@@ -154,6 +154,7 @@ async def _apply_document(
     keys += [order_key(*scope, o.order_number) for o in orders]
 
     async def apply(session: Session) -> IntakeResult:
+        await locks.claim(storage, keys, session)
         plan = await _plan(storage, document, orders, paths, session)
         shipment_id, status = await _execute(storage, plan, session)
         shipment = await _resulting_shipment(storage, plan, shipment_id, status, session)
@@ -165,7 +166,7 @@ async def _apply_document(
             await then(result, session)
         return result
 
-    async with locks.hold(storage, keys):
+    async with locks.queue(storage, keys):
         return await storage.in_transaction(apply)
 
 

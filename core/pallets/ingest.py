@@ -20,12 +20,14 @@ Crash safety and idempotency, per (camera, reading id):
 - So, after the camera resends what was not acked, every pallet has exactly one message and
   every message its pallet; a message never exists without its pallet (pallets go first).
 
-Where the database runs transactions, these writes (with the orders the batch starts) are one
-transaction instead, and a crash leaves all of a batch or none of it; the steps above are then
-what makes a batch half-written by an older version, or on another backend, whole again. Kept
-outside it: message ids (reserved once per batch and kept when its transaction runs again), and
-the shipment changes of matching, a new ad-hoc shipment and a first arrival, each written once
-and exactly once (`core.shipments.lifecycle`), which a resend finds and continues.
+These writes (with the orders the batch starts) are one transaction, and a crash leaves all of
+a batch or none of it; the steps above are what makes a batch half-written by an older version
+(which wrote write by write on the embedded database) whole again. Kept outside it, where the
+server can commit them apart (`Storage.reserved_apart`): message ids (reserved once per batch and
+kept when its transaction runs again), and the shipment changes of matching, a new ad-hoc
+shipment and a first arrival, each written once and exactly once (`core.shipments.lifecycle`),
+which a resend finds and continues. On a single-writer server (the embedded nx-27017) they are
+part of the transaction.
 
 Matching (per reading, in the reading's facility): the shipment — not completed, eligible or
 arrived, of the paired direction (LOADING <-> OUTBOUND, `core.shipments.directions`) — whose
@@ -391,6 +393,11 @@ class MessageIds:
     def taken(self) -> list[int]:
         return list(self._ids)
 
+    def forget(self) -> None:
+        """Drop the ids an attempt reserved inside its transaction (a single-writer server:
+        `Storage.reserved_apart`): they were undone with it."""
+        self._ids = []
+
     async def replace(self, storage: Storage, fenced: Sequence[int]) -> None:
         """Fresh ids in place of `fenced` ones (a feed reader gave those up), in the same
         order, so the batch's messages keep their order."""
@@ -453,10 +460,7 @@ async def _record_batch(
     batch: Sequence[tuple[Camera, Reading]],
 ) -> list[ReadingResult]:
     started = time.perf_counter()
-    if storage.transactions:
-        plan = await _store_in_transaction(storage, settings, batch)
-    else:
-        plan = await _store_write_by_write(storage, settings, batch)
+    plan = await _store_in_transaction(storage, settings, batch)
     metrics.READING_BATCH_SECONDS.observe(time.perf_counter() - started)
     metrics.READING_BATCH_SIZE.observe(len(batch))
     records.count_raised(plan.exceptions)
@@ -473,6 +477,8 @@ async def _store_in_transaction(
     message_ids = MessageIds()
 
     async def store(session: Session) -> BatchPlan:
+        if not storage.reserved_apart:
+            message_ids.forget()
         plan = await plan_batch(storage, settings, batch, message_ids=message_ids)
         if plan.repairs:
             await _drop_stored(storage, plan, session)
@@ -512,23 +518,6 @@ async def _drop_stored(storage: Storage, plan: BatchPlan, session: Session) -> N
         [m for m in plan.messages.messages if m["_id"] not in stored],
         [d for d in plan.messages.deliveries if d["_id"] not in deliveries],
     )
-
-
-async def _store_write_by_write(
-    storage: Storage, settings: Settings, batch: Sequence[tuple[Camera, Reading]]
-) -> BatchPlan:
-    plan = await plan_batch(storage, settings, batch)
-    *before_claims, claims = plan.writes(storage)
-    for write in before_claims:
-        await write()
-    # The completion check reads what the first writes stored; it needs no claim, so the claims
-    # go in meanwhile (one round trip less before the batch is answered).
-    claimed = asyncio.ensure_future(claims())
-    try:
-        await after_batch(storage, settings, plan)
-    finally:
-        await claimed
-    return plan
 
 
 async def after_batch(storage: Storage, settings: Settings, plan: BatchPlan) -> None:

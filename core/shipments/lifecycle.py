@@ -213,14 +213,15 @@ async def open_adhoc_shipment(
     )
     doc["adhoc_dock"] = key
     for _ in range(_ADHOC_ATTEMPTS):
-        try:
-            await storage.shipments.insert_one(doc)
-            return doc
-        except DuplicateKeyError:
-            pass
+        # The holder first, then the insert: a refused insert would abort the transaction of a
+        # single-writer server (where this is part of the batch's), as a write error does.
         holder = await storage.shipments.find_one({"adhoc_dock": key})
         if holder is None:
-            continue  # it left the dock meanwhile: try again
+            try:
+                await storage.shipments.insert_one(doc)
+                return doc
+            except DuplicateKeyError:
+                continue  # another process opened one meanwhile: look at it
         if holds_dock(holder):
             return holder
         # It left the dock without giving it up: free the dock, unless it changed meanwhile.

@@ -13,8 +13,8 @@ Rules, the same for every caller:
 - a completed shipment takes no part in a link, and its own link no longer changes.
 
 Linking to the shipment it is already linked to, or unlinking a shipment that is not linked,
-changes nothing. Link changes hold a lock on both shipments (and on the shipment's intake key, so
-no document is matched to it while it is being linked).
+changes nothing. A link change is one transaction holding a lock on both shipments (and on the
+shipment's intake key, so no document is matched to it while it is being linked).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from core import locks
 from core.auth.access import Principal, check_access, check_operator_scope
 from core.errors import Conflict, NotFound, ValidationFailed
 from core.intake.documents import shipment_key
-from core.storage import Doc, Storage, storable_int
+from core.storage import Doc, Session, Storage, storable_int
 from core.tenancy.tenants import Operator
 
 log = logging.getLogger(__name__)
@@ -71,20 +71,30 @@ async def link_shipment(
                 shipment["number"],
             )
         )
-    async with locks.hold(storage, keys):
+
+    async def change(session: Session) -> tuple[Doc | None, Doc]:
+        """The shipment as written (None: changed meanwhile), and as it was."""
+        await locks.claim(storage, keys, session)
         shipment = await _find(storage, shipment_id, principal, operator)
-        current = shipment.get("linked_to")
-        if current == to:
-            return shipment
+        if shipment.get("linked_to") == to:
+            return shipment, shipment
         if shipment.get("completed_at") is not None:
             raise Conflict(f"shipment {shipment_id} is completed: its link cannot change")
         if to is not None:
             await _check_target(storage, shipment, await _find(storage, to, principal, operator))
         written = await storage.shipments.find_one_and_update(
-            {"_id": shipment_id, "linked_to": current, "completed_at": None},
+            {"_id": shipment_id, "linked_to": shipment.get("linked_to"), "completed_at": None},
             {"$set": {"linked_to": to, "updated_at": datetime.now(UTC)}},
             return_document=ReturnDocument.AFTER,
+            session=session,
         )
+        return written, shipment
+
+    async with locks.queue(storage, keys):
+        written, shipment = await storage.in_transaction(change)
+    current = shipment.get("linked_to")
+    if written is shipment:
+        return shipment  # already so: nothing changed
     if written is None:  # completed meanwhile (completion takes no link lock)
         raise Conflict(f"shipment {shipment_id} changed while it was being linked; retry")
     log.info(

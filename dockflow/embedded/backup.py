@@ -8,8 +8,9 @@ by engine:
 - nx-27017 keeps one SQLite file per database (``DATA_DIR/mongo/nx-27017/<db>.db``, its
   documented ``--data-dir`` layout). The copy is SQLite's online backup API on that file: one read
   transaction over every page, so a copy taken while the server writes is the file as it was at
-  one instant, with its collections, indexes and sequences. nx-27017 has no transactions, so a
-  read through the wire protocol could not be made consistent without pausing the server's writes.
+  one instant, with its collections, indexes and sequences (an open transaction's writes are not
+  in it: WAL). A read through the wire protocol in one nx-27017 transaction would hold every write
+  of the database for as long as the copy takes.
 - secantusdb (WiredTiger) keeps files only its own program may open (GPL-2.0, never imported
   here), so the copy is logical, through the wire protocol: every collection read in one snapshot
   transaction (``readConcern: snapshot``), written as BSON, and each collection's index

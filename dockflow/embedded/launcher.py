@@ -9,6 +9,7 @@ must pass tests/core/test_storage_conformance.py and tests/embedded first.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 
@@ -22,6 +23,7 @@ from dockflow.embedded.patches import (
     indexed_in,
     inline_commands,
     insert_copy,
+    transactions,
     update_types,
     write_transactions,
 )
@@ -37,6 +39,7 @@ PATCHES = (
     inline_commands,
     collection_names,
     write_transactions,  # forgets collection_names' list on a rollback
+    transactions,  # wraps inline_commands' asyncio; its commands bypass write_transactions
     exit_on_signal,  # needed once commands run inline (a signal may land in a finalizer)
 )
 
@@ -46,10 +49,26 @@ def apply_patches() -> None:
         patch.apply()
 
 
+def _own_arguments() -> None:
+    """Take the launcher's own flags off the command line (the rest are nx-27017's) and the
+    address nx-27017 listens on, which `hello` names."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--transaction-idle-s", type=float, default=transactions.IDLE_LIMIT_S)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=27017)
+    known, rest = parser.parse_known_args(sys.argv[1:])
+    if known.transaction_idle_s <= 0:
+        parser.error("--transaction-idle-s must be positive")
+    transactions.IDLE_LIMIT_S = known.transaction_idle_s
+    transactions.ADDRESS = f"{known.host}:{known.port}"
+    sys.argv[1:] = [*rest, "--host", known.host, "--port", str(known.port)]
+
+
 def main() -> None:
     # nx-27017 logs every command at INFO: keep its log to warnings so it costs nothing.
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("nx_27017").setLevel(logging.WARNING)
+    _own_arguments()
     apply_patches()
     from nx_27017.nx_27017 import main as nx_main
 

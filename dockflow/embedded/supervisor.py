@@ -44,6 +44,8 @@ START_TIMEOUT_S = 30.0  # a first start creates the database files; generous for
 STOP_TIMEOUT_S = 10.0
 STOPPED_POLL_S = 0.1  # how often a start looks whether the previous server has exited
 WATCH_INTERVAL_S = 0.2  # how often the supervisor looks at the child
+# nx-27017 aborts a transaction idle this long (Settings.embedded_transaction_idle_s).
+TRANSACTION_IDLE_S = 5.0
 
 
 def _site_folders() -> set[Path]:
@@ -106,7 +108,11 @@ class _Engine:
     name: EmbeddedEngine
     log_name: str
 
-    def command(self, data_dir: Path, port: int, log_path: Path) -> list[str]:
+    def command(
+        self, data_dir: Path, port: int, log_path: Path, transaction_idle_s: float
+    ) -> list[str]:
+        """The program's command line; `transaction_idle_s`: how long a transaction may stay
+        idle before the server aborts it, where the server is ours to set it."""
         raise NotImplementedError
 
     def environment(self) -> dict[str, str]:
@@ -121,7 +127,9 @@ class _Nx27017(_Engine):
     name: EmbeddedEngine = "nx-27017"
     log_name = "nx-27017.log"
 
-    def command(self, data_dir: Path, port: int, log_path: Path) -> list[str]:
+    def command(
+        self, data_dir: Path, port: int, log_path: Path, transaction_idle_s: float
+    ) -> list[str]:
         return [
             # -P: its working directory (the data directory) is not put first on its path.
             sys.executable, "-P", "-m", _LAUNCHER_MODULE,
@@ -130,6 +138,7 @@ class _Nx27017(_Engine):
             "--port", str(port),
             "--log-file", str(log_path),
             "--pid-file", str(data_dir / "nx-27017.pid"),
+            "--transaction-idle-s", f"{transaction_idle_s:g}",
         ]  # fmt: skip
 
     def environment(self) -> dict[str, str]:
@@ -171,7 +180,9 @@ class _SecantusDB(_Engine):
     name: EmbeddedEngine = "secantusdb"
     log_name = "secantusd.log"
 
-    def command(self, data_dir: Path, port: int, log_path: Path) -> list[str]:
+    def command(
+        self, data_dir: Path, port: int, log_path: Path, transaction_idle_s: float
+    ) -> list[str]:
         # An empty config file of our own: secantusd-py would otherwise read a secantusd.toml
         # from its working directory, ~/.secantus or /etc/secantus.
         config = data_dir / "secantusd.toml"
@@ -288,8 +299,10 @@ class EmbeddedMongo(Running):
         data_dir: Path,
         restart_delay_s: float = 1.0,
         engine: EmbeddedEngine = "nx-27017",
+        transaction_idle_s: float = TRANSACTION_IDLE_S,
     ) -> None:
         self.engine = engine
+        self.transaction_idle_s = transaction_idle_s
         self._engine = ENGINES[engine]
         self.data_dir = engine_dir(data_dir, engine)
         self._mongo_dir = self.data_dir.parent
@@ -320,7 +333,7 @@ class EmbeddedMongo(Running):
         """Start the child on `self.port` and wait until it answers ping."""
         self._engine.prepare(self.data_dir)
         log_path = self.data_dir / self._engine.log_name
-        argv = self._engine.command(self.data_dir, self.port, log_path)
+        argv = self._engine.command(self.data_dir, self.port, log_path, self.transaction_idle_s)
         self.process = _spawn(argv, self.data_dir, log_path, self._engine.environment())
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:

@@ -80,7 +80,7 @@ async def round_trips_of_one_reading(
     return listener.waves
 
 
-async def test_a_pallet_at_a_dock_is_stored_in_seven_round_trips(
+async def test_a_pallet_at_a_dock_is_stored_in_nine_round_trips(
     counted: tuple[Storage, RoundTrips], settings: Settings, services: Services, tenant: Tenant
 ):
     storage, listener = counted
@@ -89,10 +89,12 @@ async def test_a_pallet_at_a_dock_is_stored_in_seven_round_trips(
     waves = await round_trips_of_one_reading(storage, settings, tenant, listener, "NEW-LPN")
 
     # Reads (facility, claims, pallets, endpoints); matching (LPN items, the dock's shipment,
-    # message ids); the shipment's items; pallet, delivery, message; the claim together with
-    # the completion check. It was 10 before these reads and the completion check went together.
-    assert len(waves) == 7, waves
+    # message ids); the shipment's items; pallet, delivery, message; the claim; the commit; the
+    # completion check, which reads what the batch committed. It was 10 before these reads went
+    # together, and 7 written write by write (the claim beside the completion check, no commit).
+    assert len(waves) == 9, waves
     assert [w for w in waves if any("insert" in c for c in w)][-1][0] == "insert readings"
+    assert waves[-2] == ["commitTransaction 1"]
 
 
 async def test_a_pallet_of_an_order_adds_only_the_order_lookups(
@@ -109,8 +111,9 @@ async def test_a_pallet_of_an_order_adds_only_the_order_lookups(
     # As above, plus the LPN's shipment, the order numbers and the shipment's pallets for its
     # completion check; no delivery (no endpoint), no order status update (it is started: 12
     # round trips before). Where the pallet was last read (DUPLICATE_PALLET) is read beside
-    # the shipment's items and kept in its pallet document: no write of its own (10 before).
-    assert len(waves) == 9, waves
+    # the shipment's items and kept in its pallet document: no write of its own (10 before;
+    # 9 written write by write, without the commit and with the claim beside the check).
+    assert len(waves) == 11, waves
     shipment = await storage.shipments.find_one({"_id": shipment_id})
     assert shipment is not None
     assert shipment.get("completed_at") is None  # LPN-3 is still due

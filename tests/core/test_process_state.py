@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from pymongo import AsyncMongoClient, monitoring
+from pymongo import AsyncMongoClient
 
 from core import locks
 from core.errors import Unavailable
@@ -17,50 +17,25 @@ from core.storage import Doc, Storage
 from tests.factories import pallet_payload
 
 
-class LockInserts(monitoring.CommandListener):
-    """Counts the attempts to insert lock documents."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if event.command_name == "insert" and event.command["insert"] == "order_locks":
-            self.count += 1
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
-
-
 @pytest.fixture
-def inserts_of_other() -> LockInserts:
-    return LockInserts()
-
-
-@pytest.fixture
-async def other(settings: Settings, inserts_of_other: LockInserts) -> AsyncIterator[Storage]:
+async def other(settings: Settings) -> AsyncIterator[Storage]:
     """A second connection to this test's database, as another process has."""
-    client: AsyncMongoClient[Doc] = AsyncMongoClient(
-        settings.mongodb_url, tz_aware=True, event_listeners=[inserts_of_other]
-    )
+    client: AsyncMongoClient[Doc] = AsyncMongoClient(settings.mongodb_url, tz_aware=True)
     yield Storage(client, settings.mongodb_db)
     await client.close()
 
 
-async def test_a_lock_held_through_one_storage_is_contended_for_in_the_database_by_another(
-    storage: Storage, other: Storage, inserts_of_other: LockInserts
-):
-    # Within one Storage, contenders queue in the process; another one's must ask the database
-    # (a queue shared between them would keep it from ever trying).
-    async with locks.hold(storage, ["order:k"]):
+async def test_the_queue_for_a_key_belongs_to_its_storage(storage: Storage, other: Storage):
+    # Within one Storage, contenders queue in the process; another one's is not in that queue
+    # (a queue shared between them would keep it from ever reaching the database).
+    async with locks.queue(storage, ["order:k"]):
         with pytest.raises(Unavailable):
-            async with locks.hold(other, ["order:k"], wait_s=0.3):
+            async with locks.queue(storage, ["order:k"], wait_s=0.2):
                 pass
+        async with locks.queue(other, ["order:k"], wait_s=0.2):
+            assert len(other.local_locks) == 1
         assert len(storage.local_locks) == 1
 
-    assert inserts_of_other.count >= 1
     assert len(other.local_locks) == 0
     assert len(storage.local_locks) == 0
 

@@ -1,9 +1,9 @@
-"""Serialization of intake per order, the database lock itself, and Idempotency-Key."""
+"""Serialization of intake per order, the locks themselves, and Idempotency-Key."""
 
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,6 +13,8 @@ from core import locks
 from core.errors import Unavailable
 from core.intake import documents
 from core.services import Services
+from core.settings import Settings
+from core.storage import Session, Storage
 from tests.factories import Tenant
 
 BASE = {"business": "acme", "facility": "dc1", "direction": "OUTBOUND"}
@@ -42,7 +44,6 @@ async def test_twenty_identical_concurrent_documents_leave_one_of_everything(
     bodies = [await r.json() for r in responses]
     creators = [b for b in bodies if any(e["type"] == "SHIPMENT" for e in b["created"])]
     assert len(creators) == 1
-    assert await storage.order_locks.count_documents({}) == 0
 
 
 async def test_concurrent_appends_of_different_items_all_land(
@@ -68,77 +69,60 @@ async def test_concurrent_appends_of_different_items_all_land(
     assert sorted(i["lpn"] for i in items) == sorted(f"L{n}" for n in range(12))
 
 
-async def test_a_lock_held_by_another_process_is_waited_for_then_taken(services: Services):
+async def test_a_unit_holding_a_key_holds_off_another_process_and_an_aborted_one_holds_nothing(
+    services: Services, settings: Settings
+):
+    """Units of work of two processes claim one key: the second commits only once the first has
+    ended, and the first, aborted (as a killed process's transaction is), leaves nothing held."""
     storage = services.storage
-    now = datetime.now(UTC)
-    # Another process holds the key (its lock document exists; this process's asyncio lock
-    # knows nothing about it).
-    await storage.order_locks.insert_one(
-        {
-            "_id": "order:k",
-            "owner": "other",
-            "acquired_at": now,
-            "expires_at": now + timedelta(minutes=1),
-        }
-    )
-    with pytest.raises(Unavailable):
-        async with locks.hold(storage, ["order:k"], wait_s=0.2):
-            pass
+    assert settings.mongodb_url is not None
+    other = await Storage.connect(settings.mongodb_url, settings.mongodb_db)
+    claimed, release = asyncio.Event(), asyncio.Event()
+    events: list[str] = []
 
-    async def release_soon() -> None:
-        await asyncio.sleep(0.1)
-        await storage.order_locks.delete_one({"_id": "order:k", "owner": "other"})
+    async def first(session: Session) -> None:
+        await locks.claim(storage, ["order:k"], session)
+        await storage.shipments.insert_one({"_id": 1}, session=session)
+        claimed.set()
+        await release.wait()
+        events.append("first aborted")
+        raise RuntimeError("aborted")
 
-    releaser = asyncio.create_task(release_soon())
-    async with locks.hold(storage, ["order:k"], wait_s=10):
-        holder = await storage.order_locks.find_one({"_id": "order:k"})
-        assert holder is not None
-        assert holder["owner"] != "other"
-    await releaser
-    assert await storage.order_locks.count_documents({}) == 0
+    async def second(session: Session) -> None:
+        await locks.claim(other, ["order:k"], session)
+        await other.shipments.insert_one({"_id": 2}, session=session)
 
+    async def run_second() -> None:
+        await claimed.wait()
+        await other.in_transaction(second)
+        events.append("second committed")
 
-async def test_an_expired_lock_of_a_crashed_holder_is_taken_over(services: Services):
-    storage = services.storage
-    past = datetime.now(UTC) - timedelta(seconds=1)
-    await storage.order_locks.insert_one(
-        {"_id": "order:k", "owner": "crashed", "acquired_at": past, "expires_at": past}
-    )
+    try:
+        later = asyncio.create_task(run_second())
+        holder = asyncio.create_task(storage.in_transaction(first))
+        await claimed.wait()
+        await asyncio.sleep(0.3)  # room for the second to commit, were it not held off
+        release.set()
+        with pytest.raises(RuntimeError):
+            await holder
+        await later
+    finally:
+        await other.close()
 
-    async with locks.hold(storage, ["order:k"], wait_s=1):
-        holder = await storage.order_locks.find_one({"_id": "order:k"})
-        assert holder is not None
-        assert holder["owner"] != "crashed"
+    assert events == ["first aborted", "second committed"]
+    assert await storage.shipments.find().to_list() == [{"_id": 2}]
 
 
-async def test_several_keys_wait_for_the_one_held_elsewhere_and_release_together(
+async def test_tasks_of_one_process_queue_for_a_key_and_give_up_after_the_wait(
     services: Services,
 ):
-    # The keys of one request go in with one ordered insert: those before a key held by another
-    # process are taken at once (and stay held while it waits), the rest after it is released.
     storage = services.storage
-    now = datetime.now(UTC)
-    await storage.order_locks.insert_one(
-        {"_id": "k2", "owner": "other", "acquired_at": now, "expires_at": now + timedelta(1)}
-    )
-    with pytest.raises(Unavailable):
-        async with locks.hold(storage, ["k3", "k2", "k1"], wait_s=0.2):
-            pass
-    assert [d["_id"] for d in await storage.order_locks.find().to_list()] == ["k2"]
-
-    async def hold_all() -> list[str]:
-        async with locks.hold(storage, ["k3", "k2", "k1"], wait_s=10):
-            owners = {d["_id"]: d["owner"] for d in await storage.order_locks.find().to_list()}
-            return sorted(k for k, owner in owners.items() if owner != "other")
-
-    holder = asyncio.create_task(hold_all())
-    while await storage.order_locks.count_documents({"_id": "k1"}) == 0:
-        await asyncio.sleep(0.01)
-    assert not holder.done()  # k1 is taken, k2 still held by the other process
-    assert await storage.order_locks.count_documents({"_id": "k3"}) == 0
-    await storage.order_locks.delete_one({"_id": "k2", "owner": "other"})
-    assert await holder == ["k1", "k2", "k3"]
-    assert await storage.order_locks.count_documents({}) == 0
+    async with locks.queue(storage, ["k3", "k2"]):
+        with pytest.raises(Unavailable):
+            async with locks.queue(storage, ["k1", "k2"], wait_s=0.2):
+                pass
+        assert len(storage.local_locks) == 2  # k1 given back when k2 timed out
+    assert len(storage.local_locks) == 0
 
 
 # --- Idempotency-Key ----------------------------------------------------------------------
@@ -192,7 +176,7 @@ async def test_same_key_while_the_first_runs_is_409(
     headers = {**tenant.auth, "Idempotency-Key": "k-3"}
     key = documents.order_key("acme", "dc1", "OUTBOUND", "O1")
 
-    async with locks.hold(services.storage, [key]):  # the first request will wait on this
+    async with locks.queue(services.storage, [key]):  # the first request will wait on this
         first = asyncio.create_task(api.post("/documents", json=document, headers=headers))
         while await services.storage.idempotency_keys.count_documents({}) == 0:
             await asyncio.sleep(0.01)

@@ -1,8 +1,7 @@
 """Exception changes made by people (createException, resolveException) while `dockflow serve`
 is SIGKILLed: after the restart every change stored has exactly one EXCEPTION message, the
 record as it stood after that change, whatever the crash cut short and whether or not anyone
-tries again. Where the database has no transactions the record goes first and its message
-second, so this is the repair's test; where it has them, the transaction's."""
+tries again. Record and message are one transaction on every lane: this is its test."""
 
 from __future__ import annotations
 
@@ -117,7 +116,6 @@ async def _published_after_restart(serve: ServeProcess, what: str) -> list[dict[
 async def test_a_crash_mid_change_leaves_no_change_without_its_message(
     serve: ServeProcess, receiver: HookReceiver
 ):
-    serve.env["DOCKFLOW_EXCEPTION_REPAIR_INTERVAL_S"] = "1"
     await serve.start()
     tenant = await provision(serve, receiver.url, docks=1)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:

@@ -1,0 +1,232 @@
+"""Multi-document transactions on the lane's database server, as MongoDB runs them: what one
+session's open transaction hides from and makes wait for the others, how it ends (commit, abort,
+a write error, a client that stops talking or dies). SecantusDB runs transactions of its own, so
+on its lane these tests pin MongoDB's behaviour that nx-27017's (dockflow/embedded/patches/
+transactions.py) must match."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+
+import pytest
+from pymongo import AsyncMongoClient
+from pymongo.asynchronous.client_session import AsyncClientSession
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import DuplicateKeyError, OperationFailure
+
+from core.storage import runs_transactions
+
+NO_SUCH_TRANSACTION = 251
+TRANSIENT = "TransientTransactionError"
+
+# A client that opens a transaction, writes in it, says so, then waits to be stopped or killed.
+_HOLDER = """
+import asyncio, sys
+from pymongo import AsyncMongoClient
+
+async def main(url, db_name):
+    client = AsyncMongoClient(url)
+    async with client.start_session() as session:
+        await session.start_transaction()
+        await client[db_name].parcels.insert_one({"_id": "held", "by": "holder"}, session=session)
+        print("in transaction", flush=True)
+        await asyncio.sleep(3600)
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+Db = AsyncDatabase[dict[str, object]]
+
+
+@pytest.fixture
+async def client(mongo_url: str) -> AsyncIterator[AsyncMongoClient[dict[str, object]]]:
+    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(mongo_url)
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def other(mongo_url: str) -> AsyncIterator[AsyncMongoClient[dict[str, object]]]:
+    """A second client: another process's connections."""
+    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(mongo_url)
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def db(client: AsyncMongoClient[dict[str, object]], db_name: str) -> AsyncIterator[Db]:
+    database = client[db_name]
+    await database.parcels.insert_one({"_id": "p1", "state": "new"})
+    yield database
+    await client.drop_database(db_name)
+
+
+def _holder(mongo_url: str, db_name: str) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, mongo_url, db_name],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "in transaction"
+    return process
+
+
+async def test_the_server_says_it_runs_transactions(client: AsyncMongoClient[dict[str, object]]):
+    hello = await client.admin.command("hello")
+    assert runs_transactions(hello)
+    assert hello["logicalSessionTimeoutMinutes"] > 0
+
+
+async def test_another_session_does_not_see_uncommitted_writes(
+    client: AsyncMongoClient[dict[str, object]], other: AsyncMongoClient[dict[str, object]], db: Db
+):
+    theirs = other[db.name]
+    async with client.start_session() as session:
+        await session.start_transaction()
+        await db.parcels.insert_one({"_id": "p2", "state": "new"}, session=session)
+        await db.parcels.update_one({"_id": "p1"}, {"$set": {"state": "moved"}}, session=session)
+        await db.pallets.insert_one({"_id": "new collection"}, session=session)
+
+        assert await theirs.parcels.find({}).sort("_id").to_list() == [
+            {"_id": "p1", "state": "new"}
+        ]
+        assert await theirs.parcels.count_documents({}) == 1
+        assert await theirs.pallets.find_one({}) is None
+        # ...while the transaction sees its own writes.
+        assert await db.parcels.count_documents({}, session=session) == 2
+
+        await session.commit_transaction()
+
+    assert await theirs.parcels.find({}).sort("_id").to_list() == [
+        {"_id": "p1", "state": "moved"},
+        {"_id": "p2", "state": "new"},
+    ]
+    assert await theirs.pallets.find_one({}) == {"_id": "new collection"}
+
+
+async def test_a_write_of_another_session_waits_for_the_transaction_then_succeeds(
+    client: AsyncMongoClient[dict[str, object]], other: AsyncMongoClient[dict[str, object]], db: Db
+):
+    theirs = other[db.name]
+    async with client.start_session() as session:
+        await session.start_transaction()
+        await db.parcels.update_one({"_id": "p1"}, {"$set": {"state": "first"}}, session=session)
+        later = asyncio.create_task(
+            theirs.parcels.update_one({"_id": "p1"}, {"$set": {"state": "second"}})
+        )
+        await asyncio.sleep(0.2)  # let it reach the server (no assertion rests on this)
+        # Not applied inside the transaction, nor before it ends.
+        assert await db.parcels.find_one({"_id": "p1"}, session=session) == {
+            "_id": "p1",
+            "state": "first",
+        }
+        await session.commit_transaction()
+
+    result = await later
+    assert result.modified_count == 1
+    assert await theirs.parcels.find_one({"_id": "p1"}) == {"_id": "p1", "state": "second"}
+
+
+async def test_abort_undoes_every_write_of_the_transaction(
+    client: AsyncMongoClient[dict[str, object]], db: Db
+):
+    async with client.start_session() as session:
+        await session.start_transaction()
+        await db.parcels.insert_many([{"_id": "p2"}, {"_id": "p3"}], session=session)
+        await db.parcels.update_one({"_id": "p1"}, {"$set": {"state": "moved"}}, session=session)
+        await db.parcels.delete_one({"_id": "p2"}, session=session)
+        await db.pallets.insert_one({"_id": "x"}, session=session)
+        await session.abort_transaction()
+
+    assert await db.parcels.find({}).to_list() == [{"_id": "p1", "state": "new"}]
+    assert await db.pallets.find_one({}) is None
+
+
+async def test_a_duplicate_key_aborts_the_transaction_and_its_next_command_is_transient(
+    client: AsyncMongoClient[dict[str, object]], db: Db
+):
+    await db.parcels.create_index("code", unique=True)
+    await db.parcels.update_one({"_id": "p1"}, {"$set": {"code": "A"}})
+    async with client.start_session() as session:
+        await session.start_transaction()
+        await db.parcels.insert_one({"_id": "p2", "code": "B"}, session=session)
+        with pytest.raises(DuplicateKeyError) as duplicate:
+            await db.parcels.insert_one({"_id": "p3", "code": "A"}, session=session)
+        assert not duplicate.value.has_error_label(TRANSIENT)  # as MongoDB: a write error
+
+        with pytest.raises(OperationFailure) as after:
+            await db.parcels.insert_one({"_id": "p4", "code": "D"}, session=session)
+        assert after.value.code == NO_SUCH_TRANSACTION
+        assert after.value.has_error_label(TRANSIENT)
+        with pytest.raises(OperationFailure) as commit:
+            await session.commit_transaction()
+        assert commit.value.code == NO_SUCH_TRANSACTION
+        assert commit.value.has_error_label(TRANSIENT)
+
+    assert await db.parcels.find({}, {"_id": 1}).to_list() == [{"_id": "p1"}]
+
+
+async def test_with_transaction_runs_a_transaction_again_after_a_transient_abort(
+    client: AsyncMongoClient[dict[str, object]], db: Db
+):
+    """The driver's retry loop, as dockflow's `Storage.in_transaction` uses it: a callback whose
+    transaction the server aborted (a write error its code ignored) runs again and commits."""
+    await db.parcels.create_index("code", unique=True)
+    await db.parcels.update_one({"_id": "p1"}, {"$set": {"code": "A"}})
+    runs = 0
+
+    async def work(session: AsyncClientSession) -> None:
+        nonlocal runs
+        runs += 1
+        await db.parcels.insert_one({"_id": f"run{runs}", "code": f"R{runs}"}, session=session)
+        if runs == 1:
+            with pytest.raises(DuplicateKeyError):
+                await db.parcels.insert_one({"_id": "dup", "code": "A"}, session=session)
+        await db.docks.insert_one({"_id": f"dock{runs}"}, session=session)
+
+    async with client.start_session() as session:
+        await session.with_transaction(work)
+
+    assert runs == 2
+    assert [d["_id"] for d in await db.parcels.find({}).sort("_id").to_list()] == ["p1", "run2"]
+    assert await db.docks.find({}).to_list() == [{"_id": "dock2"}]
+
+
+async def test_a_client_stopped_inside_a_transaction_holds_other_writers_only_up_to_the_idle_limit(
+    mongo_url: str, other: AsyncMongoClient[dict[str, object]], db: Db
+):
+    holder = _holder(mongo_url, db.name)
+    try:
+        holder.send_signal(signal.SIGSTOP)
+        theirs = other[db.name]
+        # Another business writes: on a single-writer engine it waits for the idle limit.
+        await theirs.docks.insert_one({"_id": "d1", "business": "other"})
+        assert await theirs.docks.find_one({"_id": "d1"}) == {"_id": "d1", "business": "other"}
+        assert await theirs.parcels.find_one({"_id": "held"}) is None
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+async def test_a_killed_client_leaves_nothing_and_others_commit(
+    mongo_url: str, client: AsyncMongoClient[dict[str, object]], db: Db
+):
+    holder = _holder(mongo_url, db.name)
+    holder.kill()
+    holder.wait()
+
+    async with client.start_session() as session:
+        await session.start_transaction()
+        await db.docks.insert_one({"_id": "d1"}, session=session)
+        await db.parcels.update_one({"_id": "p1"}, {"$set": {"state": "after"}}, session=session)
+        await session.commit_transaction()
+
+    assert await db.parcels.find({}).sort("_id").to_list() == [{"_id": "p1", "state": "after"}]
+    assert await db.docks.find_one({}) == {"_id": "d1"}
