@@ -4,7 +4,7 @@ core and hold no rules. Errors are mapped once, in `public_api.graphql.errors`."
 import datetime as dt
 from collections.abc import AsyncGenerator
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 import strawberry
 from graphql import GraphQLError
@@ -15,6 +15,7 @@ from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from core import tracing, urls
+from core.epcis import queries as epcis_queries
 from core.errors import DockflowError, SlowConsumer, ValidationFailed
 from core.exceptions import client as exception_client
 from core.exceptions import queries as exception_queries
@@ -352,6 +353,15 @@ class Pallet:
     image_urls: list[str]
     message_id: int | None
     url: str
+    doc: strawberry.Private[Doc]
+
+    @strawberry.field(
+        description="The reading as an EPCIS 2.0 ObjectEvent (JSON-LD, CBV 2.0; eventID is the "
+        "CBV 2.0 event hash); null when the pallet has no SSCC and no GTIN (docs/epcis.md)."
+    )
+    async def epcis_event(self, info: GQLInfo) -> JSON | None:
+        event = await epcis_queries.pallet_event(info.context.services.storage, self.doc)
+        return cast(JSON, event)
 
     @strawberry.field(description=PARENT_EXCEPTIONS)
     async def exceptions(
@@ -379,6 +389,7 @@ class Pallet:
             image_urls=list(doc.get("image_urls") or []),
             message_id=doc.get("message_id"),
             url=urls.pallet_url(settings, str(doc["_id"])),
+            doc=doc,
         )
 
 
