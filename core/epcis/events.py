@@ -122,6 +122,22 @@ def document(events: Sequence[dict[str, Any]], created_at: datetime) -> dict[str
     }
 
 
+def query_document(found: Sequence[dict[str, Any]], created_at: datetime) -> dict[str, Any]:
+    """An EPCISQueryDocument answering a SimpleEventQuery with `found`."""
+    return {
+        "@context": [EPCIS_CONTEXT],
+        "type": "EPCISQueryDocument",
+        "schemaVersion": SCHEMA_VERSION,
+        "creationDate": _utc_ms(created_at),
+        "epcisBody": {
+            "queryResults": {
+                "queryName": "SimpleEventQuery",
+                "resultsBody": {"eventList": list(found)},
+            }
+        },
+    }
+
+
 def _vocabulary(name: str, value: str) -> str:
     prefix = {"bizStep": "BizStep-", "disposition": "Disp-"}[name]
     return value if value.startswith("http") else f"{CBV}{prefix}{value}"

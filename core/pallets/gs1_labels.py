@@ -121,8 +121,10 @@ def is_gs1(facility: Facility | None, name: str) -> bool:
     """Whether a label of this camera name holds GS1 label content at this facility."""
     if name == GS1_LABEL:
         return True
-    rule = facility.label_mapping().get(name) if facility is not None else None
-    return rule is not None and rule.field == GS1_LABEL
+    # a scan of the facility's few mappings: this runs for every label of every reading
+    return facility is not None and any(
+        m.camera_name == name and m.field == GS1_LABEL for m in facility.label_fields
+    )
 
 
 def parse(content: str) -> LabelFacts:
