@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from core.exceptions.records import Raised
+from core.pallets.gs1_labels import GS1_LABEL
 from core.pallets.ingest import Label, Reading, ReadingResult
 from core.shipments.dock_events import DockEventInput, DockEventResult
 from dockflow.edge.v1 import edge_pb2
@@ -46,7 +47,9 @@ def reading_from_proto(message: edge_pb2.PalletReading) -> Reading:
             # float32 on the wire: keep 4 digits, not 0.8999999761581421
             Label(label.name.strip(), label.value.strip(), round(label.confidence, 4))
             for label in message.labels
-        ),
+        )
+        # a decoded barcode is as sure as its check digits, which core checks
+        + tuple(Label(GS1_LABEL, content.strip(), 1.0) for content in message.gs1_labels),
         image_urls=tuple(message.image_urls),
         occurred_at_error=occurred_at_error,
     )

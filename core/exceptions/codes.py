@@ -13,6 +13,7 @@ Code = Literal[
     "LOT_MISMATCH",
     "EXPIRY_MISMATCH",
     "EXPIRED",
+    "LABEL_INVALID",
     "SHORT",
     "CUSTOMER",
 ]
@@ -29,6 +30,7 @@ PRIORITIES: dict[str, Priority] = {
     "LOT_MISMATCH": "HIGH",
     "EXPIRY_MISMATCH": "HIGH",
     "EXPIRED": "HIGH",
+    "LABEL_INVALID": "LOW",
     "SHORT": "HIGH",
 }
 # The codes a facility can switch off (each on by default).

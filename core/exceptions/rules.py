@@ -13,12 +13,15 @@ from datetime import date, datetime
 from typing import Any
 
 from core.exceptions.codes import PRIORITIES
+from core.pallets import gs1_labels
 from core.tenancy.tenants import Facility
 
 # Camera label names the lot and expiry rules read (like "lpn" and "sku" for matching).
 LOT_LABEL = "lot"
 EXPIRY_LABEL = "expiry"
 LPN_LABEL = "lpn"
+# LABEL_INVALID names at most this many problems of a reading's GS1 labels.
+MAX_LABEL_PROBLEMS = 20
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,16 @@ class Draft:
 def reading_exceptions(facility: Facility, facts: ReadingFacts) -> list[Draft]:
     """Every exception the facility's rules raise for one reading, in a fixed order."""
     drafts: list[Draft] = []
-    for rule in (_misload, _unexpected, _duplicate, _low_confidence, _lot, _expiry, _expired):
+    for rule in (
+        _misload,
+        _unexpected,
+        _duplicate,
+        _low_confidence,
+        _label_invalid,
+        _lot,
+        _expiry,
+        _expired,
+    ):
         draft = rule(facility, facts)
         if draft is not None and facility.checks(draft.code):
             drafts.append(draft)
@@ -172,6 +184,27 @@ def _low_confidence(facility: Facility, facts: ReadingFacts) -> Draft | None:
                 {"name": label.name, "value": label.value, "confidence": label.confidence}
                 for label in weak
             ],
+        },
+    )
+
+
+def _label_invalid(facility: Facility, facts: ReadingFacts) -> Draft | None:
+    """A GS1 label with a wrong check digit, an impossible date or content that is no GS1
+    label: what checked out was taken (`core.pallets.gs1_labels`), the rest is named here."""
+    problems = gs1_labels.problems(facility, facts.labels)
+    if not problems:
+        return None
+    first = problems[0]
+    where = f"AI ({first.ai})" if first.ai else "its content"
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return _draft(
+        facts,
+        "LABEL_INVALID",
+        f"The GS1 label read at dock {facts.dock} is invalid at {where}: {first.reason}{more}",
+        expected={"gs1": "a GS1 label whose check digits, dates and AIs are valid"},
+        observed={
+            **_observed_here(facts),
+            "problems": [p.as_dict() for p in problems[:MAX_LABEL_PROBLEMS]],
         },
     )
 

@@ -19,6 +19,7 @@ from core.settings import Settings
 
 LABEL_NAME = re.compile(r"[A-Za-z0-9_-]+")
 IMAGE_URL_SCHEMES = ("http", "https")
+GS = "\x1d"  # FNC1 as a scanner transmits it, between the fields of a GS1 label
 SHOWN_CHARS = 40  # of a refused input, echoed in the reason (a reason stays short)
 
 
@@ -49,9 +50,12 @@ def check_dock_id(settings: Settings, dock_id: str) -> None:
         raise ValidationFailed(f"dock_id {shown(dock_id)} has control or unprintable characters")
 
 
-def check_label(settings: Settings, name: str, value: str, confidence: float) -> None:
+def check_label(
+    settings: Settings, name: str, value: str, confidence: float, *, gs1: bool = False
+) -> None:
     """One label: a plain name (it becomes a payload key), a printable value of capped size and
-    a confidence that is a number (NaN or infinity is not JSON, and a database may refuse it)."""
+    a confidence that is a number (NaN or infinity is not JSON, and a database may refuse it).
+    A GS1 label's content (`gs1`) may also hold GS, the separator a scanner sends for FNC1."""
     if len(name) > settings.ingest_max_label_name_chars:
         raise ValidationFailed(
             f"label name {shown(name)} is longer than "
@@ -67,7 +71,7 @@ def check_label(settings: Settings, name: str, value: str, confidence: float) ->
         raise ValidationFailed(
             f"label {name!r} has a value longer than {settings.ingest_max_label_value_bytes} bytes"
         )
-    if not value.isprintable():
+    if not (value.replace(GS, "") if gs1 else value).isprintable():
         raise ValidationFailed(f"label {name!r} has control or unprintable characters")
     if not math.isfinite(confidence):
         raise ValidationFailed(f"label {name!r} has a confidence that is not a number")

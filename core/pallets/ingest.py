@@ -58,7 +58,7 @@ from core import metrics, urls
 from core.errors import DockflowError, Unavailable, ValidationFailed
 from core.exceptions import records, rules
 from core.feed import publish
-from core.pallets import camera_input
+from core.pallets import camera_input, gs1_labels
 from core.settings import Settings
 from core.shipments import completion, directions, lifecycle
 from core.shipments.dock_events import rejection, resolve_dock
@@ -92,7 +92,15 @@ MAX_OPEN_MISLOADS = 1_000
 # Exceptions raised once while open, however often a reading repeats them (DUPLICATE_PALLET
 # folds its repeats by position; LOW_CONFIDENCE without an LPN names no pallet).
 FOLDED_CODES = frozenset(
-    {"MISLOAD", "UNEXPECTED_PALLET", "LOW_CONFIDENCE", "LOT_MISMATCH", "EXPIRY_MISMATCH", "EXPIRED"}
+    {
+        "MISLOAD",
+        "UNEXPECTED_PALLET",
+        "LOW_CONFIDENCE",
+        "LOT_MISMATCH",
+        "EXPIRY_MISMATCH",
+        "EXPIRED",
+        "LABEL_INVALID",
+    }
 )
 STORAGE_REFUSED = "STORAGE_REFUSED: the reading could not be stored; the service logged why"
 
@@ -170,6 +178,15 @@ def _values(labels: Sequence[Label], name: str) -> list[str]:
     return list(seen)
 
 
+def with_gs1_facts(facility: Facility, reading: Reading) -> Reading:
+    """The reading with the facts of its GS1 labels added as labels (`core.pallets.gs1_labels`),
+    so that matching, the rules and the message read them as any label."""
+    derived = gs1_labels.derived_labels(facility, reading.labels)
+    if not derived:
+        return reading
+    return replace(reading, labels=reading.labels + tuple(Label(*d) for d in derived))
+
+
 def validate_reading(
     settings: Settings, camera: Camera, facility: Facility, reading: Reading, now: datetime
 ) -> str:
@@ -186,7 +203,10 @@ def validate_reading(
     if len(reading.labels) > settings.ingest_max_labels:
         raise ValidationFailed(f"a reading has at most {settings.ingest_max_labels} labels")
     for label in reading.labels:
-        camera_input.check_label(settings, label.name, label.value, label.confidence)
+        camera_input.check_label(
+            settings, label.name, label.value, label.confidence,
+            gs1=gs1_labels.is_gs1(facility, label.name),
+        )  # fmt: skip
     if not any(label.name and label.value for label in reading.labels):
         raise ValidationFailed("a reading needs at least one label with a value")
     mapping = facility.label_mapping()
@@ -567,6 +587,7 @@ async def plan_batch(
             if facility is None:
                 raise ValidationFailed(f"facility {camera.business}/{camera.facility} not found")
             dock = validate_reading(settings, camera, facility, reading, now)
+            reading = with_gs1_facts(facility, reading)
             fields = check_storable(facility, reading)
         except DockflowError as error:
             plan.results[index] = ReadingResult(
@@ -1257,4 +1278,6 @@ def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
     }
     if item.repeated:  # read with `.get`: most readings are no repeat
         doc["repeated"] = True
+    if gs1 := gs1_labels.label_facts(item.facility, item.reading.labels):  # for GraphQL, pages
+        doc["gs1_labels"] = [facts.as_dict() for facts in gs1]
     return doc

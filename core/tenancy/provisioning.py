@@ -19,7 +19,7 @@ from core.auth.crypto import SecretBox
 from core.errors import CredentialUnreadable, FieldError, NotFound, ValidationFailed
 from core.outbox import webhook_endpoints
 from core.storage import Storage
-from core.tenancy import tenants
+from core.tenancy import gs1_identities, tenants
 from core.tenancy.tenants import LabelFieldMapping
 
 Action = Literal["created", "updated", "unchanged"]
@@ -41,6 +41,9 @@ class FacilitySpec(_Strict):
     # the others are on), and the confidence below which a mapped label is LOW_CONFIDENCE.
     disabled_checks: list[str] = Field(default_factory=list, max_length=32)
     confidence_threshold: float = 0.80
+    # GS1 identities (core.epcis.identities): the facility's GLN, its docks' GLN extensions.
+    gln: str | None = None
+    gln_extensions: dict[str, str] = Field(default_factory=dict, max_length=1000)
 
 
 class ClientSpec(_Strict):
@@ -73,6 +76,7 @@ class WebhookSpec(_Strict):
 class BusinessSpec(_Strict):
     slug: str
     name: str = ""
+    gs1_company_prefix: str | None = None
     facilities: list[FacilitySpec] = Field(default_factory=list)
     clients: list[ClientSpec] = Field(default_factory=list)
     cameras: list[CameraSpec] = Field(default_factory=list)
@@ -148,9 +152,14 @@ async def _apply_business(storage: Storage, spec: BusinessSpec) -> Change:
         current = await tenants.get_business(storage, spec.slug)
     except NotFound:
         await tenants.create_business(storage, spec.slug, spec.name)
+        if spec.gs1_company_prefix:
+            await gs1_identities.set_company_prefix(storage, spec.slug, spec.gs1_company_prefix)
         return Change("business", spec.slug, "created")
+    prefix_changed = await gs1_identities.set_company_prefix(
+        storage, spec.slug, spec.gs1_company_prefix or gs1_identities.UNSET
+    )
     if current.name == (spec.name or spec.slug):
-        return Change("business", spec.slug, "unchanged")
+        return Change("business", spec.slug, "updated" if prefix_changed else "unchanged")
     await tenants.update_business(storage, spec.slug, name=spec.name)
     return Change("business", spec.slug, "updated")
 
@@ -182,11 +191,26 @@ async def _apply_facility(storage: Storage, business: str, spec: FacilitySpec) -
             disabled_checks=wanted.disabled_checks,
             confidence_threshold=wanted.confidence_threshold,
         )
+        await _apply_identities(storage, business, spec)
         return Change("facility", key, "created")
-    if current == wanted:
-        return Change("facility", key, "unchanged")
-    await tenants.update_facility(storage, wanted)
-    return Change("facility", key, "updated")
+    if current != wanted:
+        await tenants.update_facility(storage, wanted)
+    identities_changed = await _apply_identities(storage, business, spec)
+    changed = current != wanted or identities_changed
+    return Change("facility", key, "updated" if changed else "unchanged")
+
+
+async def _apply_identities(storage: Storage, business: str, spec: FacilitySpec) -> bool:
+    """The facility's GLN and dock extensions as declared (what is not declared is cleared)."""
+    stored = await gs1_identities.identities_of(storage, business, spec.slug)
+    extensions = dict.fromkeys(stored.dock_extensions, gs1_identities.UNSET)
+    return await gs1_identities.set_facility(
+        storage,
+        business,
+        spec.slug,
+        gln=spec.gln or gs1_identities.UNSET,
+        extensions={**extensions, **spec.gln_extensions},
+    )
 
 
 async def _apply_client(storage: Storage, business: str, spec: ClientSpec) -> Change:

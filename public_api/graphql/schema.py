@@ -4,7 +4,7 @@ core and hold no rules. Errors are mapped once, in `public_api.graphql.errors`."
 import datetime as dt
 from collections.abc import AsyncGenerator
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 import strawberry
 from graphql import GraphQLError
@@ -16,6 +16,7 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types import Info
 
 from core import tracing, urls
+from core.epcis import queries as epcis_queries
 from core.errors import DockflowError, SlowConsumer, ValidationFailed
 from core.exceptions import client as exception_client
 from core.exceptions import queries as exception_queries
@@ -130,6 +131,7 @@ class ExceptionCode(Enum):
     LOT_MISMATCH = "LOT_MISMATCH"
     EXPIRY_MISMATCH = "EXPIRY_MISMATCH"
     EXPIRED = "EXPIRED"
+    LABEL_INVALID = "LABEL_INVALID"
     SHORT = "SHORT"
     CUSTOMER = "CUSTOMER"
 
@@ -330,6 +332,46 @@ class LabelField:
     confidence: float | None
 
 
+@strawberry.type(description="A part of a GS1 label that was not taken, and why.")
+class Gs1LabelProblem:
+    ai: str = strawberry.field(description="The element's AI; empty when none could be read.")
+    reason: str
+
+
+@strawberry.type(description="What a pallet's GS1 label says (only elements that checked out).")
+class Gs1Label:
+    sscc: str | None = strawberry.field(description="AI 00, the pallet's LPN.")
+    gtin: str | None = strawberry.field(description="AI 02 (else 01): the contents' GTIN-14.")
+    lot: str | None = strawberry.field(description="AI 10.")
+    expiry: dt.date | None = strawberry.field(description="AI 17.")
+    best_before: dt.date | None = strawberry.field(description="AI 15.")
+    count: int | None = strawberry.field(description="AI 37: trade items on the pallet.")
+    customer_po: str | None = strawberry.field(description="AI 400.")
+    ship_to_gln: str | None = strawberry.field(description="AI 410.")
+    problems: list[Gs1LabelProblem] = strawberry.field(
+        description="Check digits, dates or AIs that did not check out (LABEL_INVALID)."
+    )
+
+    @classmethod
+    def from_doc(cls, doc: Doc) -> "Gs1Label":
+        def day(name: str) -> dt.date | None:
+            value = doc.get(name)
+            return dt.date.fromisoformat(value) if value else None
+
+        count = doc.get("count")
+        return cls(
+            sscc=doc.get("sscc"),
+            gtin=doc.get("gtin"),
+            lot=doc.get("lot"),
+            expiry=day("expiry"),
+            best_before=day("bestBefore"),
+            count=None if count is None else int(count),
+            customer_po=doc.get("customerPo"),
+            ship_to_gln=doc.get("shipToGln"),
+            problems=[Gs1LabelProblem(ai=p["ai"], reason=p["reason"]) for p in doc["problems"]],
+        )
+
+
 @strawberry.type
 class Pallet:
     id: str
@@ -340,10 +382,22 @@ class Pallet:
     skus: list[str]
     orders: list[str]
     labels: list[LabelField]
+    gs1_labels: list[Gs1Label] = strawberry.field(
+        description="The GS1 labels the camera read (gs1_labels, or a label mapped to gs1)."
+    )
     image_urls: list[str]
     message_id: int | None
     url: str
     loaders: strawberry.Private[ReadLoaders]
+    doc: strawberry.Private[Doc]
+
+    @strawberry.field(
+        description="The reading as an EPCIS 2.0 ObjectEvent (JSON-LD, CBV 2.0; eventID is the "
+        "CBV 2.0 event hash); null when the pallet has no SSCC and no GTIN (docs/epcis.md)."
+    )
+    async def epcis_event(self, info: GQLInfo) -> JSON | None:
+        event = await epcis_queries.pallet_event(info.context.services.storage, self.doc)
+        return cast(JSON, event)
 
     @strawberry.field(description=PARENT_EXCEPTIONS)
     async def exceptions(
@@ -367,10 +421,12 @@ class Pallet:
                 )
                 for lbl in doc.get("labels") or []
             ],
+            gs1_labels=[Gs1Label.from_doc(g) for g in doc.get("gs1_labels") or []],
             image_urls=list(doc.get("image_urls") or []),
             message_id=doc.get("message_id"),
             url=urls.pallet_url(settings, str(doc["_id"])),
             loaders=loaders,
+            doc=doc,
         )
 
 

@@ -25,31 +25,31 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x64ockflow/edge/v1/edge.proto\x12\x10\x64ockflow.edge.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"=\n\nLabelField\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x12\n\nconfidence\x18\x03 \x01(\x02\"\xd7\x01\n\rPalletReading\x12\x12\n\nreading_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64ock_id\x18\x02 \x01(\t\x12.\n\tdirection\x18\x03 \x01(\x0e\x32\x1b.dockflow.edge.v1.Direction\x12/\n\x0boccurred_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x06labels\x18\x05 \x03(\x0b\x32\x1c.dockflow.edge.v1.LabelField\x12\x12\n\nimage_urls\x18\x06 \x03(\t\"\xd0\x01\n\nReadingAck\x12\x12\n\nreading_id\x18\x01 \x01(\t\x12+\n\x06status\x18\x02 \x01(\x0e\x32\x1b.dockflow.edge.v1.AckStatus\x12\x11\n\tpallet_id\x18\x03 \x01(\t\x12\x13\n\x0bshipment_id\x18\x04 \x01(\t\x12\x12\n\nmessage_id\x18\x05 \x01(\t\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x36\n\nexceptions\x18\x07 \x03(\x0b\x32\".dockflow.edge.v1.ReadingException\"X\n\x10ReadingException\x12\x14\n\x0c\x65xception_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\x8e\x01\n\tDockEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64ock_id\x18\x02 \x01(\t\x12-\n\x04type\x18\x03 \x01(\x0e\x32\x1f.dockflow.edge.v1.DockEventType\x12/\n\x0boccurred_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"q\n\x0c\x44ockEventAck\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12+\n\x06status\x18\x02 \x01(\x0e\x32\x1b.dockflow.edge.v1.AckStatus\x12\x13\n\x0bshipment_id\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t*B\n\tDirection\x12\x19\n\x15\x44IRECTION_UNSPECIFIED\x10\x00\x12\x0b\n\x07LOADING\x10\x01\x12\r\n\tUNLOADING\x10\x02*R\n\tAckStatus\x12\x1a\n\x16\x41\x43K_STATUS_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\r\n\tDUPLICATE\x10\x02\x12\x0c\n\x08REJECTED\x10\x03*}\n\rDockEventType\x12\x1f\n\x1b\x44OCK_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x13\n\x0fTRAILER_ARRIVED\x10\x01\x12\x0f\n\x0b\x44OOR_OPENED\x10\x02\x12\x0f\n\x0b\x44OOR_CLOSED\x10\x03\x12\x14\n\x10TRAILER_DEPARTED\x10\x04\x32\x83\x02\n\x0cPalletIngest\x12S\n\x0eStreamReadings\x12\x1f.dockflow.edge.v1.PalletReading\x1a\x1c.dockflow.edge.v1.ReadingAck(\x01\x30\x01\x12N\n\rSubmitReading\x12\x1f.dockflow.edge.v1.PalletReading\x1a\x1c.dockflow.edge.v1.ReadingAck\x12N\n\x0fReportDockEvent\x12\x1b.dockflow.edge.v1.DockEvent\x1a\x1e.dockflow.edge.v1.DockEventAckb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x64ockflow/edge/v1/edge.proto\x12\x10\x64ockflow.edge.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"=\n\nLabelField\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x12\n\nconfidence\x18\x03 \x01(\x02\"\xeb\x01\n\rPalletReading\x12\x12\n\nreading_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64ock_id\x18\x02 \x01(\t\x12.\n\tdirection\x18\x03 \x01(\x0e\x32\x1b.dockflow.edge.v1.Direction\x12/\n\x0boccurred_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x06labels\x18\x05 \x03(\x0b\x32\x1c.dockflow.edge.v1.LabelField\x12\x12\n\nimage_urls\x18\x06 \x03(\t\x12\x12\n\ngs1_labels\x18\x07 \x03(\t\"\xd0\x01\n\nReadingAck\x12\x12\n\nreading_id\x18\x01 \x01(\t\x12+\n\x06status\x18\x02 \x01(\x0e\x32\x1b.dockflow.edge.v1.AckStatus\x12\x11\n\tpallet_id\x18\x03 \x01(\t\x12\x13\n\x0bshipment_id\x18\x04 \x01(\t\x12\x12\n\nmessage_id\x18\x05 \x01(\t\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x36\n\nexceptions\x18\x07 \x03(\x0b\x32\".dockflow.edge.v1.ReadingException\"X\n\x10ReadingException\x12\x14\n\x0c\x65xception_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\x8e\x01\n\tDockEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64ock_id\x18\x02 \x01(\t\x12-\n\x04type\x18\x03 \x01(\x0e\x32\x1f.dockflow.edge.v1.DockEventType\x12/\n\x0boccurred_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"q\n\x0c\x44ockEventAck\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12+\n\x06status\x18\x02 \x01(\x0e\x32\x1b.dockflow.edge.v1.AckStatus\x12\x13\n\x0bshipment_id\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t*B\n\tDirection\x12\x19\n\x15\x44IRECTION_UNSPECIFIED\x10\x00\x12\x0b\n\x07LOADING\x10\x01\x12\r\n\tUNLOADING\x10\x02*R\n\tAckStatus\x12\x1a\n\x16\x41\x43K_STATUS_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\r\n\tDUPLICATE\x10\x02\x12\x0c\n\x08REJECTED\x10\x03*}\n\rDockEventType\x12\x1f\n\x1b\x44OCK_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x13\n\x0fTRAILER_ARRIVED\x10\x01\x12\x0f\n\x0b\x44OOR_OPENED\x10\x02\x12\x0f\n\x0b\x44OOR_CLOSED\x10\x03\x12\x14\n\x10TRAILER_DEPARTED\x10\x04\x32\x83\x02\n\x0cPalletIngest\x12S\n\x0eStreamReadings\x12\x1f.dockflow.edge.v1.PalletReading\x1a\x1c.dockflow.edge.v1.ReadingAck(\x01\x30\x01\x12N\n\rSubmitReading\x12\x1f.dockflow.edge.v1.PalletReading\x1a\x1c.dockflow.edge.v1.ReadingAck\x12N\n\x0fReportDockEvent\x12\x1b.dockflow.edge.v1.DockEvent\x1a\x1e.dockflow.edge.v1.DockEventAckb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dockflow.edge.v1.edge_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DIRECTION']._serialized_start=924
-  _globals['_DIRECTION']._serialized_end=990
-  _globals['_ACKSTATUS']._serialized_start=992
-  _globals['_ACKSTATUS']._serialized_end=1074
-  _globals['_DOCKEVENTTYPE']._serialized_start=1076
-  _globals['_DOCKEVENTTYPE']._serialized_end=1201
+  _globals['_DIRECTION']._serialized_start=944
+  _globals['_DIRECTION']._serialized_end=1010
+  _globals['_ACKSTATUS']._serialized_start=1012
+  _globals['_ACKSTATUS']._serialized_end=1094
+  _globals['_DOCKEVENTTYPE']._serialized_start=1096
+  _globals['_DOCKEVENTTYPE']._serialized_end=1221
   _globals['_LABELFIELD']._serialized_start=82
   _globals['_LABELFIELD']._serialized_end=143
   _globals['_PALLETREADING']._serialized_start=146
-  _globals['_PALLETREADING']._serialized_end=361
-  _globals['_READINGACK']._serialized_start=364
-  _globals['_READINGACK']._serialized_end=572
-  _globals['_READINGEXCEPTION']._serialized_start=574
-  _globals['_READINGEXCEPTION']._serialized_end=662
-  _globals['_DOCKEVENT']._serialized_start=665
-  _globals['_DOCKEVENT']._serialized_end=807
-  _globals['_DOCKEVENTACK']._serialized_start=809
-  _globals['_DOCKEVENTACK']._serialized_end=922
-  _globals['_PALLETINGEST']._serialized_start=1204
-  _globals['_PALLETINGEST']._serialized_end=1463
+  _globals['_PALLETREADING']._serialized_end=381
+  _globals['_READINGACK']._serialized_start=384
+  _globals['_READINGACK']._serialized_end=592
+  _globals['_READINGEXCEPTION']._serialized_start=594
+  _globals['_READINGEXCEPTION']._serialized_end=682
+  _globals['_DOCKEVENT']._serialized_start=685
+  _globals['_DOCKEVENT']._serialized_end=827
+  _globals['_DOCKEVENTACK']._serialized_start=829
+  _globals['_DOCKEVENTACK']._serialized_end=942
+  _globals['_PALLETINGEST']._serialized_start=1224
+  _globals['_PALLETINGEST']._serialized_end=1483
 # @@protoc_insertion_point(module_scope)

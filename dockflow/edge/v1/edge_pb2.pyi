@@ -112,6 +112,7 @@ class PalletReading(_message.Message):
     OCCURRED_AT_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     IMAGE_URLS_FIELD_NUMBER: _builtins.int
+    GS1_LABELS_FIELD_NUMBER: _builtins.int
     reading_id: _builtins.str
     """Idempotency key per camera: a resend answers DUPLICATE with the ids of the first."""
     dock_id: _builtins.str
@@ -123,6 +124,18 @@ class PalletReading(_message.Message):
     def labels(self) -> _containers.RepeatedCompositeFieldContainer[Global___LabelField]: ...
     @_builtins.property
     def image_urls(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def gs1_labels(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The raw content of the pallet's GS1 labels as a scanner decoded them (GS1-128, GS1
+        DataMatrix or a GS1 Digital Link QR code): with or without the symbology identifier
+        ("]C1", "]d2"), GS (0x1D) for FNC1 between variable-length fields, or the human-readable
+        "(00)...(02)...(10)..." form. dockflow reads the SSCC as the pallet's LPN, and the GTIN of
+        the contents, lot, dates, count, customer PO and ship-to GLN as labels (docs/exceptions.md
+        LABEL_INVALID: a wrong check digit is not taken silently). Each is a label named "gs1"
+        with confidence 1 (a barcode is checked by its own check digits). Added in a compatible
+        way: older cameras do not send it.
+        """
+
     def __init__(
         self,
         *,
@@ -132,10 +145,11 @@ class PalletReading(_message.Message):
         occurred_at: _timestamp_pb2.Timestamp | None = ...,
         labels: _abc.Iterable[Global___LabelField] | None = ...,
         image_urls: _abc.Iterable[_builtins.str] | None = ...,
+        gs1_labels: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["occurred_at", b"occurred_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["direction", b"direction", "dock_id", b"dock_id", "image_urls", b"image_urls", "labels", b"labels", "occurred_at", b"occurred_at", "reading_id", b"reading_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["direction", b"direction", "dock_id", b"dock_id", "gs1_labels", b"gs1_labels", "image_urls", b"image_urls", "labels", b"labels", "occurred_at", b"occurred_at", "reading_id", b"reading_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,142 @@
+"""GS1 identities and the EPC URIs dockflow derives from them (docs/epcis.md).
+
+A business may declare its GS1 Company Prefix, a facility its GLN, a dock its GLN extension
+(AI 254, the door within the facility's location). From them:
+
+- the facility is the business location: ``urn:epc:id:sgln:{prefix}.{location}.0``, or the
+  Digital Link ``https://id.gs1.org/414/{GLN}``;
+- a dock door is a read point: ``urn:epc:id:sgln:{prefix}.{location}.{extension}``, or
+  ``https://id.gs1.org/414/{GLN}/254/{extension}``;
+- a pallet is its SSCC: ``urn:epc:id:sscc:{prefix}.{extension digit}{serial}``, or
+  ``https://id.gs1.org/00/{SSCC}``.
+
+An EPC URI splits the number at the end of the company prefix, whose length the number does
+not tell (6 to 12 digits). The business's declared prefix gives it for its own numbers; any
+other number (a supplier's SSCC on an inbound pallet) is split by GS1's table of prefix lengths
+(through `biip`); a number neither settles has no EPC URI, only its Digital Link form. The
+rules follow the GS1 EPC Tag Data Standard (sections 6.3.1 SSCC and 6.3.3 SGLN) and the GS1
+Digital Link standard; the tests use the standard's own examples.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+import biip
+from biip.checksums import gs1_standard_check_digit
+from biip.gs1_prefixes import GS1CompanyPrefix
+
+from core.errors import ValidationFailed
+
+DIGITAL_LINK_BASE = "https://id.gs1.org"
+COMPANY_PREFIX = re.compile(r"\d{6,12}")
+# AI 254 is up to 20 characters of GS1's character set 82; dockflow takes the part that needs
+# no escaping in an EPC URI or a URL path (a door is "12", "D-04", ...).
+GLN_EXTENSION = re.compile(r"[A-Za-z0-9._-]{1,20}")
+NO_EXTENSION = "0"  # what an SGLN of the whole location carries (EPC TDS 6.3.3)
+EpcFormat = Literal["urn", "digital_link"]
+
+
+def _valid_number(kind: str, value: str, digits: int) -> str:
+    if len(value) != digits or not value.isdecimal():
+        raise ValidationFailed(f"{kind} {value!r} must be {digits} digits")
+    expected = gs1_standard_check_digit(value[:-1])
+    if int(value[-1]) != expected:
+        raise ValidationFailed(f"{kind} {value!r} has a wrong check digit (expected {expected})")
+    return value
+
+
+def check_gln(value: str) -> str:
+    """A GLN: 13 digits whose last is the GS1 check digit."""
+    return _valid_number("GLN", value, 13)
+
+
+def check_sscc(value: str) -> str:
+    """An SSCC: 18 digits whose last is the GS1 check digit."""
+    return _valid_number("SSCC", value, 18)
+
+
+def check_company_prefix(value: str) -> str:
+    """A GS1 Company Prefix: 6 to 12 digits."""
+    if not COMPANY_PREFIX.fullmatch(value):
+        raise ValidationFailed(f"GS1 company prefix {value!r} must be 6 to 12 digits")
+    return value
+
+
+def check_gln_extension(value: str) -> str:
+    """A dock's GLN extension (AI 254): 1-20 letters, digits, '.', '_' or '-'."""
+    if not GLN_EXTENSION.fullmatch(value) or value == NO_EXTENSION:
+        raise ValidationFailed(
+            f"GLN extension {value!r} must be 1-20 letters, digits, '.', '_' or '-' "
+            f"(and not {NO_EXTENSION!r}, which means the whole location)"
+        )
+    return value
+
+
+def prefix_length(number: str, declared: str | None) -> int | None:
+    """Where the company prefix of `number` (a GLN, or an SSCC without its extension digit)
+    ends: the declared prefix when the number starts with it, else GS1's prefix-length table;
+    None when neither tells."""
+    if declared and number.startswith(declared):
+        return len(declared)
+    try:
+        found = GS1CompanyPrefix.extract(number)
+    except biip.ParseError:  # not digits: no prefix to find
+        return None
+    return None if found is None else len(found.value)
+
+
+def sscc_uri(sscc: str, declared_prefix: str | None, form: EpcFormat = "urn") -> str | None:
+    """The pallet's EPC: ``urn:epc:id:sscc:…`` (None when its prefix length is unknown) or its
+    Digital Link."""
+    check_sscc(sscc)
+    if form == "digital_link":
+        return f"{DIGITAL_LINK_BASE}/00/{sscc}"
+    body = sscc[1:-1]  # company prefix and serial reference, without extension and check digit
+    length = prefix_length(body, declared_prefix)
+    if length is None:
+        return None
+    return f"urn:epc:id:sscc:{body[:length]}.{sscc[0]}{body[length:]}"
+
+
+def sgln_uri(
+    gln: str, extension: str | None, declared_prefix: str | None, form: EpcFormat = "urn"
+) -> str | None:
+    """A location (no extension: the whole facility) or a place in it (a dock door) as an
+    SGLN EPC URI (None when its prefix length is unknown) or its Digital Link."""
+    check_gln(gln)
+    if form == "digital_link":
+        tail = f"/254/{extension}" if extension else ""
+        return f"{DIGITAL_LINK_BASE}/414/{gln}{tail}"
+    length = prefix_length(gln, declared_prefix)
+    if length is None:
+        return None
+    return f"urn:epc:id:sgln:{gln[:length]}.{gln[length:-1]}.{extension or NO_EXTENSION}"
+
+
+@dataclass(frozen=True)
+class Identities:
+    """What a facility's records are called in GS1 terms: its business's company prefix, its
+    GLN and its docks' GLN extensions (each may be unset)."""
+
+    company_prefix: str | None
+    facility_gln: str | None
+    dock_extensions: dict[str, str]
+
+    def business_location(self, form: EpcFormat = "urn") -> str | None:
+        if self.facility_gln is None:
+            return None
+        return sgln_uri(self.facility_gln, None, self.company_prefix, form)
+
+    def read_point(self, dock: str, form: EpcFormat = "urn") -> str | None:
+        """The dock door as a read point: the facility's GLN with the dock's extension (the
+        facility itself when the dock has none)."""
+        if self.facility_gln is None:
+            return None
+        extension = self.dock_extensions.get(dock)
+        return sgln_uri(self.facility_gln, extension, self.company_prefix, form)
+
+    def pallet(self, sscc: str, form: EpcFormat = "urn") -> str | None:
+        return sscc_uri(sscc, self.company_prefix, form)

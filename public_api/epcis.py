@@ -1,0 +1,52 @@
+"""``GET /epcis/events``: the EPCIS 2.0 event query of the GS1 REST binding, for the parameters
+`core.epcis.query` answers. Translation only: authenticate (the same bearer tokens and scopes
+as the rest of the API), parse, answer an EPCISQueryDocument with the binding's headers and a
+``Link: rel="next"`` while there is more. Errors leave through the problem+json middleware."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+from core.epcis import events, query
+from core.errors import BadRequest
+from public_api.auth import authenticate
+from public_api.keys import SERVICES, SETTINGS
+
+PATH = "/epcis/events"
+HEADERS = {
+    "GS1-EPCIS-Version": "2.0.0",
+    "GS1-CBV-Version": "2.0.0",
+    "GS1-EPC-Format": "Always_GS1_Digital_Link",
+    "Cache-Control": "no-store",
+}
+
+
+async def get_events(request: web.Request) -> web.Response:
+    """One page of the caller's events, oldest first."""
+    principal = await authenticate(request)
+    storage = request.app[SERVICES].storage
+    params = {name: request.query[name] for name in request.query}
+    if len(params) != len(request.query):
+        raise_repeated(request)
+    wanted = query.parse_query(params)
+    page = await query.find_events(storage, principal, wanted)
+    headers = dict(HEADERS)
+    if page.next_page_token is not None:
+        following = {**params, "nextPageToken": page.next_page_token}
+        url = f"{request.app[SETTINGS].public_base_url}{PATH}?{urlencode(following)}"
+        headers["Link"] = f'<{url}>; rel="next"'
+    body = events.query_document(page.events, datetime.now(UTC))
+    return web.Response(text=json.dumps(body), content_type="application/ld+json", headers=headers)
+
+
+def raise_repeated(request: web.Request) -> None:
+    repeated = sorted({k for k in request.query if len(request.query.getall(k)) > 1})
+    raise BadRequest(f"query parameter {repeated[0]!r} is given twice; separate values by commas")
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_get(PATH, get_events)

@@ -1,0 +1,42 @@
+"""Independent checks of what dockflow emits as EPCIS: GS1's official EPCIS 2.0 JSON Schema
+(tests/vendor/epcis, fetched from gs1/EPCIS, not retyped) and the reference implementation of
+the CBV 2.0 event hash (the MIT `epcis-event-hash-generator`, reading the JSON-LD document)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from epcis_event_hash_generator import hash_generator, json_to_py
+
+from core.epcis import events
+
+SCHEMA = json.loads(
+    (Path(__file__).parent / "vendor" / "epcis" / "EPCIS-JSON-Schema.json").read_text()
+)
+VALIDATOR = jsonschema.Draft7Validator(SCHEMA, format_checker=jsonschema.FormatChecker())
+
+
+def recomputed_event_id(event: dict[str, Any]) -> str:
+    """The reference implementation's hash of the event, read from an EPCISDocument."""
+    document = events.document([event], datetime.now(UTC))
+    with warnings.catch_warnings():
+        # it reads its bundled JSON-LD context with importlib.resources.open_text, deprecated
+        warnings.simplefilter("ignore", DeprecationWarning)
+        parsed = json_to_py.event_list_from_epcis_document_json(copy.deepcopy(document))
+    [hashed] = hash_generator.epcis_hashes_from_events(parsed)
+    return str(hashed)
+
+
+def assert_valid_event(event: dict[str, Any]) -> None:
+    """The event alone and in an EPCISDocument is valid EPCIS 2.0, and its eventID is the CBV
+    2.0 event hash the reference implementation computes."""
+    document = events.document([event], datetime.now(UTC))
+    VALIDATOR.validate(document)
+    VALIDATOR.validate({"@context": document["@context"], **event})
+    assert event["eventID"] == recomputed_event_id(event)
