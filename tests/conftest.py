@@ -21,6 +21,7 @@ from dockflow.embedded.supervisor import EmbeddedMongo
 from edge.server import EdgeServer
 from public_api.app import create_app
 from tests import backends
+from tests.admin_support import Admin, admin_runner
 from tests.catalog_check import check_messages
 from tests.factories import Tenant, make_tenant
 
@@ -103,6 +104,27 @@ async def services(settings: Settings, storage: Storage) -> Services:
 @pytest.fixture
 def make_app(services: Services) -> Callable[[], web.Application]:
     return lambda: create_app(services)
+
+
+@pytest.fixture
+def api_with(
+    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
+    settings_factory: Callable[..., Settings],
+    storage: Storage,
+) -> Callable[..., Awaitable[TestClient[Any, Any]]]:
+    """An API app over the test database with some settings changed."""
+
+    async def make(**overrides: Any) -> TestClient[Any, Any]:
+        services = Services(settings=settings_factory(**overrides), storage=storage)
+        return await aiohttp_client(create_app(services))
+
+    return make
+
+
+@pytest.fixture
+def admin(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Admin:
+    """``dockflow admin`` in-process on this test's database (tests/admin_support.py)."""
+    return admin_runner(settings, monkeypatch)
 
 
 @pytest.fixture

@@ -3,14 +3,10 @@ prints (which must work), errors as exit code 2 with one line, and `apply` being
 
 from __future__ import annotations
 
-import asyncio
-import io
 import json
 import os
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,49 +20,9 @@ from core.outbox import webhook_endpoints
 from core.services import Services
 from core.settings import Settings
 from core.tenancy import tenants
-from dockflow import cli
+from tests.admin_support import Run
 from tests.edge.documents import post_shipment
 from tests.factories import Tenant
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-@pytest.fixture
-def admin(settings: Settings, monkeypatch: pytest.MonkeyPatch):
-    """Run ``dockflow admin ARGS`` in-process (in a thread: it runs its own event loop)."""
-    assert settings.mongodb_url is not None
-    monkeypatch.setenv("DOCKFLOW_MONGODB_DB", settings.mongodb_db)
-    monkeypatch.setenv("DOCKFLOW_PUBLIC_BASE_URL", settings.public_base_url)
-    monkeypatch.delenv("DOCKFLOW_CONFIG_FILE", raising=False)
-    database = ["--mongodb-url", settings.mongodb_url, "--data-dir", str(settings.data_dir)]
-
-    async def run(*argv: str, stdin: str = "") -> Run:
-        def call() -> Run:
-            out, err = io.StringIO(), io.StringIO()
-            saved_stdin = sys.stdin
-            sys.stdin = io.StringIO(stdin)
-            try:
-                with redirect_stdout(out), redirect_stderr(err):
-                    try:
-                        code = cli.main(["admin", *argv, *database])
-                    except SystemExit as exc:  # argparse usage errors
-                        code = int(exc.code or 0)
-            finally:
-                sys.stdin = saved_stdin
-            return Run(code, out.getvalue(), err.getvalue())
-
-        return await asyncio.to_thread(call)
-
-    return run
 
 
 def _assert_one_line_error(run: Run, *fragments: str) -> None:

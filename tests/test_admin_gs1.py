@@ -4,46 +4,17 @@ line when invalid, and applied idempotently."""
 
 from __future__ import annotations
 
-import asyncio
-import io
 import json
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from core.services import Services
-from core.settings import Settings
 from core.tenancy import gs1_identities
-from dockflow import cli
 from tests.factories import Tenant
 
 GLN = "0614141123452"  # the GS1 EPC Tag Data Standard's example GLN (company prefix 0614141)
-
-
-@pytest.fixture
-def admin(settings: Settings, monkeypatch: pytest.MonkeyPatch):
-    """``dockflow admin ARGS`` in-process (in a thread: it runs its own event loop); answers
-    the exit code, stdout and stderr."""
-    assert settings.mongodb_url is not None
-    monkeypatch.setenv("DOCKFLOW_MONGODB_DB", settings.mongodb_db)
-    monkeypatch.delenv("DOCKFLOW_CONFIG_FILE", raising=False)
-    database = ["--mongodb-url", settings.mongodb_url, "--data-dir", str(settings.data_dir)]
-
-    async def run(*argv: str) -> tuple[int, str, str]:
-        def call() -> tuple[int, str, str]:
-            out, err = io.StringIO(), io.StringIO()
-            with redirect_stdout(out), redirect_stderr(err):
-                try:
-                    code = cli.main(["admin", *argv, *database])
-                except SystemExit as exc:
-                    code = int(exc.code or 0)
-            return code, out.getvalue(), err.getvalue()
-
-        return await asyncio.to_thread(call)
-
-    return run
 
 
 async def test_the_command_declares_identities_and_shows_the_uris_made_from_them(

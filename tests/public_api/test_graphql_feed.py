@@ -8,16 +8,12 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient
 from gql import Client, GraphQLRequest
 from gql.transport.exceptions import TransportQueryError
 from gql.transport.websockets import WebsocketsTransport
 
-from core.services import Services
-from core.settings import Settings
 from core.storage import Storage
-from public_api.app import create_app
 from tests.factories import Tenant
 from tests.public_api.graphql_support import (
     GRAPHQL,
@@ -33,21 +29,6 @@ from tests.public_api.graphql_support import (
 
 BOTH = pytest.mark.parametrize("protocol", [TRANSPORT_WS, LEGACY_WS])
 ApiFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
-
-
-@pytest.fixture
-def api_with(
-    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
-    settings_factory: Callable[..., Settings],
-    storage: Storage,
-) -> ApiFactory:
-    """An API app over the test database with some settings changed."""
-
-    async def make(**overrides: Any) -> TestClient[Any, Any]:
-        services = Services(settings=settings_factory(**overrides), storage=storage)
-        return await aiohttp_client(create_app(services))
-
-    return make
 
 
 async def test_queries_need_a_bearer_token(api: TestClient[Any, Any], tenant: Tenant):

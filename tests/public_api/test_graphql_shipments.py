@@ -10,18 +10,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
-import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pymongo import AsyncMongoClient, monitoring
 
 from core.auth.access import Principal
 from core.reads import shipment_queries
-from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from edge.server import EdgeServer
-from public_api.app import create_app
 from tests.edge.documents import post_shipment
 from tests.edge.helpers import reading, stream
 from tests.factories import Tenant
@@ -311,19 +307,6 @@ async def test_complete_shipment_completes_once_and_publishes_one_message(
 
 
 # --- uploads ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def api_with(
-    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
-    settings_factory: Callable[..., Settings],
-    storage: Storage,
-) -> Callable[..., Awaitable[TestClient[Any, Any]]]:
-    async def make(**overrides: Any) -> TestClient[Any, Any]:
-        services = Services(settings=settings_factory(**overrides), storage=storage)
-        return await aiohttp_client(create_app(services))
-
-    return make
 
 
 async def test_upload_by_multipart_request_then_download_with_the_same_auth(

@@ -27,7 +27,6 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import tenants
-from public_api.app import create_app
 from public_api.graphql.shared_events import SharedResults
 from tests.factories import Tenant, make_tenant, pallet_payload
 from tests.public_api.graphql_support import (
@@ -47,19 +46,6 @@ mutation Upload($input: UploadShipmentDocumentInput!) {
   uploadShipmentDocument(input: $input) { id size }
 }
 """
-
-
-@pytest.fixture
-def api_with(
-    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
-    settings_factory: Callable[..., Settings],
-    storage: Storage,
-) -> API:
-    async def make(**overrides: Any) -> TestClient[Any, Any]:
-        services = Services(settings=settings_factory(**overrides), storage=storage)
-        return await aiohttp_client(create_app(services))
-
-    return make
 
 
 def _multipart(parts: list[tuple[str, str | None, bytes]]) -> bytes:

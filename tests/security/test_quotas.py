@@ -10,17 +10,13 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from core import retention
-from core.services import Services
 from core.settings import Settings
 from core.shipments import completion
 from core.storage import Storage
 from core.tenancy import quotas
-from public_api.app import create_app
 from tests.edge.documents import post_shipment
 from tests.factories import Tenant
 from tests.public_api.graphql_support import GRAPHQL, gql, multipart_upload
@@ -30,19 +26,6 @@ PROBLEM = "application/problem+json"
 CREATE_EXCEPTION = """
 mutation Create($input: CreateExceptionInput!) { createException(input: $input) { id } }
 """
-
-
-@pytest.fixture
-def api_with(
-    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
-    settings_factory: Callable[..., Settings],
-    storage: Storage,
-) -> API:
-    async def make(**overrides: Any) -> TestClient[Any, Any]:
-        services = Services(settings=settings_factory(**overrides), storage=storage)
-        return await aiohttp_client(create_app(services))
-
-    return make
 
 
 def document(tenant: Tenant, number: str) -> bytes:

@@ -3,11 +3,8 @@ against the test database while a worker delivers."""
 
 from __future__ import annotations
 
-import asyncio
-import io
 import json
-from collections.abc import Awaitable, Callable
-from contextlib import redirect_stderr, redirect_stdout
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,7 +14,8 @@ from aiohttp import web
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from dockflow import cli, demo
+from dockflow import demo
+from tests.admin_support import Admin, admin_runner
 from tests.factories import Tenant
 from tests.processes import DockflowProcess
 from tests.webhooks.conftest import (
@@ -31,31 +29,11 @@ from tests.webhooks.conftest import (
     wait_until,
 )
 
-Admin = Callable[..., Awaitable[tuple[int, str, str]]]
-
 
 @pytest.fixture
 def admin(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Admin:
-    """``dockflow admin ARGS`` in a thread (it runs its own event loop): (code, out, err)."""
-    assert settings.mongodb_url is not None
-    monkeypatch.setenv("DOCKFLOW_MONGODB_DB", settings.mongodb_db)
-    monkeypatch.setenv("DOCKFLOW_SECRET_KEY", str(settings.secret_key))  # the workers' key
-    monkeypatch.delenv("DOCKFLOW_CONFIG_FILE", raising=False)
-    database = ["--mongodb-url", settings.mongodb_url, "--data-dir", str(settings.data_dir)]
-
-    async def run(*argv: str) -> tuple[int, str, str]:
-        def call() -> tuple[int, str, str]:
-            out, err = io.StringIO(), io.StringIO()
-            with redirect_stdout(out), redirect_stderr(err):
-                try:
-                    code = cli.main(["admin", *argv, *database])
-                except SystemExit as exc:
-                    code = int(exc.code or 0)
-            return code, out.getvalue(), err.getvalue()
-
-        return await asyncio.to_thread(call)
-
-    return run
+    """``dockflow admin`` with the key the webhook workers of these tests decrypt with."""
+    return admin_runner(settings, monkeypatch, workers_key=True)
 
 
 async def test_list_resend_recover_and_enable_from_the_command_line(

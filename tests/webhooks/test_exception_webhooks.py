@@ -22,7 +22,6 @@ from edge.server import EdgeServer
 from tests.edge.documents import post_shipment
 from tests.edge.helpers import reading, stream
 from tests.factories import Tenant
-from tests.test_admin import admin  # noqa: F401 - the fixture running `dockflow admin`
 from tests.webhooks.conftest import (
     Receiver,
     StartWorker,
@@ -151,7 +150,7 @@ def test_each_event_has_its_route():
 
 
 async def test_create_webhook_and_the_tenants_yaml_accept_the_exception_event(
-    admin: Any,  # noqa: F811 - the imported fixture
+    admin: Any,
     services: Services,
     storage: Storage,
     tenant: Tenant,

@@ -24,7 +24,6 @@ from core.storage import Storage
 from core.tenancy import tenants
 from tests.factories import Tenant
 from tests.public_api.graphql_support import PUSH_MESSAGES, SUBSCRIPTION, WsSession, gql
-from tests.test_admin import admin  # noqa: F401 - the fixture running `dockflow admin`
 from tests.webhooks.conftest import (
     Received,
     Receiver,
@@ -189,7 +188,7 @@ async def test_disabled_by_hand_is_told_once_and_enabling_clears_it(
     services: Services,
     storage: Storage,
     tenant: Tenant,
-    admin: Any,  # noqa: F811
+    admin: Any,
 ):
     created = await make_endpoint(services, tenant, "https://hooks.example.com")
     endpoint_id = endpoint_of(created).endpoint_id
