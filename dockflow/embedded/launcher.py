@@ -23,6 +23,7 @@ from dockflow.embedded.patches import (
     indexed_in,
     inline_commands,
     insert_copy,
+    logical_grouping,
     transactions,
     update_types,
     write_transactions,
@@ -36,6 +37,7 @@ PATCHES = (
     indexed_in,  # wraps indexed_equality's where clauses
     date_queries,  # uses indexed_equality's fields
     date_pages,  # likewise; its SQL compares dates as date_queries makes it
+    logical_grouping,
     inline_commands,
     collection_names,
     write_transactions,  # forgets collection_names' list on a rollback

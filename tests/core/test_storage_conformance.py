@@ -791,3 +791,35 @@ async def test_a_nan_is_refused_and_nothing_is_stored(storage: Storage):
     with pytest.raises(PyMongoError):
         await storage.pallets.insert_one({"_id": "n", "confidence": float("nan")})
     assert await storage.pallets.find_one({"_id": "n"}) is None
+
+
+async def test_an_or_over_dates_stays_within_the_other_conditions(storage: Storage):
+    """`{business, $or: [...]}` is one conjunction: a keyset page over dates (a later time, or
+    the same time and a later id) never reaches another business's documents at that time.
+    Reads, pages, counts, updates and deletes alike."""
+    at = datetime(2026, 3, 1, tzinfo=UTC)
+    later = at + timedelta(milliseconds=1)
+    await storage.pallets.insert_many(
+        [
+            {"_id": "a1", "business": "a", "occurred_at": at},
+            {"_id": "a2", "business": "a", "occurred_at": later},
+            {"_id": "b1", "business": "b", "occurred_at": at},
+            {"_id": "b2", "business": "b", "occurred_at": later},
+        ]
+    )
+    after_a0 = {"$or": [{"occurred_at": {"$gt": at}}, {"occurred_at": at, "_id": {"$gt": "a0"}}]}
+    page = {"business": "a", **after_a0}
+
+    assert sorted(d["_id"] for d in await storage.pallets.find(page).to_list()) == ["a1", "a2"]
+    cursor = storage.pallets.find(page).sort([("occurred_at", 1), ("_id", 1)]).limit(10)
+    assert [d["_id"] for d in await cursor.to_list()] == ["a1", "a2"]
+    assert await storage.pallets.count_documents(page) == 2
+    either = {"business": "a", "$or": [{"occurred_at": at}, {"occurred_at": later}]}
+    assert sorted(d["_id"] for d in await storage.pallets.find(either).to_list()) == ["a1", "a2"]
+
+    updated = await storage.pallets.update_many(page, {"$set": {"seen": True}})
+    assert updated.modified_count == 2
+    assert await storage.pallets.count_documents({"business": "b", "seen": True}) == 0
+    deleted = await storage.pallets.delete_many(page)
+    assert deleted.deleted_count == 2
+    assert sorted(d["_id"] for d in await storage.pallets.find({}).to_list()) == ["b1", "b2"]

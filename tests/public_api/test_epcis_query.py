@@ -6,6 +6,7 @@ token seeing nothing of another's."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -16,7 +17,7 @@ from core.tenancy import gs1_identities
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
 from tests.edge.documents import post_shipment
-from tests.edge.helpers import reading, stream
+from tests.edge.helpers import BASE_TIME, reading, stream, timestamp
 from tests.epcis_support import VALIDATOR, assert_valid_event
 from tests.factories import Tenant
 from tests.public_api.graphql_support import gql
@@ -158,3 +159,41 @@ async def test_the_openapi_document_lists_the_event_query_and_its_parameters(
         "perPage", "nextPageToken",
     }  # fmt: skip
     assert set(operation["responses"]) == {"200", "400", "401"}
+
+
+async def test_pages_of_one_business_never_reach_another_at_the_same_instant(
+    api: TestClient[Any, Any],
+    storage: Storage,
+    edge_server: EdgeServer,
+    tenant: Tenant,
+    other_tenant: Tenant,
+):
+    """Two businesses' cameras read pallets at the same millisecond; each pages its events one
+    at a time (the keyset after an event is "a later time, or this time and a later id") and
+    sees its own only."""
+    at = BASE_TIME + timedelta(hours=1)
+    for owner, ssccs in ((tenant, SSCCS[:2]), (other_tenant, SSCCS[2:])):
+        await post_shipment(storage, owner, {"SO-1": list(ssccs)})
+        async with grpc.aio.insecure_channel(edge_server.address) as channel:
+            sent = []
+            for sscc in ssccs:
+                message = gs1_reading(sscc)
+                message.occurred_at.CopyFrom(timestamp(at))
+                sent.append(message)
+            acks = await stream(channel, owner.camera_metadata("D1"), sent)
+        assert [a.status for a in acks] == [edge_pb2.ACCEPTED] * len(ssccs)
+
+    for owner, ssccs in ((tenant, SSCCS[:2]), (other_tenant, SSCCS[2:])):
+        seen: list[str] = []
+        status, page, headers = await events_of(api, owner.token, perPage="1")
+        for _ in range(10):
+            assert status == 200
+            seen += [epc for e in event_list(page) for epc in e["epcList"]]
+            if "Link" not in headers:
+                break
+            url = headers["Link"][1 : headers["Link"].index(">")]
+            response = await api.get(
+                url[url.index("/epcis/") :], headers={"Authorization": f"Bearer {owner.token}"}
+            )
+            status, page, headers = response.status, await response.json(), dict(response.headers)
+        assert sorted(seen) == sorted(f"https://id.gs1.org/00/{sscc}" for sscc in ssccs)
