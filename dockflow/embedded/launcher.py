@@ -24,6 +24,7 @@ from dockflow.embedded.patches import (
     inline_commands,
     insert_copy,
     logical_grouping,
+    ne_missing,
     transactions,
     update_types,
     write_transactions,
@@ -38,6 +39,7 @@ PATCHES = (
     date_queries,  # uses indexed_equality's fields
     date_pages,  # likewise; its SQL compares dates as date_queries makes it
     logical_grouping,
+    ne_missing,  # after date_queries, which wraps the same translator
     inline_commands,
     collection_names,
     write_transactions,  # forgets collection_names' list on a rollback

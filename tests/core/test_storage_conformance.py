@@ -823,3 +823,30 @@ async def test_an_or_over_dates_stays_within_the_other_conditions(storage: Stora
     deleted = await storage.pallets.delete_many(page)
     assert deleted.deleted_count == 2
     assert sorted(d["_id"] for d in await storage.pallets.find({}).to_list()) == ["b1", "b2"]
+
+
+async def test_ne_matches_a_missing_or_null_field_in_every_command(storage: Storage):
+    """`{f: {$ne: v}}` matches documents whose `f` differs, is null or is missing, in a find, a
+    count, an update and a delete alike."""
+    docs: list[dict[str, Any]] = [
+        {"_id": "same", "status": "DELIVERING"},
+        {"_id": "other", "status": "PENDING"},
+        {"_id": "null", "status": None},
+        {"_id": "missing"},
+    ]
+    await storage.webhook_deliveries.insert_many(docs)
+    not_delivering = {"status": {"$ne": "DELIVERING"}}
+    expected = ["missing", "null", "other"]
+
+    found = await storage.webhook_deliveries.find(not_delivering).to_list()
+    assert sorted(d["_id"] for d in found) == expected
+    assert await storage.webhook_deliveries.count_documents(not_delivering) == 3
+    updated = await storage.webhook_deliveries.update_many(not_delivering, {"$set": {"seen": 1}})
+    assert updated.matched_count == 3
+    one = await storage.webhook_deliveries.update_one(
+        {"_id": "missing", "status": {"$ne": "DELIVERING"}}, {"$set": {"seen": 2}}
+    )
+    assert one.matched_count == 1
+    deleted = await storage.webhook_deliveries.delete_many(not_delivering)
+    assert deleted.deleted_count == 3
+    assert [d["_id"] for d in await storage.webhook_deliveries.find({}).to_list()] == ["same"]
