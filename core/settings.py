@@ -294,6 +294,8 @@ class Settings(BaseSettings):
     # Aliases, and field selections (fragments expanded), in one GraphQL document.
     graphql_max_aliases: int = Field(30, ge=1)
     graphql_max_fields: int = Field(500, ge=10)
+    # Fields answering under one response name in one selection set (refused before validation).
+    graphql_max_same_response_name: int = Field(10, ge=1)
     # Open GraphQL websockets per API client (per process); one more is closed with 4429.
     graphql_max_connections_per_client: int = Field(500, ge=1)
     # Websockets of one process still waiting for their connection_init (anonymous so far);

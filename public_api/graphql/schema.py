@@ -9,7 +9,7 @@ from typing import Any
 import strawberry
 from graphql import GraphQLError
 from opentelemetry.trace import SpanKind
-from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
+from strawberry.extensions import MaxTokensLimiter, QueryDepthLimiter
 from strawberry.file_uploads import Upload
 from strawberry.scalars import JSON
 from strawberry.schema.config import StrawberryConfig
@@ -926,7 +926,6 @@ def build_schema(settings: Settings) -> DockflowSchema:
         extensions=[
             lambda: QueryDepthLimiter(max_depth=settings.graphql_max_depth),
             lambda: MaxTokensLimiter(max_token_count=settings.graphql_max_tokens),
-            lambda: MaxAliasesLimiter(max_alias_count=settings.graphql_max_aliases),
             lambda: QueryCostLimiter(CostLimits.from_settings(settings)),
             ErrorCodes,
         ],
