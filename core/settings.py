@@ -306,6 +306,10 @@ class Settings(BaseSettings):
     graphql_recheck_interval_s: float = Field(15.0, gt=0)
     # Bytes of messages a live subscriber may lag (beside `feed_subscriber_buffer` messages).
     feed_subscriber_buffer_bytes: int = Field(16 * 1024 * 1024, ge=64 * 1024)
+    # Bytes the subscriptions of one websocket together may lag; past it the websocket closes 1008.
+    graphql_connection_buffer_bytes: int = Field(16 * 1024 * 1024, ge=64 * 1024)
+    # Bytes the subscriptions of one API client (all its websockets, per process) may lag together.
+    graphql_client_buffer_bytes: int = Field(64 * 1024 * 1024, ge=64 * 1024)
     # Bytes of encoded subscription results kept to share between subscribers.
     graphql_shared_cache_bytes: int = Field(32 * 1024 * 1024, ge=64 * 1024)
     # The business and facility the GraphQL sandbox's sample query names (`serve --demo`: the

@@ -881,14 +881,19 @@ class Subscription:
 
         def ended(error: DockflowError) -> None:
             if isinstance(error, SlowConsumer):
-                context.close_websocket(
-                    SLOW_CONSUMER_CLOSE_CODE,
-                    f"slow consumer: over {context.hub.buffer_limit} messages or "
-                    f"{context.hub.buffer_byte_limit} bytes behind; resume with afterId",
-                )
+                context.close_websocket(SLOW_CONSUMER_CLOSE_CODE, f"slow consumer: {error.detail}")
 
+        # Its own buffer, its connection's and its client's bound what it may lag.
+        client = context.hub.client_budget(
+            f"{principal.business}/{principal.subject}",
+            _settings(info).graphql_client_buffer_bytes,
+        )
         stream = context.hub.subscribe(
-            selector, after_id=filter.after_id, since=filter.since, on_fail=ended
+            selector,
+            after_id=filter.after_id,
+            since=filter.since,
+            on_fail=ended,
+            budgets=(context.subscription_buffer, client),
         )
         try:
             async for doc in stream:

@@ -21,6 +21,7 @@ from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import quotas
 from public_api.app import create_app
+from public_api.graphql.views import FEED_HUB
 from tests.edge.documents import post_shipment
 from tests.factories import Tenant
 from tests.public_api.graphql_support import (
@@ -297,3 +298,52 @@ async def test_a_client_leaving_mid_stream_is_one_info_line_not_errors(
     # (graphql-transport-ws ends its subscriptions then).
     assert len(left) == (1 if protocol == LEGACY_WS else len(left)) <= 1
     assert all(r.levelno == logging.INFO for r in left)
+
+
+# --- Subscribers that do not read ---------------------------------------------------------------
+
+SMALL = 64 * 1024
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        {"graphql_connection_buffer_bytes": SMALL},
+        {"graphql_client_buffer_bytes": SMALL},
+    ],
+    ids=["per-connection", "per-client"],
+)
+async def test_subscriptions_that_never_read_are_bounded_together_and_closed_1008(
+    api_with: ApiFactory,
+    tenant: Tenant,
+    storage: Storage,
+    bounds: dict[str, int],
+    caplog: pytest.LogCaptureFixture,
+):
+    # Each subscription stays far within its own 16 MiB; together they pass the shared bound.
+    api = await api_with(**bounds)
+    sessions = []
+    for _ in range(2):
+        ws = await WsSession.open(api, TRANSPORT_WS)
+        await ws.init({"Authorization": f"Bearer {tenant.token}"})
+        for op_id in ("1", "2", "3", "4", "5"):
+            await ws.subscribe(op_id, SUBSCRIPTION, {"filter": {"businessSlug": "acme"}})
+        sessions.append(ws)
+    hub = api.server.app[FEED_HUB]
+    while hub.subscriber_count < 10:
+        await asyncio.sleep(0.05)
+
+    await produce(storage, count=2000)  # ~12 MB of frames: more than the sockets buffer
+    codes = [await ws.closed_with(wait_s=30) for ws in sessions]
+
+    # Closed by the server: 1008, or dropped (1006) when even the close frame found no room in
+    # a client that reads nothing; the operator's log says which bound, with the code.
+    assert set(codes) <= {1006, 1008}, codes
+    closes = [r for r in caplog.records if getattr(r, "close_code", None) == 1008]
+    assert closes
+    assert "together fell more than 65536 bytes behind" in closes[0].reason
+    for ws in sessions:
+        await ws.close()
+    while hub.subscriber_count:  # every subscription ended
+        await asyncio.sleep(0.05)
+    assert [budget.used for budget in hub._client_budgets.values()] == []
