@@ -310,6 +310,8 @@ class Settings(BaseSettings):
     graphql_connection_buffer_bytes: int = Field(16 * 1024 * 1024, ge=64 * 1024)
     # Bytes the subscriptions of one API client (all its websockets, per process) may lag together.
     graphql_client_buffer_bytes: int = Field(64 * 1024 * 1024, ge=64 * 1024)
+    # Replay pages (afterId/since) one API client's subscriptions read at once, per process.
+    graphql_client_concurrent_replays: int = Field(2, ge=1)
     # Bytes of encoded subscription results kept to share between subscribers.
     graphql_shared_cache_bytes: int = Field(32 * 1024 * 1024, ge=64 * 1024)
     # The business and facility the GraphQL sandbox's sample query names (`serve --demo`: the

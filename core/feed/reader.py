@@ -193,6 +193,17 @@ class BufferBudget:
         self.holders = 0  # subscribers drawing on it (a client's is forgotten at 0)
 
 
+class ClientShare(BufferBudget):
+    """One client's share of the hub (all its connections): the bytes its subscribers may lag
+    together, and how many of its replays read the database at once (`replays`): 300
+    subscriptions from `afterId: 0` each read the whole backlog on their own, and another
+    tenant's reads waited behind them all."""
+
+    def __init__(self, limit: int, replays: int) -> None:
+        super().__init__(limit, "the subscriptions of this client together")
+        self.replays = asyncio.Semaphore(replays)
+
+
 class Subscriber:
     """One live reader: a bounded buffer the hub fills, iterated by the transport."""
 
@@ -315,7 +326,8 @@ class FeedHub:
         self._historic: set[int] = set()  # committed before start: released to nobody
         self._gaps: dict[int, float] = {}  # missing id -> monotonic time first noticed
         self._subscribers: set[Subscriber] = set()
-        self._client_budgets: dict[str, BufferBudget] = {}  # while a subscriber draws on them
+        self._client_budgets: dict[str, ClientShare] = {}  # while a subscriber draws on them
+        self.client_replays = settings.graphql_client_concurrent_replays
         # Subscribers by (business, facility), None for every facility: a message is offered
         # only to those it may match, not to every subscriber of the process.
         self._routes: dict[tuple[str, str | None], set[Subscriber]] = {}
@@ -590,13 +602,11 @@ class FeedHub:
                     size = size or len(bson.encode(message))
                     subscriber.offer(message, size)
 
-    def client_budget(self, client: str, limit: int) -> BufferBudget:
-        """The budget every subscriber of `client` (its connections together) draws on."""
+    def client_budget(self, client: str, limit: int) -> ClientShare:
+        """The share every subscriber of `client` (its connections together) draws on."""
         budget = self._client_budgets.get(client)
         if budget is None:
-            budget = self._client_budgets[client] = BufferBudget(
-                limit, "the subscriptions of this client together"
-            )
+            budget = self._client_budgets[client] = ClientShare(limit, self.client_replays)
         return budget
 
     def forget_budgets(self, budgets: Collection[BufferBudget]) -> None:
@@ -651,13 +661,15 @@ class FeedHub:
         since: datetime | None = None,
         on_fail: Callable[[DockflowError], None] | None = None,
         budgets: tuple[BufferBudget, ...] = (),
+        replay_gate: asyncio.Semaphore | None = None,
     ) -> AsyncGenerator[Doc, None]:
         """Every matching message released from now on, in id order, each once.
 
         With `after_id` (or `since`), stored messages after that point come first, then the
         live ones, without a gap or a repeat between the two. `on_fail` is called as soon as
         the subscriber is ended (its buffer or one of its shared `budgets` overflowed, the hub
-        stopped).
+        stopped). A replay reads a page at a time, each read within `replay_gate` (the client's
+        concurrent replay reads) when one is given.
         """
         await self._ready.wait()
         if after_id is not None or since is not None:
@@ -665,7 +677,8 @@ class FeedHub:
         subscriber = self.add(selector, on_fail, budgets)
         try:
             if after_id is not None or since is not None:
-                async for doc in self._replay(selector, subscriber.start_id, after_id, since):
+                replay = self._replay(selector, subscriber.start_id, after_id, since, replay_gate)
+                async for doc in replay:
                     yield doc
             while True:
                 doc = await subscriber.next_message()
@@ -677,7 +690,12 @@ class FeedHub:
             subscriber.close()
 
     async def _replay(
-        self, selector: FeedFilter, up_to: int, after_id: int | None, since: datetime | None
+        self,
+        selector: FeedFilter,
+        up_to: int,
+        after_id: int | None,
+        since: datetime | None,
+        gate: asyncio.Semaphore | None,
     ) -> AsyncIterator[Doc]:
         cursor_id = after_id or 0
         if after_id is None and since is not None:
@@ -693,12 +711,13 @@ class FeedHub:
         while cursor_id < up_to:
             query = selector.query()
             query["_id"] = {"$gt": cursor_id, "$lte": up_to}  # no date range beside it: see above
-            page = await (
-                self.storage.push_messages.find(query)
-                .sort("_id", ASCENDING)
-                .limit(REPLAY_PAGE)
-                .to_list()
-            )
+            async with gate or contextlib.nullcontext():
+                page = await (
+                    self.storage.push_messages.find(query)
+                    .sort("_id", ASCENDING)
+                    .limit(REPLAY_PAGE)
+                    .to_list()
+                )
             for doc in page:
                 if since is None or doc["sent_at"] >= since:
                     yield doc

@@ -883,7 +883,8 @@ class Subscription:
             if isinstance(error, SlowConsumer):
                 context.close_websocket(SLOW_CONSUMER_CLOSE_CODE, f"slow consumer: {error.detail}")
 
-        # Its own buffer, its connection's and its client's bound what it may lag.
+        # Its own buffer, its connection's and its client's bound what it may lag; its client's
+        # share, how many of its replays read at once.
         client = context.hub.client_budget(
             f"{principal.business}/{principal.subject}",
             _settings(info).graphql_client_buffer_bytes,
@@ -894,6 +895,7 @@ class Subscription:
             since=filter.since,
             on_fail=ended,
             budgets=(context.subscription_buffer, client),
+            replay_gate=client.replays,
         )
         try:
             async for doc in stream:

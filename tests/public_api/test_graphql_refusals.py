@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
+from pymongo import AsyncMongoClient, monitoring
 
 from core.services import Services
 from core.settings import Settings
@@ -347,3 +348,66 @@ async def test_subscriptions_that_never_read_are_bounded_together_and_closed_100
     while hub.subscriber_count:  # every subscription ended
         await asyncio.sleep(0.05)
     assert [budget.used for budget in hub._client_budgets.values()] == []
+
+
+# --- Replays ------------------------------------------------------------------------------------
+
+
+class ReplayReads(monitoring.CommandListener):
+    """Replay page reads of push_messages (by id range, of one business) in flight: the most at
+    once, and how many ended."""
+
+    def __init__(self) -> None:
+        self.in_flight: set[int] = set()
+        self.most = 0
+        self.done = 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        command = event.command
+        query = command.get("filter") or {}
+        replay = "business" in query and "$gt" in (query.get("_id") or {})
+        if event.command_name == "find" and command.get("find") == "push_messages" and replay:
+            self.in_flight.add(event.request_id)
+            self.most = max(self.most, len(self.in_flight))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        self._end(event.request_id)
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        self._end(event.request_id)
+
+    def _end(self, request_id: int) -> None:
+        if request_id in self.in_flight:
+            self.in_flight.discard(request_id)
+            self.done += 1
+
+
+async def test_replays_of_one_client_read_the_backlog_a_few_pages_at_a_time(
+    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
+    settings_factory: Callable[..., Settings],
+    tenant: Tenant,
+    storage: Storage,
+):
+    settings = settings_factory(graphql_client_concurrent_replays=2)
+    await produce(storage, count=1500)
+    reads = ReplayReads()
+    client: AsyncMongoClient[Any] = AsyncMongoClient(
+        settings.mongodb_url, tz_aware=True, event_listeners=[reads]
+    )
+    services = Services(settings=settings, storage=Storage(client, settings.mongodb_db))
+    api = await aiohttp_client(create_app(services))
+    try:
+        ws = await WsSession.open(api, TRANSPORT_WS)
+        await ws.init({"Authorization": f"Bearer {tenant.token}"})
+        subscriptions = [str(i) for i in range(8)]
+        for op_id in subscriptions:  # each from the start of the backlog
+            filter = {"businessSlug": "acme", "afterId": 0}
+            await ws.subscribe(op_id, SUBSCRIPTION, {"filter": filter})
+        while reads.done < len(subscriptions):  # every replay read its first page
+            await asyncio.sleep(0.05)
+        await ws.close()
+    finally:
+        await api.close()
+        await client.close()
+
+    assert 1 <= reads.most <= 2, reads.most  # 6 of the 8 at once before
