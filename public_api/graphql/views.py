@@ -14,7 +14,9 @@ accepted `connection_init` (4401 in both protocols). Open websockets are counted
 Bodies: JSON bodies and websocket messages are capped by `http_max_body_bytes` (the
 application's `client_max_size`, chunked bodies too); a multipart body, read only after
 authentication, by `max_upload_bytes` of files, `FORM_FIELDS_BYTES` of fields, and
-`graphql_multipart_max_parts` / `graphql_multipart_max_files` parts.
+`graphql_multipart_max_parts` parts; `graphql_multipart_max_files` counts the variables its map
+fills, and its files together must fit the business's attachment quota before any is stored.
+A request the protocol cannot read is answered 400 as JSON GraphQL errors with a code.
 """
 
 from __future__ import annotations
