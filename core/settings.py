@@ -294,6 +294,8 @@ class Settings(BaseSettings):
     # Aliases, and field selections (fragments expanded), in one GraphQL document.
     graphql_max_aliases: int = Field(30, ge=1)
     graphql_max_fields: int = Field(500, ge=10)
+    # Bytes of one GraphQL answer over HTTP (its JSON); a larger one becomes RESPONSE_TOO_LARGE.
+    graphql_max_response_bytes: int = Field(16 * 1024 * 1024, ge=64 * 1024)
     # Fields answering under one response name in one selection set (refused before validation).
     graphql_max_same_response_name: int = Field(10, ge=1)
     # Open GraphQL websockets per API client (per process); one more is closed with 4429.

@@ -28,6 +28,7 @@ from tests.factories import Tenant
 from tests.public_api.graphql_support import (
     GRAPHQL,
     LEGACY_WS,
+    SINCE,
     SUBSCRIPTION,
     TRANSPORT_WS,
     WsSession,
@@ -411,3 +412,33 @@ async def test_replays_of_one_client_read_the_backlog_a_few_pages_at_a_time(
         await client.close()
 
     assert 1 <= reads.most <= 2, reads.most  # 6 of the 8 at once before
+
+
+# --- Answers ------------------------------------------------------------------------------------
+
+
+async def test_an_answer_past_the_byte_limit_is_refused_with_a_code(
+    api_with: ApiFactory, tenant: Tenant, storage: Storage
+):
+    # Within the cost budget (objects), past the bytes an answer may have.
+    api = await api_with(graphql_max_response_bytes=64 * 1024)
+    await produce(storage, count=400)
+    query = (
+        "{ "
+        + " ".join(
+            f'a{i}: pushMessages(input: {{businessSlug: "acme", since: "{SINCE}", first: 400}})'
+            " { id message }"
+            for i in range(3)
+        )
+        + " }"
+    )
+
+    status, body = await gql(api, query, token=tenant.token)
+    _, small = await gql(api, "{ ping }", token=tenant.token)
+
+    assert status == 200
+    assert body["data"] is None
+    [error] = body["errors"]
+    assert error["extensions"]["code"] == "RESPONSE_TOO_LARGE"
+    assert error["extensions"]["bytes"] > error["extensions"]["limit"] == 64 * 1024
+    assert small["data"]["ping"]
