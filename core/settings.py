@@ -294,6 +294,10 @@ class Settings(BaseSettings):
     # Aliases, and field selections (fragments expanded), in one GraphQL document.
     graphql_max_aliases: int = Field(30, ge=1)
     graphql_max_fields: int = Field(500, ge=10)
+    # Bytes of one GraphQL answer over HTTP (its JSON); a larger one becomes RESPONSE_TOO_LARGE.
+    graphql_max_response_bytes: int = Field(16 * 1024 * 1024, ge=64 * 1024)
+    # Fields answering under one response name in one selection set (refused before validation).
+    graphql_max_same_response_name: int = Field(10, ge=1)
     # Open GraphQL websockets per API client (per process); one more is closed with 4429.
     graphql_max_connections_per_client: int = Field(500, ge=1)
     # Websockets of one process still waiting for their connection_init (anonymous so far);
@@ -304,6 +308,12 @@ class Settings(BaseSettings):
     graphql_recheck_interval_s: float = Field(15.0, gt=0)
     # Bytes of messages a live subscriber may lag (beside `feed_subscriber_buffer` messages).
     feed_subscriber_buffer_bytes: int = Field(16 * 1024 * 1024, ge=64 * 1024)
+    # Bytes the subscriptions of one websocket together may lag; past it the websocket closes 1008.
+    graphql_connection_buffer_bytes: int = Field(16 * 1024 * 1024, ge=64 * 1024)
+    # Bytes the subscriptions of one API client (all its websockets, per process) may lag together.
+    graphql_client_buffer_bytes: int = Field(64 * 1024 * 1024, ge=64 * 1024)
+    # Replay pages (afterId/since) one API client's subscriptions read at once, per process.
+    graphql_client_concurrent_replays: int = Field(2, ge=1)
     # Bytes of encoded subscription results kept to share between subscribers.
     graphql_shared_cache_bytes: int = Field(32 * 1024 * 1024, ge=64 * 1024)
     # The business and facility the GraphQL sandbox's sample query names (`serve --demo`: the

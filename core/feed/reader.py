@@ -17,8 +17,11 @@ the last id seen (`afterId`) misses nothing.
 
 One `FeedHub` per process follows the feed for every business with one task; subscribers get
 messages from memory (no database query per subscriber). Each subscriber's buffer is bounded in
-messages and in bytes (`feed_subscriber_buffer`, `feed_subscriber_buffer_bytes`): one that falls
-behind is ended with `SlowConsumer`, and resumes from its last id.
+messages and in bytes (`feed_subscriber_buffer`, `feed_subscriber_buffer_bytes`), and the
+buffers of several subscribers together by shared `BufferBudget`s (a connection's, a client's):
+a subscriber that takes the lag of its own buffer or of a shared budget past its bound is ended
+with `SlowConsumer`, and resumes from its last id. Without the shared bounds, 100 idle
+subscriptions on each of a few connections held 100 buffers of 16 MiB each.
 
 Following: where the database is a replica-set member (a MongoDB replica set, SecantusDB) and
 `feed_change_stream` is on, the task follows an insert stream on push_messages. It delivers in
@@ -179,6 +182,28 @@ async def list_messages(
     return found[:page]
 
 
+class BufferBudget:
+    """Bytes that several subscribers' buffers together may hold (those of one connection, or
+    of one client): `what` names them in the refusal."""
+
+    def __init__(self, limit: int, what: str) -> None:
+        self.limit = limit
+        self.what = what
+        self.used = 0
+        self.holders = 0  # subscribers drawing on it (a client's is forgotten at 0)
+
+
+class ClientShare(BufferBudget):
+    """One client's share of the hub (all its connections): the bytes its subscribers may lag
+    together, and how many of its replays read the database at once (`replays`): 300
+    subscriptions from `afterId: 0` each read the whole backlog on their own, and another
+    tenant's reads waited behind them all."""
+
+    def __init__(self, limit: int, replays: int) -> None:
+        super().__init__(limit, "the subscriptions of this client together")
+        self.replays = asyncio.Semaphore(replays)
+
+
 class Subscriber:
     """One live reader: a bounded buffer the hub fills, iterated by the transport."""
 
@@ -190,8 +215,13 @@ class Subscriber:
         limit: int,
         on_fail: Callable[[DockflowError], None] | None = None,
         byte_limit: int | None = None,
+        budgets: tuple[BufferBudget, ...] = (),
     ) -> None:
         self.hub = hub
+        self.budgets = budgets  # shared with other subscribers, each bounds their sum
+        for budget in budgets:
+            budget.holders += 1
+        self._released = False
         # Told at once when the subscriber is ended (a slow consumer): the transport may be
         # stuck writing to a client that stopped reading, and must not wait for the next pull.
         self.on_fail = on_fail
@@ -225,17 +255,32 @@ class Subscriber:
                 )
             )
             return
+        for budget in self.budgets:
+            if budget.used + size > budget.limit:
+                self.fail(
+                    SlowConsumer(
+                        f"{budget.what} fell more than {budget.limit} bytes behind; resume with "
+                        "pushMessages or a subscription from the last id received (afterId)"
+                    )
+                )
+                return
         self._items.append((message, size))
-        self._bytes += size
+        self._take(size)
         self._wake.set()
+
+    def _take(self, size: int) -> None:
+        """Count `size` bytes more (less, when negative) in this buffer and its budgets."""
+        self._bytes += size
+        for budget in self.budgets:
+            budget.used += size
 
     def fail(self, error: DockflowError) -> None:
         first = self._error is None
         if first:
             self._error = error
             self._items.clear()  # what it missed is re-read from the database on resume
-            self._bytes = 0
-        self.hub.remove(self)
+            self._take(-self._bytes)
+        self.close()
         self._wake.set()
         if first and self.on_fail is not None:
             self.on_fail(error)
@@ -246,13 +291,20 @@ class Subscriber:
                 raise self._error
             if self._items:
                 message, size = self._items.popleft()
-                self._bytes -= size
+                self._take(-size)
                 return message
             self._wake.clear()
             await self._wake.wait()
 
     def close(self) -> None:
         self.hub.remove(self)
+        if not self._released:  # what it still holds no longer counts against its budgets
+            self._released = True
+            self._items.clear()
+            self._take(-self._bytes)
+            for budget in self.budgets:
+                budget.holders -= 1
+            self.hub.forget_budgets(self.budgets)
 
 
 class FeedHub:
@@ -274,6 +326,8 @@ class FeedHub:
         self._historic: set[int] = set()  # committed before start: released to nobody
         self._gaps: dict[int, float] = {}  # missing id -> monotonic time first noticed
         self._subscribers: set[Subscriber] = set()
+        self._client_budgets: dict[str, ClientShare] = {}  # while a subscriber draws on them
+        self.client_replays = settings.graphql_client_concurrent_replays
         # Subscribers by (business, facility), None for every facility: a message is offered
         # only to those it may match, not to every subscriber of the process.
         self._routes: dict[tuple[str, str | None], set[Subscriber]] = {}
@@ -548,8 +602,23 @@ class FeedHub:
                     size = size or len(bson.encode(message))
                     subscriber.offer(message, size)
 
+    def client_budget(self, client: str, limit: int) -> ClientShare:
+        """The share every subscriber of `client` (its connections together) draws on."""
+        budget = self._client_budgets.get(client)
+        if budget is None:
+            budget = self._client_budgets[client] = ClientShare(limit, self.client_replays)
+        return budget
+
+    def forget_budgets(self, budgets: Collection[BufferBudget]) -> None:
+        for client, budget in list(self._client_budgets.items()):
+            if budget in budgets and budget.holders <= 0:
+                del self._client_budgets[client]
+
     def add(
-        self, selector: FeedFilter, on_fail: Callable[[DockflowError], None] | None = None
+        self,
+        selector: FeedFilter,
+        on_fail: Callable[[DockflowError], None] | None = None,
+        budgets: tuple[BufferBudget, ...] = (),
     ) -> Subscriber:
         """Register a live subscriber from the current watermark on."""
         if self._stopped:
@@ -561,6 +630,7 @@ class FeedHub:
             self.buffer_limit,
             on_fail,
             byte_limit=self.buffer_byte_limit,
+            budgets=budgets,
         )
         self._subscribers.add(subscriber)
         metrics.SUBSCRIPTIONS.inc()
@@ -590,20 +660,25 @@ class FeedHub:
         after_id: int | None = None,
         since: datetime | None = None,
         on_fail: Callable[[DockflowError], None] | None = None,
+        budgets: tuple[BufferBudget, ...] = (),
+        replay_gate: asyncio.Semaphore | None = None,
     ) -> AsyncGenerator[Doc, None]:
         """Every matching message released from now on, in id order, each once.
 
         With `after_id` (or `since`), stored messages after that point come first, then the
         live ones, without a gap or a repeat between the two. `on_fail` is called as soon as
-        the subscriber is ended (its buffer overflowed, the hub stopped).
+        the subscriber is ended (its buffer or one of its shared `budgets` overflowed, the hub
+        stopped). A replay reads a page at a time, each read within `replay_gate` (the client's
+        concurrent replay reads) when one is given.
         """
         await self._ready.wait()
         if after_id is not None or since is not None:
             await retention.check_feed_start(self.storage, since=since, after_id=after_id)
-        subscriber = self.add(selector, on_fail)
+        subscriber = self.add(selector, on_fail, budgets)
         try:
             if after_id is not None or since is not None:
-                async for doc in self._replay(selector, subscriber.start_id, after_id, since):
+                replay = self._replay(selector, subscriber.start_id, after_id, since, replay_gate)
+                async for doc in replay:
                     yield doc
             while True:
                 doc = await subscriber.next_message()
@@ -615,7 +690,12 @@ class FeedHub:
             subscriber.close()
 
     async def _replay(
-        self, selector: FeedFilter, up_to: int, after_id: int | None, since: datetime | None
+        self,
+        selector: FeedFilter,
+        up_to: int,
+        after_id: int | None,
+        since: datetime | None,
+        gate: asyncio.Semaphore | None,
     ) -> AsyncIterator[Doc]:
         cursor_id = after_id or 0
         if after_id is None and since is not None:
@@ -631,12 +711,13 @@ class FeedHub:
         while cursor_id < up_to:
             query = selector.query()
             query["_id"] = {"$gt": cursor_id, "$lte": up_to}  # no date range beside it: see above
-            page = await (
-                self.storage.push_messages.find(query)
-                .sort("_id", ASCENDING)
-                .limit(REPLAY_PAGE)
-                .to_list()
-            )
+            async with gate or contextlib.nullcontext():
+                page = await (
+                    self.storage.push_messages.find(query)
+                    .sort("_id", ASCENDING)
+                    .limit(REPLAY_PAGE)
+                    .to_list()
+                )
             for doc in page:
                 if since is None or doc["sent_at"] >= since:
                     yield doc

@@ -60,12 +60,30 @@ async def _charge(storage: Storage, business: str, kind: Kind, size: int, limit:
     if limit:
         within["$or"] = [{kind: {"$lte": limit - size}}, {kind: {"$exists": False}}]
     if size > limit > 0 or not await _increment(storage, within, kind, size):
-        used = await usage(storage, business)
-        raise QuotaExceeded(
-            f"business {business} has used {used[kind]} of its {limit} byte quota for {kind};"
-            f" {size} more bytes do not fit (an operator can raise {SETTINGS[kind]}, or"
-            " completed shipments give their bytes back when retention deletes them)"
-        )
+        raise await _refusal(storage, business, kind, size, limit)
+
+
+async def _refusal(
+    storage: Storage, business: str, kind: Kind, size: int, limit: int
+) -> QuotaExceeded:
+    used = await usage(storage, business)
+    return QuotaExceeded(
+        f"business {business} has used {used[kind]} of its {limit} byte quota for {kind};"
+        f" {size} more bytes do not fit (an operator can raise {SETTINGS[kind]}, or"
+        " completed shipments give their bytes back when retention deletes them)"
+    )
+
+
+async def check_fits(
+    storage: Storage, settings: Settings, business: str, kind: Kind, size: int
+) -> None:
+    """`QuotaExceeded` when `size` more bytes of `kind` do not fit `business`'s quota now.
+    A request that stores several writes checks their sum first, so it is refused whole
+    instead of storing its first writes and failing on a later one (each write is still
+    charged by `charged`, which alone is exact against concurrent requests)."""
+    limit = getattr(settings, SETTINGS[kind])
+    if limit and (await usage(storage, business))[kind] + size > limit:
+        raise await _refusal(storage, business, kind, size, limit)
 
 
 async def _increment(storage: Storage, within: Doc, kind: Kind, size: int) -> bool:

@@ -14,7 +14,7 @@ from strawberry.dataloader import DataLoader
 
 from core.auth.access import Principal
 from core.errors import Unauthenticated
-from core.feed.reader import FeedHub
+from core.feed.reader import BufferBudget, FeedHub
 from core.services import Services
 from core.shipments import linking
 from public_api.graphql.loaders import ReadLoaders
@@ -45,8 +45,14 @@ class GraphQLContext:
     # `Shipment.linkedFrom` of every shipment in a result, in one query (not cached: a mutation
     # may change links within the same request).
     linked_from: DataLoader[int, list[int]] = field(init=False)
+    # What the subscriptions of this websocket together may lag (`graphql_connection_buffer_bytes`).
+    subscription_buffer: BufferBudget = field(init=False)
 
     def __post_init__(self) -> None:
+        self.subscription_buffer = BufferBudget(
+            self.services.settings.graphql_connection_buffer_bytes,
+            "the subscriptions of this connection together",
+        )
         self.linked_from = DataLoader(
             partial(linking.linked_from, self.services.storage), cache=False
         )

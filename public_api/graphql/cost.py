@@ -11,8 +11,11 @@ that is null, the field's default page (`LIST_SIZES`); a list without `first` ho
 it does not return (a shipment's LPN progress) is charged those rows (`PARENT_LOADS`).
 
 30 aliases of `pushMessages(first: 10000)` cost 300,000 and are refused with
-`extensions.code: QUERY_TOO_COSTLY`; a document with too many field selections (fragments
-expanded) is refused with `TOO_MANY_FIELDS`. Both are validation errors: nothing is executed.
+`extensions.code: QUERY_TOO_COSTLY`, a `first` below 1 anywhere with `BAD_USER_INPUT`; nothing is
+executed. Before validation, with no schema, a document with too many field selections
+(fragments expanded) is refused with `TOO_MANY_FIELDS`, too many aliases with
+`TOO_MANY_ALIASES`, too many fields of one response name in a selection set with
+`REPEATED_RESPONSE_NAME`: no validation rule runs on them.
 """
 
 from __future__ import annotations
@@ -78,11 +81,17 @@ class CostLimits:
     max_cost: int
     max_fields: int
     list_size: int  # a nested list without `first` or a known size is taken to have this many
+    max_aliases: int
+    max_same_name: int  # fields of one response name in one selection set
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CostLimits:
         return cls(
-            settings.graphql_max_cost, settings.graphql_max_fields, settings.graphql_cost_list_size
+            max_cost=settings.graphql_max_cost,
+            max_fields=settings.graphql_max_fields,
+            list_size=settings.graphql_cost_list_size,
+            max_aliases=settings.graphql_max_aliases,
+            max_same_name=settings.graphql_max_same_response_name,
         )
 
 
@@ -90,6 +99,12 @@ class CostLimits:
 class DocumentCost:
     cost: int = 0
     fields: int = 0  # counted up to the first one over the limit
+    bad_page: tuple[str, int] | None = None  # a list asked for fewer than 1 item: where, first
+
+
+class _BadPage(Exception):
+    """A list's `first` is below 1: every list refuses it, so the document is refused before
+    its parents are read (a refusal deep in a page of shipments came after reading the page)."""
 
 
 class _TooManyFields(Exception):
@@ -213,8 +228,10 @@ class _Estimator:
         except _COERCION_ERRORS:
             return 0
         first = _first(arguments)
+        if first is not None and first < 1:
+            raise _BadPage(f"{owner.name}.{node.name.value}", first)
         if first is not None:
-            return max(first, 0)
+            return first
         return LIST_SIZES.get(f"{owner.name}.{node.name.value}", self.limits.list_size)
 
 
@@ -250,6 +267,9 @@ def document_cost(
         except _TooManyFields:
             worst.fields = estimator.total.fields
             return worst  # refused for its fields; its cost is not known
+        except _BadPage as bad:
+            worst.bad_page = (str(bad.args[0]), int(bad.args[1]))
+            return worst
         worst.cost = max(worst.cost, root.cost)
         worst.fields = max(worst.fields, estimator.total.fields)
     return worst
@@ -262,38 +282,95 @@ def too_many_fields(counted: int, limits: CostLimits) -> GraphQLError:
     )
 
 
-def fields_over_limit(document: DocumentNode, limit: int) -> int | None:
-    """The field selections of the document's largest operation, fragments expanded, counted
-    up to the first over `limit` (then returned); None within the limit. Needs no schema."""
-    fragments = {
-        f.name.value: f.selection_set
-        for f in document.definitions
-        if isinstance(f, FragmentDefinitionNode)
-    }
+class _ShapeRefused(Exception):
+    """The walk stops at the first selection that breaks a shape limit: the error to answer."""
 
-    def walk(selection_set: SelectionSetNode, path: frozenset[str], counted: int) -> int:
+
+class _ShapeWalk:
+    """Counts, with fragments expanded (each spread once per path), a document's field
+    selections per operation, its aliases, and the fields sharing one response name in each
+    merged selection set (a field's own selections, its fragments' included). Needs no schema:
+    it runs before any validation rule, so validation never sees a document whose rule for
+    overlapping fields is quadratic (many fields of one response name, each compared with
+    every other)."""
+
+    def __init__(self, document: DocumentNode, limits: CostLimits) -> None:
+        self.limits = limits
+        self.fragments = {
+            f.name.value: f.selection_set
+            for f in document.definitions
+            if isinstance(f, FragmentDefinitionNode)
+        }
+        self.fields = 0
+        self.aliases = 0
+        # The first alias or response-name refusal; the walk goes on to the field limit,
+        # which is told first (it bounds the walk, so it also bounds these counts).
+        self.refusal: GraphQLError | None = None
+
+    def operation(self, selection_set: SelectionSetNode) -> None:
+        self.fields = 0
+        self.merged(selection_set, frozenset())
+
+    def merged(self, selection_set: SelectionSetNode, path: frozenset[str]) -> None:
+        """One selection set as execution merges it: fields of the same response name in it
+        and in the fragments it spreads are counted together."""
+        names: dict[str, int] = {}
+        for field, field_path in self._fields(selection_set, path):
+            self.fields += 1
+            if self.fields > self.limits.max_fields:
+                raise _ShapeRefused(too_many_fields(self.fields, self.limits))
+            if field.alias is not None:
+                self.aliases += 1
+                if self.aliases > self.limits.max_aliases and self.refusal is None:
+                    self.refusal = self._too_many_aliases()
+            name = (field.alias or field.name).value
+            names[name] = names.get(name, 0) + 1
+            if names[name] > self.limits.max_same_name and self.refusal is None:
+                self.refusal = self._repeated(name)
+            if field.selection_set is not None:
+                self.merged(field.selection_set, field_path)
+
+    def _fields(
+        self, selection_set: SelectionSetNode, path: frozenset[str]
+    ) -> Iterator[tuple[FieldNode, frozenset[str]]]:
         for selection in selection_set.selections:
             if isinstance(selection, FieldNode):
-                counted += 1
-                if counted > limit:
-                    raise _TooManyFields(counted)
-                if selection.selection_set is not None:
-                    counted = walk(selection.selection_set, path, counted)
+                yield selection, path
             elif isinstance(selection, InlineFragmentNode):
-                counted = walk(selection.selection_set, path, counted)
+                yield from self._fields(selection.selection_set, path)
             elif isinstance(selection, FragmentSpreadNode):
                 name = selection.name.value
-                if name in fragments and name not in path:
-                    counted = walk(fragments[name], path | {name}, counted)
-        return counted
+                if name in self.fragments and name not in path:
+                    yield from self._fields(self.fragments[name], path | {name})
 
-    for definition in document.definitions:
-        if isinstance(definition, OperationDefinitionNode):
-            try:
-                walk(definition.selection_set, frozenset(), 0)
-            except _TooManyFields as over:
-                return int(over.args[0])
-    return None
+    def _too_many_aliases(self) -> GraphQLError:
+        limit = self.limits.max_aliases
+        return GraphQLError(
+            f"the document uses more than {limit} aliases (fragments expanded)",
+            extensions={"code": "TOO_MANY_ALIASES", "aliases": self.aliases, "limit": limit},
+        )
+
+    def _repeated(self, name: str) -> GraphQLError:
+        limit = self.limits.max_same_name
+        return GraphQLError(
+            f"more than {limit} fields answer as {name!r} in one selection set: "
+            "select each field once",
+            extensions={"code": "REPEATED_RESPONSE_NAME", "name": name, "limit": limit},
+        )
+
+
+def shape_refusal(document: DocumentNode, limits: CostLimits) -> GraphQLError | None:
+    """Why the document is refused before validation (too many fields in an operation, too
+    many aliases, too many fields of one response name in a selection set), or None."""
+    walk = _ShapeWalk(document, limits)
+    try:
+        for definition in document.definitions:
+            if isinstance(definition, OperationDefinitionNode):
+                walk.operation(definition.selection_set)
+    except _ShapeRefused as refused:
+        error: GraphQLError = refused.args[0]
+        return error
+    return walk.refusal
 
 
 def cost_rule(variables: Mapping[str, Any], limits: CostLimits) -> type[ValidationRule]:
@@ -302,6 +379,14 @@ def cost_rule(variables: Mapping[str, Any], limits: CostLimits) -> type[Validati
     class QueryCostRule(ValidationRule):
         def enter_document(self, *_args: Any) -> None:
             measured = document_cost(self.context, variables, limits)
+            if measured.bad_page is not None:
+                where, first = measured.bad_page
+                self.report_error(
+                    GraphQLError(
+                        f"first of {where} is {first}: a page holds at least 1 item",
+                        extensions={"code": "BAD_USER_INPUT", "reason": "VALIDATION_FAILED"},
+                    )
+                )
             if measured.fields > limits.max_fields:
                 log.info("graphql document refused: too many fields", extra=measured.__dict__)
                 self.report_error(too_many_fields(measured.fields, limits))
@@ -335,14 +420,19 @@ class QueryCostLimiter(SchemaExtension):
         yield
 
     def on_validate(self) -> Iterator[None]:
-        # Before any validation rule: the depth and alias limiters walk every spread of every
-        # fragment, so a document of fragments each spreading the next twice holds the event
-        # loop for minutes in them. Refused here, validation is skipped.
+        # Before any validation rule: the depth limiter walks every spread of every fragment,
+        # so a document of fragments each spreading the next twice held the event loop for
+        # minutes in it, and graphql-core's overlapping-fields rule compares every pair of
+        # fields sharing a response name (500 of them: seconds of CPU). Refused here,
+        # validation is skipped.
         context = self.execution_context
         document = context.graphql_document
         if document is not None and context.pre_execution_errors is None:
-            counted = fields_over_limit(document, self.limits.max_fields)
-            if counted is not None:
-                log.info("graphql document refused: too many fields", extra={"fields": counted})
-                context.pre_execution_errors = [too_many_fields(counted, self.limits)]
+            refusal = shape_refusal(document, self.limits)
+            if refusal is not None:
+                log.info(
+                    "graphql document refused before validation",
+                    extra=dict(refusal.extensions or {}),
+                )
+                context.pre_execution_errors = [refusal]
         yield

@@ -9,7 +9,7 @@ from typing import Any, cast
 import strawberry
 from graphql import GraphQLError
 from opentelemetry.trace import SpanKind
-from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
+from strawberry.extensions import MaxTokensLimiter, QueryDepthLimiter
 from strawberry.file_uploads import Upload
 from strawberry.scalars import JSON
 from strawberry.schema.config import StrawberryConfig
@@ -937,14 +937,21 @@ class Subscription:
 
         def ended(error: DockflowError) -> None:
             if isinstance(error, SlowConsumer):
-                context.close_websocket(
-                    SLOW_CONSUMER_CLOSE_CODE,
-                    f"slow consumer: over {context.hub.buffer_limit} messages or "
-                    f"{context.hub.buffer_byte_limit} bytes behind; resume with afterId",
-                )
+                context.close_websocket(SLOW_CONSUMER_CLOSE_CODE, f"slow consumer: {error.detail}")
 
+        # Its own buffer, its connection's and its client's bound what it may lag; its client's
+        # share, how many of its replays read at once.
+        client = context.hub.client_budget(
+            f"{principal.business}/{principal.subject}",
+            _settings(info).graphql_client_buffer_bytes,
+        )
         stream = context.hub.subscribe(
-            selector, after_id=filter.after_id, since=filter.since, on_fail=ended
+            selector,
+            after_id=filter.after_id,
+            since=filter.since,
+            on_fail=ended,
+            budgets=(context.subscription_buffer, client),
+            replay_gate=client.replays,
         )
         try:
             async for doc in stream:
@@ -982,7 +989,6 @@ def build_schema(settings: Settings) -> DockflowSchema:
         extensions=[
             lambda: QueryDepthLimiter(max_depth=settings.graphql_max_depth),
             lambda: MaxTokensLimiter(max_token_count=settings.graphql_max_tokens),
-            lambda: MaxAliasesLimiter(max_alias_count=settings.graphql_max_aliases),
             lambda: QueryCostLimiter(CostLimits.from_settings(settings)),
             ErrorCodes,
         ],

@@ -14,7 +14,9 @@ accepted `connection_init` (4401 in both protocols). Open websockets are counted
 Bodies: JSON bodies and websocket messages are capped by `http_max_body_bytes` (the
 application's `client_max_size`, chunked bodies too); a multipart body, read only after
 authentication, by `max_upload_bytes` of files, `FORM_FIELDS_BYTES` of fields, and
-`graphql_multipart_max_parts` / `graphql_multipart_max_files` parts.
+`graphql_multipart_max_parts` parts; `graphql_multipart_max_files` counts the variables its map
+fills, and its files together must fit the business's attachment quota before any is stored.
+A request the protocol cannot read is answered 400 as JSON GraphQL errors with a code.
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ from typing import IO, Any, TypeGuard
 
 import jwt
 from aiohttp import BodyPartReader, web
-from cross_web import AiohttpHTTPRequestAdapter, FormData
+from cross_web import AiohttpHTTPRequestAdapter, AsyncHTTPRequestAdapter, FormData, HTTPException
 from strawberry.aiohttp.views import GraphQLView
 from strawberry.exceptions import ConnectionRejectionError
+from strawberry.http import GraphQLHTTPResponse
+from strawberry.http.exceptions import WebSocketDisconnected
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL, GRAPHQL_WS_PROTOCOL
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
@@ -46,11 +50,12 @@ from strawberry.subscriptions.protocols.graphql_ws.types import ConnectionInitMe
 from strawberry.types.unset import UnsetType
 
 from core.auth.tokens import bearer_token
-from core.errors import BadRequest, PayloadTooLarge, Unauthenticated
+from core.errors import BadRequest, DockflowError, PayloadTooLarge, QuotaExceeded, Unauthenticated
 from core.feed.reader import FeedHub
 from core.services import Services
 from core.settings import Settings
 from core.shipments import attachments
+from core.tenancy import quotas
 from public_api.auth import PRINCIPAL, authenticate
 from public_api.body_limits import own_body_limit
 from public_api.client_address import request_source
@@ -66,6 +71,7 @@ from public_api.graphql.context import (
     GraphQLContext,
     close_within,
 )
+from public_api.graphql.errors import error_extensions
 from public_api.graphql.schema import build_schema
 from public_api.graphql.shared_events import encode_frame
 from public_api.graphql.webhook_deliveries import TEST_SENDER
@@ -97,6 +103,10 @@ class UploadedFile:
         self.file = file
         self.filename = filename
         self.content_type = content_type
+
+    def __repr__(self) -> str:
+        # Coercion errors quote the value they refuse: a file given for another type.
+        return f"<uploaded file {self.filename!r}>"
 
 
 class LimitedRequestAdapter(AiohttpHTTPRequestAdapter):
@@ -148,6 +158,39 @@ class LimitedRequestAdapter(AiohttpHTTPRequestAdapter):
             raise
         self._form_data = FormData(files=files, form=form)
         return self._form_data
+
+
+class _RequestRefused(Exception):
+    """A domain refusal of a whole request before it executes (its files' quota)."""
+
+    def __init__(self, error: DockflowError) -> None:
+        super().__init__(error.detail)
+        self.error = error
+
+
+def _mapped_uses(file_map: object) -> dict[str, int]:
+    """How many variables a multipart map fills with each file part (its paths)."""
+    if isinstance(file_map, bytes | str):
+        try:
+            file_map = json.loads(file_map)
+        except (ValueError, RecursionError):
+            return {}  # unreadable: the protocol layer refuses it
+    if not isinstance(file_map, dict):
+        return {}
+    return {
+        str(name): len(paths) if isinstance(paths, list) else 1 for name, paths in file_map.items()
+    }
+
+
+def _size(uploaded: object) -> int:
+    """The bytes of a spooled file part."""
+    file = getattr(uploaded, "file", None)
+    if file is None:
+        return 0
+    position = file.tell()
+    size = int(file.seek(0, 2))
+    file.seek(position)
+    return size
 
 
 def _text(name: str, content: bytes) -> str:
@@ -240,9 +283,34 @@ def _malformed(message: object, operation_type: str) -> str | None:
     return None
 
 
+# What sending to a websocket the client has left raises: its subscriptions end with it.
+_CLIENT_GONE = (WebSocketDisconnected, ConnectionError)
+
+
+def _client_gone(handler: TransportWSHandler | LegacyGraphQLWSHandler) -> None:
+    """One INFO line per connection when its client left while a subscription was sending:
+    a disconnect is not a server error (it was an ERROR with a traceback per subscription)."""
+    if getattr(handler, "client_gone_noted", False):
+        return
+    handler.client_gone_noted = True
+    principal = handler.context.principal
+    log.info(
+        "websocket client left while its subscriptions were sending",
+        extra={"business": principal.business if principal is not None else None},
+    )
+
+
 class TransportWSHandler(BaseGraphQLTransportWSHandler[GraphQLContext, None]):
     """`graphql-transport-ws`, counted while it awaits its connection_init and forgotten by
     the view when it ends."""
+
+    client_gone_noted = False
+
+    async def handle_task_exception(self, error: Exception) -> None:
+        if isinstance(error, _CLIENT_GONE):
+            _client_gone(self)
+            return
+        await super().handle_task_exception(error)
 
     async def handle(self) -> None:
         if await _refused_as_pending(self.view, self.context):
@@ -263,6 +331,8 @@ class LegacyGraphQLWSHandler(BaseGraphQLWSHandler[GraphQLContext, None]):
     """The legacy `graphql-ws` protocol, with the same refusal (4403) and init timeout (4408)
     as `graphql-transport-ws`; a `start` before an accepted `connection_init` closes 4401."""
 
+    client_gone_noted = False
+
     async def handle(self) -> None:
         if await _refused_as_pending(self.view, self.context):
             return
@@ -274,6 +344,18 @@ class LegacyGraphQLWSHandler(BaseGraphQLWSHandler[GraphQLContext, None]):
             with contextlib.suppress(asyncio.CancelledError):
                 await timer
             _connections(self.view).close(self.context)
+
+    async def handle_async_results(
+        self,
+        operation_id: str,
+        query: str,
+        operation_name: str | None,
+        variables: dict[str, object] | None,
+    ) -> None:
+        try:
+            await super().handle_async_results(operation_id, query, operation_name, variables)
+        except _CLIENT_GONE:
+            _client_gone(self)
 
     async def handle_message(self, message: Any) -> None:
         if (reason := _malformed(message, "start")) is not None:
@@ -362,6 +444,64 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
             )
         )
 
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        # The protocol layer refuses a request it cannot read (a batch, variables that are no
+        # object, an unsupported content type) with a bare text reason: answered as a GraphQL
+        # error with a code instead, as every other refusal of this endpoint is.
+        try:
+            return await self.run(request=request)
+        except _RequestRefused as refused:  # before execution: answered as GraphQL does
+            error = refused.error
+            return web.json_response(
+                {
+                    "data": None,
+                    "errors": [{"message": error.detail, "extensions": error_extensions(error)}],
+                }
+            )
+        except HTTPException as refusal:
+            return web.json_response(
+                {
+                    "errors": [
+                        {
+                            "message": refusal.reason,
+                            "extensions": {"code": "BAD_USER_INPUT", "reason": "BAD_REQUEST"},
+                        }
+                    ]
+                },
+                status=refusal.status_code,
+            )
+
+    async def parse_multipart(self, request: AsyncHTTPRequestAdapter) -> dict[str, str]:
+        # A file part mapped to several variables is stored once per use: the file limit
+        # counts the uses (each path of the map), not the parts.
+        form_data = await request.get_form_data()
+        settings = self.services.settings
+        uses = _mapped_uses(form_data.form.get("map"))
+        if sum(uses.values()) > settings.graphql_multipart_max_files:
+            raise BadRequest(
+                f"the map gives {sum(uses.values())} files; at most "
+                f"{settings.graphql_multipart_max_files} in one request"
+            )
+        # All or nothing: a request whose files together do not fit the business's quota is
+        # refused before any is stored (its first files were stored and charged, their ids
+        # lost in a `data: null` answer, and a retry stored them again).
+        total = sum(
+            _size(form_data.files[name]) * count
+            for name, count in uses.items()
+            if name in form_data.files
+        )
+        principal = (
+            request.request.get(PRINCIPAL) if isinstance(request, LimitedRequestAdapter) else None
+        )
+        if principal is not None and total:
+            try:
+                await quotas.check_fits(
+                    self.services.storage, settings, principal.business, "attachments", total
+                )
+            except QuotaExceeded as refusal:
+                raise _RequestRefused(refusal) from None
+        return await super().parse_multipart(request)
+
     def is_websocket_request(self, request: web.Request) -> TypeGuard[web.Request]:
         # RFC 6455: the opening handshake is a GET; aiohttp's check does not look at the method.
         return request.method == "GET" and super().is_websocket_request(request)
@@ -377,6 +517,27 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
         except (ValueError, RecursionError) as exc:
             text = data if isinstance(data, str) else data.decode(errors="replace")
             raise json.JSONDecodeError(f"unreadable JSON ({type(exc).__name__})", text, 0) from None
+
+    def create_response(
+        self,
+        response_data: GraphQLHTTPResponse | list[GraphQLHTTPResponse],
+        sub_response: web.Response,
+    ) -> web.Response:
+        # The cost budget counts objects, not bytes: 30 aliases of pushMessages(first: 1666)
+        # answered 21.8 MB. An answer past `graphql_max_response_bytes` is not sent; the
+        # client is told to ask for smaller pages.
+        response = super().create_response(response_data, sub_response)
+        limit = self.services.settings.graphql_max_response_bytes
+        size = len(response.body) if isinstance(response.body, bytes) else 0
+        if size > limit:
+            log.info("graphql answer refused: too large", extra={"bytes": size, "limit": limit})
+            error = {
+                "message": f"the answer is {size} bytes; the limit is {limit}: ask for smaller "
+                "pages (first) or fewer aliases",
+                "extensions": {"code": "RESPONSE_TOO_LARGE", "bytes": size, "limit": limit},
+            }
+            response.text = json.dumps({"data": None, "errors": [error]})
+        return response
 
     def encode_json(self, data: object) -> str | bytes:
         # A subscription result shared by every subscriber of its operation is encoded once;
