@@ -39,9 +39,11 @@ async def _read_graphql(
 ) -> None:
     async with session.ws_connect(url, protocols=(PROTOCOL,), max_msg_size=0) as ws:
         await ws.send_json({"type": "connection_init", "payload": {"Authorization": token}})
-        ack = await ws.receive_json(timeout=30)
-        if ack.get("type") != "connection_ack":
-            sub.error = f"no connection_ack: {ack}"
+        frame = await ws.receive(timeout=30)
+        ack = json.loads(frame.data) if frame.type == aiohttp.WSMsgType.TEXT else None
+        if not isinstance(ack, dict) or ack.get("type") != "connection_ack":
+            # A refusal is a close frame (its code and reason), not a message.
+            sub.error = f"no connection_ack: {ack if ack is not None else (frame.data, frame.extra)}"
             sub.ready.set()
             return
         await ws.send_json(

@@ -331,8 +331,10 @@ class Settings(BaseSettings):
     # Exceptions raised by hand: each its note's bytes plus 4 KiB (record, message, deliveries).
     quota_exception_bytes: int = Field(1024**3, ge=0)
     # Websockets awaiting connection_init from one source address (an IPv6 /64; behind
-    # `trusted_proxies`, the forwarded address), within `graphql_max_pending_connections`.
-    graphql_max_pending_connections_per_source: int = Field(20, ge=1)
+    # `trusted_proxies`, the forwarded address), within `graphql_max_pending_connections`: a
+    # fifth of it, so one address cannot fill it while a consumer host (or a NAT) may still open
+    # its subscriptions a hundred at a time.
+    graphql_max_pending_connections_per_source: int = Field(200, ge=1)
 
     @model_validator(mode="before")
     @classmethod
