@@ -43,7 +43,8 @@ async def _read_graphql(
         ack = json.loads(frame.data) if frame.type == aiohttp.WSMsgType.TEXT else None
         if not isinstance(ack, dict) or ack.get("type") != "connection_ack":
             # A refusal is a close frame (its code and reason), not a message.
-            sub.error = f"no connection_ack: {ack if ack is not None else (frame.data, frame.extra)}"
+            refusal = ack if ack is not None else (frame.data, frame.extra)
+            sub.error = f"no connection_ack: {refusal}"
             sub.ready.set()
             return
         await ws.send_json(
