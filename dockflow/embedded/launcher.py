@@ -23,6 +23,7 @@ from dockflow.embedded.patches import (
     indexed_in,
     inline_commands,
     insert_copy,
+    missing_collections,
     transactions,
     update_types,
     write_transactions,
@@ -38,6 +39,7 @@ PATCHES = (
     date_pages,  # likewise; its SQL compares dates as date_queries makes it
     inline_commands,
     collection_names,
+    missing_collections,
     write_transactions,  # forgets collection_names' list on a rollback
     transactions,  # wraps inline_commands' asyncio; its commands bypass write_transactions
     exit_on_signal,  # needed once commands run inline (a signal may land in a finalizer)

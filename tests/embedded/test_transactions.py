@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import pymongo
 import pytest
-from pymongo import AsyncMongoClient
+from pymongo import AsyncMongoClient, ReturnDocument
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, OperationFailure
@@ -28,7 +28,7 @@ TRANSIENT = "TransientTransactionError"
 # A client that opens a transaction, writes in it, says so, then waits to be stopped or killed.
 _HOLDER = """
 import asyncio, sys
-from pymongo import AsyncMongoClient
+from pymongo import AsyncMongoClient, ReturnDocument
 
 async def main(url, db_name):
     client = AsyncMongoClient(url)
@@ -290,3 +290,50 @@ async def test_a_transaction_its_client_gave_up_before_it_began_holds_nothing(
             await session.commit_transaction()
 
     assert await db.docks.find({}).sort("_id").to_list() == [{"_id": "d1"}, {"_id": "d2"}]
+
+
+async def test_reads_of_a_missing_collection_answer_empty_while_a_transaction_holds_the_database(
+    client: AsyncMongoClient[dict[str, object]], other: AsyncMongoClient[dict[str, object]], db: Db
+):
+    theirs = other[db.name]
+    async with client.start_session() as session:
+        await session.start_transaction()
+        await db.parcels.update_one({"_id": "p1"}, {"$set": {"state": "held"}}, session=session)
+
+        assert await theirs.missing.count_documents({}) == 0
+        assert await (await theirs.missing.aggregate([{"$match": {}}])).to_list() == []
+        assert await theirs.missing.distinct("state") == []
+        assert await theirs.missing.find_one({}) is None
+        await session.commit_transaction()
+
+    assert "missing" not in await theirs.list_collection_names()  # a read creates nothing
+
+
+async def test_a_collection_whose_creation_was_rolled_back_takes_writes_again(
+    client: AsyncMongoClient[dict[str, object]], db: Db
+):
+    """dockflow makes some collections at their first write (its id counters): one first
+    written in a transaction that was aborted must then behave as never made."""
+    async with client.start_session() as session:
+        await session.start_transaction()
+        await db.counters.insert_one({"_id": "seed"}, session=session)
+        await session.abort_transaction()
+
+    assert await db.counters.count_documents({}) == 0
+    assert await (await db.counters.aggregate([{"$match": {}}])).to_list() == []
+
+    async def reserve(session: AsyncClientSession) -> object:
+        return await db.counters.find_one_and_update(
+            {"_id": "shipment"},
+            {"$inc": {"seq": 1}},
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+            session=session,
+        )
+
+    async with client.start_session() as session:
+        assert await session.with_transaction(reserve) == {"_id": "shipment", "seq": 1}
+        assert await session.with_transaction(reserve) == {"_id": "shipment", "seq": 2}
+    assert await reserve(None) == {"_id": "shipment", "seq": 3}  # type: ignore[arg-type]
+    assert await db.counters.find({}).to_list() == [{"_id": "shipment", "seq": 3}]
+    assert await db.counters.count_documents({}) == 1
