@@ -56,6 +56,8 @@ NO_SUCH_TRANSACTION = 251
 OPERATION_NOT_SUPPORTED_IN_TRANSACTION = 263
 TRANSACTION_COMMITTED = 256
 INTERNAL_ERROR = 1
+OUT_OF_DISK_SPACE = 14031
+_DISK_FULL = "database or disk is full"  # SQLite's message for SQLITE_FULL
 TRANSIENT = "TransientTransactionError"
 
 _HELLO = frozenset({"hello", "Hello", "isMaster", "ismaster"})
@@ -138,6 +140,16 @@ class _Scheduler:
         return state
 
     async def run(self, func: Any, msg: Any) -> Any:
+        """Run one command (`func(msg)`) when its transaction, or none, holds its database."""
+        try:
+            request_id, answer = await self.schedule(func, msg)
+        except sqlite3.OperationalError as error:
+            if _DISK_FULL not in str(error) or not isinstance(msg, dict):
+                raise
+            return msg["request_id"], _out_of_disk_space(str(error))
+        return request_id, _coded_disk_full(answer)
+
+    async def schedule(self, func: Any, msg: Any) -> Any:
         body = _body(msg)
         if body is None:
             return func(msg)
@@ -305,12 +317,12 @@ class _Scheduler:
         try:
             connection.execute("COMMIT")
         except sqlite3.Error as error:
-            # Not committed (a full disk, an I/O error): rolled back, so the whole transaction
-            # may run again, as after any transient error.
+            # Not committed (a full disk, an I/O error): rolled back. Not transient: run again
+            # at once it would fail the same way, holding the database meanwhile.
             self.abort(handler, txn, f"its commit failed: {error}")
-            answer = _error(INTERNAL_ERROR, "InternalError", f"commit failed: {error}")
-            answer["errorLabels"] = [TRANSIENT]
-            return answer
+            if _DISK_FULL in str(error):
+                return _out_of_disk_space(f"commit failed: {error}")
+            return _error(INTERNAL_ERROR, "InternalError", f"commit failed: {error}")
         self.release(txn, "committed")
         return {"ok": 1}
 
@@ -390,6 +402,23 @@ def _no_such_transaction(lsid: Any, number: int, txn: _Transaction | None) -> di
         f"transaction {number} is not in progress{why}",
     )
     answer["errorLabels"] = [TRANSIENT]
+    return answer
+
+
+def _out_of_disk_space(message: str) -> dict[str, Any]:
+    return _error(OUT_OF_DISK_SPACE, "OutOfDiskSpace", message)
+
+
+def _coded_disk_full(answer: Any) -> Any:
+    """`answer` with MongoDB's code for a full disk where nx-27017 gave SQLite's message alone
+    (a client tells it from other failures by the code: dockflow answers 503, retry later)."""
+    if not isinstance(answer, dict):
+        return answer
+    failures = [answer, *(answer.get("writeErrors") or ())]
+    for failure in failures:
+        if isinstance(failure, dict) and _DISK_FULL in str(failure.get("errmsg", "")):
+            failure.update(code=OUT_OF_DISK_SPACE, codeName="OutOfDiskSpace")
+            failure.pop("errorLabels", None)
     return answer
 
 
