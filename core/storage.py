@@ -28,7 +28,13 @@ from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReturnD
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import BulkWriteError, ConnectionFailure, DuplicateKeyError, PyMongoError
+from pymongo.errors import (
+    BulkWriteError,
+    ConnectionFailure,
+    DuplicateKeyError,
+    OperationFailure,
+    PyMongoError,
+)
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
@@ -68,6 +74,9 @@ TRANSACTION_LIMIT_S = 30.0
 # transaction committed the same key after this one began (its reads were already stale).
 DUPLICATE_RETRIES = 3
 DUPLICATE_KEY = 11000
+# MongoDB's code for a write refused because the database's disk is full (the embedded server
+# gives it too): transports answer 503/UNAVAILABLE, as the client can only retry later.
+OUT_OF_DISK_SPACE = 14031
 NO_TRANSACTIONS = (
     "the MongoDB server at DOCKFLOW_MONGODB_URL cannot run multi-document transactions (it is a "
     "standalone server); dockflow applies each document and pallet batch in one transaction. "
@@ -236,6 +245,19 @@ def _duplicate_key(error: PyMongoError) -> bool:
     return False
 
 
+def _out_of_disk_space(error: BaseException) -> bool:
+    if isinstance(error, BulkWriteError):
+        codes = {e.get("code") for e in error.details.get("writeErrors", [])}
+        return OUT_OF_DISK_SPACE in codes
+    return isinstance(error, OperationFailure) and error.code == OUT_OF_DISK_SPACE
+
+
+def database_unavailable(error: BaseException) -> bool:
+    """Whether `error` is the database failing to take a command for now (unreachable, or its
+    disk full), not the command being wrong: transports answer 503/UNAVAILABLE, retry later."""
+    return isinstance(error, UNAVAILABLE_ERRORS) or _out_of_disk_space(error)
+
+
 async def together(session: Session, *steps: Awaitable[Any]) -> list[Any]:
     """Await `steps` concurrently outside a transaction (one round trip of waiting), one after
     another inside one: a session runs one command at a time."""
@@ -365,6 +387,11 @@ class Storage:
                             # outage, the client retries (a commit timed out may have applied).
                             raise Unavailable(
                                 f"the database did not apply this within {limit_s:g} s; retry later"
+                            ) from error
+                        if _out_of_disk_space(error):
+                            raise Unavailable(
+                                "the database's disk is full; nothing of this was written, "
+                                "retry later"
                             ) from error
                         if attempt == DUPLICATE_RETRIES or not _duplicate_key(error):
                             raise

@@ -12,7 +12,7 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 
 from core.errors import DockflowError
-from core.storage import UNAVAILABLE_ERRORS
+from core.storage import database_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status code and detail a failed RPC ends with."""
     if isinstance(exc, DockflowError):
         return GRPC_CODES.get(exc.code, grpc.StatusCode.INTERNAL), exc.detail
-    if isinstance(exc, UNAVAILABLE_ERRORS):
+    if database_unavailable(exc):
         return grpc.StatusCode.UNAVAILABLE, "the database is unavailable; resend unacknowledged"
     return grpc.StatusCode.INTERNAL, "internal error"
 

@@ -15,7 +15,7 @@ from opentelemetry.trace import SpanKind
 from core import metrics, tracing
 from core.errors import DockflowError, RateLimited, Unauthenticated, Unavailable
 from core.logs import correlation_id
-from core.storage import UNAVAILABLE_ERRORS
+from core.storage import database_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -163,15 +163,15 @@ async def _handle(request: web.Request, handler: Handler) -> web.StreamResponse:
         title = _HTTP_TITLES.get(exc.status, exc.reason)
         detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else title
         return problem_response(exc.status, title, detail, headers=_passthrough_headers(exc))
-    except UNAVAILABLE_ERRORS:
-        log.warning("database unavailable", extra={"path": request.path})
-        return problem_response(
-            503,
-            "Service Unavailable",
-            "the database is unavailable; retry later",
-            headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
-        )
-    except Exception:
+    except Exception as error:
+        if database_unavailable(error):
+            log.warning("database unavailable: %s", error, extra={"path": request.path})
+            return problem_response(
+                503,
+                "Service Unavailable",
+                "the database is unavailable; retry later",
+                headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
+            )
         error_id = uuid.uuid4().hex
         log.exception("unhandled error", extra={"path": request.path, "error_id": error_id})
         return problem_response(

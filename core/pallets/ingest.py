@@ -62,7 +62,7 @@ from core.pallets import camera_input, gs1_labels
 from core.settings import Settings
 from core.shipments import completion, directions, lifecycle
 from core.shipments.dock_events import rejection, resolve_dock
-from core.storage import UNAVAILABLE_ERRORS, Doc, Session, Storage, together
+from core.storage import Doc, Session, Storage, database_unavailable, together
 from core.tenancy.tenants import Camera, Facility, find_facility
 
 log = logging.getLogger(__name__)
@@ -445,7 +445,7 @@ async def record_pallets(
 
 def _transient(error: Exception) -> bool:
     """A failure the camera should answer by resending (the database is unavailable)."""
-    return isinstance(error, (*UNAVAILABLE_ERRORS, Unavailable))
+    return isinstance(error, Unavailable) or database_unavailable(error)
 
 
 async def _record_isolated(

@@ -24,6 +24,7 @@ from dockflow.embedded.patches import (
     inline_commands,
     insert_copy,
     logical_grouping,
+    missing_collections,
     ne_missing,
     transactions,
     update_types,
@@ -42,6 +43,7 @@ PATCHES = (
     ne_missing,  # after date_queries, which wraps the same translator
     inline_commands,
     collection_names,
+    missing_collections,
     write_transactions,  # forgets collection_names' list on a rollback
     transactions,  # wraps inline_commands' asyncio; its commands bypass write_transactions
     exit_on_signal,  # needed once commands run inline (a signal may land in a finalizer)

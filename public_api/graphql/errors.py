@@ -20,7 +20,7 @@ from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOpe
 from strawberry.types.execution import ExecutionContext
 
 from core.errors import DockflowError
-from core.storage import UNAVAILABLE_ERRORS
+from core.storage import database_unavailable
 from public_api.problems import http_problem
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def with_code(error: GraphQLError) -> GraphQLError:
         message = original.detail
     elif original is None or isinstance(original, (GraphQLError, *REFUSED_OPERATIONS)):
         extensions = {"code": "BAD_USER_INPUT"}  # a parse, validation or coercion error
-    elif isinstance(original, UNAVAILABLE_ERRORS):
+    elif original is not None and database_unavailable(original):
         extensions = {"code": "INTERNAL", "reason": "UNAVAILABLE", "status": 503}
         message = "the database is unavailable; retry later"
     elif error.path is None and error.nodes:

@@ -13,8 +13,9 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 
+import pymongo
 import pytest
-from pymongo import AsyncMongoClient
+from pymongo import AsyncMongoClient, ReturnDocument
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, OperationFailure
@@ -27,7 +28,7 @@ TRANSIENT = "TransientTransactionError"
 # A client that opens a transaction, writes in it, says so, then waits to be stopped or killed.
 _HOLDER = """
 import asyncio, sys
-from pymongo import AsyncMongoClient
+from pymongo import AsyncMongoClient, ReturnDocument
 
 async def main(url, db_name):
     client = AsyncMongoClient(url)
@@ -230,3 +231,109 @@ async def test_a_killed_client_leaves_nothing_and_others_commit(
 
     assert await db.parcels.find({}).sort("_id").to_list() == [{"_id": "p1", "state": "after"}]
     assert await db.docks.find_one({}) == {"_id": "d1"}
+
+
+async def test_concurrent_commands_of_a_transaction_waiting_for_the_database_all_run_in_it(
+    client: AsyncMongoClient[dict[str, object]], other: AsyncMongoClient[dict[str, object]], db: Db
+):
+    """A unit of dockflow gathers finds inside its transaction: while another session's
+    transaction holds the database, every one of them (the first carries startTransaction)
+    waits for it, then runs in the one transaction, which commits."""
+    await db.docks.insert_one({"_id": "d1"})
+    theirs = other[db.name]
+    async with other.start_session() as holder:
+        await holder.start_transaction()
+        await theirs.parcels.update_one({"_id": "p1"}, {"$set": {"state": "held"}}, session=holder)
+        async with client.start_session() as session:
+            await session.start_transaction()
+            gathered = asyncio.gather(
+                db.parcels.find_one({"_id": "p1"}, session=session),
+                db.docks.find_one({"_id": "d1"}, session=session),
+                db.parcels.count_documents({}, session=session),
+            )
+            await asyncio.sleep(0.2)  # let them reach the server (no assertion rests on this)
+            await holder.commit_transaction()
+            parcel, dock, count = await gathered
+            await db.docks.insert_one({"_id": "d2"}, session=session)
+            await session.commit_transaction()
+
+    # Before or after the holder's commit: MongoDB does not wait for it, nx-27017 does.
+    assert parcel in ({"_id": "p1", "state": "new"}, {"_id": "p1", "state": "held"})
+    assert dock == {"_id": "d1"}
+    assert count == 1
+    assert await db.docks.find({}).sort("_id").to_list() == [{"_id": "d1"}, {"_id": "d2"}]
+
+
+async def test_a_transaction_its_client_gave_up_before_it_began_holds_nothing(
+    client: AsyncMongoClient[dict[str, object]], other: AsyncMongoClient[dict[str, object]], db: Db
+):
+    """A client aborts a transaction whose first command still waits for the database: once
+    the holder commits, nothing holds the database for it (a writer is not kept waiting until
+    the idle limit ends it), and the session's next transaction runs."""
+    theirs = other[db.name]
+    async with other.start_session() as holder:
+        await holder.start_transaction()
+        await theirs.parcels.update_one({"_id": "p1"}, {"$set": {"state": "held"}}, session=holder)
+        async with client.start_session() as session:
+            await session.start_transaction()
+            first = asyncio.create_task(db.parcels.find_one({"_id": "p1"}, session=session))
+            await asyncio.sleep(0.2)  # let it reach the server (no assertion rests on this)
+            await session.abort_transaction()
+            await holder.commit_transaction()
+            await asyncio.gather(first, return_exceptions=True)  # its outcome is the lane's
+
+            # Well within the idle limit (5 s) that would end a transaction held for nobody.
+            with pymongo.timeout(2):
+                await theirs.docks.insert_one({"_id": "d1"})
+            await session.start_transaction()
+            await db.docks.insert_one({"_id": "d2"}, session=session)
+            await session.commit_transaction()
+
+    assert await db.docks.find({}).sort("_id").to_list() == [{"_id": "d1"}, {"_id": "d2"}]
+
+
+async def test_reads_of_a_missing_collection_answer_empty_while_a_transaction_holds_the_database(
+    client: AsyncMongoClient[dict[str, object]], other: AsyncMongoClient[dict[str, object]], db: Db
+):
+    theirs = other[db.name]
+    async with client.start_session() as session:
+        await session.start_transaction()
+        await db.parcels.update_one({"_id": "p1"}, {"$set": {"state": "held"}}, session=session)
+
+        assert await theirs.missing.count_documents({}) == 0
+        assert await (await theirs.missing.aggregate([{"$match": {}}])).to_list() == []
+        assert await theirs.missing.distinct("state") == []
+        assert await theirs.missing.find_one({}) is None
+        await session.commit_transaction()
+
+    assert "missing" not in await theirs.list_collection_names()  # a read creates nothing
+
+
+async def test_a_collection_whose_creation_was_rolled_back_takes_writes_again(
+    client: AsyncMongoClient[dict[str, object]], db: Db
+):
+    """dockflow makes some collections at their first write (its id counters): one first
+    written in a transaction that was aborted must then behave as never made."""
+    async with client.start_session() as session:
+        await session.start_transaction()
+        await db.counters.insert_one({"_id": "seed"}, session=session)
+        await session.abort_transaction()
+
+    assert await db.counters.count_documents({}) == 0
+    assert await (await db.counters.aggregate([{"$match": {}}])).to_list() == []
+
+    async def reserve(session: AsyncClientSession) -> object:
+        return await db.counters.find_one_and_update(
+            {"_id": "shipment"},
+            {"$inc": {"seq": 1}},
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+            session=session,
+        )
+
+    async with client.start_session() as session:
+        assert await session.with_transaction(reserve) == {"_id": "shipment", "seq": 1}
+        assert await session.with_transaction(reserve) == {"_id": "shipment", "seq": 2}
+    assert await reserve(None) == {"_id": "shipment", "seq": 3}  # type: ignore[arg-type]
+    assert await db.counters.find({}).to_list() == [{"_id": "shipment", "seq": 3}]
+    assert await db.counters.count_documents({}) == 1

@@ -11,7 +11,10 @@ TransientTransactionError, and so does a commit of one (the driver's `with_trans
 it again); a write error (a duplicate key) aborts the transaction.
 Fix: transactions are scheduled here, before nx-27017 sees a command. The first command of a
 transaction (`startTransaction`) waits until no other transaction holds its database, then
-takes it (BEGIN IMMEDIATE); SQLite has one writer, so while it is held every write of another
+takes it (BEGIN IMMEDIATE); the commands of one session in transactions run one at a time, so
+the others of a transaction (a client that gathers them) wait for its begin, and a begin its
+client gave up while it waited (aborted it, went on to its next one, closed the connection)
+takes nothing. SQLite has one writer, so while it is held every write of another
 session waits, and every read of another session runs on a second connection of the database,
 which in WAL mode reads the last committed state. Commit and abort end it and let the waiting
 commands go, in order. A transaction idle for `IDLE_LIMIT_S` (dockflow's setting
@@ -53,6 +56,8 @@ NO_SUCH_TRANSACTION = 251
 OPERATION_NOT_SUPPORTED_IN_TRANSACTION = 263
 TRANSACTION_COMMITTED = 256
 INTERNAL_ERROR = 1
+OUT_OF_DISK_SPACE = 14031
+_DISK_FULL = "database or disk is full"  # SQLite's message for SQLITE_FULL
 TRANSIENT = "TransientTransactionError"
 
 _HELLO = frozenset({"hello", "Hello", "isMaster", "ismaster"})
@@ -86,6 +91,34 @@ class _Transaction:
 
 
 @dataclass
+class _Begin:
+    """A transaction's first command waiting for its database. Its client may give it up
+    before it gets the database (aborts it, starts the session's next transaction, closes the
+    connection): then it must not take the database, or it would hold it for nobody."""
+
+    number: int
+    conn_id: Any
+    given_up: asyncio.Event = field(default_factory=asyncio.Event)
+    why: str = ""
+
+    def give_up(self, why: str) -> None:
+        if not self.given_up.is_set():
+            self.why = why
+            self.given_up.set()
+
+
+@dataclass
+class _Session:
+    """A session's commands in transactions run one at a time, in order of arrival (a session
+    is one logical client: the commands of a task and the tasks it gathers share it), so none
+    runs before its transaction's begin is done."""
+
+    turn: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+    begin: _Begin | None = None
+
+
+@dataclass
 class _Database:
     holder: _Transaction | None = None
     free: asyncio.Event = field(default_factory=asyncio.Event)
@@ -97,6 +130,7 @@ class _Scheduler:
     def __init__(self) -> None:
         self.databases: dict[str, _Database] = {}
         self.transactions: dict[Any, _Transaction] = {}  # by lsid: its latest
+        self.sessions: dict[Any, _Session] = {}  # by lsid: those with commands under way
 
     def database(self, db_name: str) -> _Database:
         state = self.databases.get(db_name)
@@ -106,6 +140,16 @@ class _Scheduler:
         return state
 
     async def run(self, func: Any, msg: Any) -> Any:
+        """Run one command (`func(msg)`) when its transaction, or none, holds its database."""
+        try:
+            request_id, answer = await self.schedule(func, msg)
+        except sqlite3.OperationalError as error:
+            if _DISK_FULL not in str(error) or not isinstance(msg, dict):
+                raise
+            return msg["request_id"], _out_of_disk_space(str(error))
+        return request_id, _coded_disk_full(answer)
+
+    async def schedule(self, func: Any, msg: Any) -> Any:
         body = _body(msg)
         if body is None:
             return func(msg)
@@ -114,15 +158,18 @@ class _Scheduler:
         if name in _HELLO:
             request_id, answer = func(msg)
             return request_id, _as_primary(answer)
-        if name in ("commitTransaction", "abortTransaction"):
-            return msg["request_id"], self.finish(handler, body, name)
         if name == "killAllSessions":  # as MongoDB: their transactions end
+            for session in self.sessions.values():
+                if session.begin is not None:
+                    session.begin.give_up("killAllSessions")
             for txn in list(self.transactions.values()):
                 self.abort(handler, txn, "killAllSessions")
             return msg["request_id"], {"ok": 1}
         lsid = _lsid(body)
-        if body.get("autocommit") is False and lsid is not None:
-            return await self.in_transaction(handler, func, msg, body, lsid)
+        if name in ("commitTransaction", "abortTransaction") or (
+            body.get("autocommit") is False and lsid is not None
+        ):
+            return await self.in_turn(handler, func, msg, body, lsid)
         if name in _FREE:
             return func(msg)
         db_name = str(body.get("$db", "test"))
@@ -135,14 +182,53 @@ class _Scheduler:
             await state.free.wait()
         return func(msg)
 
-    async def in_transaction(
+    async def in_turn(
         self, handler: NeoSQLiteHandler, func: Any, msg: Any, body: dict[str, Any], lsid: Any
+    ) -> Any:
+        """Run a command of a transaction (or its commit or abort) in its session's turn. A
+        command of a later transaction, or the abort of the one whose begin waits, gives that
+        begin up first: it would otherwise wait for the begin, which waits for the database."""
+        number = int(body.get("txnNumber", 0))
+        session = self.sessions.setdefault(lsid, _Session())
+        begin = session.begin
+        if begin is not None and (
+            number > begin.number or (number == begin.number and "abortTransaction" in body)
+        ):
+            begin.give_up(f"its client gave up transaction {begin.number}")
+        session.users += 1
+        try:
+            async with session.turn:
+                if "commitTransaction" in body or "abortTransaction" in body:
+                    return msg["request_id"], self.finish(handler, body, next(iter(body)))
+                return await self.in_transaction(handler, func, msg, body, lsid, session)
+        finally:
+            session.users -= 1
+            if not session.users:
+                del self.sessions[lsid]
+
+    async def in_transaction(
+        self,
+        handler: NeoSQLiteHandler,
+        func: Any,
+        msg: Any,
+        body: dict[str, Any],
+        lsid: Any,
+        session: _Session,
     ) -> Any:
         db_name = str(body.get("$db", "test"))
         number = int(body.get("txnNumber", 0))
         txn = self.transactions.get(lsid)
         if body.get("startTransaction"):
-            txn = await self.begin(handler, lsid, number, db_name, msg.get("_conn_id"))
+            session.begin = _Begin(number, msg.get("_conn_id"))
+            try:
+                txn = await self.begin(handler, lsid, session.begin, db_name)
+            finally:
+                given_up, session.begin = session.begin, None
+            if txn is None:
+                log.info("transaction %s not begun: %s", number, given_up.why)
+                answer = _no_such_transaction(lsid, number, None)
+                answer["errmsg"] += f" ({given_up.why} before it began)"
+                return msg["request_id"], answer
         elif txn is None or txn.number != number or txn.state != "open":
             return msg["request_id"], _no_such_transaction(lsid, number, txn)
         elif txn.db_name != db_name:
@@ -167,14 +253,19 @@ class _Scheduler:
         return request_id, answer
 
     async def begin(
-        self, handler: NeoSQLiteHandler, lsid: Any, number: int, db_name: str, conn_id: Any
-    ) -> _Transaction:
+        self, handler: NeoSQLiteHandler, lsid: Any, begin: _Begin, db_name: str
+    ) -> _Transaction | None:
+        """Take `db_name` for transaction `begin.number` once no other transaction holds it;
+        None if its client gave it up first."""
         previous = self.transactions.get(lsid)
         if previous is not None and previous.state == "open":
             self.abort(handler, previous, "its session started another")
         state = self.database(db_name)
-        while state.holder is not None:
-            await state.free.wait()
+        while state.holder is not None and not begin.given_up.is_set():
+            await _first(state.free, begin.given_up)
+        if begin.given_up.is_set():
+            return None
+        number, conn_id = begin.number, begin.conn_id
         database = handler.get_database(db_name)
         _reader(database)  # opened now: opening one needs a moment without a writer
         database.db.execute("BEGIN IMMEDIATE")
@@ -226,12 +317,12 @@ class _Scheduler:
         try:
             connection.execute("COMMIT")
         except sqlite3.Error as error:
-            # Not committed (a full disk, an I/O error): rolled back, so the whole transaction
-            # may run again, as after any transient error.
+            # Not committed (a full disk, an I/O error): rolled back. Not transient: run again
+            # at once it would fail the same way, holding the database meanwhile.
             self.abort(handler, txn, f"its commit failed: {error}")
-            answer = _error(INTERNAL_ERROR, "InternalError", f"commit failed: {error}")
-            answer["errorLabels"] = [TRANSIENT]
-            return answer
+            if _DISK_FULL in str(error):
+                return _out_of_disk_space(f"commit failed: {error}")
+            return _error(INTERNAL_ERROR, "InternalError", f"commit failed: {error}")
         self.release(txn, "committed")
         return {"ok": 1}
 
@@ -265,9 +356,22 @@ class _Scheduler:
 
     def connection_closed(self, handler: NeoSQLiteHandler, conn_id: Any) -> None:
         """A client that went away mid-transaction (killed) never ends it: end it now."""
+        for session in self.sessions.values():
+            if session.begin is not None and session.begin.conn_id == conn_id:
+                session.begin.give_up("its client's connection closed")
         for txn in list(self.transactions.values()):
             if txn.state == "open" and txn.conn_id == conn_id:
                 self.abort(handler, txn, "its client's connection closed")
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Wait until one of `events` is set."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 def _body(msg: Any) -> dict[str, Any] | None:
@@ -298,6 +402,23 @@ def _no_such_transaction(lsid: Any, number: int, txn: _Transaction | None) -> di
         f"transaction {number} is not in progress{why}",
     )
     answer["errorLabels"] = [TRANSIENT]
+    return answer
+
+
+def _out_of_disk_space(message: str) -> dict[str, Any]:
+    return _error(OUT_OF_DISK_SPACE, "OutOfDiskSpace", message)
+
+
+def _coded_disk_full(answer: Any) -> Any:
+    """`answer` with MongoDB's code for a full disk where nx-27017 gave SQLite's message alone
+    (a client tells it from other failures by the code: dockflow answers 503, retry later)."""
+    if not isinstance(answer, dict):
+        return answer
+    failures = [answer, *(answer.get("writeErrors") or ())]
+    for failure in failures:
+        if isinstance(failure, dict) and _DISK_FULL in str(failure.get("errmsg", "")):
+            failure.update(code=OUT_OF_DISK_SPACE, codeName="OutOfDiskSpace")
+            failure.pop("errorLabels", None)
     return answer
 
 
