@@ -204,7 +204,7 @@ async def find_events(storage: Storage, principal: Principal, query: EventQuery)
         last, scanned = pallet, scanned + 1
         event = events.pallet_event(pallet, *await _site(storage, sites, pallet))
         if event is not None:
-            found.append(event)
+            found.append(events.with_record_time(event, pallet))
         if len(found) == query.per_page:
             break
     if last is None:

@@ -85,6 +85,10 @@ async def test_the_event_query_answers_the_cameras_readings_as_graphql_does(
     ]
     for event in found:
         assert_valid_event(event)
+    # recordTime: when each reading was stored, at or after it happened
+    stored = {p["lpns"][0]: p["created_at"] async for p in storage.pallets.find({})}
+    assert all(e["recordTime"] >= e["eventTime"] for e in found)
+    assert found[0]["recordTime"] == stored[SSCCS[0]].strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     # the same readings through GraphQL: the same events, the same ids
     _, graphql = await gql(api, PALLETS, {"id": shipment_id}, token=tenant.token)
     by_graphql = {p["epcisEvent"]["eventID"] for p in graphql["data"]["shipment"]["pallets"]}
