@@ -95,8 +95,9 @@ def pallet_event(pallet: dict[str, Any], ids: Identities, timezone: str) -> dict
         "type": "ObjectEvent",
         "eventTime": _utc_ms(at),
         "eventTimeZoneOffset": _offset(at, timezone),
-        "epcList": epcs,
     }
+    if epcs:  # a pallet known by its contents only has no EPC: no empty list
+        event["epcList"] = epcs
     if quantities:
         event["quantityList"] = quantities
     event["action"] = "OBSERVE"

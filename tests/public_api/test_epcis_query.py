@@ -100,12 +100,16 @@ async def test_the_event_query_answers_the_cameras_readings_as_graphql_does(
         api, tenant.token, MATCH_anyEPC="urn:epc:id:sscc:0614141.1234567890"
     )
     _, off, _ = await events_of(api, tenant.token, EQ_bizStep="unloading")
+    _, urn_step, _ = await events_of(
+        api, tenant.token, EQ_bizStep="urn:epcglobal:cbv:bizstep:unloading"
+    )
     _, late, _ = await events_of(api, tenant.token, GE_eventTime=found[3]["eventTime"])
     _, none, _ = await events_of(api, tenant.token, eventType="AggregationEvent")
     assert [e["eventID"] for e in event_list(one)] == [found[2]["eventID"]]
     assert [e["eventID"] for e in event_list(urn)] == [found[2]["eventID"]]
     assert [e["eventID"] for e in event_list(off)] == [found[3]["eventID"]]
     assert [e["bizStep"] for e in event_list(off)] == ["unloading"]
+    assert event_list(urn_step) == event_list(off)
     assert [e["eventID"] for e in event_list(late)] == [found[3]["eventID"]]
     assert event_list(none) == []
 
@@ -149,6 +153,9 @@ async def test_bad_parameters_are_problems_naming_the_parameter(
         assert status == 400, (name, problem)
         assert headers["Content-Type"].startswith("application/problem+json")
         assert name in problem["detail"]
+    for per_page in ("1_0", "\uff11\uff10", " 10", "+5"):  # int() takes each of these
+        status, problem, _ = await events_of(api, tenant.token, perPage=per_page)
+        assert (status, "perPage" in problem["detail"]) == (400, True), per_page
 
 
 async def test_the_openapi_document_lists_the_event_query_and_its_parameters(
