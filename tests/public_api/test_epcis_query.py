@@ -169,3 +169,20 @@ async def test_the_openapi_document_lists_the_event_query_and_its_parameters(
         "perPage", "nextPageToken",
     }  # fmt: skip
     assert set(operation["responses"]) == {"200", "400", "401"}
+
+
+async def test_the_gs1_epc_format_header_is_honoured_or_refused(
+    api: TestClient[Any, Any], tenant: Tenant
+):
+    async def answer(value: str) -> tuple[int, str]:
+        response = await api.get(
+            "/epcis/events",
+            headers={"Authorization": f"Bearer {tenant.token}", "GS1-EPC-Format": value},
+        )
+        return response.status, response.headers["Content-Type"]
+
+    for met in ("No_Preference", "Always_GS1_Digital_Link", "Never_Translates"):
+        assert (await answer(met))[0] == 200, met
+    status, content_type = await answer("Always_EPC_URN")
+    assert (status, content_type.split(";")[0]) == (406, "application/problem+json")
+    assert (await answer("Sometimes"))[0] == 400
