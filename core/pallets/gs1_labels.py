@@ -62,9 +62,11 @@ GS = "\x1d"  # what a scanner transmits for FNC1 between variable-length fields
 PARSED_CACHE_SIZE = 4096
 # Bounds on what one reading's GS1 labels may cost (see the module docstring). A pallet
 # carries a logistic label on two or three sides; a GS1-128 label holds a few elements, a
-# DataMatrix a few dozen at most; an element string is an AI (up to 4 digits) and 90 characters.
+# DataMatrix rarely more than ten; an element string is an AI (up to 4 digits) and 90 characters.
+# biip scans its whole AI table for each element it reads (~0.25 ms): 8 x 16 elements bound a
+# reading to tens of milliseconds whatever it holds.
 MAX_GS1_LABELS = 8
-MAX_ELEMENTS = 32
+MAX_ELEMENTS = 16
 MAX_PROBLEMS = 5
 MAX_REASON_CHARS = 160
 ELEMENT_WINDOW = 4 + 90 + 1
@@ -262,6 +264,8 @@ def _human_readable(text: str, problems: list[Problem]) -> list[GS1ElementString
             problems.append(Problem("", short(f"{'(' + part!r} is not an (AI)data element string")))
             continue
         try:
+            if not _is_ai(ai) or _known_ai(ai) is None:
+                raise biip.ParseError(f"({short(ai)}) is no GS1 Application Identifier")
             elements.append(GS1ElementString.parse(ai + data))
         except biip.ParseError as error:
             problems.append(Problem(ai if _is_ai(ai) else "", short(str(error))))
@@ -279,6 +283,8 @@ def _element_strings(text: str, problems: list[Problem]) -> list[GS1ElementStrin
             break
         window = rest[:ELEMENT_WINDOW]
         try:
+            if _known_ai(window) is None:  # the parser would scan every AI to say so
+                raise biip.ParseError(f"no GS1 Application Identifier at {window[:8]!r}")
             element = GS1ElementString.extract(window)
         except biip.ParseError as error:
             problems.append(Problem(_ai_of(window), short(str(error))))
@@ -298,10 +304,27 @@ def _element_strings(text: str, problems: list[Problem]) -> list[GS1ElementStrin
 
 
 def _ai_of(text: str) -> str:
+    known = _known_ai(text)
+    return known.ai if known is not None else ""
+
+
+def _known_ai(text: str) -> GS1ApplicationIdentifier | None:
+    """The AI `text` starts with, if GS1 defines one. AIs are 2-4 ASCII digits, so this
+    looks up at most 11,100 distinct keys (the parser scans its whole AI table per call)."""
+    lead = text[:4]
+    for position, char in enumerate(lead):
+        if char not in "0123456789":
+            lead = lead[:position]
+            break
+    return _ai_for_digits(lead) if len(lead) >= 2 else None
+
+
+@functools.cache
+def _ai_for_digits(digits: str) -> GS1ApplicationIdentifier | None:
     try:
-        return GS1ApplicationIdentifier.extract(text).ai
+        return GS1ApplicationIdentifier.extract(digits)
     except biip.ParseError:
-        return ""
+        return None
 
 
 def _element_error(element: GS1ElementString) -> str | None:
