@@ -102,6 +102,12 @@ class UnsupportedMediaType(DockflowError):
     code = "UNSUPPORTED_MEDIA_TYPE"
 
 
+class NotAcceptable(DockflowError):
+    """The request asks for a representation this service does not give."""
+
+    code = "NOT_ACCEPTABLE"
+
+
 class ValidationFailed(DockflowError):
     code = "VALIDATION_FAILED"
 

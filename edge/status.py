@@ -30,6 +30,7 @@ GRPC_CODES: dict[str, grpc.StatusCode] = {
     "AUTH_MUST_BE_GIVEN_AGAIN": grpc.StatusCode.INVALID_ARGUMENT,
     "PAYLOAD_TOO_LARGE": grpc.StatusCode.INVALID_ARGUMENT,
     "UNSUPPORTED_MEDIA_TYPE": grpc.StatusCode.INTERNAL,
+    "NOT_ACCEPTABLE": grpc.StatusCode.INVALID_ARGUMENT,
     "ALREADY_EXISTS": grpc.StatusCode.ALREADY_EXISTS,
     "CONFLICT": grpc.StatusCode.ABORTED,
     "DUPLICATE_ORDER_ITEM_KEY": grpc.StatusCode.ABORTED,

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from core.epcis import events, query
-from core.errors import BadRequest
+from core.errors import BadRequest, NotAcceptable
 from public_api.auth import authenticate
 from public_api.keys import SERVICES, SETTINGS
 
@@ -28,6 +28,7 @@ HEADERS = {
 async def get_events(request: web.Request) -> web.Response:
     """One page of the caller's events, oldest first."""
     principal = await authenticate(request)
+    check_epc_format(request.headers.get("GS1-EPC-Format"))
     storage = request.app[SERVICES].storage
     params = {name: request.query[name] for name in request.query}
     if len(params) != len(request.query):
@@ -41,6 +42,21 @@ async def get_events(request: web.Request) -> web.Response:
         headers["Link"] = f'<{url}>; rel="next"'
     body = events.query_document(page.events, datetime.now(UTC))
     return web.Response(text=json.dumps(body), content_type="application/ld+json", headers=headers)
+
+
+# The binding's GS1-EPC-Format request values. Events name EPCs as Digital Link URIs, which is
+# also the form they are stored in, so every preference but EPC URNs is met.
+EPC_FORMATS_MET = frozenset({"No_Preference", "Always_GS1_Digital_Link", "Never_Translates"})
+EPC_FORMATS = EPC_FORMATS_MET | {"Always_EPC_URN"}
+
+
+def check_epc_format(wanted: str | None) -> None:
+    """A GS1-EPC-Format the answer cannot honour is 406 (an unknown value 400)."""
+    if wanted is None or wanted in EPC_FORMATS_MET:
+        return
+    if wanted not in EPC_FORMATS:
+        raise BadRequest(f"GS1-EPC-Format is none of {', '.join(sorted(EPC_FORMATS))}")
+    raise NotAcceptable("GS1-EPC-Format Always_EPC_URN: events name EPCs as GS1 Digital Links")
 
 
 def raise_repeated(request: web.Request) -> None:

@@ -70,6 +70,7 @@ HTTP_PROBLEMS: dict[str, tuple[int, str]] = {
     "IDEMPOTENCY_KEY_IN_FLIGHT": (409, "Conflict"),
     "PAYLOAD_TOO_LARGE": (413, "Content Too Large"),
     "UNSUPPORTED_MEDIA_TYPE": (415, "Unsupported Media Type"),
+    "NOT_ACCEPTABLE": (406, "Not Acceptable"),
     "VALIDATION_FAILED": (422, "Unprocessable Entity"),
     "IDEMPOTENCY_KEY_REUSED": (422, "Unprocessable Entity"),
     "RETENTION_EXCEEDED": (422, "Unprocessable Entity"),

@@ -95,8 +95,9 @@ def pallet_event(pallet: dict[str, Any], ids: Identities, timezone: str) -> dict
         "type": "ObjectEvent",
         "eventTime": _utc_ms(at),
         "eventTimeZoneOffset": _offset(at, timezone),
-        "epcList": epcs,
     }
+    if epcs:  # a pallet known by its contents only has no EPC: no empty list
+        event["epcList"] = epcs
     if quantities:
         event["quantityList"] = quantities
     event["action"] = "OBSERVE"
@@ -109,6 +110,18 @@ def pallet_event(pallet: dict[str, Any], ids: Identities, timezone: str) -> dict
     if location is not None:
         event["bizLocation"] = {"id": location}
     return {"eventID": event_hash(event), **event}
+
+
+def with_record_time(event: dict[str, Any], pallet: dict[str, Any]) -> dict[str, Any]:
+    """The event as the query answers it: with `recordTime`, the repository's record time,
+    which for us is when the pallet reading was stored (`created_at`, kept on every pallet).
+    Not part of the event hash: the same event recorded twice is still the same event."""
+    stored: datetime | None = pallet.get("created_at")
+    if stored is None:
+        return event
+    if stored.tzinfo is None:
+        stored = stored.replace(tzinfo=UTC)
+    return {**event, "recordTime": _utc_ms(stored)}
 
 
 def document(events: Sequence[dict[str, Any]], created_at: datetime) -> dict[str, Any]:

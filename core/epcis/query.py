@@ -91,6 +91,15 @@ def _time(params: Mapping[str, str], name: str) -> datetime | None:
         raise BadRequest(f"{name} is not an ISO 8601 date-time with a time zone") from None
 
 
+# A bizStep in CBV 1.2's URN form (what EPCIS 1.2 systems send) names the same step.
+CBV_URN_BIZ_STEP = "urn:epcglobal:cbv:bizstep:"
+
+
+def _bare_step(step: str) -> str:
+    """`loading` from `loading`, `https://ref.gs1.org/cbv/BizStep-loading` or the URN form."""
+    return step.removeprefix(events.CBV + "BizStep-").removeprefix(CBV_URN_BIZ_STEP)
+
+
 def _sscc(epc: str) -> str:
     """The SSCC an EPC names, in either form; a pattern or another identifier matches none."""
     if epc.startswith(SSCC_PREFIXES[0]):
@@ -131,16 +140,15 @@ def parse_query(params: Mapping[str, str]) -> EventQuery:
     steps = _values(params, "EQ_bizStep")
     directions = None
     if steps is not None:
-        short = [s.removeprefix(events.CBV + "BizStep-") for s in steps]
+        short = [_bare_step(s) for s in steps]
         directions = frozenset(DIRECTIONS[s] for s in short if s in DIRECTIONS)
     epcs = [*(_values(params, "MATCH_epc") or []), *(_values(params, "MATCH_anyEPC") or [])]
     ssccs = frozenset(_sscc(e) for e in epcs) - {""} if epcs else None
     per_page = DEFAULT_PER_PAGE
     if "perPage" in params:
-        try:
-            per_page = int(params["perPage"])
-        except ValueError:
-            per_page = 0
+        raw = params["perPage"]
+        # int() would also take fullwidth digits or "1_0": the binding means ASCII digits
+        per_page = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 6 else 0
         if not 1 <= per_page <= MAX_PER_PAGE:
             raise BadRequest(f"perPage must be a whole number from 1 to {MAX_PER_PAGE}")
     token = params.get("nextPageToken")
@@ -204,7 +212,7 @@ async def find_events(storage: Storage, principal: Principal, query: EventQuery)
         last, scanned = pallet, scanned + 1
         event = events.pallet_event(pallet, *await _site(storage, sites, pallet))
         if event is not None:
-            found.append(event)
+            found.append(events.with_record_time(event, pallet))
         if len(found) == query.per_page:
             break
     if last is None:

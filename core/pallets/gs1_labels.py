@@ -20,6 +20,20 @@ A label that does not check out is never silently taken: an element with a wrong
 an impossible date or an unknown AI is left out of the facts and named, with its AI and the
 reason, as a problem (the rule LABEL_INVALID in `core.exceptions.rules` raises it); the rest
 of the label is kept (after a broken element, reading resumes at the next GS separator).
+
+What one reading may hold is bounded so that reading it stays linear and small whatever a
+camera sends: at most `MAX_GS1_LABELS` GS1 labels (more rejects the reading), at most
+`MAX_ELEMENTS` element strings read per label, at most `MAX_PROBLEMS` problems kept per label,
+each reason at most `MAX_REASON_CHARS` characters, and the parser only ever sees a window of
+one element's length. A label with a character outside GS1 character set 82 (the set GS1
+element strings are written in: numeric AIs take the ASCII digits 0-9 only) is refused before
+it is parsed: a fullwidth or Arabic-Indic digit is no digit of an SSCC.
+
+A reading names one pallet: GS1 labels naming different SSCCs, or a GS1 SSCC that differs
+from the reading's own `lpn` label, are a problem, and no SSCC of the GS1 labels is taken.
+Within one label the same AI twice with different values is a problem (neither is taken), as
+are AI (01) and AI (02) together. Identical labels (one logistic label read on two sides of a
+pallet) count once.
 """
 
 from __future__ import annotations
@@ -29,6 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any, Protocol
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import biip
 from biip.gs1_application_identifiers import GS1ApplicationIdentifier
@@ -45,6 +60,20 @@ GS = "\x1d"  # what a scanner transmits for FNC1 between variable-length fields
 # A GS1 element string holds at most 90 characters of data, a GS1 DataMatrix ~2,300; a
 # label's value is capped by `ingest_max_label_value_bytes` before it gets here.
 PARSED_CACHE_SIZE = 4096
+# Bounds on what one reading's GS1 labels may cost (see the module docstring). A pallet
+# carries a logistic label on two or three sides; a GS1-128 label holds a few elements, a
+# DataMatrix rarely more than ten; an element string is an AI (up to 4 digits) and 90 characters.
+# biip scans its whole AI table for each element it reads (~0.25 ms): 8 x 16 elements bound a
+# reading to tens of milliseconds whatever it holds.
+MAX_GS1_LABELS = 8
+MAX_ELEMENTS = 16
+MAX_PROBLEMS = 5
+MAX_REASON_CHARS = 160
+ELEMENT_WINDOW = 4 + 90 + 1
+# GS1 character set 82 (GS1 General Specifications, figure 7.11-1): what element strings hold.
+CSET82 = frozenset(
+    "!\"%&'()*+,-./0123456789:;<=>?ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
+)
 # Symbologies whose data are GS1 element strings; a Digital Link URI may come in any 2D code
 # (a plain QR code, ]Q1, most often).
 GS1_DATA_SYMBOLOGIES = GS1Symbology.with_gs1_messages()
@@ -132,6 +161,13 @@ def parse(content: str) -> LabelFacts:
     return _parse_cached(content)
 
 
+def short(reason: str) -> str:
+    """A reason cut to `MAX_REASON_CHARS` (the parser's messages quote what they failed on)."""
+    if len(reason) <= MAX_REASON_CHARS:
+        return reason
+    return reason[: MAX_REASON_CHARS - 1] + "…"
+
+
 @functools.lru_cache(maxsize=PARSED_CACHE_SIZE)
 def _parse_cached(content: str) -> LabelFacts:
     # The exception rule reads a reading's labels again after ingest did: parse once.
@@ -141,9 +177,9 @@ def _parse_cached(content: str) -> LabelFacts:
     problems: list[Problem] = []
     if text.startswith("]"):
         try:
-            symbology = SymbologyIdentifier.extract(text)
+            symbology = SymbologyIdentifier.extract(text[:3])
         except biip.ParseError as error:
-            return LabelFacts(problems=(Problem("", str(error)),))
+            return LabelFacts(problems=(Problem("", short(str(error))),))
         text = text[len(symbology) :]
         is_uri = text.lower().startswith(("http://", "https://"))
         if symbology.gs1_symbology not in GS1_DATA_SYMBOLOGIES and not is_uri:
@@ -151,7 +187,11 @@ def _parse_cached(content: str) -> LabelFacts:
             reason = f"symbology {symbology.value} carries no GS1 element strings"
             return LabelFacts(problems=(Problem("", reason),))
     text = text.lstrip(GS)  # a leading FNC1 marks GS1 data; it carries nothing
-    if text.lower().startswith(("http://", "https://")):
+    is_uri = text.lower().startswith(("http://", "https://"))
+    # a URI's own characters are checked by `_digital_link`, its values by `_facts`
+    if not is_uri and (outside := _outside_cset82(text, GS + " ")) is not None:
+        return LabelFacts(problems=(outside,))
+    if is_uri:
         elements = _digital_link(text, problems)
     elif text.startswith("("):
         elements = _human_readable(text, problems)
@@ -160,12 +200,53 @@ def _parse_cached(content: str) -> LabelFacts:
     return _facts(elements, problems)
 
 
+def _outside_cset82(text: str, also: str = "") -> Problem | None:
+    for position, char in enumerate(text, 1):
+        if char not in CSET82 and char not in also:
+            where = f"character U+{ord(char):04X} at position {position}"
+            return Problem("", f"{where} is outside GS1 character set 82")
+    return None
+
+
 def _digital_link(text: str, problems: list[Problem]) -> list[GS1ElementString]:
-    try:
-        return list(GS1DigitalLinkURI.parse(text).element_strings)
-    except biip.ParseError as error:
-        problems.append(Problem("", str(error)))
+    """The element strings of a Digital Link URI on any resolver host. A bad query attribute
+    loses only itself: the path (the primary key and its qualifiers) stands on its own."""
+    if not text.isascii() or not text.isprintable():
+        problems.append(Problem("", "a GS1 Digital Link URI holds ASCII characters only"))
         return []
+    try:
+        parts = urlsplit(text)
+    except ValueError as error:
+        problems.append(Problem("", short(str(error))))
+        return []
+    try:
+        if parts.username is not None or parts.password is not None:
+            problems.append(Problem("", "a GS1 Digital Link URI carries no user name or password"))
+            return []
+        return list(GS1DigitalLinkURI.parse(text).element_strings)
+    except (biip.ParseError, ValueError) as error:
+        if not parts.query:
+            problems.append(Problem("", short(str(error))))
+            return []
+    path = urlunsplit(parts._replace(query="", fragment=""))
+    try:
+        elements = list(GS1DigitalLinkURI.parse(path).element_strings)
+    except (biip.ParseError, ValueError) as error:
+        problems.append(Problem("", short(str(error))))
+        return []
+    in_path = {element.ai.ai for element in elements}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True)[:MAX_ELEMENTS]:
+        try:
+            one = GS1DigitalLinkURI.parse(path + "?" + urlencode({key: value})).element_strings
+        except (biip.ParseError, ValueError) as error:
+            problems.append(Problem(key if _is_ai(key) else "", short(str(error))))
+        else:
+            elements.extend(e for e in one if e.ai.ai not in in_path)
+    return elements
+
+
+def _is_ai(text: str) -> bool:
+    return 2 <= len(text) <= 4 and all(c in "0123456789" for c in text)
 
 
 def _human_readable(text: str, problems: list[Problem]) -> list[GS1ElementString]:
@@ -173,28 +254,40 @@ def _human_readable(text: str, problems: list[Problem]) -> list[GS1ElementString
     elements = []
     compact = "".join(text.split())
     parts = compact.split("(")[1:]
-    for part in parts:
-        ai, closed, data = part.partition(")")
+    if len(parts) > MAX_ELEMENTS:
+        problems.append(
+            Problem("", f"more than {MAX_ELEMENTS} element strings; the rest is not read")
+        )
+    for part in parts[:MAX_ELEMENTS]:
+        ai, closed, data = part[:ELEMENT_WINDOW].partition(")")
         if not closed or not ai:
-            problems.append(Problem("", f"{'(' + part!r} is not an (AI)data element string"))
+            problems.append(Problem("", short(f"{'(' + part!r} is not an (AI)data element string")))
             continue
         try:
+            if not _is_ai(ai) or _known_ai(ai) is None:
+                raise biip.ParseError(f"({short(ai)}) is no GS1 Application Identifier")
             elements.append(GS1ElementString.parse(ai + data))
         except biip.ParseError as error:
-            problems.append(Problem(ai if ai.isdecimal() else "", str(error)))
+            problems.append(Problem(ai if _is_ai(ai) else "", short(str(error))))
     return elements
 
 
 def _element_strings(text: str, problems: list[Problem]) -> list[GS1ElementString]:
     """AI-prefixed element strings run together, GS after the variable-length ones. After a
-    broken element, reading resumes after the next GS (without one, the rest is lost)."""
+    broken element, reading resumes after the next GS (without one, the rest is lost). The
+    parser sees one element's window at a time, at most `MAX_ELEMENTS` times."""
     elements = []
     rest = text
-    while rest:
+    for _ in range(MAX_ELEMENTS):
+        if not rest:
+            break
+        window = rest[:ELEMENT_WINDOW]
         try:
-            element = GS1ElementString.extract(rest)
+            if _known_ai(window) is None:  # the parser would scan every AI to say so
+                raise biip.ParseError(f"no GS1 Application Identifier at {window[:8]!r}")
+            element = GS1ElementString.extract(window)
         except biip.ParseError as error:
-            problems.append(Problem(_ai_of(rest), str(error)))
+            problems.append(Problem(_ai_of(window), short(str(error))))
             _, found, rest = rest.partition(GS)
             if not found:
                 break
@@ -202,34 +295,83 @@ def _element_strings(text: str, problems: list[Problem]) -> list[GS1ElementStrin
             elements.append(element)
             rest = rest[len(element) :]
         rest = rest.lstrip(GS)
+    else:
+        if rest:
+            problems.append(
+                Problem("", f"more than {MAX_ELEMENTS} element strings; the rest is not read")
+            )
     return elements
 
 
 def _ai_of(text: str) -> str:
+    known = _known_ai(text)
+    return known.ai if known is not None else ""
+
+
+def _known_ai(text: str) -> GS1ApplicationIdentifier | None:
+    """The AI `text` starts with, if GS1 defines one. AIs are 2-4 ASCII digits, so this
+    looks up at most 11,100 distinct keys (the parser scans its whole AI table per call)."""
+    lead = text[:4]
+    for position, char in enumerate(lead):
+        if char not in "0123456789":
+            lead = lead[:position]
+            break
+    return _ai_for_digits(lead) if len(lead) >= 2 else None
+
+
+@functools.cache
+def _ai_for_digits(digits: str) -> GS1ApplicationIdentifier | None:
     try:
-        return GS1ApplicationIdentifier.extract(text).ai
+        return GS1ApplicationIdentifier.extract(digits)
     except biip.ParseError:
-        return ""
+        return None
 
 
-# The element's own check (a check digit or a date) that biip reports without raising.
 def _element_error(element: GS1ElementString) -> str | None:
-    return element.sscc_error or element.gtin_error or element.gln_error
+    """What is wrong with an element the parser read: its own check (a check digit) that biip
+    reports without raising, a character outside set 82 (a Digital Link's percent-decoded
+    value), a count of no trade items."""
+    if (error := element.sscc_error or element.gtin_error or element.gln_error) is not None:
+        return short(error)
+    if (outside := _outside_cset82(element.value)) is not None:
+        return outside.reason
+    if element.ai.ai == "37" and int(element.value) == 0:
+        return "a count of 0 trade items"
+    return None
 
 
 def _facts(elements: Iterable[GS1ElementString], problems: list[Problem]) -> LabelFacts:
-    facts = LabelFacts()
     seen = []
+    taken: dict[str, GS1ElementString] = {}
+    conflicting: set[str] = set()
     for element in elements:
         ai = element.ai.ai
         seen.append((ai, element.value))
         if (error := _element_error(element)) is not None:
             problems.append(Problem(ai, error))
-            continue
-        facts = _with_element(facts, ai, element)
+        elif ai in taken and taken[ai].value != element.value:
+            if ai not in conflicting:
+                problems.append(Problem(ai, f"AI ({ai}) appears twice with different values"))
+            conflicting.add(ai)
+        else:
+            taken[ai] = element
+    if "01" in taken and "02" in taken:
+        problems.append(Problem("02", "AI (01) and AI (02) may not be on one label together"))
+        conflicting |= {"01", "02"}
     if not seen and not problems:
         problems.append(Problem("", "the label holds no GS1 element string"))
-    return replace(facts, problems=tuple(problems), elements=tuple(seen))
+    facts = LabelFacts()
+    for ai, element in taken.items():
+        if ai not in conflicting:
+            facts = _with_element(facts, ai, element)
+    return replace(facts, problems=_capped(problems), elements=tuple(seen))
+
+
+def _capped(problems: list[Problem]) -> tuple[Problem, ...]:
+    if len(problems) <= MAX_PROBLEMS:
+        return tuple(problems)
+    more = Problem("", f"and {len(problems) - MAX_PROBLEMS + 1} more problems")
+    return (*problems[: MAX_PROBLEMS - 1], more)
 
 
 def _with_element(facts: LabelFacts, ai: str, element: GS1ElementString) -> LabelFacts:
@@ -237,7 +379,7 @@ def _with_element(facts: LabelFacts, ai: str, element: GS1ElementString) -> Labe
         return replace(facts, sscc=element.sscc.value)
     if ai == "02" and element.gtin is not None:
         return replace(facts, gtin=element.gtin.value.zfill(14))
-    if ai == "01" and element.gtin is not None and facts.gtin is None:
+    if ai == "01" and element.gtin is not None:
         return replace(facts, gtin=element.gtin.value.zfill(14))
     if ai == "10":
         return replace(facts, lot=element.value)
@@ -254,24 +396,56 @@ def _with_element(facts: LabelFacts, ai: str, element: GS1ElementString) -> Labe
     return facts
 
 
+@dataclass(frozen=True)
+class ReadingLabels:
+    """What a reading's GS1 labels say together: the distinct labels' facts, the labels they
+    add (name, value, confidence) and every problem, the reading's own ones last."""
+
+    facts: tuple[LabelFacts, ...]
+    derived: tuple[tuple[str, str, float], ...]
+    problems: tuple[Problem, ...]
+
+
+def read_labels(facility: Facility | None, labels: Sequence[LabelLike]) -> ReadingLabels:
+    """The GS1 labels among a reading's labels, read together (see the module docstring)."""
+    distinct: dict[LabelFacts, float] = {}  # identical labels count once, at their best
+    for label in labels:
+        if is_gs1(facility, label.name):
+            facts = parse(label.value)
+            distinct[facts] = max(distinct.get(facts, 0.0), label.confidence)
+    problems = [problem for facts in distinct for problem in facts.problems]
+    ssccs = sorted({facts.sscc for facts in distinct if facts.sscc is not None})
+    lpns = sorted(
+        {x.value for x in labels if x.name == SSCC_LABEL and not is_gs1(facility, x.name)}
+    )
+    if len(ssccs) > 1:
+        reason = f"the GS1 labels name {len(ssccs)} different SSCCs; a reading names one pallet"
+        problems.append(Problem("00", reason))
+    elif ssccs and lpns and lpns != ssccs:
+        reason = f"the SSCC {ssccs[0]} differs from the reading's lpn label {short(lpns[0])}"
+        problems.append(Problem("00", short(reason)))
+    conflict = len(ssccs) > 1 or bool(ssccs and lpns and lpns != ssccs)
+    derived = tuple(
+        (FACT_LABELS[fact], value, confidence)
+        for facts, confidence in distinct.items()
+        for fact, value in facts.values().items()
+        if not (conflict and fact == "sscc")
+    )
+    return ReadingLabels(tuple(distinct), derived, tuple(problems))
+
+
 def label_facts(facility: Facility | None, labels: Sequence[LabelLike]) -> list[LabelFacts]:
-    """The facts of each GS1 label among a reading's labels, in order."""
-    return [parse(label.value) for label in labels if is_gs1(facility, label.name)]
+    """The facts of each distinct GS1 label among a reading's labels, in order."""
+    return list(read_labels(facility, labels).facts)
 
 
 def derived_labels(
     facility: Facility | None, labels: Sequence[LabelLike]
 ) -> list[tuple[str, str, float]]:
     """The labels (name, value, confidence) the GS1 labels among `labels` add to a reading."""
-    out = []
-    for label in labels:
-        if not is_gs1(facility, label.name):
-            continue
-        for fact, value in parse(label.value).values().items():
-            out.append((FACT_LABELS[fact], value, label.confidence))
-    return out
+    return list(read_labels(facility, labels).derived)
 
 
 def problems(facility: Facility | None, labels: Sequence[LabelLike]) -> list[Problem]:
-    """Every problem of the GS1 labels among `labels`, in label order."""
-    return [problem for facts in label_facts(facility, labels) for problem in facts.problems]
+    """Every problem of the GS1 labels among `labels`, in label order, the reading's last."""
+    return list(read_labels(facility, labels).problems)

@@ -202,6 +202,11 @@ def validate_reading(
     lifecycle.check_camera_clock(settings, reading.occurred_at, now)
     if len(reading.labels) > settings.ingest_max_labels:
         raise ValidationFailed(f"a reading has at most {settings.ingest_max_labels} labels")
+    if sum(gs1_labels.is_gs1(facility, label.name) for label in reading.labels) > (
+        gs1_labels.MAX_GS1_LABELS
+    ):
+        most = gs1_labels.MAX_GS1_LABELS
+        raise ValidationFailed(f"a reading has at most {most} GS1 labels (it names one pallet)")
     for label in reading.labels:
         camera_input.check_label(
             settings, label.name, label.value, label.confidence,
@@ -867,8 +872,9 @@ async def _fold_repeats(
 ) -> dict[int, list[records.Raised]]:
     """A reading that repeats an exception still open (the same code, shipment and LPNs: a
     stray pallet in view of a camera that reads it every second) raises nothing new: its draft
-    goes, and its ack carries the open one (by item index). Open ones of the items' own pallets
-    are not repeats: an earlier attempt of this batch stored them."""
+    goes, and its ack carries the open one (by item index) with the reading's own detail. Open
+    ones of the items' own pallets are not repeats: an earlier attempt of this batch stored
+    them."""
     keyed = {
         (d.shipment_id, d.code, tuple(sorted(d.lpns))): None
         for found in drafts.values()
@@ -899,7 +905,10 @@ async def _fold_repeats(
             if draft.code not in FOLDED_CODES or not draft.lpns:
                 kept.append(draft)
             elif key in first:
-                echoed.setdefault(item.index, []).append(first[key])
+                # the open record's id, but this reading's detail: what the dock sees in the
+                # ack is what this reading raised (another defect of the same label, say)
+                echo = replace(first[key], detail=draft.detail)
+                echoed.setdefault(item.index, []).append(echo)
             else:  # the batch's first: later ones in the batch repeat it
                 kept.append(draft)
                 first[key] = records.Raised(

@@ -112,3 +112,11 @@ def test_only_lpns_that_are_ssccs_are_epcs():
 
 def test_a_pallet_with_neither_an_sscc_nor_a_gtin_has_no_event():
     assert events.pallet_event(pallet(lpns=["LPN-1"]), IDS, "UTC") is None
+
+
+def test_a_pallet_known_by_its_contents_only_has_no_epc_list():
+    event = events.pallet_event(CASES["contents without a count or a lot"], IDS, "UTC")
+
+    assert event is not None
+    assert "epcList" not in event
+    assert [q["epcClass"] for q in event["quantityList"]] == [f"https://id.gs1.org/01/{GTIN}"]

@@ -62,10 +62,13 @@ def test_a_digital_link_uri_gives_its_primary_key_and_qualifiers():
     )
 
 
-def test_the_contents_gtin_is_ai_02_before_01_and_always_fourteen_digits():
+def test_the_contents_gtin_is_fourteen_digits_and_ai_01_with_02_is_a_problem():
     assert gs1_labels.parse("(01)09506000134352").gtin == "09506000134352"
-    assert gs1_labels.parse(f"(01)09506000134352(02){GTIN}").gtin == GTIN
-    assert gs1_labels.parse(f"(02){GTIN}(01)09506000134352").gtin == GTIN
+    assert gs1_labels.parse(f"(02){GTIN}").gtin == GTIN
+    for label in (f"(01)09506000134352(02){GTIN}", f"(02){GTIN}(01)09506000134352"):
+        facts = gs1_labels.parse(label)
+        assert facts.gtin is None
+        assert [p.ai for p in facts.problems] == ["02"]
 
 
 def test_a_wrong_sscc_check_digit_is_a_problem_and_the_rest_is_kept():
@@ -127,7 +130,7 @@ def test_content_that_is_no_gs1_label_is_a_problem_and_gives_no_facts(content: s
 
 def test_facts_become_labels_with_the_confidence_of_their_label():
     facility = Facility("acme", "dc1", "DC 1")
-    labels = [Label("gs1", HUMAN, 1.0), Label("lpn", "OTHER", 0.5)]
+    labels = [Label("gs1", HUMAN, 1.0), Label("sku", "OTHER", 0.5)]
 
     assert gs1_labels.derived_labels(facility, labels) == [
         ("lpn", SSCC, 1.0),
@@ -169,3 +172,114 @@ def test_the_api_form_of_the_facts_is_camel_case_with_its_problems():
             }
         ],
     }
+
+
+def test_a_pathological_label_costs_bounded_problems_of_bounded_size():
+    # 330 broken elements, each reason of the parser quoting the rest of the label
+    facts = gs1_labels.parse(("2A\x1d" * 340)[:1024])
+
+    assert len(facts.problems) == gs1_labels.MAX_PROBLEMS
+    assert all(len(p.reason) <= gs1_labels.MAX_REASON_CHARS for p in facts.problems)
+    assert len(facts.elements) <= gs1_labels.MAX_ELEMENTS
+    assert facts.problems[-1].reason.startswith("and ")
+
+
+def test_a_long_human_readable_label_is_read_up_to_the_element_limit():
+    facts = gs1_labels.parse(f"(00){SSCC}" + "(10)x" * 100)
+
+    assert facts.sscc == SSCC
+    assert len(facts.elements) <= gs1_labels.MAX_ELEMENTS
+    assert len(facts.problems) <= gs1_labels.MAX_PROBLEMS
+
+
+def _digits(text: str, zero: int) -> str:
+    """`text` with its ASCII digits written in another script's digits (from `zero`)."""
+    return text.translate({ord("0") + d: zero + d for d in range(10)})
+
+
+FULLWIDTH_ZERO, ARABIC_INDIC_ZERO = 0xFF10, 0x0660
+
+
+@pytest.mark.parametrize(
+    "label",
+    [
+        "00" + _digits(SSCC, FULLWIDTH_ZERO),
+        "00" + _digits(SSCC, ARABIC_INDIC_ZERO),
+        f"00{SSCC}10L\u00d6T",  # a letter outside set 82
+        f"(00){SSCC}(37)" + _digits("24", FULLWIDTH_ZERO),
+        f"00{SSCC}10LOT\u200b",
+    ],
+)
+def test_characters_outside_gs1_character_set_82_refuse_the_label(label: str):
+    facts = gs1_labels.parse(label)
+
+    assert facts.values() == {}
+    [problem] = facts.problems
+    assert "outside GS1 character set 82" in problem.reason
+
+
+def test_a_digital_link_value_outside_set_82_is_a_problem():
+    facts = gs1_labels.parse(f"https://id.gs1.org/00/{SSCC}?10=L%C3%96T")
+
+    assert (facts.sscc, facts.lot) == (SSCC, None)
+    assert [p.ai for p in facts.problems] == ["10"]
+
+
+def test_the_same_ai_twice_with_different_values_takes_neither():
+    other = "006141411234567890"
+    facts = gs1_labels.parse(f"00{SSCC}00{other}10LOT")
+
+    assert (facts.sscc, facts.lot) == (None, "LOT")
+    assert [(p.ai, p.reason) for p in facts.problems] == [
+        ("00", "AI (00) appears twice with different values")
+    ]
+    assert gs1_labels.parse(f"00{SSCC}00{SSCC}").sscc == SSCC  # the same value twice is fine
+
+
+def test_a_count_of_zero_is_a_problem():
+    facts = gs1_labels.parse(f"02{GTIN}3700000000")
+
+    assert facts.count is None
+    assert [p.ai for p in facts.problems] == ["37"]
+
+
+def test_one_bad_digital_link_query_attribute_loses_only_itself():
+    facts = gs1_labels.parse(f"https://id.gs1.org/00/{SSCC}?17=261399&10=LOT-1")
+
+    assert (facts.sscc, facts.lot, facts.expiry) == (SSCC, "LOT-1", None)
+    assert [p.ai for p in facts.problems] == ["17"]
+
+
+def test_a_digital_link_with_user_information_is_refused_any_host_is_read():
+    assert gs1_labels.parse(f"https://user:pw@id.gs1.org/00/{SSCC}").sscc is None
+    assert gs1_labels.parse(f"https://resolver.example:8443/00/{SSCC}").sscc == SSCC
+
+
+def _gs1(*contents: str, lpn: str | None = None) -> list[Label]:
+    labels = [Label("gs1", content, 0.9) for content in contents]
+    return labels + ([Label("lpn", lpn, 0.8)] if lpn else [])
+
+
+def test_identical_labels_of_a_reading_count_once():
+    read = gs1_labels.read_labels(None, _gs1(f"00{SSCC}02{GTIN}3724", f"00{SSCC}02{GTIN}3724"))
+
+    assert len(read.facts) == 1
+    assert sorted(name for name, _, _ in read.derived) == ["count", "gtin", "lpn"]
+
+
+def test_a_reading_whose_labels_name_two_ssccs_takes_neither():
+    other = "006141411234567890"
+    read = gs1_labels.read_labels(None, _gs1(f"00{SSCC}", f"00{other}"))
+
+    assert [name for name, _, _ in read.derived] == []
+    assert [p.ai for p in read.problems] == ["00"]
+    assert "2 different SSCCs" in read.problems[0].reason
+
+
+def test_a_gs1_sscc_that_differs_from_the_lpn_label_is_a_problem():
+    read = gs1_labels.read_labels(None, _gs1(f"00{SSCC}10LOT", lpn="006141411234567890"))
+
+    assert [name for name, _, _ in read.derived] == ["lot"]
+    assert [p.ai for p in read.problems] == ["00"]
+    agreeing = gs1_labels.read_labels(None, _gs1(f"00{SSCC}", lpn=SSCC))
+    assert agreeing.problems == ()

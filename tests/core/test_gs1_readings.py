@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import bson
+
 from core.auth.access import Principal
 from core.intake.contract import parse_document
 from core.intake.documents import apply_document
+from core.pallets import gs1_labels
 from core.pallets.ingest import Label, Reading, ReadingResult, record_pallets
 from core.settings import Settings
 from core.storage import Storage
@@ -23,6 +26,7 @@ SSCC = "106141411234567897"  # the GS1 General Specifications' example SSCC
 BAD_SSCC = "106141411234567898"  # its check digit is 7
 OTHER_SSCC = "006141410000000013"
 GTIN = "10614141000415"
+VALID_OTHER_SSCC = "006141411234567890"
 
 
 def gs1_reading(reading_id: str, *contents: str, seconds: int = 0) -> Reading:
@@ -156,6 +160,83 @@ async def test_a_bad_label_read_over_and_over_raises_one_label_invalid_while_it_
     assert await storage.exceptions.count_documents({"code": "LABEL_INVALID"}) == 1
     [echo] = [e for e in later.exceptions if e.code == "LABEL_INVALID"]
     assert echo.exception_id == first.exceptions[0].exception_id
+
+
+async def test_a_repeated_label_invalid_acks_each_reading_with_its_own_defect(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    await post_shipment(storage, tenant, {"SO-1": [SSCC, OTHER_SSCC]})
+    camera = await camera_of(storage, tenant)
+
+    [first] = await read(
+        storage, settings, camera, gs1_reading("r-1", f"(00){SSCC}(02)10614141000416")
+    )
+    [later] = await read(
+        storage, settings, camera, gs1_reading("r-2", f"(00){SSCC}(17)261399", seconds=1)
+    )
+
+    [raised] = [e for e in first.exceptions if e.code == "LABEL_INVALID"]
+    [echo] = [e for e in later.exceptions if e.code == "LABEL_INVALID"]
+    assert echo.exception_id == raised.exception_id  # the open record folds the repeat
+    assert "AI (02)" in raised.detail
+    assert "AI (17)" in echo.detail  # but the dock hears about this reading's defect
+    [resent] = await read(
+        storage, settings, camera, gs1_reading("r-2", f"(00){SSCC}(17)261399", seconds=1)
+    )
+    assert [e.detail for e in resent.exceptions if e.code == "LABEL_INVALID"] == [echo.detail]
+
+
+async def test_a_pathological_reading_stores_and_acks_bounded_problems(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    camera = await camera_of(storage, tenant)
+    nasty = [(f"{n:02d}" + "2A\x1d" * 340)[:1024] for n in range(gs1_labels.MAX_GS1_LABELS)]
+
+    [result] = await read(storage, settings, camera, gs1_reading("r-1", *nasty))
+    [too_many] = await read(
+        storage, settings, camera, gs1_reading("r-2", *nasty, f"00{SSCC}", seconds=1)
+    )
+
+    assert result.status == "ACCEPTED"
+    pallet = await storage.pallets.find_one({"_id": result.pallet_id})
+    assert pallet is not None
+    problems = [p for label in pallet["gs1_labels"] for p in label["problems"]]
+    assert 0 < len(problems) <= gs1_labels.MAX_GS1_LABELS * gs1_labels.MAX_PROBLEMS
+    assert all(len(p["reason"]) <= gs1_labels.MAX_REASON_CHARS for p in problems)
+    # the raw labels (8 x 1 KB, in the labels and the message) and little else
+    assert len(bson.encode(pallet)) < 4 * gs1_labels.MAX_GS1_LABELS * 1024
+    [raised] = [e for e in result.exceptions if e.code == "LABEL_INVALID"]
+    assert len(raised.detail) < 400
+    record = await storage.exceptions.find_one({"_id": raised.exception_id})
+    assert record is not None
+    assert len(bson.encode(record)) < 10_000
+    assert too_many.status == "REJECTED"
+    assert f"at most {gs1_labels.MAX_GS1_LABELS} GS1 labels" in too_many.error
+
+
+async def test_identical_labels_count_once_and_two_ssccs_name_no_pallet(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    camera = await camera_of(storage, tenant)
+    label = f"00{SSCC}02{GTIN}3724"
+
+    [twice, two] = await read(
+        storage,
+        settings,
+        camera,
+        gs1_reading("r-1", label, label),
+        gs1_reading("r-2", f"00{SSCC}", f"00{VALID_OTHER_SSCC}", seconds=1),
+    )
+
+    pallet = await storage.pallets.find_one({"_id": twice.pallet_id})
+    assert pallet is not None
+    assert [label["count"] for label in pallet["gs1_labels"]] == ["24"]
+    assert "LABEL_INVALID" not in codes(twice)
+    other = await storage.pallets.find_one({"_id": two.pallet_id})
+    assert other is not None
+    assert other["lpns"] == []
+    [raised] = [e for e in two.exceptions if e.code == "LABEL_INVALID"]
+    assert "2 different SSCCs" in raised.detail
 
 
 async def test_a_facility_switches_label_invalid_off(

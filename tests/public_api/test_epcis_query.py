@@ -86,6 +86,10 @@ async def test_the_event_query_answers_the_cameras_readings_as_graphql_does(
     ]
     for event in found:
         assert_valid_event(event)
+    # recordTime: when each reading was stored, at or after it happened
+    stored = {p["lpns"][0]: p["created_at"] async for p in storage.pallets.find({})}
+    assert all(e["recordTime"] >= e["eventTime"] for e in found)
+    assert found[0]["recordTime"] == stored[SSCCS[0]].strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     # the same readings through GraphQL: the same events, the same ids
     _, graphql = await gql(api, PALLETS, {"id": shipment_id}, token=tenant.token)
     by_graphql = {p["epcisEvent"]["eventID"] for p in graphql["data"]["shipment"]["pallets"]}
@@ -97,12 +101,16 @@ async def test_the_event_query_answers_the_cameras_readings_as_graphql_does(
         api, tenant.token, MATCH_anyEPC="urn:epc:id:sscc:0614141.1234567890"
     )
     _, off, _ = await events_of(api, tenant.token, EQ_bizStep="unloading")
+    _, urn_step, _ = await events_of(
+        api, tenant.token, EQ_bizStep="urn:epcglobal:cbv:bizstep:unloading"
+    )
     _, late, _ = await events_of(api, tenant.token, GE_eventTime=found[3]["eventTime"])
     _, none, _ = await events_of(api, tenant.token, eventType="AggregationEvent")
     assert [e["eventID"] for e in event_list(one)] == [found[2]["eventID"]]
     assert [e["eventID"] for e in event_list(urn)] == [found[2]["eventID"]]
     assert [e["eventID"] for e in event_list(off)] == [found[3]["eventID"]]
     assert [e["bizStep"] for e in event_list(off)] == ["unloading"]
+    assert event_list(urn_step) == event_list(off)
     assert [e["eventID"] for e in event_list(late)] == [found[3]["eventID"]]
     assert event_list(none) == []
 
@@ -146,6 +154,9 @@ async def test_bad_parameters_are_problems_naming_the_parameter(
         assert status == 400, (name, problem)
         assert headers["Content-Type"].startswith("application/problem+json")
         assert name in problem["detail"]
+    for per_page in ("1_0", "\uff11\uff10", " 10", "+5"):  # int() takes each of these
+        status, problem, _ = await events_of(api, tenant.token, perPage=per_page)
+        assert (status, "perPage" in problem["detail"]) == (400, True), per_page
 
 
 async def test_the_openapi_document_lists_the_event_query_and_its_parameters(
@@ -197,3 +208,20 @@ async def test_pages_of_one_business_never_reach_another_at_the_same_instant(
             )
             status, page, headers = response.status, await response.json(), dict(response.headers)
         assert sorted(seen) == sorted(f"https://id.gs1.org/00/{sscc}" for sscc in ssccs)
+
+
+async def test_the_gs1_epc_format_header_is_honoured_or_refused(
+    api: TestClient[Any, Any], tenant: Tenant
+):
+    async def answer(value: str) -> tuple[int, str]:
+        response = await api.get(
+            "/epcis/events",
+            headers={"Authorization": f"Bearer {tenant.token}", "GS1-EPC-Format": value},
+        )
+        return response.status, response.headers["Content-Type"]
+
+    for met in ("No_Preference", "Always_GS1_Digital_Link", "Never_Translates"):
+        assert (await answer(met))[0] == 200, met
+    status, content_type = await answer("Always_EPC_URN")
+    assert (status, content_type.split(";")[0]) == (406, "application/problem+json")
+    assert (await answer("Sometimes"))[0] == 400
