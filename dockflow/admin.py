@@ -459,6 +459,14 @@ async def _create_client(services: Services, args: argparse.Namespace) -> Output
     running = server_record.running_api(services.settings.data_dir)
     base_url = running.public_base_url if running else services.settings.public_base_url
     audience = running.graphql_url if running else services.settings.graphql_url
+    if running is None:
+        print(
+            f"dockflow admin: no running dockflow recorded in "
+            f"{services.settings.data_dir.resolve() / server_record.RECORD_FOLDER}: token_url and "
+            f"audience are the defaults ({base_url}); a client of a server on other ports gets "
+            "its addresses from that server's start banner",
+            file=sys.stderr,
+        )
     data = {
         "client_id": client.client_id,
         "client_secret": created.secret,

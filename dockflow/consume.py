@@ -33,6 +33,7 @@ from dockflow.customer_client import (
     add_client_options,
     client_options,
     fetch_token,
+    located,
 )
 
 PAGE = 1000  # pushMessages page size while catching up
@@ -127,6 +128,16 @@ class Consumer:
                     _log(f"{error}; reconnecting in {delay:.1f}s")
                     await asyncio.sleep(delay * (0.5 + random.random()))
                     delay = min(delay * 2, BACKOFF_MAX_S)
+                    self._follow_the_server()
+
+    def _follow_the_server(self) -> None:
+        """Before reconnecting, look again where the server's address was found (no --url): a
+        dockflow restarted on other ports is followed there, with a token for its audience."""
+        found = located(self.options.client)
+        if found is not None and found.url != self.options.url:
+            _log(f"the running dockflow is now at {found.url}")
+            self.options.client = found
+            self._token = None
 
     async def _token_for(self, session: aiohttp.ClientSession) -> str:
         if self._token is not None and time.monotonic() < self._token_expires:
@@ -288,7 +299,7 @@ def register(commands: Any) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    client = client_options(args)
+    client = client_options(args, "consume")
     if client is None:
         print("dockflow consume: --client-id and --client-secret are required", file=sys.stderr)
         return 2

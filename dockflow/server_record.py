@@ -126,3 +126,13 @@ def running_api(data_dir: Path) -> ServerRecord | None:
 def running_edge(data_dir: Path) -> ServerRecord | None:
     """A live process of `data_dir` serving the camera edge, if any."""
     return next((r for r in running_servers(data_dir) if r.grpc_target), None)
+
+
+def none_running(command: str, data_dir: Path, using: str, options: str) -> str:
+    """The one line a client command prints on stderr when no live server is recorded where it
+    looked, so that a default address is never used silently: where it looked, what it uses
+    instead, and how to name another server."""
+    return (
+        f"dockflow {command}: no running dockflow recorded in {_folder(data_dir)}; "
+        f"using {using} (name another with {options})"
+    )

@@ -313,8 +313,7 @@ def _run(args: argparse.Namespace) -> int:
         lpns, skus = expected.lpns, expected.skus
         direction = direction or expected.direction
     pallets = args.pallets if args.pallets is not None else (len(lpns) or 10)
-    running = server_record.running_edge(Path(args.data_dir))
-    target = args.target or (running.grpc_target if running else None) or DEFAULT_TARGET
+    target = args.target or _recorded_target(Path(args.data_dir))
     options = SimulateOptions(
         target=target,
         camera_token=token,
@@ -343,6 +342,18 @@ def _run(args: argparse.Namespace) -> int:
     for error in report.errors:
         print(f"error: {error}", file=sys.stderr)
     return 1 if report.errors else 0
+
+
+def _recorded_target(data_dir: Path) -> str:
+    """The edge of the running dockflow recorded in `data_dir`; else the default, said."""
+    running = server_record.running_edge(data_dir)
+    if running is not None and running.grpc_target:
+        return running.grpc_target
+    line = server_record.none_running(
+        "simulate", data_dir, DEFAULT_TARGET, "--target or --data-dir"
+    )
+    print(line, file=sys.stderr)
+    return DEFAULT_TARGET
 
 
 def register(commands: Any) -> None:

@@ -131,3 +131,113 @@ async def test_records_of_processes_that_are_gone_are_not_believed(tmp_path: Pat
     finally:
         other.kill()
         await other.wait()
+
+
+def _customer(credentials_dir: Path, **extra: str) -> dict[str, str]:
+    credentials = json.loads((credentials_dir / "var" / "demo-credentials.json").read_text())
+    return {
+        **newcomer_environment(),
+        "DOCKFLOW_CLIENT_ID": credentials["client_id"],
+        "DOCKFLOW_CLIENT_SECRET": credentials["client_secret"],
+        "DOCKFLOW_CAMERA_TOKEN": credentials["cameras"]["D1"]["token"],
+        **extra,
+    }
+
+
+async def test_client_commands_with_no_server_recorded_say_which_default_they_use(tmp_path: Path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    nobody = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    env = {
+        **newcomer_environment(),
+        "DOCKFLOW_CLIENT_ID": "dfc_x",
+        "DOCKFLOW_CLIENT_SECRET": "dfs_x",
+        "DOCKFLOW_CAMERA_TOKEN": "cam.x",
+        "DOCKFLOW_PUBLIC_BASE_URL": nobody,
+    }
+    document = tmp_path / "order.json"
+    document.write_text(json.dumps({"items": [{"lpn": "LPN-1", "sku": "S"}]}))
+    looked_in = str((elsewhere / "var" / "run").resolve())
+    commands = {
+        "post-document": (["post-document", str(document)], nobody, "--url"),
+        "simulate": (
+            ["simulate", "--lpns-from", str(document), "--quiet"],
+            "localhost:50051",
+            "--target",
+        ),
+    }
+    for name, (argv, default, option) in commands.items():
+        _, _, err = await _run(*argv, cwd=elsewhere, env=env)
+
+        notice = err.splitlines()[0]
+        assert notice.startswith(f"dockflow {name}: no running dockflow recorded in {looked_in}")
+        assert f"using {default}" in notice
+        assert f"name another with {option} or --data-dir" in notice
+    assert not (elsewhere / "var").exists(), "looking creates nothing"
+
+
+async def test_admin_create_client_with_no_server_running_says_its_urls_are_defaults(
+    tmp_path: Path,
+):
+    server = DemoServer(
+        tmp_path, http_port=free_port(), grpc_port=free_port(), ops_port=free_port()
+    )
+    async with server:
+        pass  # a database with the demo tenant, and no server now
+
+    code, out, err = await _run("admin", "create-client", "demo", "--json", cwd=tmp_path)
+
+    assert code == 0, err
+    [notice] = err.splitlines()
+    assert "no running dockflow recorded in" in notice
+    assert "token_url and audience are the defaults" in notice
+    assert json.loads(out)["token_url"] in notice.replace(")", "/oauth/token)")
+
+
+async def test_consume_follows_a_server_restarted_on_another_port(tmp_path: Path):
+    server = DemoServer(
+        tmp_path, http_port=free_port(), grpc_port=free_port(), ops_port=free_port()
+    )
+    await server.start()
+    consumer = None
+    try:
+        env = _customer(tmp_path)
+        consumer = await asyncio.create_subprocess_exec(
+            *DOCKFLOW, "consume", "--business", "demo", "--max-messages", "1",
+            cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        await server.stop()
+        new_port = free_port()
+        await server.start(http=new_port, grpc=free_port())
+        document = tmp_path / "order.json"
+        document.write_text(
+            json.dumps(
+                {
+                    "business": "demo",
+                    "facility": "dc1",
+                    "direction": "OUTBOUND",
+                    "orderNumber": "SO-MOVED",
+                    "items": [
+                        {"lpn": "LPN-M1", "sku": "SKU-M", "quantity": 1, "quantityUnit": "PALLET"}
+                    ],
+                }
+            )
+        )
+        code, out, err = await _run("post-document", str(document), cwd=tmp_path, env=env)
+        assert code == 0, out + err
+        code, out, err = await _run(
+            "simulate", "--lpns-from", str(document), "--quiet", cwd=tmp_path, env=env
+        )
+        assert code == 0, out + err
+
+        out_bytes, err_bytes = await asyncio.wait_for(consumer.communicate(), COMMAND_LIMIT_S)
+
+        assert consumer.returncode == 0, err_bytes.decode()
+        assert f"the running dockflow is now at http://localhost:{new_port}" in err_bytes.decode()
+        assert json.loads(out_bytes.decode().splitlines()[0])["message"]["skus"] == ["SKU-M"]
+    finally:
+        if consumer is not None and consumer.returncode is None:
+            consumer.kill()
+            await consumer.wait()
+        await server.stop()
