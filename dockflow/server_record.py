@@ -16,7 +16,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from core.files import write_private_file
@@ -37,6 +37,9 @@ class ServerRecord:
     graphql_url: str | None = None  # the token audience (with the API)
     grpc_target: str | None = None  # host:port (with the edge)
     ops_url: str | None = None
+    # The hosts its webhook deliveries may reach despite the egress rules (with webhooks), so
+    # that `admin create-webhook` judges a target by the allow-list of the server delivering.
+    webhook_allow_hosts: tuple[str, ...] | None = None
 
 
 def _folder(data_dir: Path) -> Path:
@@ -61,6 +64,7 @@ def record_for(
         graphql_url=settings.graphql_url if api else None,
         grpc_target=_client_address(addresses["grpc"]) if "grpc" in addresses else None,
         ops_url=f"http://{_client_address(addresses['ops'])}" if "ops" in addresses else None,
+        webhook_allow_hosts=settings.webhook_allow_hosts if "webhooks" in parts else None,
     )
 
 
@@ -111,6 +115,8 @@ def running_servers(data_dir: Path) -> list[ServerRecord]:
         try:
             data = json.loads(path.read_text())
             record = ServerRecord(**{**data, "parts": tuple(data.get("parts", ()))})
+            if record.webhook_allow_hosts is not None:
+                record = replace(record, webhook_allow_hosts=tuple(record.webhook_allow_hosts))
         except (OSError, ValueError, TypeError):
             continue
         if record.pid > 0 and _alive(record.pid):
@@ -126,6 +132,11 @@ def running_api(data_dir: Path) -> ServerRecord | None:
 def running_edge(data_dir: Path) -> ServerRecord | None:
     """A live process of `data_dir` serving the camera edge, if any."""
     return next((r for r in running_servers(data_dir) if r.grpc_target), None)
+
+
+def running_webhooks(data_dir: Path) -> ServerRecord | None:
+    """A live process of `data_dir` delivering webhooks, if any."""
+    return next((r for r in running_servers(data_dir) if r.webhook_allow_hosts is not None), None)
 
 
 def none_running(command: str, data_dir: Path, using: str, options: str) -> str:

@@ -241,3 +241,29 @@ async def test_consume_follows_a_server_restarted_on_another_port(tmp_path: Path
             consumer.kill()
             await consumer.wait()
         await server.stop()
+
+
+async def test_webhook_steps_of_the_demo_banner_work_as_written(tmp_path: Path):
+    """The banner names create-webhook first (it prints the secret `listen` needs), and the
+    demo server's loopback allowance is what `admin create-webhook` judges the URL by."""
+    server = DemoServer(
+        tmp_path, http_port=free_port(), grpc_port=free_port(), ops_port=free_port()
+    )
+    async with server:
+        steps = server.banner[server.banner.index("  Webhooks") :]
+        assert steps.index("dockflow admin create-webhook demo") < steps.index("dockflow listen")
+        assert "--secret" in steps
+
+        code, out, err = await _run(
+            "admin", "create-webhook", "demo", "--url", "http://127.0.0.1:8090", cwd=tmp_path
+        )
+        assert code == 0, err
+        assert "signing_secret" in out
+        assert err == "", "the demo server delivers to loopback: no warning"
+
+    code, _, err = await _run(
+        "admin", "create-webhook", "demo", "--url", "http://127.0.0.1:8091", cwd=tmp_path
+    )
+    assert code == 0, err
+    assert "every delivery to this endpoint will fail" in err
+    assert "judged by this command's settings: no running dockflow delivers webhooks" in err
