@@ -48,7 +48,23 @@ async def test_every_address_follows_the_http_port_and_commands_find_the_server(
         assert f"API docs        {base}/v1/docs/" in server.banner
         async with aiohttp.ClientSession() as session:
             async with session.get(f"{base}/v1/docs/openapi.json") as answer:
-                assert (await answer.json())["servers"] == [{"url": base}]
+                spec = await answer.json()
+            assert spec["servers"] == [{"url": base}]
+            # Swagger's "Try it out" as it stands: the examples name the demo tenant.
+            body = spec["paths"]["/v1/documents"]["post"]["requestBody"]["content"]
+            example = body["application/json"]["examples"]["overwrite"]["value"]
+            assert (example["business"], example["facility"]) == ("demo", "dc1")
+            token_request = {
+                "grant_type": "client_credentials",
+                "client_id": credentials["client_id"],
+                "client_secret": credentials["client_secret"],
+                "audience": f"{base}/public_graphql",
+            }
+            async with session.post(f"{base}/oauth/token", json=token_request) as answer:
+                token = (await answer.json())["access_token"]
+            headers = {"Authorization": f"Bearer {token}"}
+            async with session.post(f"{base}/v1/documents", json=example, headers=headers) as tried:
+                assert tried.status == 201, await tried.text()
 
         # The commands, run in its directory with nothing said about ports or URLs.
         customer = {
