@@ -283,3 +283,60 @@ async def test_webhook_steps_of_the_demo_banner_work_as_written(tmp_path: Path):
     assert code == 0, err
     assert "every delivery to this endpoint will fail" in err
     assert "judged by this command's settings: no running dockflow delivers webhooks" in err
+
+
+async def test_a_record_is_believed_only_for_the_process_that_wrote_it_and_the_newest_wins(
+    tmp_path: Path,
+):
+    """Liveness is the pid's start time: a pid taken again by another process (whatever its
+    command line) does not revive a killed server's record."""
+    first = await asyncio.create_subprocess_exec("sleep", "600")
+    second = await asyncio.create_subprocess_exec("sleep", "600")
+    try:
+        started = server_record.start_time(first.pid)
+        assert started is not None
+        reused = server_record.ServerRecord(
+            pid=first.pid, parts=("api",), public_base_url="http://a:1", started=started + 1
+        )
+        with server_record.recorded(tmp_path, reused):
+            assert server_record.running_api(tmp_path) is None
+
+        older = server_record.ServerRecord(
+            pid=first.pid, parts=("api",), public_base_url="http://older:1", started=started
+        )
+        newer = server_record.ServerRecord(
+            pid=second.pid,
+            parts=("api",),
+            public_base_url="http://newer:1",
+            started=server_record.start_time(second.pid),
+        )
+        with server_record.recorded(tmp_path, older), server_record.recorded(tmp_path, newer):
+            running = server_record.running_api(tmp_path)
+            assert running is not None
+            assert running.public_base_url == "http://newer:1"
+    finally:
+        for process in (first, second):
+            process.kill()
+            await process.wait()
+
+
+async def test_a_server_starting_removes_the_records_of_killed_ones(tmp_path: Path):
+    server = DemoServer(
+        tmp_path, http_port=free_port(), grpc_port=free_port(), ops_port=free_port()
+    )
+    await server.start()
+    try:
+        assert server.process is not None
+        killed = server.process.pid
+        server.process.kill()  # SIGKILL: its record stays behind
+        await server.process.wait()
+        records = tmp_path / "var" / "run"
+        assert [p.name for p in records.glob("*.json")] == [f"{killed}.json"]
+        assert server_record.running_api(tmp_path / "var") is None
+
+        await server.start(http=free_port())
+
+        assert server.process is not None
+        assert [p.name for p in records.glob("*.json")] == [f"{server.process.pid}.json"]
+    finally:
+        await server.stop()
