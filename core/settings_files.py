@@ -27,7 +27,9 @@ def decode_text(field: FieldInfo, value: str) -> Any:
     try:
         decoded = json.loads(value)
     except ValueError:
-        if not sequence:
+        # Text that opens as JSON is meant as JSON: a broken list (`["a",`) is an error, not
+        # one odd host name.
+        if not sequence or str(value).lstrip().startswith(("[", "{")):
             raise
         decoded = value
     if sequence and not isinstance(decoded, list):
@@ -54,6 +56,9 @@ class SettingFilesSource(PydanticBaseSettingsSource):
         except OSError as exc:
             message = f"invalid setting {variable}: cannot read {path}: {exc.strerror}"
             raise ConfigError(message) from None
+        if not text:
+            # An empty secret file (a mount not yet filled) must not mean "no secret".
+            raise ConfigError(f"invalid setting {variable}: {path} is empty")
         if self.field_is_complex(field):
             try:
                 return decode_text(field, text), field_name, True

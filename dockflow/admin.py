@@ -459,6 +459,14 @@ async def _create_client(services: Services, args: argparse.Namespace) -> Output
     running = server_record.running_api(services.settings.data_dir)
     base_url = running.public_base_url if running else services.settings.public_base_url
     audience = running.graphql_url if running else services.settings.graphql_url
+    if running is None:
+        print(
+            f"dockflow admin: no running dockflow recorded in "
+            f"{services.settings.data_dir.resolve() / server_record.RECORD_FOLDER}: token_url and "
+            f"audience are the defaults ({base_url}); a client of a server on other ports gets "
+            "its addresses from that server's start banner",
+            file=sys.stderr,
+        )
     data = {
         "client_id": client.client_id,
         "client_secret": created.secret,
@@ -527,14 +535,25 @@ async def _create_webhook(services: Services, args: argparse.Namespace) -> Outpu
 def _warn_of_refused_targets(
     settings: Settings, endpoint: webhook_endpoints.WebhookEndpoint, urls: tuple[str, ...]
 ) -> None:
-    """On stderr: a target the egress rules of a server with these settings refuse (plain http,
-    a loopback or private address), with the setting that allows it. A warning, not a refusal:
-    the server that delivers may run with another allow-list than this command."""
+    """On stderr: a target the egress rules refuse (plain http, a loopback or private address),
+    with the setting that allows it. The rules are those of the running server that delivers
+    webhooks (its allow-list is recorded: `serve --demo` allows loopback); with none running,
+    those of a server started with this command's settings, said so. A warning, not a
+    refusal: the server that will deliver may be started with another allow-list."""
+    delivering = server_record.running_webhooks(settings.data_dir)
+    if delivering is not None and delivering.webhook_allow_hosts is not None:
+        settings = settings.model_copy(
+            update={"webhook_allow_hosts": delivering.webhook_allow_hosts}
+        )
     allow_hosts = webhook_endpoints.allow_hosts_for(settings, endpoint)
     for url in filter(None, urls):
         warning = egress_rules.operator_url_warning(url, allow_hosts)
-        if warning is not None:
-            print(f"dockflow admin: warning: {warning}", file=sys.stderr)
+        if warning is None:
+            continue
+        if delivering is None:
+            warning += " (judged by this command's settings: no running dockflow delivers webhooks"
+            warning += " from this data directory)"
+        print(f"dockflow admin: warning: {warning}", file=sys.stderr)
 
 
 async def _create_operator(services: Services, args: argparse.Namespace) -> Output:

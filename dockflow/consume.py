@@ -33,6 +33,7 @@ from dockflow.customer_client import (
     add_client_options,
     client_options,
     fetch_token,
+    located,
 )
 
 PAGE = 1000  # pushMessages page size while catching up
@@ -57,9 +58,37 @@ class ConsumerError(Exception):
         self.auth = auth  # the token was refused: fetch a new one
 
 
-class TokenRefused(Exception):
-    """The token endpoint refused us for good (bad credentials, audience, request): asking
-    again cannot help, so the consumer stops with the reason."""
+class Refused(Exception):
+    """Refused for good (a permanent GraphQL error, a state file that cannot be written):
+    asking again cannot help, so the consumer stops with the reason and exit status 1."""
+
+
+class TokenRefused(Refused):
+    """The token endpoint refused us for good (bad credentials, audience, request)."""
+
+
+# GraphQL error codes the same request would get again (a business the client may not read,
+# a facility that does not exist, a filter the server refuses); a rate limit passes with time.
+PERMANENT_CODES = frozenset({"FORBIDDEN", "NOT_FOUND", "BAD_USER_INPUT"})
+TRANSIENT_REASONS = frozenset({"RATE_LIMITED", "IDEMPOTENCY_KEY_IN_FLIGHT"})
+FACILITY_QUERY = """query Facility($business: String!, $facility: String!) {
+  facility(businessSlug: $business, facilitySlug: $facility) { __typename }
+}"""
+
+
+def graphql_failure(what: str, error: Any) -> Exception:
+    """The exception for a GraphQL `error` object: Refused when permanent, else ConsumerError
+    (reconnect after a pause)."""
+    if not isinstance(error, dict):
+        return ConsumerError(f"{what} failed: {error}")
+    extensions = error.get("extensions") or {}
+    code, reason = extensions.get("code"), extensions.get("reason")
+    text = f"{what} failed: {code or 'error'}: {error.get('message', '')}".rstrip(": ")
+    if code == "UNAUTHENTICATED":
+        return ConsumerError(text, auth=True)
+    if code in PERMANENT_CODES and reason not in TRANSIENT_REASONS:
+        return Refused(text)
+    return ConsumerError(text)
 
 
 @dataclass
@@ -127,6 +156,16 @@ class Consumer:
                     _log(f"{error}; reconnecting in {delay:.1f}s")
                     await asyncio.sleep(delay * (0.5 + random.random()))
                     delay = min(delay * 2, BACKOFF_MAX_S)
+                    self._follow_the_server()
+
+    def _follow_the_server(self) -> None:
+        """Before reconnecting, look again where the server's address was found (no --url): a
+        dockflow restarted on other ports is followed there, with a token for its audience."""
+        found = located(self.options.client)
+        if found is not None and found.url != self.options.url:
+            _log(f"the running dockflow is now at {found.url}")
+            self.options.client = found
+            self._token = None
 
     async def _token_for(self, session: aiohttp.ClientSession) -> str:
         if self._token is not None and time.monotonic() < self._token_expires:
@@ -141,10 +180,31 @@ class Consumer:
         self._token_expires = time.monotonic() + expires_in - TOKEN_MARGIN_S
         return self._token
 
+    async def _query(
+        self, session: aiohttp.ClientSession, what: str, query: str, variables: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The `data` of one GraphQL query; a refusal raised as graphql_failure says."""
+        token = await self._token_for(session)
+        async with session.post(
+            f"{self.options.url}/public_graphql",
+            json={"query": query, "variables": variables},
+            headers={"Authorization": f"Bearer {token}"},
+        ) as response:
+            if response.status == 401:
+                raise ConsumerError("the token was refused", auth=True)
+            answer = await response.json(content_type=None)
+        if answer.get("errors"):
+            raise graphql_failure(what, answer["errors"][0])
+        data: dict[str, Any] = answer["data"]
+        return data
+
     async def _catch_up(self, session: aiohttp.ClientSession) -> None:
-        """Page through pushMessages from where we are until a short page."""
+        """Page through pushMessages from where we are until a short page (or the limit)."""
+        if self.options.facility is not None:
+            # Messages of a facility that does not exist never come: say so instead of waiting.
+            names = {"business": self.options.business, "facility": self.options.facility}
+            await self._query(session, "facility", FACILITY_QUERY, names)
         while not self.done:
-            token = await self._token_for(session)
             variables: dict[str, Any] = {
                 "input": {
                     "businessSlug": self.options.business,
@@ -154,19 +214,11 @@ class Consumer:
                     "first": PAGE,
                 }
             }
-            async with session.post(
-                f"{self.options.url}/public_graphql",
-                json={"query": QUERY, "variables": variables},
-                headers={"Authorization": f"Bearer {token}"},
-            ) as response:
-                if response.status == 401:
-                    raise ConsumerError("the token was refused", auth=True)
-                answer = await response.json(content_type=None)
-            if answer.get("errors"):
-                raise ConsumerError(f"pushMessages failed: {answer['errors'][0]}")
-            page = answer["data"]["pushMessages"]
+            page = (await self._query(session, "pushMessages", QUERY, variables))["pushMessages"]
             for message in page:
                 self._emit(message)
+                if self.done:
+                    return
             if len(page) < PAGE:
                 return
 
@@ -211,12 +263,15 @@ class Consumer:
                 elif kind == "next":
                     payload = message["payload"]
                     if payload.get("errors"):
-                        raise ConsumerError(f"subscription ended: {payload['errors'][0]}")
+                        raise graphql_failure("the subscription", payload["errors"][0])
                     self._emit(payload["data"]["pushMessage"])
                     if self.done:
                         return
-                elif kind in ("error", "complete"):
-                    raise ConsumerError(f"subscription ended: {message.get('payload')}")
+                elif kind == "error":
+                    errors = message.get("payload") or [None]
+                    raise graphql_failure("the subscription", errors[0])
+                elif kind == "complete":
+                    raise ConsumerError("the server ended the subscription")
             raise ConsumerError(f"connection closed (code {ws.close_code})")
 
     def _since(self) -> str:
@@ -244,15 +299,33 @@ class Consumer:
         self.progress.last_id = state.get("lastId")
         self.progress.last_sent_at = state.get("lastSentAt")
 
+    def check_state_writable(self) -> None:
+        """Refuse to start with a state file that cannot be written (a missing folder, no
+        permission): a consumer that cannot save its place would replay on every restart."""
+        path = self.options.state
+        if path is None:
+            return
+        temporary = path.with_suffix(path.suffix + ".tmp")
+        try:
+            temporary.touch()
+            temporary.unlink()
+        except OSError as exc:
+            raise Refused(f"cannot write the state file {path}: {exc.strerror or exc}") from None
+
     def _save_state(self) -> None:
         path = self.options.state
         if path is None:
             return
         temporary = path.with_suffix(path.suffix + ".tmp")
-        temporary.write_text(
-            json.dumps({"lastId": self.progress.last_id, "lastSentAt": self.progress.last_sent_at})
-        )
-        temporary.replace(path)
+        try:
+            temporary.write_text(
+                json.dumps(
+                    {"lastId": self.progress.last_id, "lastSentAt": self.progress.last_sent_at}
+                )
+            )
+            temporary.replace(path)
+        except OSError as exc:
+            raise Refused(f"cannot write the state file {path}: {exc.strerror or exc}") from None
 
 
 def _log(text: str) -> None:
@@ -288,7 +361,7 @@ def register(commands: Any) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    client = client_options(args)
+    client = client_options(args, "consume")
     if client is None:
         print("dockflow consume: --client-id and --client-secret are required", file=sys.stderr)
         return 2
@@ -301,9 +374,11 @@ def _main(args: argparse.Namespace) -> int:
         max_messages=args.max_messages,
     )
     try:
+        consumer = Consumer(options)
+        consumer.check_state_writable()
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(Consumer(options).run())
-    except TokenRefused as refused:
+            asyncio.run(consumer.run())
+    except Refused as refused:
         _log(f"{refused}; not retrying")
         return 1
     return 0

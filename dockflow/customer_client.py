@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import aiohttp
@@ -23,6 +24,9 @@ class ClientOptions:
     client_id: str
     client_secret: str
     audience: str
+    # Where the server's address was looked up when no --url named it: a long-running command
+    # (`consume`) looks again there before reconnecting, to follow a server restarted elsewhere.
+    data_dir: Path | None = None
 
 
 # Refusals that asking again cannot change: bad credentials, audience or request (RFC 6749
@@ -90,21 +94,42 @@ def add_data_dir_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def client_options(args: argparse.Namespace) -> ClientOptions | None:
-    """The options, or None when the credentials are missing."""
+def client_options(args: argparse.Namespace, command: str) -> ClientOptions | None:
+    """The options, or None when the credentials are missing. Without --url, the running
+    dockflow of the data directory; when none is recorded there, the default, said on stderr."""
     if not args.client_id or not args.client_secret:
         return None
-    url, audience = args.url, args.audience
-    running = server_record.running_api(Path(args.data_dir))
-    if url is None and running is not None:
-        url = running.public_base_url
-        audience = audience or running.graphql_url
-    url = (url or os.environ.get("DOCKFLOW_PUBLIC_BASE_URL") or DEFAULT_URL).rstrip("/")
-    return ClientOptions(
-        url=url,
+    options = ClientOptions(
+        url=(args.url or "").rstrip("/"),
         client_id=args.client_id,
         client_secret=args.client_secret,
-        audience=audience or f"{url}/public_graphql",
+        audience=args.audience or f"{(args.url or '').rstrip('/')}/public_graphql",
+        data_dir=None if args.url else Path(args.data_dir),
+    )
+    if options.data_dir is None:
+        return options
+    found = located(options, audience=args.audience)
+    if found is None:
+        url = (os.environ.get("DOCKFLOW_PUBLIC_BASE_URL") or DEFAULT_URL).rstrip("/")
+        print(
+            server_record.none_running(command, options.data_dir, url, "--url or --data-dir"),
+            file=sys.stderr,
+        )
+        return replace(options, url=url, audience=args.audience or f"{url}/public_graphql")
+    return found
+
+
+def located(options: ClientOptions, *, audience: str | None = None) -> ClientOptions | None:
+    """`options` pointed at the running dockflow recorded in its data directory (the newest),
+    or None when none is recorded there (or the address was given, not looked up)."""
+    if options.data_dir is None:
+        return None
+    running = server_record.running_api(options.data_dir)
+    if running is None or running.public_base_url is None:
+        return None
+    url = running.public_base_url.rstrip("/")
+    return replace(
+        options, url=url, audience=audience or running.graphql_url or f"{url}/public_graphql"
     )
 
 

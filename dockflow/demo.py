@@ -185,8 +185,10 @@ def describe(services: Services, created: bool, credentials: dict[str, Any] | No
         f"  GraphQL         {settings.graphql_url}",
         f"  API docs        {base}/v1/docs/",
         f"  Dashboard       {settings.dashboard_base_url}",
-        "  Webhooks        loopback hosts allowed (demo only): dockflow listen --port 8090, then",
+        "  Webhooks        loopback hosts allowed (demo only):",
         f"                  dockflow admin create-webhook {BUSINESS} --url http://127.0.0.1:8090",
+        "                  (it prints signing_secret), then",
+        "                  dockflow listen --port 8090 --secret whsec_…",
     ]
     return lines
 

@@ -43,7 +43,7 @@ def content_type_of(path: Path, body: bytes) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    client = client_options(args)
+    client = client_options(args, "post-document")
     if client is None:
         print(
             "dockflow post-document: --client-id and --client-secret are required", file=sys.stderr

@@ -27,10 +27,13 @@ from typing import Any, TextIO
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from core.errors import DockflowError
 from core.shipments import directions
 from dockflow import server_record
 from dockflow.customer_client import add_data_dir_option
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
+from dockflow.post_document import content_type_of
+from public_api.xml_documents import document_from_xml
 
 DEFAULT_TARGET = "localhost:50051"
 
@@ -127,8 +130,14 @@ class DocumentPallets:
 
 
 def pallets_from_document(path: Path) -> DocumentPallets:
-    """The pallets of an intake document (JSON): every item's LPN with the SKUs listed for it."""
-    document: dict[str, Any] = json.loads(path.read_text())
+    """The pallets of an intake document, JSON or XML (read by the API's own XML reader):
+    every item's LPN with the SKUs listed for it."""
+    body = path.read_bytes()
+    document: dict[str, Any]
+    if content_type_of(path, body) == "application/xml":
+        document = document_from_xml(body)
+    else:
+        document = json.loads(body)
     orders = document.get("orders") or [document]
     skus: dict[str, list[str]] = {}
     for order in orders:
@@ -307,14 +316,14 @@ def _run(args: argparse.Namespace) -> int:
     if document is not None:
         try:
             expected = pallets_from_document(Path(document))
-        except (OSError, ValueError) as exc:
-            print(f"dockflow simulate: cannot read {document}: {exc}", file=sys.stderr)
+        except (OSError, ValueError, DockflowError) as exc:
+            reason = exc.detail if isinstance(exc, DockflowError) else exc
+            print(f"dockflow simulate: cannot read {document}: {reason}", file=sys.stderr)
             return 2
         lpns, skus = expected.lpns, expected.skus
         direction = direction or expected.direction
     pallets = args.pallets if args.pallets is not None else (len(lpns) or 10)
-    running = server_record.running_edge(Path(args.data_dir))
-    target = args.target or (running.grpc_target if running else None) or DEFAULT_TARGET
+    target = args.target or _recorded_target(Path(args.data_dir))
     options = SimulateOptions(
         target=target,
         camera_token=token,
@@ -345,6 +354,18 @@ def _run(args: argparse.Namespace) -> int:
     return 1 if report.errors else 0
 
 
+def _recorded_target(data_dir: Path) -> str:
+    """The edge of the running dockflow recorded in `data_dir`; else the default, said."""
+    running = server_record.running_edge(data_dir)
+    if running is not None and running.grpc_target:
+        return running.grpc_target
+    line = server_record.none_running(
+        "simulate", data_dir, DEFAULT_TARGET, "--target or --data-dir"
+    )
+    print(line, file=sys.stderr)
+    return DEFAULT_TARGET
+
+
 def register(commands: Any) -> None:
     parser = commands.add_parser("simulate", help="simulate a dock camera streaming pallets")
     parser.add_argument(
@@ -355,7 +376,9 @@ def register(commands: Any) -> None:
     add_data_dir_option(parser)
     parser.add_argument("--camera-token", help="camera bearer token (DOCKFLOW_CAMERA_TOKEN)")
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--shipment", metavar="FILE", help="intake document (JSON): its LPNs")
+    source.add_argument(
+        "--shipment", metavar="FILE", help="intake document (JSON or XML): its LPNs"
+    )
     source.add_argument("--lpns-from", metavar="FILE", help="same as --shipment")
     parser.add_argument("--pallets", type=int, help="pallets to load (default: the LPNs, or 10)")
     parser.add_argument("--rate", type=float, default=0.0, help="readings/s in all (0: no limit)")

@@ -42,6 +42,7 @@ class EdgeServer(Running):
         self._server: grpc.aio.Server | None = None
         self.batcher = make_batcher(services)
         self.cameras = CameraCache(services.storage, settings.auth_cache_s)
+        self._servicer: PalletIngestServicer | None = None
 
     @property
     def address(self) -> str:
@@ -85,7 +86,7 @@ class EdgeServer(Running):
 
     def _add_servicers(self, server: grpc.aio.Server) -> list[str]:
         """Register the camera services; returns their full names for reflection and health."""
-        servicer = PalletIngestServicer(self.services, self.batcher, self.cameras)
+        servicer = self._servicer = PalletIngestServicer(self.services, self.batcher, self.cameras)
         edge_pb2_grpc.add_PalletIngestServicer_to_server(servicer, server)
         return [PALLET_INGEST]
 
@@ -96,7 +97,11 @@ class EdgeServer(Running):
             return
         await self.health.enter_graceful_shutdown()
         grace_s = self.services.settings.shutdown_grace_s if grace is None else grace
-        log.info(f"gRPC edge draining: waiting up to {grace_s:g} s for calls in flight")
+        calls = self._servicer.calls_in_flight() if self._servicer is not None else 0
+        log.info(
+            f"gRPC edge draining: waiting up to {grace_s:g} s for {calls} "
+            f"call{'' if calls == 1 else 's'} in flight (camera streams and requests)"
+        )
         await server.stop(grace_s)
         await self.batcher.stop()
         log.info("gRPC edge stopped")

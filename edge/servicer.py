@@ -77,6 +77,10 @@ class PalletIngestServicer(edge_pb2_grpc.PalletIngestServicer):
         self._open_streams: Counter[str] = Counter()  # by camera id
         self._calls: Counter[str] = Counter()  # unary calls in flight, by camera id
 
+    def calls_in_flight(self) -> int:
+        """Open camera streams and unary calls not yet answered (what a drain waits for)."""
+        return sum(self._open_streams.values()) + sum(self._calls.values())
+
     @mapped_errors
     async def StreamReadings(
         self,

@@ -250,6 +250,20 @@ def _schema(model: type[BaseModel], mode: str, components: dict[str, Any]) -> di
     return {"$ref": SCHEMA_REF.format(model=model.__name__)}
 
 
+def _examples_for(settings: Settings) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The request examples naming the tenant the sandboxes are set up for (`serve --demo`: the
+    demo's, so that Swagger's "Try it out" is accepted as it stands); `acme`/`dc1` while the
+    sandbox settings hold their placeholders."""
+    fields = Settings.model_fields
+    business, facility = settings.graphql_sandbox_business, settings.graphql_sandbox_facility
+    if business == fields["graphql_sandbox_business"].default:
+        return EXAMPLES
+    if facility == fields["graphql_sandbox_facility"].default:
+        facility = _BASE["facility"]
+    names = {"business": business, "facility": facility}
+    return {name: (summary, {**value, **names}) for name, (summary, value) in EXAMPLES.items()}
+
+
 def build_openapi(settings: Settings) -> dict[str, Any]:
     """The OpenAPI 3.1 document of the REST interface."""
     schemas: dict[str, Any] = {}
@@ -258,12 +272,13 @@ def build_openapi(settings: Settings) -> dict[str, Any]:
     response_ref = _schema(IntakeResponse, "serialization", schemas)
     problem_ref = _schema(Problem, "serialization", schemas)
 
+    requests = _examples_for(settings)
     json_examples = {
-        name: {"summary": summary, "value": value} for name, (summary, value) in EXAMPLES.items()
+        name: {"summary": summary, "value": value} for name, (summary, value) in requests.items()
     }
     xml_examples = {
         name: {"summary": summary, "value": document_to_xml(value)}
-        for name, (summary, value) in EXAMPLES.items()
+        for name, (summary, value) in requests.items()
     }
     correlation_header = {
         "description": "The request's Correlation-Id: the client's, echoed, or one generated.",

@@ -116,6 +116,9 @@ def problem_from_error(error: DockflowError) -> web.Response:
 
 
 _HTTP_TITLES = {413: "Content Too Large", 404: "Not Found", 405: "Method Not Allowed"}
+# The `code` of a refusal aiohttp raises itself (no route, no such method, a body too large),
+# so that every problem+json names one as domain errors do; other statuses get HTTP_<status>.
+_HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE"}
 
 
 @web.middleware
@@ -163,7 +166,10 @@ async def _handle(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise
         title = _HTTP_TITLES.get(exc.status, exc.reason)
         detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else title
-        return problem_response(exc.status, title, detail, headers=_passthrough_headers(exc))
+        code = _HTTP_CODES.get(exc.status, f"HTTP_{exc.status}")
+        return problem_response(
+            exc.status, title, detail, headers=_passthrough_headers(exc), extra={"code": code}
+        )
     except Exception as error:
         if database_unavailable(error):
             log.warning("database unavailable: %s", error, extra={"path": request.path})
@@ -172,11 +178,15 @@ async def _handle(request: web.Request, handler: Handler) -> web.StreamResponse:
                 "Service Unavailable",
                 "the database is unavailable; retry later",
                 headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
+                extra={"code": "UNAVAILABLE"},
             )
         error_id = uuid.uuid4().hex
         log.exception("unhandled error", extra={"path": request.path, "error_id": error_id})
         return problem_response(
-            500, "Internal Server Error", f"an internal error occurred (id {error_id})"
+            500,
+            "Internal Server Error",
+            f"an internal error occurred (id {error_id})",
+            extra={"code": "INTERNAL"},
         )
 
 

@@ -167,6 +167,15 @@ class DemoServer:
         self.banner = ""
 
     async def __aenter__(self) -> DemoServer:
+        await self.start()
+        return self
+
+    async def start(self, **ports: int) -> None:
+        """Start (again, after a stop: on new `ports` if given, e.g. ``http=free_port()``)."""
+        for name, port in ports.items():
+            self.ports[name] = port
+            self.env[f"DOCKFLOW_{name.upper()}_PORT"] = str(port)
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "dockflow", "serve", "--demo",
@@ -174,13 +183,17 @@ class DemoServer:
                 stdin=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
         deadline = time.monotonic() + START_LIMIT_S
-        while READY_LINE not in (output := self.log_path.read_text(errors="replace")):
+        while READY_LINE not in (output := self._log_from(offset)):
             if self.process.returncode is not None or time.monotonic() > deadline:
                 await self.stop()
                 raise AssertionError(f"dockflow serve --demo did not start:\n{output}")
             await asyncio.sleep(0.05)
         self.banner = output
-        return self
+
+    def _log_from(self, offset: int) -> str:
+        with self.log_path.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
 
     async def stop(self) -> None:
         """Ctrl-C and wait; SIGKILL if it hangs. Idempotent."""

@@ -112,3 +112,22 @@ def test_the_public_base_url_follows_the_http_listener_unless_given(
     assert settings.public_base_url == url
     assert settings.graphql_url == f"{url}/public_graphql"
     assert settings.dashboard_base_url == f"{url}/dashboard"
+
+
+def test_list_text_that_opens_as_json_must_be_json(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("DOCKFLOW_WEBHOOK_ALLOW_HOSTS", '["127.0.0.1",')
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    [line] = raised.value.detail.splitlines()
+    assert line.startswith("invalid setting DOCKFLOW_WEBHOOK_ALLOW_HOSTS")
+
+
+def test_an_empty_setting_file_is_an_error_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    secret = tmp_path / "secret_key"
+    secret.write_text("\n")
+    monkeypatch.setenv("DOCKFLOW_SECRET_KEY_FILE", str(secret))
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    assert raised.value.detail == f"invalid setting DOCKFLOW_SECRET_KEY_FILE: {secret} is empty"

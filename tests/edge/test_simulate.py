@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 import grpc
+import pytest
 
 from core.storage import Storage
 from edge.server import EdgeServer
+from public_api.xml_documents import document_to_xml
 from tests.edge.documents import post_shipment
 from tests.edge.helpers import reading, stream
 from tests.factories import Tenant
@@ -60,8 +62,9 @@ async def test_simulate_streams_pairs_dock_events_and_resends(
     assert shipment["status"] == "DEPARTED"
 
 
+@pytest.mark.parametrize("suffix", [".json", ".xml"])
 async def test_simulate_reads_the_lpns_of_a_document(
-    edge_server: EdgeServer, tenant: Tenant, storage: Storage, tmp_path: Path
+    edge_server: EdgeServer, tenant: Tenant, storage: Storage, tmp_path: Path, suffix: str
 ):
     shipment_id = await post_shipment(storage, tenant, {"O-1": ["A", "B"], "O-2": ["C"]})
     document = {
@@ -69,8 +72,8 @@ async def test_simulate_reads_the_lpns_of_a_document(
         "orders": [{"orderNumber": "O-1", "items": [{"lpn": "A"}, {"lpn": "B"}]},
                    {"orderNumber": "O-2", "items": [{"lpn": "C"}]}],
     }  # fmt: skip
-    path = tmp_path / "shipment.json"
-    path.write_text(json.dumps(document))
+    path = tmp_path / f"shipment{suffix}"  # XML: as the API reads it (the same reader)
+    path.write_text(json.dumps(document) if suffix == ".json" else document_to_xml(document))
 
     code, stdout, stderr = await _simulate(
         "--target", edge_server.address, "--camera-token", tenant.camera_tokens["D2"],

@@ -87,3 +87,22 @@ async def test_generated_correlation_ids_differ_per_request(api: TestClient[Any,
     first = await (await api.post("/documents", json=VALID)).json()
     second = await (await api.post("/documents", json=VALID)).json()
     assert first["correlationId"] != second["correlationId"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("GET", "/v1/no-such-route", 404, "NOT_FOUND"),
+        ("GET", "/v1/documents", 405, "METHOD_NOT_ALLOWED"),
+    ],
+)
+async def test_a_refusal_of_the_router_names_its_code(
+    api: TestClient[Any, Any], tenant: Tenant, method: str, path: str, status: int, code: str
+):
+    resp = await api.request(method, path, headers=tenant.auth)
+
+    assert resp.status == status
+    assert resp.content_type == PROBLEM
+    body = await resp.json()
+    assert body["code"] == code
+    assert body["status"] == status

@@ -181,3 +181,51 @@ async def test_consume_retries_a_token_endpoint_that_fails_for_now(
     assert process.returncode is None, "a 503 is asked again, never the end"
     assert len(asked) >= 3
     assert "HTTP 503 temporarily_unavailable" in err
+
+
+async def test_consume_prints_no_more_than_max_messages_while_catching_up(
+    api: TestClient[Any, Any], storage: Storage, consume: Any
+):
+    missed = await produce(storage, count=5)
+
+    process = await consume(api.port, "--since", "2020-01-01T00:00:00Z", "--max-messages", "2")
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+
+    assert process.returncode == 0, err.decode()
+    assert [json.loads(line)["id"] for line in out.decode().splitlines()] == missed.ids[:2]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "code"),
+    [
+        ("--business", "globex", "FORBIDDEN"),  # another business than the client's
+        ("--facility", "dc9", "NOT_FOUND"),  # no such facility: its messages never come
+    ],
+)
+async def test_consume_stops_when_graphql_refuses_for_good(
+    api: TestClient[Any, Any], consume: Any, option: str, value: str, code: str
+):
+    process = await consume(api.port, option, value)
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+
+    assert process.returncode == 1, err.decode()
+    [line] = err.decode().splitlines()
+    assert line.startswith("dockflow consume: ")
+    assert code in line
+    assert line.endswith("; not retrying")
+    assert out == b""
+
+
+async def test_consume_refuses_a_state_file_it_cannot_write(
+    api: TestClient[Any, Any], storage: Storage, consume: Any, tmp_path: Path
+):
+    await produce(storage, count=1)
+    state = tmp_path / "nodir" / "state.json"
+
+    process = await consume(api.port, "--state", str(state), "--max-messages", "1")
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+
+    assert process.returncode == 1
+    [line] = err.decode().splitlines()
+    assert line.startswith(f"dockflow consume: cannot write the state file {state}: ")
+    assert out == b"", "nothing is consumed that could not be remembered"
