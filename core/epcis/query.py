@@ -22,7 +22,7 @@ from core.auth.access import Principal
 from core.epcis import events
 from core.epcis.identities import Identities
 from core.errors import BadRequest
-from core.storage import Doc, Storage
+from core.storage import Doc, Storage, time_range
 from core.tenancy import gs1_identities, tenants
 
 DEFAULT_PER_PAGE = 30
@@ -167,12 +167,7 @@ def _filter(principal: Principal, query: EventQuery) -> Doc:
     match: Doc = {"business": principal.business}
     if principal.facilities is not None:
         match["facility"] = {"$in": sorted(principal.facilities)}
-    times: Doc = {}
-    if query.since is not None:
-        times["$gte"] = query.since
-    if query.before is not None:
-        times["$lt"] = query.before
-    if times:
+    if times := time_range(query.since, query.before):
         match["occurred_at"] = times
     if query.directions is not None:
         match["direction"] = {"$in": sorted(query.directions)}

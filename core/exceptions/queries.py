@@ -12,7 +12,7 @@ from pymongo import ASCENDING, DESCENDING
 from core.auth.access import Scope
 from core.errors import NotFound, ValidationFailed
 from core.exceptions.codes import CODES, STATUSES
-from core.storage import Doc, Storage
+from core.storage import Doc, Storage, time_range
 
 MAX_PAGE = 500
 OPEN_STATUSES = ("OPEN", "ACKNOWLEDGED")
@@ -65,12 +65,7 @@ async def find_exceptions(storage: Storage, scope: Scope, wanted: ExceptionFilte
         query["code"] = {"$in": list(wanted.codes)}
     if wanted.priority is not None:
         query["priority"] = wanted.priority
-    occurred: dict[str, datetime] = {}
-    if wanted.since is not None:
-        occurred["$gte"] = wanted.since
-    if wanted.until is not None:
-        occurred["$lt"] = wanted.until
-    if occurred:
+    if occurred := time_range(wanted.since, wanted.until):
         query["occurred_at"] = occurred
     if wanted.after_id is not None:
         after = await storage.exceptions.find_one({**narrowed.query(), "_id": wanted.after_id})
