@@ -34,6 +34,19 @@ _HTTP_LINE = re.compile(r"^  HTTP API +(http://\S+:\d+)", re.MULTILINE)
 _OPS_LINE = re.compile(r"^  Ops +(http://\S+:\d+)", re.MULTILINE)
 
 
+async def interrupt(process: asyncio.subprocess.Process | None) -> None:
+    """Ctrl-C a child process and wait for it; SIGKILL if it has not exited within
+    `STOP_LIMIT_S`. Nothing to do for none, or one that has exited."""
+    if process is None or process.returncode is not None:
+        return
+    process.send_signal(signal.SIGINT)
+    try:
+        await asyncio.wait_for(process.wait(), STOP_LIMIT_S)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+
+
 class DockflowProcess:
     """One `dockflow <part>` child process on the test's database; start again after a stop."""
 
@@ -114,14 +127,7 @@ class DockflowProcess:
     async def stop(self) -> None:
         """Ctrl-C and wait; SIGKILL if it hangs. Idempotent."""
         process, self.process = self.process, None
-        if process is None or process.returncode is not None:
-            return
-        process.send_signal(signal.SIGINT)
-        try:
-            await asyncio.wait_for(process.wait(), STOP_LIMIT_S)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+        await interrupt(process)
 
     async def __aenter__(self) -> DockflowProcess:
         await self.start()
@@ -198,14 +204,7 @@ class DemoServer:
     async def stop(self) -> None:
         """Ctrl-C and wait; SIGKILL if it hangs. Idempotent."""
         process, self.process = self.process, None
-        if process is None or process.returncode is not None:
-            return
-        process.send_signal(signal.SIGINT)
-        try:
-            await asyncio.wait_for(process.wait(), STOP_LIMIT_S)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+        await interrupt(process)
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()

@@ -32,6 +32,15 @@ async def _run(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> tupl
     return process.returncode, out.decode(), err.decode()
 
 
+def demo_order(directory: Path, order_number: str, *, lpn: str, sku: str) -> Path:
+    """A one-pallet OUTBOUND order document for the demo tenant, written to order.json."""
+    document = directory / "order.json"
+    item = {"lpn": lpn, "sku": sku, "quantity": 1, "quantityUnit": "PALLET"}
+    body = {"business": "demo", "facility": "dc1", "direction": "OUTBOUND"}
+    document.write_text(json.dumps({**body, "orderNumber": order_number, "items": [item]}))
+    return document
+
+
 async def test_every_address_follows_the_http_port_and_commands_find_the_server(tmp_path: Path):
     http_port, grpc_port = free_port(), free_port()
     async with DemoServer(
@@ -79,20 +88,7 @@ async def test_every_address_follows_the_http_port_and_commands_find_the_server(
         assert created["token_url"] == f"{base}/oauth/token"
         assert created["audience"] == f"{base}/public_graphql"
 
-        document = tmp_path / "order.json"
-        document.write_text(
-            json.dumps(
-                {
-                    "business": "demo",
-                    "facility": "dc1",
-                    "direction": "OUTBOUND",
-                    "orderNumber": "SO-PORTS",
-                    "items": [
-                        {"lpn": "LPN-P1", "sku": "SKU-P", "quantity": 1, "quantityUnit": "PALLET"}
-                    ],
-                }
-            )
-        )
+        document = demo_order(tmp_path, "SO-PORTS", lpn="LPN-P1", sku="SKU-P")
         code, out, err = await _run("post-document", str(document), cwd=tmp_path, env=customer)
         assert code == 0, out + err
         assert f"Location: {base}/dashboard/shipments/" in out
@@ -226,20 +222,7 @@ async def test_consume_follows_a_server_restarted_on_another_port(tmp_path: Path
         await server.stop()
         new_port = free_port()
         await server.start(http=new_port, grpc=free_port())
-        document = tmp_path / "order.json"
-        document.write_text(
-            json.dumps(
-                {
-                    "business": "demo",
-                    "facility": "dc1",
-                    "direction": "OUTBOUND",
-                    "orderNumber": "SO-MOVED",
-                    "items": [
-                        {"lpn": "LPN-M1", "sku": "SKU-M", "quantity": 1, "quantityUnit": "PALLET"}
-                    ],
-                }
-            )
-        )
+        document = demo_order(tmp_path, "SO-MOVED", lpn="LPN-M1", sku="SKU-M")
         code, out, err = await _run("post-document", str(document), cwd=tmp_path, env=env)
         assert code == 0, out + err
         code, out, err = await _run(

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import socket
 import sys
 import time
@@ -17,6 +16,7 @@ from typing import Any
 
 from dockflow.embedded.supervisor import engine_dir
 from tests import backends
+from tests.processes import interrupt
 
 READY_LINE = "Press Ctrl-C"
 START_LIMIT_S = 60.0
@@ -134,14 +134,7 @@ class ServeProcess:
     async def stop(self) -> None:
         """Ctrl-C and wait; SIGKILL if it hangs. Idempotent."""
         process, self.process = self.process, None
-        if process is None or process.returncode is not None:
-            return
-        process.send_signal(signal.SIGINT)
-        try:
-            await asyncio.wait_for(process.wait(), 30)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+        await interrupt(process)
 
 
 async def wait_for_exit(pid: int, limit_s: float = 30.0) -> None:
