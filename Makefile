@@ -13,8 +13,8 @@ LOCK_DEV := requirements-dev.txt
 UV_COMPILE := pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes \
 	--quiet --custom-compile-command "make lock"
 
-.PHONY: run test test-nx test-secantusdb test-secantusdb-half test-secantusdb-rest lint proto clean \
-	browser lock
+.PHONY: run test test-nx test-secantusdb test-nx-half test-nx-rest test-secantusdb-half \
+	test-secantusdb-rest lint proto clean browser lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,15 +50,16 @@ browser:
 # (and so do the dockflow processes the tests start); DOCKFLOW_MONGODB_URL is ignored here.
 LANE = env -u DOCKFLOW_MONGODB_URL DOCKFLOW_EMBEDDED_ENGINE=$(1) $(BIN)/pytest $(PYTEST_ARGS)
 
-# The lanes run at once (each part's output shown whole when it ends): most of a lane's time is
-# spent waiting on servers and sockets, so they share two cores well. The SecantusDB lane, the
-# longer one (its server answers slowly, not busily), runs in two halves at once: the folders of
-# SECANTUSDB_HALF, then every test outside them. LANE_JOBS= runs the parts one after the other.
-LANE_JOBS ?= -j3 -O
-SECANTUSDB_HALF := tests/public_api tests/reliability tests/ops tests/embedded
+# The lanes run at once, each in two halves (each part's output shown whole when it ends): most
+# of a lane's time is spent waiting on servers and sockets, so four parts share two cores well.
+# A half is the folders of LANE_HALF; the other part is every test outside them.
+# LANE_JOBS= runs the parts one after the other.
+LANE_JOBS ?= -j4 -O
+LANE_HALF := tests/public_api tests/reliability tests/ops tests/embedded
 
 test: lint browser
-	$(MAKE) --no-print-directory $(LANE_JOBS) test-nx test-secantusdb-half test-secantusdb-rest
+	$(MAKE) --no-print-directory $(LANE_JOBS) test-nx-half test-nx-rest test-secantusdb-half \
+		test-secantusdb-rest
 
 test-nx: $(STAMP)
 	$(call LANE,nx-27017)
@@ -66,11 +67,17 @@ test-nx: $(STAMP)
 test-secantusdb: $(STAMP)
 	$(call LANE,secantusdb)
 
+test-nx-half: $(STAMP)
+	$(call LANE,nx-27017) $(LANE_HALF)
+
+test-nx-rest: $(STAMP)
+	$(call LANE,nx-27017) $(addprefix --ignore=,$(LANE_HALF))
+
 test-secantusdb-half: $(STAMP)
-	$(call LANE,secantusdb) $(SECANTUSDB_HALF)
+	$(call LANE,secantusdb) $(LANE_HALF)
 
 test-secantusdb-rest: $(STAMP)
-	$(call LANE,secantusdb) $(addprefix --ignore=,$(SECANTUSDB_HALF))
+	$(call LANE,secantusdb) $(addprefix --ignore=,$(LANE_HALF))
 
 proto: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m dockflow.protogen
