@@ -89,6 +89,7 @@ async def asn_of_shipment(
     refused with `Conflict` when a pallet lacks what it needs, `ValidationFailed` when the
     business has no trading-partner profile."""
     format = check_format(format)
+    x12_version = partners.check_version(x12_version)
     ship_notice = await notice.build_notice(storage, shipment)
     partner = await partners.get_partner(storage, ship_notice.business)
     if partner is None:

@@ -153,10 +153,15 @@ async def next_control_number(storage: Storage, business: str) -> int:
     return number
 
 
+def check_version(version: str | None) -> str | None:
+    """An X12 version asked for (None: the profile's), or `BadRequest` naming the choices."""
+    if version is not None and version not in X12_VERSIONS:
+        raise BadRequest(f"X12 version {version!r} is none of {', '.join(X12_VERSIONS)}")
+    return version
+
+
 def with_version(partner: TradingPartner, version: str | None) -> TradingPartner:
     """The profile with another X12 version for one document (None: the profile's)."""
     if version is None:
         return partner
-    if version not in X12_VERSIONS:
-        raise BadRequest(f"X12 version {version!r} is none of {', '.join(X12_VERSIONS)}")
     return check_partner(replace(partner, x12_version=version))
