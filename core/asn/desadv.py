@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from datetime import UTC
 
+from pydifact.control.characters import Characters
 from pydifact.segmentcollection import Interchange, Message
 from pydifact.segments import Segment
 
@@ -20,6 +21,8 @@ from core.asn.notice import ContentLine, PalletNotice, ShipNotice
 from core.asn.partners import TradingPartner
 from core.asn.x12 import Envelope, quantity_text
 
+# UNA: the default service characters with EANCOM's decimal mark, the point quantities use.
+SERVICE_CHARACTERS = Characters.from_str(":+.? '")
 MESSAGE_TYPE = ["DESADV", "D", "96A", "UN", "EAN005"]
 DESPATCH_ADVICE = "351"
 FUNCTION_ORIGINAL = "9"
@@ -119,6 +122,7 @@ def interchange(notice: ShipNotice, partner: TradingPartner, envelope: Envelope)
         syntax_identifier=("UNOC", 3),
         timestamp=envelope.created_at.astimezone(UTC),
         extra_header_elements=test,
+        characters=SERVICE_CHARACTERS,
     )
     exchange.has_una_segment = True
     exchange.add_message(message)
