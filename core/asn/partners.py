@@ -139,6 +139,18 @@ async def set_partner(storage: Storage, business: str, values: dict[str, Any]) -
     return partner
 
 
+async def declare_partner(storage: Storage, business: str, values: dict[str, Any] | None) -> bool:
+    """Make the stored profile the declared one (None: none), for the tenants file; whether
+    it changed."""
+    current = await get_partner(storage, business)
+    if values is None:
+        return await remove_partner(storage, business) if current is not None else False
+    if partner_from(values) == current:
+        return False
+    await set_partner(storage, business, values)
+    return True
+
+
 async def remove_partner(storage: Storage, business: str) -> bool:
     """Forget the business's profile; whether it had one."""
     return (await storage.trading_partners.delete_one({"_id": business})).deleted_count == 1
