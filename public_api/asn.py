@@ -1,8 +1,8 @@
-"""``GET /shipments/{id}/asn``: a shipment's advance ship notice as X12 856 or EDIFACT DESADV
-(docs/asn.md). Translation only: authenticate (the same bearer tokens and scopes as the rest of
-the API), read the format, answer the document `core.asn.issue` made. Another business's
-shipment is 404; a refusal (a pallet without an SSCC, no trading-partner profile) leaves as
-problem+json through the middleware."""
+"""``GET /shipments/{id}/asn``: a shipment's advance ship notice as X12 856 or EDIFACT DESADV,
+and ``GET /shipments/{id}/proof``: its proof of load as JSON (docs/asn.md). Translation only:
+authenticate (the same bearer tokens and scopes as the rest of the API), read the parameters,
+answer what `core.asn` made. Another business's shipment is 404; a refusal (a pallet without an
+SSCC, no trading-partner profile) leaves as problem+json through the middleware."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from typing import Any
 
 from aiohttp import web
 
-from core.asn import issue, partners
+from core.asn import issue, partners, proof
 from core.errors import BadRequest, NotFound
 from public_api.auth import authenticate
 from public_api.keys import SERVICES
 
 PATH = "/shipments/{shipment_id}/asn"
+PROOF_PATH = "/shipments/{shipment_id}/proof"
 CONTROL_NUMBER_HEADER = "Dockflow-ASN-Control-Number"
 STATE_HEADER = "Dockflow-ASN-State"  # complete, or in-progress for a shipment still loading
 PURPOSE_HEADER = "Dockflow-ASN-Purpose"  # original, or replace after a correction
@@ -52,6 +53,49 @@ async def get_asn(request: web.Request) -> web.Response:
             "Cache-Control": "no-store",
         },
     )
+
+
+async def get_proof(request: web.Request) -> web.Response:
+    """The caller's shipment's proof of load."""
+    principal = await authenticate(request)
+    if request.query:
+        raise BadRequest(f"unknown query parameter {sorted(request.query)[0]!r}")
+    storage = request.app[SERVICES].storage
+    body = await proof.proof_for(storage, principal, shipment_id_of(request))
+    return web.json_response(body, headers={"Cache-Control": "no-store"})
+
+
+def proof_operation(problem_ref: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAPI operation of `GET /shipments/{id}/proof`."""
+    problem = {"application/problem+json": {"schema": problem_ref}}
+    return {
+        "operationId": "getShipmentProof",
+        "summary": "The proof of load of a shipment, with a content hash of its record",
+        "description": (
+            "Every reading of the shipment in the order it happened (SSCC, time, dock, camera, "
+            "image links, whether its pallet is on the trailer), every exception and how it "
+            "was resolved, and `contentHash`: sha256 of the canonical JSON (sorted keys, no "
+            "spaces) of everything but `contentHash` and `generatedAt`."
+        ),
+        "tags": ["asn"],
+        "parameters": [
+            {
+                "name": "shipment_id",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
+            }
+        ],
+        "responses": {
+            "200": {
+                "description": "The proof of load.",
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            },
+            "400": {"description": "A query parameter.", "content": problem},
+            "401": {"description": "No valid bearer token.", "content": problem},
+            "404": {"description": "No such shipment of the caller's.", "content": problem},
+        },
+    }
 
 
 def openapi_operation(problem_ref: dict[str, Any]) -> dict[str, Any]:
@@ -124,3 +168,4 @@ def openapi_operation(problem_ref: dict[str, Any]) -> dict[str, Any]:
 
 def setup(app: web.Application) -> None:
     app.router.add_get(PATH, get_asn)
+    app.router.add_get(PROOF_PATH, get_proof)

@@ -392,6 +392,7 @@ def build_openapi(settings: Settings) -> dict[str, Any]:
             "/documents": {"post": operation("postDocumentUnversioned")},
             "/epcis/events": {"get": epcis_events_operation(problem_ref)},
             "/shipments/{shipment_id}/asn": {"get": asn.openapi_operation(problem_ref)},
+            "/shipments/{shipment_id}/proof": {"get": asn.proof_operation(problem_ref)},
         },
         "components": {
             "schemas": schemas,

@@ -166,10 +166,10 @@ def _lines(pallet: Doc, items: Sequence[Doc], orders: dict[str, str]) -> list[Co
     return lines
 
 
-def on_trailer(pallets: Iterable[Doc]) -> list[Doc]:
-    """The pallets on an outbound trailer, one reading per physical pallet (its latest), in
-    the order they were loaded (first loading reading kept)."""
-    forward = directions.reading_direction(OUTBOUND)
+def on_trailer(pallets: Iterable[Doc], direction: str = OUTBOUND) -> list[Doc]:
+    """The pallets a shipment of `direction` moved (on an outbound trailer: those on it), one
+    reading per physical pallet (its latest), in the order they were first moved."""
+    forward = directions.reading_direction(direction)
     kept = [p for p in completion.net_pallets(pallets, forward) if p["direction"] == forward]
     first_loaded: dict[str, Any] = {}
     latest: dict[str, Doc] = {}

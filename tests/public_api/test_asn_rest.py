@@ -2,7 +2,7 @@
 shipment, and the ASN the API answers names exactly the pallets on the trailer (one loaded and
 taken off again is not in it), read by the independent X12 parser and by pydifact; the same
 bearer tokens and scopes as the rest of the API (another business gets 404); refusals as
-problem+json naming what is missing; the operation in the OpenAPI document."""
+problem+json naming what is missing; the operations in the OpenAPI document."""
 
 from __future__ import annotations
 
@@ -163,3 +163,5 @@ async def test_the_openapi_document_describes_the_asn_operation(api: TestClient[
     formats = next(p for p in operation["parameters"] if p["name"] == "format")
     assert formats["schema"]["enum"] == ["x12-856", "edifact-desadv"]
     assert set(operation["responses"]) == {"200", "400", "401", "404", "409", "422"}
+    proof = spec["paths"]["/shipments/{shipment_id}/proof"]["get"]
+    assert proof["operationId"] == "getShipmentProof"
