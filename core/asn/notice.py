@@ -11,7 +11,8 @@ item's `purchaseOrder`, else its order's number, else (a pallet no order expecte
 label names.
 
 A notice that cannot be right is refused, never sent half-made: a pallet without an SSCC, or
-with no purchase order to go under, is a `Conflict` naming each such pallet.
+with no purchase order to go under, is a `Conflict` naming each such pallet; so is a trailer
+with no pallet on it.
 """
 
 from __future__ import annotations
@@ -231,6 +232,8 @@ async def build_notice(storage: Storage, shipment: Doc) -> ShipNotice:
         .to_list()
     )
     loaded = on_trailer(readings)
+    if not loaded:  # an ASN of nothing would tell the retailer an empty trailer is coming
+        raise Conflict(f"shipment {shipment_id} has no pallet on its trailer: no ASN to send")
     if len(loaded) > MAX_PALLETS:
         raise Conflict(f"shipment {shipment_id} has more than {MAX_PALLETS} pallets")
     items = await storage.order_items.find({"shipment_id": shipment_id}).sort("seq").to_list()

@@ -241,6 +241,21 @@ async def test_a_pallet_without_an_sscc_is_refused_by_name(
     assert [e.path for e in refused.value.errors] == ["pallets[0]"]
 
 
+async def test_a_trailer_with_no_pallet_on_it_has_no_asn(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    loaded = await load_shipment(storage, settings, tenant, complete=False)
+    camera = await camera_of(storage, tenant)
+    off = [
+        reading(f"off-{sscc}", gs1_label(sscc, "L", "270531", 1), 5 + n, "UNLOADING")
+        for n, sscc in enumerate((SSCC_1, SSCC_3))
+    ]
+    await record_pallets(storage, settings, [(camera, r) for r in off])
+
+    with pytest.raises(Conflict, match="no pallet on its trailer"):
+        await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
+
+
 async def test_no_partner_profile_no_access_and_inbound_are_refused(
     storage: Storage, settings: Settings, tenant: Tenant, other_tenant: Tenant
 ):
