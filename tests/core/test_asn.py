@@ -266,6 +266,11 @@ async def test_no_partner_profile_no_access_and_inbound_are_refused(
     stranger = Principal(subject=other_tenant.client_id, business=other_tenant.business)
     with pytest.raises(NotFound):
         await issue.asn_for(storage, stranger, loaded.shipment_id)
+    elsewhere = Principal(
+        subject=tenant.client_id, business=tenant.business, facilities=frozenset({"dc9"})
+    )
+    with pytest.raises(NotFound):  # a client of the business limited to other facilities
+        await issue.asn_for(storage, elsewhere, loaded.shipment_id)
     with pytest.raises(BadRequest, match="none of"):
         issue.check_format("x12-850")
     await storage.shipments.update_one(
