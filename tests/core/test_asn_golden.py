@@ -87,3 +87,19 @@ def test_the_desadv_example_is_what_the_writer_writes():
 
     parse_desadv(written)
     assert written == golden("edifact")
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("SE*36*0017", "SE*35*0017"),  # a wrong segment count
+        ("GE*1*17", "GE*1*18"),  # control numbers that disagree
+        ("MAN*GM*", "MAN*GMX*"),  # an element the grammar refuses
+    ],
+)
+def test_the_independent_parser_refuses_a_broken_856(old: str, new: str):
+    written = x12.interchange(NOTICE, PARTNER, ENVELOPE)
+    assert old in written
+
+    with pytest.raises(AssertionError):
+        parse_856(written.replace(old, new))
