@@ -70,6 +70,7 @@ SHIPMENT_PARTS: Final = (
     "exceptions",
     "shipment_documents",
     "dock_events",
+    "ship_notices",
 )
 SHIPMENT_BATCH: Final = 100
 

@@ -207,6 +207,9 @@ INDEXES: dict[str, list[IndexModel]] = {
     "minute_counts": [],  # _id = "{business}:{action}": core/outbox/per_minute
     "retention_marks": [],  # _id = "push_messages": how far the feed was swept (core/retention.py)
     "business_usage": [],  # _id = business: its stored bytes by kind (core/tenancy/quotas.py)
+    "trading_partners": [],  # _id = business: its ASN envelope (core/asn/partners.py)
+    # _id = "{shipment_id}:{format}:{version}": an issued ASN's control number (core/asn/issue.py)
+    "ship_notices": [IndexModel([("shipment_id", ASCENDING)])],
 }
 
 

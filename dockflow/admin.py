@@ -242,7 +242,8 @@ def _flat(groups: list[list[str]]) -> list[str]:
 def _register_extensions(sub: Any) -> None:
     """Commands other modules add (webhook deliveries: list, resend, recover; backup, restore;
     GS1 identities)."""
-    for name in ("dockflow.admin_webhooks", "dockflow.admin_backup", "dockflow.admin_gs1"):
+    modules = ("dockflow.admin_webhooks", "dockflow.admin_backup", "dockflow.admin_gs1")
+    for name in (*modules, "dockflow.admin_asn"):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from core.services import Services
-from public_api import auth, catalog, documents, epcis, graphql, health, oauth, openapi
+from public_api import asn, auth, catalog, documents, epcis, graphql, health, oauth, openapi
 from public_api.body_limits import body_limit_middleware
 from public_api.dashboard import setup as setup_dashboard
 from public_api.keys import SERVICES, SETTINGS
@@ -27,6 +27,7 @@ def create_app(services: Services) -> web.Application:
     auth.setup(app)
     documents.setup(app)
     epcis.setup(app)
+    asn.setup(app)
     openapi.setup(app)
     catalog.setup(app)
     graphql.setup(app)

@@ -14,6 +14,7 @@ from swagger_ui.utils import SWAGGER_UI_PY_ROOT
 
 from core.intake.contract import IntakeDocument, IntakeResponse
 from core.settings import Settings
+from public_api import asn
 from public_api.documents import IDEMPOTENCY_HEADER, REPLAYED_HEADER
 from public_api.keys import SETTINGS
 from public_api.problems import CORRELATION_HEADER, PROBLEM_TYPE
@@ -390,6 +391,8 @@ def build_openapi(settings: Settings) -> dict[str, Any]:
             "/v1/documents": {"post": operation("postDocument")},
             "/documents": {"post": operation("postDocumentUnversioned")},
             "/epcis/events": {"get": epcis_events_operation(problem_ref)},
+            "/shipments/{shipment_id}/asn": {"get": asn.openapi_operation(problem_ref)},
+            "/shipments/{shipment_id}/proof": {"get": asn.proof_operation(problem_ref)},
         },
         "components": {
             "schemas": schemas,

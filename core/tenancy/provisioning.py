@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from core.asn import partners
 from core.auth.credentials import new_secret
 from core.auth.crypto import SecretBox
 from core.errors import CredentialUnreadable, FieldError, NotFound, ValidationFailed
@@ -77,10 +78,24 @@ class BusinessSpec(_Strict):
     slug: str
     name: str = ""
     gs1_company_prefix: str | None = None
+    # The ASN envelope (core/asn/partners.py, docs/asn.md); absent: none.
+    asn_partner: dict[str, str] | None = Field(default=None, max_length=20)
     facilities: list[FacilitySpec] = Field(default_factory=list)
     clients: list[ClientSpec] = Field(default_factory=list)
     cameras: list[CameraSpec] = Field(default_factory=list)
     webhooks: list[WebhookSpec] = Field(default_factory=list)
+
+    @field_validator("asn_partner")
+    @classmethod
+    def _sendable_partner(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        """Checked with the declaration, so a bad profile stops it before anything is written."""
+        if value is not None:
+            try:
+                partners.partner_from(value)
+            except ValidationFailed as exc:
+                details = "; ".join(f"{e.path}: {e.detail}" for e in exc.errors)
+                raise ValueError(f"{exc.detail}{': ' + details if details else ''}") from None
+        return value
 
 
 class OperatorSpec(_Strict):
@@ -154,10 +169,12 @@ async def _apply_business(storage: Storage, spec: BusinessSpec) -> Change:
         await tenants.create_business(storage, spec.slug, spec.name)
         if spec.gs1_company_prefix:
             await gs1_identities.set_company_prefix(storage, spec.slug, spec.gs1_company_prefix)
+        await partners.declare_partner(storage, spec.slug, spec.asn_partner)
         return Change("business", spec.slug, "created")
     prefix_changed = await gs1_identities.set_company_prefix(
         storage, spec.slug, spec.gs1_company_prefix or gs1_identities.UNSET
     )
+    prefix_changed |= await partners.declare_partner(storage, spec.slug, spec.asn_partner)
     if current.name == (spec.name or spec.slug):
         return Change("business", spec.slug, "updated" if prefix_changed else "unchanged")
     await tenants.update_business(storage, spec.slug, name=spec.name)

@@ -1,0 +1,154 @@
+"""Issuing an ASN: the notice, the partner's envelope, the document (docs/asn.md).
+
+A completed shipment's ASN is issued once per format and content: the control number and the
+creation time it first got are kept (`ship_notices`), so asking again (a download, a resend)
+gives the same interchange, byte for byte. When what was loaded changed after it was issued (an
+operator's correction), the next ASN takes a new control number and is a replacement (X12
+BSN01 05, DESADV BGM function 5). A shipment still loading gets an ASN marked in progress,
+with a fresh control number each time (never kept: it is a preview, and no two interchanges may
+share a number).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final
+
+from pymongo.errors import DuplicateKeyError
+
+from core.asn import desadv, notice, partners, x12
+from core.asn.notice import ShipNotice
+from core.asn.partners import TradingPartner
+from core.asn.x12 import Envelope
+from core.auth.access import Principal
+from core.errors import BadRequest, Conflict, ValidationFailed
+from core.storage import Doc, Storage
+
+X12_856: Final = "x12-856"
+EDIFACT_DESADV: Final = "edifact-desadv"
+Writer = Callable[[ShipNotice, TradingPartner, Envelope], str]
+WRITERS: dict[str, Writer] = {X12_856: x12.interchange, EDIFACT_DESADV: desadv.interchange}
+CONTENT_TYPES = {X12_856: "application/edi-x12", EDIFACT_DESADV: "application/edifact"}
+EXTENSIONS = {X12_856: "x12", EDIFACT_DESADV: "edi"}
+ISSUE_TRIES = 3  # a racing issuer wins at most twice in a row
+
+
+@dataclass(frozen=True)
+class AsnDocument:
+    """One issued ASN and what a transport says about it."""
+
+    shipment_id: int
+    format: str
+    text: str
+    control_number: int
+    complete: bool
+    replaces: bool
+
+    @property
+    def content_type(self) -> str:
+        return CONTENT_TYPES[self.format]
+
+    @property
+    def filename(self) -> str:
+        return f"asn-{self.shipment_id}-{self.control_number}.{EXTENSIONS[self.format]}"
+
+
+def check_format(value: str | None) -> str:
+    """The format asked for (x12-856 when none), or `BadRequest` naming the choices."""
+    if value is None or value == "":
+        return X12_856
+    if value not in WRITERS:
+        raise BadRequest(f"format {value!r} is none of {', '.join(WRITERS)}")
+    return value
+
+
+async def asn_for(
+    storage: Storage,
+    principal: Principal,
+    shipment_id: int,
+    format: str = X12_856,
+    *,
+    x12_version: str | None = None,
+) -> AsnDocument:
+    """The caller's shipment's ASN (another business's shipment is not found)."""
+    shipment = await notice.find_shipment(storage, principal, shipment_id)
+    return await asn_of_shipment(storage, shipment, format, x12_version=x12_version)
+
+
+async def asn_of_shipment(
+    storage: Storage,
+    shipment: Doc,
+    format: str = X12_856,
+    *,
+    x12_version: str | None = None,
+    now: datetime | None = None,
+) -> AsnDocument:
+    """The ASN of a shipment already in hand (the outbox and GraphQL have checked the caller):
+    refused with `Conflict` when a pallet lacks what it needs, `ValidationFailed` when the
+    business has no trading-partner profile."""
+    format = check_format(format)
+    x12_version = partners.check_version(x12_version)
+    ship_notice = await notice.build_notice(storage, shipment)
+    partner = await partners.get_partner(storage, ship_notice.business)
+    if partner is None:
+        raise ValidationFailed(
+            f"business {ship_notice.business!r} has no trading-partner profile: an ASN needs the "
+            "sender and receiver IDs of its envelope (dockflow admin asn-partner)"
+        )
+    if format == X12_856:
+        partner = partners.with_version(partner, x12_version)
+    version = partner.x12_version if format == X12_856 else "D96A"
+    envelope = await _envelope(
+        storage, ship_notice, f"{format}:{version}", now or datetime.now(UTC)
+    )
+    return AsnDocument(
+        shipment_id=ship_notice.shipment_id,
+        format=format,
+        text=WRITERS[format](ship_notice, partner, envelope),
+        control_number=envelope.control_number,
+        complete=ship_notice.complete,
+        replaces=envelope.replaces,
+    )
+
+
+async def _envelope(
+    storage: Storage, ship_notice: ShipNotice, kind: str, now: datetime
+) -> Envelope:
+    """The envelope of the notice: kept per shipment and kind once complete (module doc)."""
+    business = ship_notice.business
+    if not ship_notice.complete:
+        return Envelope(await partners.next_control_number(storage, business), now)
+    key = f"{ship_notice.shipment_id}:{kind}"
+    digest = ship_notice.digest()
+    for _ in range(ISSUE_TRIES):
+        stored = await storage.ship_notices.find_one({"_id": key})
+        if stored is not None and stored["digest"] == digest:
+            return Envelope(
+                int(stored["control_number"]), stored["issued_at"], bool(stored["replaces"])
+            )
+        number = await partners.next_control_number(storage, business)
+        doc = {
+            "_id": key,
+            "business": business,
+            "facility": ship_notice.facility,
+            "shipment_id": ship_notice.shipment_id,
+            "digest": digest,
+            "control_number": number,
+            "issued_at": now,
+            "replaces": stored is not None,
+        }
+        if stored is None:
+            try:
+                await storage.ship_notices.insert_one(doc)
+            except DuplicateKeyError:  # another request issued it first: take theirs
+                continue
+        else:
+            swapped = await storage.ship_notices.replace_one(
+                {"_id": key, "control_number": stored["control_number"]}, doc
+            )
+            if swapped.matched_count != 1:  # another request replaced it first
+                continue
+        return Envelope(number, now, stored is not None)
+    raise Conflict(f"the ASN of shipment {ship_notice.shipment_id} changes too often; ask again")

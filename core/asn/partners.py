@@ -1,0 +1,179 @@
+"""A business's trading-partner profile: who an ASN is from and to in the EDI envelope, and the
+control numbers its interchanges carry (docs/asn.md).
+
+One profile per business (the retailer its ASNs go to). X12 names both sides by an ID and a
+qualifier (ISA05-08; ``ZZ`` mutually defined, ``01`` DUNS, ``12`` phone, ...), says whether
+an interchange is a test (``T``) or production (``P``, ISA15) and which characters separate
+elements, components, repetitions (005010) and segments. EDIFACT names both sides in UNB by an
+ID with its code-list qualifier (``14``: a GLN). Control numbers are unique and increasing per
+business: one database sequence (`Storage.next_ids`), shared by both formats, so no two
+interchanges a partner receives from us carry the same number.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Literal
+
+from core.errors import BadRequest, FieldError, NotFound, ValidationFailed
+from core.storage import Storage
+
+X12Version = Literal["004010", "005010"]
+X12_VERSIONS: tuple[str, ...] = ("004010", "005010")
+USAGES = ("T", "P")
+MAX_CONTROL_NUMBER = 999_999_999  # ISA13 and GS06 have nine digits
+# Characters an ID may hold: X12's basic and extended character set, less every separator
+# dockflow lets a profile choose (checked against the chosen ones as well).
+ID_CHARACTERS = frozenset(string.ascii_letters + string.digits + " -.()/&,")
+
+
+@dataclass(frozen=True)
+class TradingPartner:
+    """The envelope of a business's ASNs; stored as given, checked by `check_partner`."""
+
+    sender_id: str
+    receiver_id: str
+    sender_qualifier: str = "ZZ"
+    receiver_qualifier: str = "ZZ"
+    usage: str = "P"  # ISA15 and UNB test indicator: T (test) or P (production)
+    x12_version: str = "004010"
+    element_separator: str = "*"
+    component_separator: str = ">"
+    repetition_separator: str = "^"  # ISA11 from 005010 on
+    segment_terminator: str = "~"
+    # GS02/GS03 (application sender/receiver codes); empty: the ISA IDs
+    application_sender: str = ""
+    application_receiver: str = ""
+    edifact_sender_qualifier: str = "14"  # UNB 0007: 14 = GLN
+    edifact_receiver_qualifier: str = "14"
+
+    @property
+    def separators(self) -> str:
+        return (
+            self.element_separator
+            + self.component_separator
+            + self.repetition_separator
+            + self.segment_terminator
+        )
+
+    def as_doc(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PROFILE_FIELDS = frozenset(f.name for f in fields(TradingPartner))
+
+
+def check_partner(partner: TradingPartner) -> TradingPartner:
+    """The profile, or `ValidationFailed` naming every field that cannot be sent."""
+    problems: list[FieldError] = []
+
+    def bad(path: str, detail: str) -> None:
+        problems.append(FieldError(path, detail))
+
+    for name in ("sender_id", "receiver_id", "application_sender", "application_receiver"):
+        value = getattr(partner, name)
+        required = name in ("sender_id", "receiver_id")
+        if (required and not value.strip()) or len(value) > 15:
+            bad(name, "must be 1-15 characters" if required else "must be at most 15 characters")
+        elif set(value) - ID_CHARACTERS:
+            bad(name, "may hold letters, digits, spaces and - . ( ) / & , only")
+    for name in (
+        "sender_qualifier",
+        "receiver_qualifier",
+        "edifact_sender_qualifier",
+        "edifact_receiver_qualifier",
+    ):
+        value = getattr(partner, name)
+        if not (1 <= len(value) <= 4 and value.isalnum()):
+            bad(name, "must be 1-4 letters or digits")
+    if partner.usage not in USAGES:
+        bad("usage", "must be T (test) or P (production)")
+    if partner.x12_version not in X12_VERSIONS:
+        bad("x12_version", f"must be one of {', '.join(X12_VERSIONS)}")
+    chosen = [
+        partner.element_separator,
+        partner.component_separator,
+        partner.repetition_separator,
+        partner.segment_terminator,
+    ]
+    if any(len(c) != 1 or c.isalnum() or c.isspace() for c in chosen) or len(set(chosen)) != 4:
+        bad("separators", "must be four different single characters, none a letter or digit")
+    elif set(chosen) & ID_CHARACTERS:
+        bad("separators", "cannot be characters an ID may hold")
+    if problems:
+        raise ValidationFailed("the trading-partner profile cannot be used", errors=problems)
+    return partner
+
+
+def partner_from(values: dict[str, Any]) -> TradingPartner:
+    """A profile from stored or given values (unknown names refused)."""
+    unknown = sorted(set(values) - PROFILE_FIELDS)
+    if unknown:
+        raise ValidationFailed(f"unknown trading-partner field(s): {', '.join(unknown)}")
+    try:
+        partner = TradingPartner(**{k: str(v) for k, v in values.items()})
+    except TypeError:
+        raise ValidationFailed(
+            "a trading-partner profile needs sender_id and receiver_id"
+        ) from None
+    return check_partner(partner)
+
+
+async def get_partner(storage: Storage, business: str) -> TradingPartner | None:
+    """The business's profile, None when it has none."""
+    doc = await storage.trading_partners.find_one({"_id": business})
+    if doc is None:
+        return None
+    return partner_from({k: v for k, v in doc.items() if k in PROFILE_FIELDS})
+
+
+async def set_partner(storage: Storage, business: str, values: dict[str, Any]) -> TradingPartner:
+    """Store (replace) the business's profile; what is not given takes its default."""
+    if await storage.businesses.find_one({"_id": business}, {"_id": 1}) is None:
+        raise NotFound(f"business {business!r} not found")
+    partner = partner_from(values)
+    await storage.trading_partners.replace_one(
+        {"_id": business}, {"_id": business, **partner.as_doc()}, upsert=True
+    )
+    return partner
+
+
+async def declare_partner(storage: Storage, business: str, values: dict[str, Any] | None) -> bool:
+    """Make the stored profile the declared one (None: none), for the tenants file; whether
+    it changed."""
+    current = await get_partner(storage, business)
+    if values is None:
+        return await remove_partner(storage, business) if current is not None else False
+    if partner_from(values) == current:
+        return False
+    await set_partner(storage, business, values)
+    return True
+
+
+async def remove_partner(storage: Storage, business: str) -> bool:
+    """Forget the business's profile; whether it had one."""
+    return (await storage.trading_partners.delete_one({"_id": business})).deleted_count == 1
+
+
+async def next_control_number(storage: Storage, business: str) -> int:
+    """The next interchange control number of the business's partner (1, 2, ...), unique and
+    increasing across processes; past nine digits it cannot be sent."""
+    number = await storage.next_id(f"asn_control:{business}")
+    if number > MAX_CONTROL_NUMBER:
+        raise ValidationFailed("the trading partner's interchange control numbers are used up")
+    return number
+
+
+def check_version(version: str | None) -> str | None:
+    """An X12 version asked for (None: the profile's), or `BadRequest` naming the choices."""
+    if version is not None and version not in X12_VERSIONS:
+        raise BadRequest(f"X12 version {version!r} is none of {', '.join(X12_VERSIONS)}")
+    return version
+
+
+def with_version(partner: TradingPartner, version: str | None) -> TradingPartner:
+    """The profile with another X12 version for one document (None: the profile's)."""
+    if version is None:
+        return partner
+    return check_partner(replace(partner, x12_version=version))

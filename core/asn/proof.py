@@ -1,0 +1,136 @@
+"""The proof of load of a shipment (docs/asn.md): what a carrier or a retailer accepts as
+evidence of what went onto the trailer, as JSON for machines (a PDF rendering is to come).
+
+Every reading of the shipment in the order it happened (load and unload alike, each saying
+whether its pallet is on the trailer now), with its SSCC, time, dock, camera and image links;
+every exception raised on the shipment and each step of how it was resolved; and a content hash
+(SHA-256 of the canonical JSON of all of that) so that a copy can be checked against the
+record it was made from: the same record gives the same hash, and any change to it another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from core.asn import notice
+from core.auth.access import Principal, Scope
+from core.errors import NotFound
+from core.feed.publish import iso_utc
+from core.shipments import completion, directions, observed
+from core.storage import Doc, Storage
+
+MAX_READINGS = 10_000  # a trailer's readings, repeats and corrections included, stay far below
+MAX_EXCEPTIONS = 5_000
+
+
+def _at(value: Any) -> str | None:
+    return iso_utc(value) if isinstance(value, datetime) else None
+
+
+def _shipment(shipment: Doc) -> dict[str, Any]:
+    fields = shipment.get("fields") or {}
+    return {
+        "id": int(shipment["_id"]),
+        "number": shipment.get("number"),
+        "business": shipment["business"],
+        "facility": shipment["facility"],
+        "direction": shipment["direction"],
+        "status": shipment.get("status"),
+        "dock": shipment.get("dock"),
+        "trailerNumber": fields.get("trailerNumber"),
+        "sealNumber": fields.get("sealNumber"),
+        "bolNumber": fields.get("bolNumber"),
+        "carrier": fields.get("carrier"),
+        "arrivedAt": _at(shipment.get("arrived_at")),
+        "completedAt": _at(shipment.get("completed_at")),
+        "completionReason": shipment.get("completion_reason"),
+    }
+
+
+def _readings(shipment: Doc, pallets: list[Doc]) -> list[dict[str, Any]]:
+    forward = directions.reading_direction(shipment["direction"])
+    kept = {id(p) for p in completion.net_pallets(pallets, forward) if p["direction"] == forward}
+    return [
+        {
+            "sequence": number,
+            "palletId": pallet["_id"],
+            "sscc": notice.sscc_of(pallet),
+            "lpns": list(pallet.get("lpns") or []),
+            "direction": pallet["direction"],
+            "occurredAt": _at(pallet.get("occurred_at")),
+            "dock": pallet.get("dock"),
+            "cameraId": pallet.get("camera_id"),
+            "imageUrls": list(pallet.get("image_urls") or []),
+            "orders": list(pallet.get("orders") or []),
+            "onTrailer": id(pallet) in kept,
+        }
+        for number, pallet in enumerate(sorted(pallets, key=observed.reading_order), start=1)
+    ]
+
+
+def _exception(record: Doc) -> dict[str, Any]:
+    return {
+        "id": record["_id"],
+        "code": record.get("code"),
+        "priority": record.get("priority"),
+        "status": record.get("status"),
+        "palletId": record.get("pallet_id"),
+        "lpns": list(record.get("lpns") or []),
+        "detail": record.get("detail"),
+        "occurredAt": _at(record.get("occurred_at")),
+        "history": [
+            {
+                "status": step.get("status"),
+                "at": _at(step.get("at")),
+                "by": step.get("by"),
+                "note": step.get("note"),
+            }
+            for step in record.get("history") or []
+        ],
+    }
+
+
+def content_hash(record: dict[str, Any]) -> str:
+    """``sha256:`` and the hex digest of the record's canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+async def proof_for(
+    storage: Storage, principal: Principal, shipment_id: int, now: datetime | None = None
+) -> dict[str, Any]:
+    """The proof of load of the caller's shipment (another business's is not found)."""
+    scope = Scope.of_principal(principal)
+    shipment = await storage.shipments.find_one({"_id": shipment_id, **scope.query()})
+    if shipment is None:
+        raise NotFound(f"shipment {shipment_id} not found")
+    return await proof_of_shipment(storage, shipment, now)
+
+
+async def proof_of_shipment(
+    storage: Storage, shipment: Doc, now: datetime | None = None
+) -> dict[str, Any]:
+    """The proof of load of a shipment already in hand: the record, its hash, when it was made."""
+    shipment_id = int(shipment["_id"])
+    pallets = await storage.pallets.find({"shipment_id": shipment_id}).limit(MAX_READINGS).to_list()
+    exceptions = (
+        await storage.exceptions.find({"shipment_id": shipment_id})
+        .sort("seq")
+        .limit(MAX_EXCEPTIONS)
+        .to_list()
+    )
+    readings = _readings(shipment, pallets)
+    record = {
+        "shipment": _shipment(shipment),
+        "palletsOnTrailer": len(notice.on_trailer(pallets, shipment["direction"])),
+        "readings": readings,
+        "exceptions": [_exception(e) for e in exceptions],
+    }
+    return {
+        **record,
+        "contentHash": content_hash(record),
+        "generatedAt": iso_utc(now or datetime.now(UTC)),
+    }
