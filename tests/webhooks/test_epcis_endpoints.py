@@ -3,7 +3,8 @@ EPCISDocuments POSTed by the real outbox worker to a real aiohttp EPCIS reposito
 interface, with the REST binding's headers, signed; the document is valid against GS1's EPCIS
 2.0 schema and its eventIDs are those of `GET /epcis/events` and GraphQL's `Pallet.epcisEvent`;
 a resend repeats the same events; another business's endpoint receives nothing; a 413 with the
-repository's capture limit splits the document; the kind is set and checked through GraphQL."""
+repository's capture limit splits the document; the kind is set and checked through GraphQL,
+which sends no sample JSON message to an EPCIS repository."""
 
 from __future__ import annotations
 
@@ -235,6 +236,16 @@ async def test_graphql_sets_an_endpoints_kind_and_refuses_what_the_kind_cannot_t
 
     _, bad_kind = await gql(api, CREATE, {"input": {"url": url, "kind": "ASN"}}, token=tenant.token)
     assert "ASN" in json.dumps(bad_kind["errors"])  # not a value of the enum
+
+    _, test_send = await gql(
+        api,
+        "mutation($id: String!) { sendTestWebhook(endpointId: $id, eventType: PALLET_EVENT) "
+        "{ succeeded } }",
+        {"id": endpoint["id"]},
+        token=tenant.token,
+    )
+    assert test_send["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
+    assert "is of kind EPCIS" in test_send["errors"][0]["message"]
 
     _, changed = await gql(
         api, UPDATE, {"input": {"id": endpoint["id"], "kind": "WEBHOOK"}}, token=tenant.token
