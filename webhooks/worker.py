@@ -53,9 +53,6 @@ _STATS_INTERVAL_S = 15.0
 # A delivery whose push message is still not visible (`deliveries.message_when_written`) is
 # handed back and tried again after this many seconds.
 _MESSAGE_WAIT_S = 1.0
-# The most items (EPCIS events) one composed request carries unless the receiver says fewer;
-# a kind may bound it lower (core.outbox.epcis_capture.MAX_EVENTS_PER_DOCUMENT).
-_MAX_ITEMS = 1000
 
 
 class _RateLimit:
@@ -415,6 +412,9 @@ class WebhookWorker(Running):
         outcome is recorded for every delivery it carries. A request answered 413 (too large)
         is composed again in smaller ones, as small as the receiver's stated limit, which is
         kept for its next requests."""
+        most = endpoint_kinds.KINDS[endpoint.kind].max_items
+        limit = min(most, self._item_limits.get(endpoint.endpoint_id, most))
+        claims, messages = await self._claim_more(endpoint, claims, messages, limit)
         ready: dict[int, tuple[Claim, Doc]] = {}
         for claim in claims:
             message = messages.get(claim.message_id)
@@ -426,7 +426,6 @@ class WebhookWorker(Running):
                 await deliveries.drop_fenced(self.storage, claim)
             else:
                 ready[claim.message_id] = (claim, message)
-        limit = self._item_limits.get(endpoint.endpoint_id, _MAX_ITEMS)
         requests = await composer(self.storage, list(ready.values()), limit)
         while requests:
             request = requests.pop(0)
@@ -452,6 +451,36 @@ class WebhookWorker(Running):
                 requests[:0] = await composer(self.storage, again, smaller)
                 continue
             await self._record_composed(request, result)
+
+    async def _claim_more(
+        self,
+        endpoint: WebhookEndpoint,
+        claims: tuple[Claim, ...],
+        messages: dict[int, Doc],
+        limit: int,
+    ) -> tuple[tuple[Claim, ...], dict[int, Doc]]:
+        """The endpoint's other new deliveries due now, claimed to go in the same requests (a
+        shipment's events in one document rather than one per claim of the endpoint's
+        concurrency), up to `limit` in all; this task holds their slots too."""
+        if len(claims) >= limit or self._stopping:
+            return claims, messages
+        more = await deliveries.claim_pending(
+            self.storage,
+            self.worker_id,
+            self.settings.webhook_lease_s,
+            limit - len(claims),
+            endpoint_id=endpoint.endpoint_id,
+        )
+        if not more.claims:
+            return claims, messages
+        task = asyncio.current_task()
+        for claim in more.claims:
+            self._in_flight[claim.endpoint_id] += 1
+            self._business_in_flight[claim.business] += 1
+        every = claims + tuple(more.claims)
+        if task is not None and task in self._tasks:
+            self._tasks[task] = every  # released with the task's own (`_finished`, `stop`)
+        return every, {**messages, **more.messages}
 
     async def _send_composed(
         self, endpoint: WebhookEndpoint, request: Outgoing, caused_by: str | None

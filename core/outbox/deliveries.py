@@ -281,11 +281,12 @@ async def claim_pending(
     business_room: Callable[[str], int] | None = None,
     exclude_endpoints: Sequence[str] = (),
     exclude_businesses: Sequence[str] = (),
+    endpoint_id: str | None = None,
     now: datetime | None = None,
 ) -> ClaimBatch:
     """Claim up to `limit` PENDING deliveries, lowest message ids first, with at most
-    `room(endpoint_id)` for one endpoint and `business_room(business)` for one business, and
-    read their push messages.
+    `room(endpoint_id)` for one endpoint and `business_room(business)` for one business (with
+    `endpoint_id`, of that endpoint only), and read their push messages.
 
     Three commands for the whole batch: a find for candidates, then one update_many that leases
     those still PENDING under a token unique to this claim (each delivery is claimed by exactly
@@ -297,6 +298,8 @@ async def claim_pending(
         return ClaimBatch([], False, {})
     now = now or datetime.now(UTC)
     query: Doc = {"status": PENDING, **_excluding(exclude_endpoints, exclude_businesses)}
+    if endpoint_id is not None:
+        query["endpoint_id"] = endpoint_id
     found = await storage.webhook_deliveries.find(
         query, sort=[("message_id", 1)], limit=limit
     ).to_list()

@@ -41,18 +41,21 @@ class EndpointKind:
     default_events: tuple[str, ...] | None
     # The one path every request goes to, after the base URL (None: each event's own route).
     path: str | None
+    # The most deliveries one request carries (1: each its own request).
+    max_items: int
     summary: str
 
 
 KINDS: dict[str, EndpointKind] = {
     WEBHOOK: EndpointKind(
-        WEBHOOK, None, None, None, "dockflow's JSON messages, one POST per message"
+        WEBHOOK, None, None, None, 1, "dockflow's JSON messages, one POST per message"
     ),
     EPCIS: EndpointKind(
         EPCIS,
         ("PALLET_EVENT",),
         ("PALLET_EVENT",),
         "/capture",
+        100,
         "EPCIS 2.0 EPCISDocuments to an EPCIS repository's capture interface",
     ),
 }

@@ -92,8 +92,9 @@ async def test_a_cameras_readings_reach_the_customers_epcis_repository_as_one_do
         assert endpoint_of(created).events == ("PALLET_EVENT",)
         shipment_id, acks = await readings_of_one_shipment(storage, edge_server, tenant, SSCCS)
 
-        # started once both readings are stored: their deliveries are due together
-        await start_worker(fast_settings())
+        # started once both readings are stored: their deliveries are due together, and go
+        # in one document though the worker sends one request at a time to the endpoint
+        await start_worker(fast_settings(webhook_endpoint_concurrency=1))
         await wait_until(lambda: all_finished(storage))
 
         [capture] = receiver.requests
