@@ -43,6 +43,8 @@ MAX_EVENTS_PER_DOCUMENT = KINDS[EPCIS].max_items
 EVENT_FIELD = "epcis_event"
 NO_EVENT = "the pallet reading names no SSCC and no GTIN: it has no EPCIS event"
 NO_PALLET = "the pallet reading is no longer stored"
+# A delivery of another message (one made while the endpoint was of another kind).
+NOT_A_READING = "not a pallet reading: an EPCIS endpoint captures pallet readings only"
 
 
 async def compose(
@@ -101,11 +103,13 @@ async def _events(
         ).to_list()
     }
     found: dict[str, dict[str, Any]] = {}
-    missing: dict[str, list[Claim]] = {NO_EVENT: [], NO_PALLET: []}
+    missing: dict[str, list[Claim]] = {NO_EVENT: [], NO_PALLET: [], NOT_A_READING: []}
     to_build: list[tuple[Claim, Doc]] = []
     for claim, message in claimed:
         doc = kept.get(claim.delivery_id, {})
-        if EVENT_FIELD not in doc:
+        if message.get("type") != "PALLET_EVENT":
+            missing[NOT_A_READING].append(claim)
+        elif EVENT_FIELD not in doc:
             to_build.append((claim, message))
         elif doc[EVENT_FIELD] is None:
             missing[NO_EVENT].append(claim)

@@ -16,7 +16,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from standardwebhooks.webhooks import Webhook
 
+from core.auth.crypto import SecretBox
+from core.feed.publish import NewMessage, append_messages
 from core.outbox import deliveries, epcis_capture
+from core.outbox.webhook_endpoints import update_endpoint
 from core.storage import Storage
 from core.tenancy import gs1_identities
 from dockflow.edge.v1 import edge_pb2
@@ -31,6 +34,7 @@ from tests.webhooks.conftest import (
     Receiver,
     StartWorker,
     all_finished,
+    append_pallets,
     deliveries_of,
     endpoint_of,
     make_endpoint,
@@ -256,3 +260,44 @@ async def test_graphql_sets_an_endpoints_kind_and_refuses_what_the_kind_cannot_t
         "kind": "WEBHOOK",
         "events": ["PALLET_EVENT", "SHIPMENT_COMPLETE"],
     }
+
+
+async def test_deliveries_with_no_event_to_capture_settle_without_a_request(
+    storage: Storage,
+    services: Any,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Any,
+    start_worker: StartWorker,
+):
+    created = await make_endpoint(
+        services, tenant, receiver.base_url, events=("PALLET_EVENT", "SHIPMENT_COMPLETE")
+    )
+    endpoint_id = endpoint_of(created).endpoint_id
+    # a pallet message whose reading is not stored, and a completion, wait for the endpoint
+    await append_pallets(storage, tenant, 1)
+    completion = {
+        "serviceShipmentId": "1",
+        "orders": ["SO-1"],
+        "url": "http://testserver/dashboard/shipments/1",
+        "dockId": "D1",
+        "pallets": [],
+    }
+    await append_messages(
+        storage,
+        [NewMessage(tenant.business, tenant.facility, "SHIPMENT_COMPLETE", completion, 1)],
+    )
+    changed = await update_endpoint(
+        storage, SecretBox(services.settings), endpoint_id, receiver.base_url, kind="EPCIS"
+    )
+    assert (changed.kind, changed.events) == ("EPCIS", ("PALLET_EVENT",))
+
+    await start_worker(fast_settings())
+    await wait_until(lambda: all_finished(storage))
+
+    assert receiver.requests == []
+    done = await deliveries_of(storage, endpoint_id=endpoint_id)
+    assert [(d["status"], d["not_sent"]) for d in done] == [
+        ("SUCCEEDED", epcis_capture.NO_PALLET),
+        ("SUCCEEDED", epcis_capture.NOT_A_READING),
+    ]
