@@ -284,7 +284,10 @@ class WebhookWorker(Running):
         composed: dict[str, list[Claim]] = {}
         groups: list[tuple[Claim, ...]] = []
         for claim in claims:
-            endpoint = await self._endpoint(claim.endpoint_id)  # cached: read once a batch
+            try:
+                endpoint = await self._endpoint(claim.endpoint_id)  # cached: read once a batch
+            except Exception:  # its task reads it again, and records what fails then
+                endpoint = None
             if endpoint is not None and endpoint_kinds.composer_of(endpoint.kind) is not None:
                 composed.setdefault(claim.endpoint_id, []).append(claim)
             else:
