@@ -151,10 +151,15 @@ def register(commands: Any) -> None:
     p.add_argument("--url", required=True, help="base URL; /api/palletEvent etc. are appended")
     p.add_argument("--facility", help="only messages of this facility (default: all)")
     p.add_argument(
+        "--kind",
+        default="WEBHOOK",
+        type=str.upper,
+        help="WEBHOOK (our JSON messages) or EPCIS (EPCIS 2.0 documents to URL/capture)",
+    )
+    p.add_argument(
         "--events",
-        default=",".join(webhook_endpoints.DEFAULT_EVENTS),
         help=f"comma-separated, among {','.join(webhook_endpoints.EVENTS)} "
-        f"(default: {','.join(webhook_endpoints.DEFAULT_EVENTS)})",
+        f"(default: the kind's; WEBHOOK: {','.join(webhook_endpoints.DEFAULT_EVENTS)})",
     )
     p.add_argument("--auth", choices=["none", "basic", "token"], default="none")
     p.add_argument("--username", default="")
@@ -370,6 +375,7 @@ def _endpoint_data(endpoint: webhook_endpoints.WebhookEndpoint) -> dict[str, Any
         "business": endpoint.business,
         "facility": endpoint.facility,
         "url": endpoint.base_url,
+        "kind": endpoint.kind,
         "events": list(endpoint.events),
         "auth": endpoint.auth.kind,
         "enabled": endpoint.enabled,
@@ -508,20 +514,20 @@ def _read_stdin_secret() -> str:
 
 async def _create_webhook(services: Services, args: argparse.Namespace) -> Output:
     password = _read_stdin_secret() if args.password_stdin else args.password
-    events = tuple(e.strip().upper() for e in args.events.split(",") if e.strip())
-    created = await webhook_endpoints.create_endpoint(
-        services.storage,
-        SecretBox(services.settings),
-        args.business,
-        args.url,
+    options = webhook_endpoints.EndpointOptions(
         facility=args.facility,
-        events=events,
+        kind=args.kind,
         auth_kind=args.auth,
         username=args.username,
         password=password,
         login_url=args.login_url,
         token_field=args.token_field,
         header_format=args.header_format,
+    )
+    if args.events is not None:  # else the kind's default
+        options["events"] = tuple(e.strip().upper() for e in args.events.split(",") if e.strip())
+    created = await webhook_endpoints.create_endpoint(
+        services.storage, SecretBox(services.settings), args.business, args.url, **options
     )
     _warn_of_refused_targets(services.settings, created.entity, (args.url, args.login_url))
     data = {**_endpoint_data(created.entity), "signing_secret": created.secret}

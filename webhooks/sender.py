@@ -113,6 +113,8 @@ class Sender:
         body: bytes,
         *,
         caused_by: str | None = None,
+        content_type: str = "application/json",
+        kind_headers: Mapping[str, str] | None = None,
     ) -> AttemptResult:
         """One attempt to the route of `message_type`: authenticate, sign, POST; with token
         auth a 401 logs in again once. Never raises for what the customer's side does. Traced
@@ -128,7 +130,8 @@ class Sender:
                 "dockflow.message_type": message_type,
             },
         ) as span:
-            result = await self._send(endpoint, message_type, webhook_id, body)
+            headers = {"Content-Type": content_type, **(kind_headers or {})}
+            result = await self._send(endpoint, message_type, webhook_id, body, headers)
             if result.status_code is not None:
                 span.set_attribute("http.response.status_code", result.status_code)
             if result.error:
@@ -136,7 +139,12 @@ class Sender:
             return result
 
     async def _send(
-        self, endpoint: WebhookEndpoint, message_type: str, webhook_id: str, body: bytes
+        self,
+        endpoint: WebhookEndpoint,
+        message_type: str,
+        webhook_id: str,
+        body: bytes,
+        content: Mapping[str, str],
     ) -> AttemptResult:
         allow_hosts = allow_hosts_for(self.settings, endpoint)
         channel = self._channels.get(allow_hosts)
@@ -144,10 +152,12 @@ class Sender:
         url = endpoint.route(message_type)
         try:
             auth_headers = await channel.auth.headers(endpoint)
-            result = await self._post(channel, endpoint, webhook_id, url, body, auth_headers)
+            headers = {**content, **auth_headers}
+            result = await self._post(channel, endpoint, webhook_id, url, body, headers)
             if result.status_code == 401 and channel.auth.rejected(endpoint, auth_headers):
                 auth_headers = await channel.auth.headers(endpoint)
-                result = await self._post(channel, endpoint, webhook_id, url, body, auth_headers)
+                headers = {**content, **auth_headers}
+                result = await self._post(channel, endpoint, webhook_id, url, body, headers)
         except LoginFailed as exc:
             return AttemptResult(at=datetime.now(UTC), error=str(exc))
         except CredentialUnreadable as exc:  # a password sealed with another key
@@ -161,9 +171,10 @@ class Sender:
         webhook_id: str,
         url: str,
         body: bytes,
-        auth_headers: Mapping[str, str],
+        request_headers: Mapping[str, str],
     ) -> AttemptResult:
-        headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **auth_headers}
+        """`request_headers`: the body's type, the kind's own headers and the auth."""
+        headers = {"User-Agent": USER_AGENT, **request_headers}
         traced = tracing.traceparent()
         if traced:
             headers[tracing.TRACEPARENT] = traced

@@ -50,6 +50,8 @@ async def post(
                 duration_s=time.monotonic() - started,
                 response_snippet=snippet,
                 retry_after_s=_retry_after(response),
+                location=response.headers.get("Location", ""),
+                capture_limit=_capture_limit(response),
             )
     except Exception as exc:  # every failure is a result to record, never an error to raise
         return AttemptResult(
@@ -80,6 +82,13 @@ async def read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[byt
         if len(data) > limit:
             return bytes(data[:limit]), True
     return bytes(data), False
+
+
+def _capture_limit(response: aiohttp.ClientResponse) -> int | None:
+    """The most events an EPCIS repository takes in one capture (`GS1-EPCIS-Capture-Limit`,
+    a positive integer), when it says."""
+    value = response.headers.get("GS1-EPCIS-Capture-Limit", "").strip()
+    return int(value) if value.isascii() and value.isdigit() and 0 < int(value) < 10**9 else None
 
 
 def _retry_after(response: aiohttp.ClientResponse) -> float | None:

@@ -24,13 +24,15 @@ import secrets
 import socket
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from core import metrics
 from core.errors import NotFound
 from core.feed import publish
-from core.outbox import deliveries
+from core.outbox import deliveries, endpoint_kinds
 from core.outbox.deliveries import AttemptResult, Claim
+from core.outbox.endpoint_kinds import Composer, Outgoing
 from core.outbox.webhook_endpoints import (
     WebhookEndpoint,
     get_endpoint,
@@ -105,11 +107,15 @@ class WebhookWorker(Running):
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._loop_task: asyncio.Task[None] | None = None
         self._stats_task: asyncio.Task[None] | None = None
-        self._tasks: dict[asyncio.Task[None], Claim] = {}
+        # Each task delivers one claim, or several composed into requests (an endpoint kind
+        # with a composer: core.outbox.endpoint_kinds).
+        self._tasks: dict[asyncio.Task[None], tuple[Claim, ...]] = {}
         self._in_flight: Counter[str] = Counter()  # endpoint -> slots of its concurrency taken
         self._business_in_flight: Counter[str] = Counter()  # business -> slots of its share
         self._released: set[str] = set()  # deliveries whose endpoint slot is free already
         self._rates: dict[str, _RateLimit] = {}
+        # Endpoint -> the most items one composed request carries, as the receiver last said.
+        self._item_limits: dict[str, int] = {}
         self._endpoints: dict[str, tuple[WebhookEndpoint | None, float]] = {}
         self._endpoint_reads: dict[str, asyncio.Task[WebhookEndpoint | None]] = {}
         # Successful attempts waiting to be recorded by the flusher, each with its waiter.
@@ -174,7 +180,7 @@ class WebhookWorker(Running):
             await asyncio.gather(self._flush_task, return_exceptions=True)
         with contextlib.suppress(Exception):
             await self._flush()
-        for claim in unfinished.values():
+        for claim in (c for claims in unfinished.values() for c in claims):
             with contextlib.suppress(Exception):  # the lease expires anyway
                 await deliveries.release(self.storage, claim)
         await self._sender.close()
@@ -216,7 +222,7 @@ class WebhookWorker(Running):
                     self._retries_due_check = time.monotonic() + interval
                 else:
                     message = await deliveries.load_message(self.storage, claim.message_id)
-                    self._spawn(claim, message)
+                    self._spawn((claim,), {claim.message_id: message} if message else {})
                     continue
             busy, at_share = self._busy(), self._at_share()
             if (busy or at_share) and self._nothing_beside is not None:
@@ -244,8 +250,8 @@ class WebhookWorker(Running):
                 if not batch.more:
                     return
                 continue
-            for claim in batch.claims:
-                self._spawn(claim, batch.messages.get(claim.message_id))
+            for group in await self._groups(batch.claims):
+                self._spawn(group, batch.messages)
             if not batch.more:
                 return
 
@@ -272,26 +278,45 @@ class WebhookWorker(Running):
         busy.update(e for e, rate in self._rates.items() if not rate.ready())
         return sorted(busy)
 
-    def _spawn(self, claim: Claim, message: dict[str, Any] | None) -> None:
-        endpoint_id = claim.endpoint_id
-        self._in_flight[endpoint_id] += 1
-        self._business_in_flight[claim.business] += 1
+    async def _groups(self, claims: Sequence[Claim]) -> list[tuple[Claim, ...]]:
+        """The claims as tasks: those of an endpoint whose kind composes its requests together
+        (an EPCIS endpoint batches a shipment's events), every other one alone."""
+        composed: dict[str, list[Claim]] = {}
+        groups: list[tuple[Claim, ...]] = []
+        for claim in claims:
+            try:
+                endpoint = await self._endpoint(claim.endpoint_id)  # cached: read once a batch
+            except Exception:  # its task reads it again, and records what fails then
+                endpoint = None
+            if endpoint is not None and endpoint_kinds.composer_of(endpoint.kind) is not None:
+                composed.setdefault(claim.endpoint_id, []).append(claim)
+            else:
+                groups.append((claim,))
+        return groups + [tuple(group) for group in composed.values()]
+
+    def _spawn(self, claims: tuple[Claim, ...], messages: dict[int, Doc]) -> None:
+        """Deliver `claims` (of one endpoint) in a task; `messages` holds the push messages
+        read with their claim (those not visible yet are absent)."""
+        endpoint_id = claims[0].endpoint_id
         rate = self._rates.get(endpoint_id)
         if rate is None:
             rate = self._rates[endpoint_id] = _RateLimit(self.settings.webhook_endpoint_rate_per_s)
-        rate.take()
+        for claim in claims:
+            self._in_flight[endpoint_id] += 1
+            self._business_in_flight[claim.business] += 1
+            rate.take()
         task = asyncio.create_task(
-            self._deliver(claim, message), name=f"webhook-{claim.delivery_id}"
+            self._deliver(claims, messages), name=f"webhook-{claims[0].delivery_id}"
         )
-        self._tasks[task] = claim
+        self._tasks[task] = claims
         task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        claim = self._tasks.pop(task)
-        if claim.delivery_id in self._released:
-            self._released.discard(claim.delivery_id)
-        else:
-            self._free_endpoint_slot(claim)
+        for claim in self._tasks.pop(task):
+            if claim.delivery_id in self._released:
+                self._released.discard(claim.delivery_id)
+            else:
+                self._free_endpoint_slot(claim)
         self._wake.set()
 
     def _release_endpoint_slot(self, claim: Claim) -> None:
@@ -312,13 +337,30 @@ class WebhookWorker(Running):
 
     # -- one delivery ----------------------------------------------------------------------
 
-    async def _deliver(self, claim: Claim, message: dict[str, Any] | None) -> None:
-        """One claimed delivery; `message` is its push message as read when it was claimed."""
+    async def _deliver(self, claims: tuple[Claim, ...], messages: dict[int, Doc]) -> None:
+        """Claimed deliveries of one endpoint, with the push messages read at their claim."""
         try:
-            endpoint = await self._endpoint(claim.endpoint_id)
+            endpoint = await self._endpoint(claims[0].endpoint_id)
             if endpoint is None or not endpoint.enabled:
-                await deliveries.mark_disabled(self.storage, claim)
+                for claim in claims:
+                    await deliveries.mark_disabled(self.storage, claim)
                 return
+            composer = endpoint_kinds.composer_of(endpoint.kind)
+            if composer is not None:
+                await self._deliver_composed(endpoint, composer, claims, messages)
+                return
+        except Exception:  # the leases run out and other attempts follow
+            log.exception("webhook delivery failed", extra={"delivery_id": claims[0].delivery_id})
+            return
+        for claim in claims:
+            await self._deliver_message(endpoint, claim, messages.get(claim.message_id))
+
+    async def _deliver_message(
+        self, endpoint: WebhookEndpoint, claim: Claim, message: dict[str, Any] | None
+    ) -> None:
+        """One delivery as our JSON message; `message` is its push message as read when it was
+        claimed."""
+        try:
             if message is None:
                 message = await deliveries.message_when_written(self.storage, claim.message_id)
             if message is None:
@@ -342,21 +384,133 @@ class WebhookWorker(Running):
         except Exception:  # the lease runs out and another attempt follows
             log.exception("webhook delivery failed", extra={"delivery_id": claim.delivery_id})
             return
+        self._counted(claim, result, status)
+
+    def _counted(self, claim: Claim, result: AttemptResult, status: str) -> None:
+        """Count a success; log a failure (and forget a disabled endpoint's settings)."""
         if status == deliveries.SUCCEEDED:
             self.delivered += 1
-        else:
-            if status == deliveries.DISABLED:
-                self._endpoints.pop(claim.endpoint_id, None)
-            log.info(
-                "webhook attempt failed",
-                extra={
-                    "delivery_id": claim.delivery_id,
-                    "endpoint_id": claim.endpoint_id,
-                    "status_code": result.status_code,
-                    "error": result.error,
-                    "next_status": status,
-                },
-            )
+            return
+        if status == deliveries.DISABLED:
+            self._endpoints.pop(claim.endpoint_id, None)
+        log.info(
+            "webhook attempt failed",
+            extra={
+                "delivery_id": claim.delivery_id,
+                "endpoint_id": claim.endpoint_id,
+                "status_code": result.status_code,
+                "error": result.error,
+                "next_status": status,
+            },
+        )
+
+    async def _deliver_composed(
+        self,
+        endpoint: WebhookEndpoint,
+        composer: Composer,
+        claims: tuple[Claim, ...],
+        messages: dict[int, Doc],
+    ) -> None:
+        """Deliveries of an endpoint whose kind composes them into requests: each request's
+        outcome is recorded for every delivery it carries. A request answered 413 (too large)
+        is composed again in smaller ones, as small as the receiver's stated limit, which is
+        kept for its next requests."""
+        most = endpoint_kinds.KINDS[endpoint.kind].max_items
+        limit = min(most, self._item_limits.get(endpoint.endpoint_id, most))
+        claims, messages = await self._claim_more(endpoint, claims, messages, limit)
+        ready: dict[int, tuple[Claim, Doc]] = {}
+        for claim in claims:
+            message = messages.get(claim.message_id)
+            if message is None:
+                message = await deliveries.message_when_written(self.storage, claim.message_id)
+            if message is None:
+                await deliveries.message_missing(self.storage, claim, _MESSAGE_WAIT_S)
+            elif publish.is_void(message):
+                await deliveries.drop_fenced(self.storage, claim)
+            else:
+                ready[claim.message_id] = (claim, message)
+        requests = await composer(self.storage, list(ready.values()), limit)
+        while requests:
+            request = requests.pop(0)
+            if request.nothing_to_send:
+                reason = request.nothing_to_send
+                await deliveries.settle_unsent(self.storage, request.claims, reason)
+                continue
+            first = ready[request.claims[0].message_id]
+            result = await self._send_composed(endpoint, request, first[1].get("trace"))
+            if result.capture_limit is not None:
+                self._item_limits[endpoint.endpoint_id] = result.capture_limit
+            count = len(request.claims)
+            if result.status_code == 413 and count > 1:
+                stated = result.capture_limit
+                smaller = stated if stated is not None and stated < count else (count + 1) // 2
+                self._item_limits[endpoint.endpoint_id] = smaller
+                log.info(
+                    f"request of {count} items too large for the endpoint; sent again in "
+                    f"requests of at most {smaller}",
+                    extra={"endpoint_id": endpoint.endpoint_id},
+                )
+                again = [ready[c.message_id] for c in request.claims]
+                requests[:0] = await composer(self.storage, again, smaller)
+                continue
+            await self._record_composed(request, result)
+
+    async def _claim_more(
+        self,
+        endpoint: WebhookEndpoint,
+        claims: tuple[Claim, ...],
+        messages: dict[int, Doc],
+        limit: int,
+    ) -> tuple[tuple[Claim, ...], dict[int, Doc]]:
+        """The endpoint's other new deliveries due now, claimed to go in the same requests (a
+        shipment's events in one document rather than one per claim of the endpoint's
+        concurrency), up to `limit` in all; this task holds their slots too."""
+        if len(claims) >= limit or self._stopping:
+            return claims, messages
+        more = await deliveries.claim_pending(
+            self.storage,
+            self.worker_id,
+            self.settings.webhook_lease_s,
+            limit - len(claims),
+            endpoint_id=endpoint.endpoint_id,
+        )
+        if not more.claims:
+            return claims, messages
+        task = asyncio.current_task()
+        for claim in more.claims:
+            self._in_flight[claim.endpoint_id] += 1
+            self._business_in_flight[claim.business] += 1
+        every = claims + tuple(more.claims)
+        if task is not None and task in self._tasks:
+            self._tasks[task] = every  # released with the task's own (`_finished`, `stop`)
+        return every, {**messages, **more.messages}
+
+    async def _send_composed(
+        self, endpoint: WebhookEndpoint, request: Outgoing, caused_by: str | None
+    ) -> AttemptResult:
+        return await self._sender.send(
+            endpoint,
+            request.claims[0].event,
+            request.webhook_id,
+            request.body,
+            caused_by=caused_by,
+            content_type=request.content_type,
+            kind_headers=request.headers,
+        )
+
+    async def _record_composed(self, request: Outgoing, result: AttemptResult) -> None:
+        """The outcome of one composed request, for each delivery it carried."""
+        for claim in request.claims:
+            if result.ok:
+                self._release_endpoint_slot(claim)
+        if result.ok:
+            await asyncio.gather(*(self._record_success(c, result) for c in request.claims))
+            for claim in request.claims:
+                self._counted(claim, result, deliveries.SUCCEEDED)
+            return
+        for claim in request.claims:
+            status = await deliveries.record_attempt(self.storage, self.settings, claim, result)
+            self._counted(claim, result, status)
 
     async def _record_success(self, claim: Claim, result: AttemptResult) -> None:
         """Queue the success for the flusher and wait until it is stored (its slot of

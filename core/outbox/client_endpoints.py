@@ -23,7 +23,7 @@ from pymongo.errors import DuplicateKeyError
 from core.auth.access import Principal
 from core.auth.crypto import SecretBox
 from core.errors import Forbidden, ValidationFailed
-from core.outbox import deliveries, per_minute, webhook_endpoints, webhook_urls
+from core.outbox import deliveries, endpoint_kinds, per_minute, webhook_endpoints, webhook_urls
 from core.outbox.webhook_endpoints import EndpointOptions, WebhookEndpoint, endpoint_from_doc
 from core.settings import Settings
 from core.storage import Storage
@@ -81,14 +81,19 @@ def check_customer_url(url: str, what: str = "url") -> None:
 
 
 def _options(
-    principal: Principal, facility: str | None, events: list[str], auth: AuthInput
+    principal: Principal,
+    facility: str | None,
+    kind: str,
+    events: list[str] | None,
+    auth: AuthInput,
 ) -> EndpointOptions:
+    """The endpoint's options as the client gives them (`events` None: the kind's default)."""
     if not may_see(principal, facility):
         raise Forbidden(
             "this client manages endpoints of its facilities only: give one of "
             + ", ".join(sorted(principal.facilities or ()))
         )
-    if len(set(events)) != len(events):
+    if events is not None and len(set(events)) != len(events):
         raise ValidationFailed("events must not repeat")
     for name, value in (
         ("username", auth.username),
@@ -102,9 +107,9 @@ def _options(
         check_customer_url(auth.login_url, "auth.loginUrl")
     elif auth.login_url:
         raise ValidationFailed("auth.loginUrl is for the TOKEN scheme only")
-    return EndpointOptions(
+    options = EndpointOptions(
         facility=facility,
-        events=tuple(events),
+        kind=endpoint_kinds.kind_named(kind).name,
         auth_kind="token"
         if auth.scheme == "TOKEN"
         else "basic"
@@ -116,6 +121,9 @@ def _options(
         token_field=auth.token_field,
         header_format=auth.header_format,
     )
+    if events is not None:
+        options["events"] = tuple(events)
+    return options
 
 
 async def create_for_client(
@@ -126,14 +134,15 @@ async def create_for_client(
     *,
     url: str,
     facility: str | None,
-    events: list[str],
+    events: list[str] | None,
     auth: AuthInput,
+    kind: str = endpoint_kinds.DEFAULT,
 ) -> Created:
     """`createWebhookEndpoint`: a new endpoint made by the customer; `Created.secret` is its
     signing secret, shown once. It takes one of the business's numbered places (a unique
     index), so clients racing for the last places get exactly as many as are free."""
     check_customer_url(url)
-    options = _options(principal, facility, events, auth)
+    options = _options(principal, facility, kind, events, auth)
     if facility is not None:
         await get_facility(storage, principal.business, facility)
     limit = settings.webhook_endpoints_per_business
@@ -206,6 +215,7 @@ async def update_for_client(
     set_facility: bool,
     events: list[str] | None,
     auth: AuthInput | None,
+    kind: str | None = None,
 ) -> WebhookEndpoint:
     """`updateWebhookEndpoint`: the fields given replace the endpoint's (auth as a whole, with
     its password; given again when the URL's origin changes, `check_auth_may_stay`); the id,
@@ -222,8 +232,11 @@ async def update_for_client(
     if auth is None:
         webhook_endpoints.check_auth_may_stay(endpoint, new_url)  # before it takes a place
     new_facility = facility if set_facility else endpoint.facility
-    new_events = events if events is not None else list(endpoint.events)
-    options = _options(principal, new_facility, new_events, auth or AuthInput())
+    new_kind = kind if kind is not None else endpoint.kind
+    # Another kind without events named takes that kind's default subscriptions.
+    kept_events = list(endpoint.events) if new_kind == endpoint.kind else None
+    new_events = events if events is not None else kept_events
+    options = _options(principal, new_facility, new_kind, new_events, auth or AuthInput())
     if new_facility is not None and new_facility != endpoint.facility:
         await get_facility(storage, principal.business, new_facility)
     if becomes_customers:

@@ -62,6 +62,10 @@ class AttemptResult:
     error: str = ""
     response_snippet: str = ""
     retry_after_s: float | None = None
+    # What the answer's `Location` named (an EPCIS repository's capture job), and the most
+    # events the receiver says it takes in one request (`GS1-EPCIS-Capture-Limit`).
+    location: str = ""
+    capture_limit: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -277,11 +281,12 @@ async def claim_pending(
     business_room: Callable[[str], int] | None = None,
     exclude_endpoints: Sequence[str] = (),
     exclude_businesses: Sequence[str] = (),
+    endpoint_id: str | None = None,
     now: datetime | None = None,
 ) -> ClaimBatch:
     """Claim up to `limit` PENDING deliveries, lowest message ids first, with at most
-    `room(endpoint_id)` for one endpoint and `business_room(business)` for one business, and
-    read their push messages.
+    `room(endpoint_id)` for one endpoint and `business_room(business)` for one business (with
+    `endpoint_id`, of that endpoint only), and read their push messages.
 
     Three commands for the whole batch: a find for candidates, then one update_many that leases
     those still PENDING under a token unique to this claim (each delivery is claimed by exactly
@@ -293,6 +298,8 @@ async def claim_pending(
         return ClaimBatch([], False, {})
     now = now or datetime.now(UTC)
     query: Doc = {"status": PENDING, **_excluding(exclude_endpoints, exclude_businesses)}
+    if endpoint_id is not None:
+        query["endpoint_id"] = endpoint_id
     found = await storage.webhook_deliveries.find(
         query, sort=[("message_id", 1)], limit=limit
     ).to_list()
@@ -386,6 +393,7 @@ def _attempt_doc(claim: Claim, result: AttemptResult) -> Doc:
         "duration_ms": round(result.duration_s * 1000, 1),
         "error": result.error,
         "response_snippet": result.response_snippet[:SNIPPET_CHARS],
+        **({"location": result.location[:SNIPPET_CHARS]} if result.location else {}),
     }
 
 
@@ -522,6 +530,34 @@ async def note_failure(
     if failing_s >= settings.webhook_failing_notice_after_s and run and not told:
         await notices.failing(storage, endpoint_id, run, since, reason)
     return True
+
+
+async def settle_unsent(storage: Storage, claims: Sequence[Claim], reason: str) -> None:
+    """Deliveries with nothing to send in their endpoint's dialect (an EPCIS endpoint's pallet
+    reading that names no SSCC and no GTIN): SUCCEEDED without a request, `reason` in the log
+    (`last_error` stays empty: nothing failed)."""
+    if not claims:
+        return
+    now = datetime.now(UTC)
+    await storage.webhook_deliveries.bulk_write(
+        [
+            UpdateOne(
+                {"_id": c.delivery_id, "lease_owner": c.lease_owner, "status": DELIVERING},
+                {
+                    "$set": {
+                        "status": SUCCEEDED,
+                        "delivered_at": now,
+                        "not_sent": reason,
+                        **schedule(None),
+                        "lease_owner": None,
+                        "lease_until": None,
+                    }
+                },
+            )
+            for c in claims
+        ],
+        ordered=False,
+    )
 
 
 async def release(storage: Storage, claim: Claim, delay_s: float = 0.0, error: str = "") -> None:

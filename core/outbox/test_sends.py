@@ -18,7 +18,7 @@ from core import urls
 from core.errors import ValidationFailed
 from core.feed import catalog
 from core.feed.publish import iso_utc
-from core.outbox import per_minute
+from core.outbox import endpoint_kinds, per_minute
 from core.settings import Settings
 from core.storage import Doc, Storage
 
@@ -108,10 +108,17 @@ async def begin(
     message_type: str,
     by: str,
     now: datetime,
+    kind: str = endpoint_kinds.WEBHOOK,
 ) -> str:
     """Count a test send against the business's minute and log it; returns its id.
     `RateLimited` past `webhook_test_sends_per_minute` (one counter per business and minute,
-    taken atomically, so any number of API processes together send no more)."""
+    taken atomically, so any number of API processes together send no more). A sample is one
+    of our JSON messages: an endpoint of another kind (`kind`, its endpoint's) is refused."""
+    if kind != endpoint_kinds.WEBHOOK:
+        raise ValidationFailed(
+            f"test sends post sample JSON messages; endpoint {endpoint_id} is of kind {kind}, "
+            "which takes only its own documents"
+        )
     await per_minute.take(
         storage, business, "test-send", settings.webhook_test_sends_per_minute, now, "test sends"
     )

@@ -11,7 +11,7 @@ from yarl import URL
 
 from core.auth.crypto import SIGNING_SECRET_PREFIX, SecretBox, new_signing_secret
 from core.errors import AuthMustBeGivenAgain, Conflict, NotFound, ValidationFailed
-from core.outbox import webhook_urls
+from core.outbox import endpoint_kinds, webhook_urls
 from core.outbox.due import schedule
 from core.settings import Settings
 from core.storage import Doc, Storage
@@ -66,9 +66,13 @@ class WebhookEndpoint:
     failing_since: datetime | None = None
     # Secrets rotated out that still sign until their time (sealed, until), newest first.
     retiring_secrets: tuple[tuple[str, datetime], ...] = ()
+    # What it receives and in which dialect (core.outbox.endpoint_kinds); stored endpoints
+    # made before kinds are WEBHOOK.
+    kind: str = endpoint_kinds.DEFAULT
 
     def route(self, message_type: str) -> str:
-        return self.base_url.rstrip("/") + ROUTES[event_of(message_type)]
+        path = endpoint_kinds.KINDS[self.kind].path or ROUTES[event_of(message_type)]
+        return self.base_url.rstrip("/") + path
 
 
 def event_of(message_type: str) -> str:
@@ -161,6 +165,7 @@ def endpoint_from_doc(doc: Doc) -> WebhookEndpoint:
         retiring_secrets=tuple(
             (r["sealed"], r["until"]) for r in doc.get("retiring_secrets") or ()
         ),
+        kind=doc.get("kind") or endpoint_kinds.DEFAULT,
     )
 
 
@@ -168,7 +173,8 @@ class EndpointOptions(TypedDict, total=False):
     """What an operator configures on an endpoint besides its URL (defaults in parentheses)."""
 
     facility: str | None  # (None: every facility of the business)
-    events: tuple[str, ...]  # (DEFAULT_EVENTS)
+    kind: str  # (WEBHOOK: core.outbox.endpoint_kinds)
+    events: tuple[str, ...]  # (the kind's default: DEFAULT_EVENTS for WEBHOOK)
     auth_kind: AuthKind  # ("none")
     username: str
     password: str
@@ -202,7 +208,8 @@ def authorization(header_format: str, token: str) -> str:
 def _endpoint_fields(box: SecretBox, base_url: str, options: EndpointOptions) -> Doc:
     """The validated, configurable fields of an endpoint (what create and update write)."""
     facility = options.get("facility")
-    events = options.get("events", DEFAULT_EVENTS)
+    kind = endpoint_kinds.kind_named(options.get("kind", endpoint_kinds.DEFAULT))
+    events = options.get("events", kind.default_events or DEFAULT_EVENTS)
     auth_kind = options.get("auth_kind", "none")
     username = options.get("username", "")
     password = options.get("password", "")
@@ -210,9 +217,11 @@ def _endpoint_fields(box: SecretBox, base_url: str, options: EndpointOptions) ->
     token_field = options.get("token_field", "access_token")
     header_format = options.get("header_format", "Bearer {token}")
     webhook_urls.check_url(base_url, "the webhook URL", customer=False)
-    unknown = set(events) - set(EVENTS)
-    if unknown or not events:
-        raise ValidationFailed(f"events must be among {', '.join(EVENTS)}")
+    allowed = kind.events or EVENTS
+    if set(events) - set(allowed) or not events:
+        raise ValidationFailed(
+            f"events of a {kind.name} endpoint must be among {', '.join(allowed)}"
+        )
     if auth_kind not in ("none", "basic", "token"):
         raise ValidationFailed("auth must be none, basic or token")
     if auth_kind in ("basic", "token") and not (username and password):
@@ -226,6 +235,7 @@ def _endpoint_fields(box: SecretBox, base_url: str, options: EndpointOptions) ->
     return {
         "facility": facility,
         "base_url": base_url.rstrip("/"),
+        "kind": kind.name,
         "events": list(events),
         "auth": {
             "kind": auth_kind,
@@ -278,8 +288,10 @@ async def update_endpoint(
     base_url: str,
     **options: Unpack[EndpointOptions],
 ) -> WebhookEndpoint:
-    """Reconfigure an endpoint; its id, signing secrets and enabled state are kept."""
+    """Reconfigure an endpoint; its id, signing secrets, enabled state and (unless given)
+    kind are kept."""
     endpoint = await get_endpoint(storage, endpoint_id)
+    options.setdefault("kind", endpoint.kind)
     facility = options.get("facility")
     if facility is not None:
         await get_facility(storage, endpoint.business, facility)

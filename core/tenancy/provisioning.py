@@ -18,7 +18,7 @@ from core.asn import partners
 from core.auth.credentials import new_secret
 from core.auth.crypto import SecretBox
 from core.errors import CredentialUnreadable, FieldError, NotFound, ValidationFailed
-from core.outbox import webhook_endpoints
+from core.outbox import endpoint_kinds, webhook_endpoints
 from core.storage import Storage
 from core.tenancy import gs1_identities, tenants
 from core.tenancy.tenants import LabelFieldMapping
@@ -65,13 +65,21 @@ class CameraSpec(_Strict):
 class WebhookSpec(_Strict):
     url: str  # with `facility`, what identifies the endpoint within its business
     facility: str | None = None
-    events: list[str] = Field(default_factory=lambda: list(webhook_endpoints.DEFAULT_EVENTS))
+    kind: str = endpoint_kinds.DEFAULT  # core.outbox.endpoint_kinds: WEBHOOK or EPCIS
+    events: list[str] | None = None  # None: the kind's default
     auth: Literal["none", "basic", "token"] = "none"
     username: str = ""
     password: str = ""
     login_url: str = ""
     token_field: str = "access_token"  # noqa: S105 - a JSON field name
     header_format: str = "Bearer {token}"
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        if value not in endpoint_kinds.KINDS:
+            raise ValueError(f"kind must be one of {', '.join(endpoint_kinds.KINDS)}")
+        return value
 
 
 class BusinessSpec(_Strict):
@@ -307,7 +315,8 @@ def _webhook_matches(
     auth = endpoint.auth
     password = box.open(auth.password_sealed) if auth.password_sealed else ""
     return (
-        tuple(endpoint.events) == tuple(spec.events)
+        endpoint.kind == spec.kind
+        and tuple(endpoint.events) == _events_of(spec)
         and auth.kind == spec.auth
         and auth.username == spec.username
         and password == spec.password
@@ -317,6 +326,14 @@ def _webhook_matches(
     )
 
 
+def _events_of(spec: WebhookSpec) -> tuple[str, ...]:
+    """The events the spec subscribes to: those it names, else its kind's default."""
+    if spec.events is not None:
+        return tuple(spec.events)
+    kind = endpoint_kinds.kind_named(spec.kind)
+    return kind.default_events or webhook_endpoints.DEFAULT_EVENTS
+
+
 async def _apply_webhook(
     storage: Storage, box: SecretBox, business: str, spec: WebhookSpec
 ) -> Change:
@@ -324,7 +341,8 @@ async def _apply_webhook(
     key = f"{business}:{spec.facility or '*'}:{url}"
     options: dict[str, Any] = {
         "facility": spec.facility,
-        "events": tuple(spec.events),
+        "kind": spec.kind,
+        "events": _events_of(spec),
         "auth_kind": spec.auth,
         "username": spec.username,
         "password": spec.password,

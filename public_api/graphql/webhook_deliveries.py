@@ -167,6 +167,7 @@ async def send_test_webhook(
         message_type=event_type.value,
         by=principal.subject,
         now=now,
+        kind=endpoint.kind,
     )
     facility = endpoint.facility or await test_sends.a_facility_of(storage, principal.business)
     payload = test_sends.sample(

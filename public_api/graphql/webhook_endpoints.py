@@ -32,6 +32,16 @@ class WebhookEvent(Enum):
     OPERATIONAL = "OPERATIONAL"
 
 
+@strawberry.enum(
+    description="What an endpoint receives. WEBHOOK: dockflow's JSON messages, POSTed to "
+    "the route of each event. EPCIS: the EPCIS 2.0 events of the business's pallet readings, "
+    "as EPCISDocuments POSTed to {url}/capture (an EPCIS repository's capture interface)."
+)
+class WebhookEndpointKind(Enum):
+    WEBHOOK = "WEBHOOK"
+    EPCIS = "EPCIS"
+
+
 @strawberry.enum
 class WebhookAuthScheme(Enum):
     NONE = "NONE"
@@ -59,6 +69,7 @@ class WebhookEndpointType:
     id: str
     url: str = strawberry.field(description="The base URL; routes are added to it.")
     facility_slug: str | None = strawberry.field(description="null: every facility.")
+    kind: WebhookEndpointKind
     events: list[WebhookEvent]
     auth: WebhookAuth
     enabled: bool
@@ -76,6 +87,7 @@ class WebhookEndpointType:
             id=endpoint.endpoint_id,
             url=endpoint.base_url,
             facility_slug=endpoint.facility,
+            kind=WebhookEndpointKind(endpoint.kind),
             events=[WebhookEvent(e) for e in endpoint.events],
             auth=WebhookAuth(
                 scheme=WebhookAuthScheme(kind.upper()),
@@ -118,7 +130,12 @@ class WebhookAuthInput:
 class CreateWebhookEndpointInput:
     url: str = strawberry.field(description="https, a public host; routes are added to it.")
     facility_slug: str | None = strawberry.field(default=None, description="null: every one.")
-    events: list[WebhookEvent]
+    kind: WebhookEndpointKind = WebhookEndpointKind.WEBHOOK
+    events: list[WebhookEvent] | None = strawberry.field(
+        default=None,
+        description="null: the kind's default (WEBHOOK: PALLET_EVENT and SHIPMENT_COMPLETE; "
+        "EPCIS: PALLET_EVENT, the only one it takes).",
+    )
     auth: WebhookAuthInput | None = None
 
 
@@ -130,6 +147,9 @@ class UpdateWebhookEndpointInput:
     id: str
     url: str | None = None
     facility_slug: str | None = strawberry.UNSET
+    kind: WebhookEndpointKind | None = strawberry.field(
+        default=None, description="Another kind without events takes that kind's default."
+    )
     events: list[WebhookEvent] | None = None
     auth: WebhookAuthInput | None = None
 
@@ -180,8 +200,9 @@ async def create_webhook_endpoint(
         context.require_principal(),
         url=input.url,
         facility=input.facility_slug,
-        events=[e.value for e in input.events],
+        events=[e.value for e in input.events] if input.events is not None else None,
         auth=(input.auth or WebhookAuthInput()).to_core(),
+        kind=input.kind.value,
     )
     endpoint = created.entity
     assert isinstance(endpoint, WebhookEndpoint)
@@ -207,6 +228,7 @@ async def update_webhook_endpoint(
         set_facility=set_facility,
         events=[e.value for e in input.events] if input.events is not None else None,
         auth=input.auth.to_core() if input.auth is not None else None,
+        kind=input.kind.value if input.kind is not None else None,
     )
     return WebhookEndpointType.of(endpoint)
 

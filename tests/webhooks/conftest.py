@@ -80,7 +80,8 @@ class Receiver:
 
     def app(self) -> web.Application:
         app = web.Application()
-        for route in webhook_endpoints.ROUTES.values():
+        # An EPCIS endpoint's requests go to one route, the repository's capture interface.
+        for route in (*webhook_endpoints.ROUTES.values(), "/capture"):
             app.router.add_post(route, self._hook)
             # Endpoints whose URL has a path (several endpoints on one receiver).
             app.router.add_post("/{prefix}" + route, self._hook)

@@ -1,0 +1,106 @@
+"""Kinds of webhook endpoint: what an endpoint receives and in which dialect (docs/webhooks.md,
+"Endpoint kinds").
+
+Every endpoint has a kind; the outbox (deliveries, retries, the delivery log, resend, recover,
+signing, auth, egress rules) is the same for all of them. A kind says three things:
+
+- which push messages make deliveries to it (`events`: the subscriptions it may hold; the
+  feed writes one delivery per message and subscribed endpoint, whatever the kind),
+- where its requests go (`path`, after the endpoint's base URL, for every message), and
+- how the deliveries become requests (`compose`, registered in `COMPOSERS`): a kind without
+  one sends each message as our JSON message, one request per delivery, to its event's route.
+
+A kind that speaks another standard adds its entry to `KINDS` and its composer to `COMPOSERS`
+(say an ASN kind: `SHIPMENT_COMPLETE` deliveries composed into EDI documents); the worker
+sends whatever a composer gives it and records each request's outcome for every delivery the
+request carries. Nothing else in the outbox changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from core.errors import ValidationFailed
+from core.storage import Doc, Storage
+
+if TYPE_CHECKING:  # deliveries reach the endpoint rules through the feed: no import cycle
+    from core.outbox.deliveries import Claim
+
+WEBHOOK = "WEBHOOK"
+EPCIS = "EPCIS"
+
+
+@dataclass(frozen=True)
+class EndpointKind:
+    name: str
+    # The subscriptions an endpoint of this kind may hold (None: every event of ROUTES), and
+    # what it holds when none are named (None: the outbox's default).
+    events: tuple[str, ...] | None
+    default_events: tuple[str, ...] | None
+    # The one path every request goes to, after the base URL (None: each event's own route).
+    path: str | None
+    # The most deliveries one request carries (1: each its own request).
+    max_items: int
+    summary: str
+
+
+KINDS: dict[str, EndpointKind] = {
+    WEBHOOK: EndpointKind(
+        WEBHOOK, None, None, None, 1, "dockflow's JSON messages, one POST per message"
+    ),
+    EPCIS: EndpointKind(
+        EPCIS,
+        ("PALLET_EVENT",),
+        ("PALLET_EVENT",),
+        "/capture",
+        100,
+        "EPCIS 2.0 EPCISDocuments to an EPCIS repository's capture interface",
+    ),
+}
+DEFAULT = WEBHOOK
+
+
+def kind_named(name: str) -> EndpointKind:
+    """The kind of this name; ValidationFailed naming the kinds there are."""
+    kind = KINDS.get(name)
+    if kind is None:
+        raise ValidationFailed(f"kind must be one of {', '.join(KINDS)} (not {name!r})")
+    return kind
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One request a composer asks for: the deliveries it settles, and what it carries. A
+    request with `nothing_to_send` set is not made: its deliveries settle as sent, with that
+    reason in their log (a message that has nothing in the kind's dialect)."""
+
+    claims: tuple[Claim, ...]
+    body: bytes = b""
+    content_type: str = "application/json"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    webhook_id: str = ""
+    nothing_to_send: str = ""
+
+
+# What a kind's composer is given: the endpoint's deliveries claimed together, each with its
+# push message, in message id order; and the most items one request may carry (a receiver's
+# stated limit). It returns the requests that carry them, every claim in exactly one.
+Composer = Callable[[Storage, Sequence[tuple["Claim", Doc]], int], Awaitable[list[Outgoing]]]
+COMPOSERS: dict[str, Composer] = {}
+
+
+def composer_of(kind: str) -> Composer | None:
+    """The kind's composer (None: our JSON messages, one request per delivery)."""
+    if not COMPOSERS:
+        _register()
+    return COMPOSERS.get(kind)
+
+
+def _register() -> None:
+    # Imported here: a composer reads the records it turns into documents (core.epcis reads
+    # the tenancy), which the endpoint rules themselves never need.
+    from core.outbox import epcis_capture
+
+    COMPOSERS[EPCIS] = epcis_capture.compose

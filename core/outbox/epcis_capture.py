@@ -1,0 +1,143 @@
+"""Endpoints of kind EPCIS: the EPCIS 2.0 events of the business's pallet readings, POSTed as
+EPCISDocuments to the customer's EPCIS repository, at its capture interface as the GS1 REST
+binding defines it (`POST {base URL}/capture`, `application/ld+json`, the binding's version
+headers; a capture is answered 202 with the capture job's `Location`). docs/webhooks.md.
+
+The deliveries are the outbox's own (one per pallet message and endpoint): their retries, log,
+resend and recover are every endpoint's. What differs is the request: a delivery's event is
+built by `core.epcis` from the stored pallet reading the first time it is sent, and kept on
+the delivery, so a retry, a resend or a recover carries the very event (and eventID) sent
+first, whatever happened to the pallet since. Deliveries of one shipment claimed together go
+in one document, at most `MAX_EVENTS_PER_DOCUMENT` events (fewer when the repository states a
+lower `GS1-EPCIS-Capture-Limit`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pymongo import UpdateOne
+
+from core.epcis import events as epcis_events
+from core.epcis import queries as epcis_queries
+from core.outbox.deliveries import Claim
+from core.outbox.endpoint_kinds import EPCIS, KINDS, Outgoing
+from core.storage import Doc, Storage
+
+CONTENT_TYPE = "application/ld+json"
+# The REST binding's headers of a capture request: the versions the document is written in,
+# and all-or-nothing capture (a document is captured whole or not at all, so a retry of it is
+# never half new).
+CAPTURE_HEADERS = {
+    "GS1-EPCIS-Version": "2.0.0",
+    "GS1-CBV-Version": "2.0.0",
+    "GS1-Capture-Error-Behaviour": "rollback",
+}
+# The most events one document carries: a shipment's readings claimed together go out in
+# documents of at most this many (a repository's lower GS1-EPCIS-Capture-Limit wins).
+MAX_EVENTS_PER_DOCUMENT = KINDS[EPCIS].max_items
+# The field of a delivery that holds its event once built (null: it has none; see `compose`).
+EVENT_FIELD = "epcis_event"
+NO_EVENT = "the pallet reading names no SSCC and no GTIN: it has no EPCIS event"
+NO_PALLET = "the pallet reading is no longer stored"
+# A delivery of another message (one made while the endpoint was of another kind).
+NOT_A_READING = "not a pallet reading: an EPCIS endpoint captures pallet readings only"
+
+
+async def compose(
+    storage: Storage, claimed: Sequence[tuple[Claim, Doc]], max_events: int
+) -> list[Outgoing]:
+    """The capture requests carrying these deliveries of one endpoint: their events grouped by
+    shipment, in message id order, at most `max_events` (and `MAX_EVENTS_PER_DOCUMENT`) a
+    document; deliveries whose pallet has no event settle without a request."""
+    limit = max(1, min(max_events, MAX_EVENTS_PER_DOCUMENT))
+    found, missing = await _events(storage, claimed)
+    requests = [
+        Outgoing(tuple(claims), nothing_to_send=reason)
+        for reason, claims in missing.items()
+        if claims
+    ]
+    by_shipment: dict[Any, list[Claim]] = {}
+    for claim, message in claimed:
+        if claim.delivery_id in found:
+            by_shipment.setdefault(message.get("shipment_id"), []).append(claim)
+    for claims in by_shipment.values():
+        for start in range(0, len(claims), limit):
+            chunk = claims[start : start + limit]
+            requests.append(_request(chunk, [found[c.delivery_id] for c in chunk]))
+    return requests
+
+
+def _request(claims: Sequence[Claim], events: Sequence[dict[str, Any]]) -> Outgoing:
+    """One EPCISDocument. Its bytes depend only on its events and deliveries (created at the
+    first delivery's creation), so a resend of the same deliveries repeats the same document,
+    under the same `webhook-id`."""
+    created_at = min(c.created_at for c in claims)
+    document = epcis_events.document(events, created_at)
+    body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+    ids = "\n".join(sorted(str(e["eventID"]) for e in events))
+    webhook_id = "epcis_" + hashlib.sha256(ids.encode()).hexdigest()[:32]
+    return Outgoing(
+        tuple(claims),
+        body=body,
+        content_type=CONTENT_TYPE,
+        headers=CAPTURE_HEADERS,
+        webhook_id=webhook_id,
+    )
+
+
+async def _events(
+    storage: Storage, claimed: Sequence[tuple[Claim, Doc]]
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[Claim]]]:
+    """Each delivery's event (by delivery id), and the deliveries without one by reason. An
+    event kept on its delivery is taken as it is; the others are built from their pallets and
+    kept (on the deliveries this claim still holds)."""
+    ids = [claim.delivery_id for claim, _ in claimed]
+    kept = {
+        d["_id"]: d
+        for d in await storage.webhook_deliveries.find(
+            {"_id": {"$in": ids}}, {EVENT_FIELD: 1}
+        ).to_list()
+    }
+    found: dict[str, dict[str, Any]] = {}
+    missing: dict[str, list[Claim]] = {NO_EVENT: [], NO_PALLET: [], NOT_A_READING: []}
+    to_build: list[tuple[Claim, Doc]] = []
+    for claim, message in claimed:
+        doc = kept.get(claim.delivery_id, {})
+        if message.get("type") != "PALLET_EVENT":
+            missing[NOT_A_READING].append(claim)
+        elif EVENT_FIELD not in doc:
+            to_build.append((claim, message))
+        elif doc[EVENT_FIELD] is None:
+            missing[NO_EVENT].append(claim)
+        else:
+            found[claim.delivery_id] = doc[EVENT_FIELD]
+    if not to_build:
+        return found, missing
+    pallet_ids = [m.get("pallet_id") for _, m in to_build if m.get("pallet_id")]
+    pallets = {
+        p["_id"]: p for p in await storage.pallets.find({"_id": {"$in": pallet_ids}}).to_list()
+    }
+    built: list[UpdateOne] = []
+    for claim, message in to_build:
+        pallet = pallets.get(message.get("pallet_id"))
+        if pallet is None or pallet.get("business") != claim.business:
+            missing[NO_PALLET].append(claim)
+            continue
+        event = await epcis_queries.pallet_event(storage, pallet)
+        if event is None:
+            missing[NO_EVENT].append(claim)
+        else:
+            found[claim.delivery_id] = event
+        built.append(
+            UpdateOne(
+                {"_id": claim.delivery_id, "lease_owner": claim.lease_owner},
+                {"$set": {EVENT_FIELD: event}},
+            )
+        )
+    if built:
+        await storage.webhook_deliveries.bulk_write(built, ordered=False)
+    return found, missing
