@@ -57,9 +57,6 @@ from core.tenancy.tenants import Facility
 # become), and the field a facility maps its own camera label to for the same meaning.
 GS1_LABEL = "gs1"
 GS = "\x1d"  # what a scanner transmits for FNC1 between variable-length fields
-# A GS1 element string holds at most 90 characters of data, a GS1 DataMatrix ~2,300; a
-# label's value is capped by `ingest_max_label_value_bytes` before it gets here.
-PARSED_CACHE_SIZE = 4096
 # Bounds on what one reading's GS1 labels may cost (see the module docstring). A pallet
 # carries a logistic label on two or three sides; a GS1-128 label holds a few elements, a
 # DataMatrix rarely more than ten; an element string is an AI (up to 4 digits) and 90 characters.
@@ -157,20 +154,10 @@ def is_gs1(facility: Facility | None, name: str) -> bool:
 
 
 def parse(content: str) -> LabelFacts:
-    """The facts of one label's content, in any of the forms the module docstring lists."""
-    return _parse_cached(content)
+    """The facts of one label's content, in any of the forms the module docstring lists.
 
-
-def short(reason: str) -> str:
-    """A reason cut to `MAX_REASON_CHARS` (the parser's messages quote what they failed on)."""
-    if len(reason) <= MAX_REASON_CHARS:
-        return reason
-    return reason[: MAX_REASON_CHARS - 1] + "…"
-
-
-@functools.lru_cache(maxsize=PARSED_CACHE_SIZE)
-def _parse_cached(content: str) -> LabelFacts:
-    # The exception rule reads a reading's labels again after ingest did: parse once.
+    Not cached: a reading's labels are read once (`read_labels`, identical ones once), and what
+    one label costs is bounded (see the module docstring)."""
     text = content.strip()
     if not text:
         return LabelFacts(problems=(Problem("", "the GS1 label is empty"),))
@@ -198,6 +185,13 @@ def _parse_cached(content: str) -> LabelFacts:
     else:
         elements = _element_strings(text, problems)
     return _facts(elements, problems)
+
+
+def short(reason: str) -> str:
+    """A reason cut to `MAX_REASON_CHARS` (the parser's messages quote what they failed on)."""
+    if len(reason) <= MAX_REASON_CHARS:
+        return reason
+    return reason[: MAX_REASON_CHARS - 1] + "…"
 
 
 def _outside_cset82(text: str, also: str = "") -> Problem | None:
@@ -401,18 +395,21 @@ class ReadingLabels:
     """What a reading's GS1 labels say together: the distinct labels' facts, the labels they
     add (name, value, confidence) and every problem, the reading's own ones last."""
 
-    facts: tuple[LabelFacts, ...]
-    derived: tuple[tuple[str, str, float], ...]
-    problems: tuple[Problem, ...]
+    facts: tuple[LabelFacts, ...] = ()
+    derived: tuple[tuple[str, str, float], ...] = ()
+    problems: tuple[Problem, ...] = ()
 
 
 def read_labels(facility: Facility | None, labels: Sequence[LabelLike]) -> ReadingLabels:
     """The GS1 labels among a reading's labels, read together (see the module docstring)."""
-    distinct: dict[LabelFacts, float] = {}  # identical labels count once, at their best
+    contents: dict[str, float] = {}  # identical labels are read once, at their best
     for label in labels:
         if is_gs1(facility, label.name):
-            facts = parse(label.value)
-            distinct[facts] = max(distinct.get(facts, 0.0), label.confidence)
+            contents[label.value] = max(contents.get(label.value, 0.0), label.confidence)
+    distinct: dict[LabelFacts, float] = {}  # and labels saying the same count once
+    for content, confidence in contents.items():
+        facts = parse(content)
+        distinct[facts] = max(distinct.get(facts, 0.0), confidence)
     problems = [problem for facts in distinct for problem in facts.problems]
     ssccs = sorted({facts.sscc for facts in distinct if facts.sscc is not None})
     lpns = sorted(
@@ -432,20 +429,3 @@ def read_labels(facility: Facility | None, labels: Sequence[LabelLike]) -> Readi
         if not (conflict and fact == "sscc")
     )
     return ReadingLabels(tuple(distinct), derived, tuple(problems))
-
-
-def label_facts(facility: Facility | None, labels: Sequence[LabelLike]) -> list[LabelFacts]:
-    """The facts of each distinct GS1 label among a reading's labels, in order."""
-    return list(read_labels(facility, labels).facts)
-
-
-def derived_labels(
-    facility: Facility | None, labels: Sequence[LabelLike]
-) -> list[tuple[str, str, float]]:
-    """The labels (name, value, confidence) the GS1 labels among `labels` add to a reading."""
-    return list(read_labels(facility, labels).derived)
-
-
-def problems(facility: Facility | None, labels: Sequence[LabelLike]) -> list[Problem]:
-    """Every problem of the GS1 labels among `labels`, in label order, the reading's last."""
-    return list(read_labels(facility, labels).problems)
