@@ -51,11 +51,11 @@ from biip.gs1_digital_link_uris import GS1DigitalLinkURI
 from biip.gs1_element_strings import GS1ElementString
 from biip.symbology import GS1Symbology, SymbologyIdentifier
 
-from core.tenancy.tenants import Facility
+from core.tenancy.tenants import GS1_FIELD, Facility
 
 # The label name whose value is always GS1 label content (what the proto's `gs1_labels`
 # become), and the field a facility maps its own camera label to for the same meaning.
-GS1_LABEL = "gs1"
+GS1_LABEL = GS1_FIELD
 GS = "\x1d"  # what a scanner transmits for FNC1 between variable-length fields
 # Bounds on what one reading's GS1 labels may cost (see the module docstring). A pallet
 # carries a logistic label on two or three sides; a GS1-128 label holds a few elements, a
@@ -145,12 +145,7 @@ class LabelFacts:
 
 def is_gs1(facility: Facility | None, name: str) -> bool:
     """Whether a label of this camera name holds GS1 label content at this facility."""
-    if name == GS1_LABEL:
-        return True
-    # a scan of the facility's few mappings: this runs for every label of every reading
-    return facility is not None and any(
-        m.camera_name == name and m.field == GS1_LABEL for m in facility.label_fields
-    )
+    return name == GS1_LABEL or (facility is not None and name == facility.gs1_camera_name)
 
 
 def parse(content: str) -> LabelFacts:

@@ -211,16 +211,14 @@ def validate_reading(
     lifecycle.check_camera_clock(settings, reading.occurred_at, now)
     if len(reading.labels) > settings.ingest_max_labels:
         raise ValidationFailed(f"a reading has at most {settings.ingest_max_labels} labels")
-    if sum(gs1_labels.is_gs1(facility, label.name) for label in reading.labels) > (
-        gs1_labels.MAX_GS1_LABELS
-    ):
-        most = gs1_labels.MAX_GS1_LABELS
-        raise ValidationFailed(f"a reading has at most {most} GS1 labels (it names one pallet)")
+    gs1_count = 0
     for label in reading.labels:
-        camera_input.check_label(
-            settings, label.name, label.value, label.confidence,
-            gs1=gs1_labels.is_gs1(facility, label.name),
-        )  # fmt: skip
+        gs1 = gs1_labels.is_gs1(facility, label.name)
+        gs1_count += gs1
+        if gs1_count > gs1_labels.MAX_GS1_LABELS:
+            most = gs1_labels.MAX_GS1_LABELS
+            raise ValidationFailed(f"a reading has at most {most} GS1 labels (it names one pallet)")
+        camera_input.check_label(settings, label.name, label.value, label.confidence, gs1=gs1)
     if not any(label.name and label.value for label in reading.labels):
         raise ValidationFailed("a reading needs at least one label with a value")
     mapping = facility.label_mapping()
