@@ -31,7 +31,7 @@ from biip.gs1_prefixes import GS1CompanyPrefix
 from core.errors import ValidationFailed
 
 DIGITAL_LINK_BASE = "https://id.gs1.org"
-COMPANY_PREFIX = re.compile(r"\d{6,12}")
+COMPANY_PREFIX_DIGITS = (6, 12)
 # AI 254 is up to 20 characters of GS1's character set 82; dockflow takes the part that needs
 # no escaping in an EPC URI or a URL path (a door is "12", "D-04", ...).
 GLN_EXTENSION = re.compile(r"[A-Za-z0-9._-]{1,20}")
@@ -39,8 +39,14 @@ NO_EXTENSION = "0"  # what an SGLN of the whole location carries (EPC TDS 6.3.3)
 EpcFormat = Literal["urn", "digital_link"]
 
 
+def is_digits(value: str) -> bool:
+    """Whether `value` is ASCII digits 0-9 only, what every GS1 number is written in (Python's
+    `\\d`, `isdecimal()` and `int()` also take Arabic-Indic or fullwidth digits)."""
+    return value.isascii() and value.isdigit()
+
+
 def _valid_number(kind: str, value: str, digits: int) -> str:
-    if len(value) != digits or not value.isdecimal():
+    if len(value) != digits or not is_digits(value):
         raise ValidationFailed(f"{kind} {value!r} must be {digits} digits")
     expected = gs1_standard_check_digit(value[:-1])
     if int(value[-1]) != expected:
@@ -60,7 +66,8 @@ def check_sscc(value: str) -> str:
 
 def check_company_prefix(value: str) -> str:
     """A GS1 Company Prefix: 6 to 12 digits."""
-    if not COMPANY_PREFIX.fullmatch(value):
+    shortest, longest = COMPANY_PREFIX_DIGITS
+    if not (shortest <= len(value) <= longest and is_digits(value)):
         raise ValidationFailed(f"GS1 company prefix {value!r} must be 6 to 12 digits")
     return value
 

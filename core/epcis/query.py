@@ -20,8 +20,8 @@ from biip.checksums import gs1_standard_check_digit
 
 from core.auth.access import Principal
 from core.epcis import events
-from core.epcis.identities import Identities
-from core.errors import BadRequest
+from core.epcis.identities import Identities, check_sscc, is_digits
+from core.errors import BadRequest, ValidationFailed
 from core.storage import Doc, Storage, time_range
 from core.tenancy import gs1_identities, tenants
 
@@ -101,15 +101,20 @@ def _bare_step(step: str) -> str:
 
 
 def _sscc(epc: str) -> str:
-    """The SSCC an EPC names, in either form; a pattern or another identifier matches none."""
+    """The SSCC an EPC names, in either form; a pattern, another identifier or a number that
+    is no SSCC (as `events` writes none for it) matches none."""
+    sscc = ""
     if epc.startswith(SSCC_PREFIXES[0]):
-        return epc.removeprefix(SSCC_PREFIXES[0])
-    if epc.startswith(SSCC_PREFIXES[1]):
+        sscc = epc.removeprefix(SSCC_PREFIXES[0])
+    elif epc.startswith(SSCC_PREFIXES[1]):
         prefix, _, rest = epc.removeprefix(SSCC_PREFIXES[1]).partition(".")
-        if rest and (rest + prefix).isdecimal():
+        if rest and is_digits(rest + prefix):
             body = rest[0] + prefix + rest[1:]
-            return body + str(gs1_standard_check_digit(body))
-    return ""
+            sscc = body + str(gs1_standard_check_digit(body))
+    try:
+        return check_sscc(sscc)
+    except ValidationFailed:
+        return ""
 
 
 def page_token(pallet: Doc) -> str:

@@ -5,13 +5,17 @@ urn:epc:id:sgln:0614141.12345.400 (TDS 6.3.3)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from core.epcis import events, query
 from core.epcis.identities import (
     Identities,
     check_company_prefix,
     check_gln,
     check_gln_extension,
+    check_sscc,
     prefix_length,
     sgln_uri,
     sscc_uri,
@@ -89,3 +93,32 @@ def test_a_facility_names_its_dock_doors_and_itself():
     assert ids.read_point("D3") == "urn:epc:id:sgln:0614141.12345.0"  # no extension: the site
     assert ids.pallet(TDS_SSCC) == "urn:epc:id:sscc:0614141.1234567890"
     assert Identities(None, None, {}).read_point("D1") is None
+
+
+def _arabic_indic(digits: str) -> str:
+    return "".join(chr(0x0660 + int(d)) for d in digits)
+
+
+def _fullwidth(digits: str) -> str:
+    return "".join(chr(0xFF10 + int(d)) for d in digits)
+
+
+@pytest.mark.parametrize("spelled", [_arabic_indic, _fullwidth])
+def test_a_gs1_number_is_ascii_digits_only(spelled):
+    # Python's \d and isdecimal() take these for digits; a GS1 number never holds them
+    for check, number in ((check_gln, TDS_GLN), (check_sscc, TDS_SSCC)):
+        with pytest.raises(ValidationFailed):
+            check(spelled(number))
+    with pytest.raises(ValidationFailed):
+        check_company_prefix(spelled("0614141"))
+    lpn_only: dict[str, Any] = {
+        "occurred_at": None,
+        "direction": "LOADING",
+        "dock": "D1",
+        "gs1_labels": [],
+    }
+    ids = Identities(None, None, {})
+    assert events.pallet_event({**lpn_only, "lpns": [spelled(TDS_SSCC)]}, ids, "UTC") is None
+    urn = f"urn:epc:id:sscc:{spelled('0614141')}.{spelled('1234567890')}"
+    link = f"https://id.gs1.org/00/{spelled(TDS_SSCC)}"
+    assert query.parse_query({"MATCH_epc": f"{urn},{link}"}).ssccs == frozenset()
