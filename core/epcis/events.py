@@ -124,17 +124,6 @@ def with_record_time(event: dict[str, Any], pallet: dict[str, Any]) -> dict[str,
     return {**event, "recordTime": _utc_ms(stored)}
 
 
-def document(events: Sequence[dict[str, Any]], created_at: datetime) -> dict[str, Any]:
-    """An EPCISDocument carrying `events`."""
-    return {
-        "@context": [EPCIS_CONTEXT],
-        "type": "EPCISDocument",
-        "schemaVersion": SCHEMA_VERSION,
-        "creationDate": _utc_ms(created_at),
-        "epcisBody": {"eventList": list(events)},
-    }
-
-
 def query_document(found: Sequence[dict[str, Any]], created_at: datetime) -> dict[str, Any]:
     """An EPCISQueryDocument answering a SimpleEventQuery with `found`."""
     return {

@@ -16,11 +16,10 @@ from core.epcis.identities import (
     check_gln,
     check_gln_extension,
     check_sscc,
-    prefix_length,
     sgln_uri,
-    sscc_uri,
 )
 from core.errors import ValidationFailed
+from tests.epcis_support import sscc_uri
 
 TDS_SSCC = "106141412345678908"
 TDS_GLN = "0614141123452"
@@ -49,15 +48,15 @@ def test_without_a_declared_prefix_gs1s_prefix_lengths_split_the_number():
 
 
 def test_a_declared_prefix_decides_the_split_of_its_own_numbers():
-    assert prefix_length("0614141123452", "06141411") == 8
     assert sgln_uri(TDS_GLN, "1", "06141411") == "urn:epc:id:sgln:06141411.2345.1"
 
 
 def test_a_number_whose_prefix_length_nobody_knows_has_no_epc_uri_but_a_digital_link():
     # 020-029 are restricted-circulation numbers: GS1 assigns no company prefixes there
     sscc = "002000000000000004"
-    assert prefix_length(sscc[1:-1], None) is None
     assert sscc_uri(sscc, None) is None
+    assert sgln_uri("0200000000004", None, None) is None
+    assert sgln_uri("0200000000004", None, "020000") == "urn:epc:id:sgln:020000.000000.0"
     assert sscc_uri(sscc, None, "digital_link") == f"https://id.gs1.org/00/{sscc}"
 
 
@@ -91,7 +90,6 @@ def test_a_facility_names_its_dock_doors_and_itself():
     assert ids.read_point("D1") == "urn:epc:id:sgln:0614141.12345.1"
     assert ids.read_point("D2", "digital_link") == f"https://id.gs1.org/414/{TDS_GLN}/254/D-02"
     assert ids.read_point("D3") == "urn:epc:id:sgln:0614141.12345.0"  # no extension: the site
-    assert ids.pallet(TDS_SSCC) == "urn:epc:id:sscc:0614141.1234567890"
     assert Identities(None, None, {}).read_point("D1") is None
 
 
