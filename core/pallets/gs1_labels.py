@@ -49,6 +49,7 @@ import biip
 from biip.gs1_application_identifiers import GS1ApplicationIdentifier
 from biip.gs1_digital_link_uris import GS1DigitalLinkURI
 from biip.gs1_element_strings import GS1ElementString
+from biip.gs1_messages import GS1Message
 from biip.symbology import GS1Symbology, SymbologyIdentifier
 
 from core.tenancy.tenants import GS1_FIELD, Facility
@@ -239,8 +240,10 @@ def _is_ai(text: str) -> bool:
 
 
 def _human_readable(text: str, problems: list[Problem]) -> list[GS1ElementString]:
-    """``(AI)data(AI)data``: each element on its own, so one bad element loses only itself."""
-    elements = []
+    """``(AI)data(AI)data``: each element read on its own by biip's HRI parser, so one bad
+    element loses only itself. The parser looks an AI up whole: ``(001)`` is no AI, never
+    AI 00 with a leading ``1`` of data."""
+    elements: list[GS1ElementString] = []
     compact = "".join(text.split())
     parts = compact.split("(")[1:]
     if len(parts) > MAX_ELEMENTS:
@@ -248,17 +251,20 @@ def _human_readable(text: str, problems: list[Problem]) -> list[GS1ElementString
             Problem("", f"more than {MAX_ELEMENTS} element strings; the rest is not read")
         )
     for part in parts[:MAX_ELEMENTS]:
-        ai, closed, data = part[:ELEMENT_WINDOW].partition(")")
-        if not closed or not ai:
-            problems.append(Problem("", short(f"{'(' + part!r} is not an (AI)data element string")))
-            continue
         try:
-            if not _is_ai(ai) or _known_ai(ai) is None:
-                raise biip.ParseError(f"({short(ai)}) is no GS1 Application Identifier")
-            elements.append(GS1ElementString.parse(ai + data))
+            message = GS1Message.parse_hri("(" + part[:ELEMENT_WINDOW])
         except biip.ParseError as error:
-            problems.append(Problem(ai if _is_ai(ai) else "", short(str(error))))
+            ai = part.partition(")")[0]
+            problems.append(Problem(ai if _is_exact_ai(ai) else "", short(str(error))))
+        else:
+            elements.extend(message.element_strings)
     return elements
+
+
+def _is_exact_ai(text: str) -> bool:
+    """Whether `text` is a GS1 AI, whole (``001`` is none though it starts with AI 00)."""
+    known = _known_ai(text) if _is_ai(text) else None
+    return known is not None and known.ai == text
 
 
 def _element_strings(text: str, problems: list[Problem]) -> list[GS1ElementString]:

@@ -284,3 +284,20 @@ def test_a_gs1_sscc_that_differs_from_the_lpn_label_is_a_problem():
     assert [p.ai for p in read.problems] == ["00"]
     agreeing = gs1_labels.read_labels(None, _gs1(f"00{SSCC}", lpn=SSCC))
     assert agreeing.problems == ()
+
+
+@pytest.mark.parametrize("ai", ["001", "0212", "4100"])
+def test_a_human_readable_ai_is_looked_up_whole_never_by_its_first_digits(ai: str):
+    # (001) is no AI: reading it as AI (00) would take the SSCC 1 + 17 digits that follow
+    facts = gs1_labels.parse(f"({ai}){SSCC[1:]}(10)LOT-1")
+
+    assert (facts.sscc, facts.gtin, facts.ship_to_gln, facts.lot) == (None, None, None, "LOT-1")
+    assert [p.ai for p in facts.problems] == [""]
+    assert f"Unknown GS1 Application Identifier '{ai}'" in facts.problems[0].reason
+
+
+def test_a_digital_link_attribute_is_looked_up_whole_and_other_keys_are_ignored():
+    # a key that is no AI is extra data the Digital Link standard lets a resolver ignore
+    facts = gs1_labels.parse(f"https://id.gs1.org/00/{SSCC}?011=0950600013435&linkType=gs1:pip")
+
+    assert (facts.sscc, facts.gtin, facts.problems) == (SSCC, None, ())
