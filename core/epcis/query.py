@@ -168,23 +168,39 @@ def parse_query(params: Mapping[str, str]) -> EventQuery:
     )
 
 
-def _filter(principal: Principal, query: EventQuery) -> Doc:
+@dataclass(frozen=True)
+class Slice:
+    """Stored readings in page order: those `match` finds, sorted by (occurred_at, _id), past
+    the reading `after_id` names (None: all)."""
+
+    match: Doc
+    after_id: str | None = None
+
+
+def event_slices(principal: Principal, query: EventQuery) -> list[Slice]:
+    """What the query asks of the stored pallet readings (the caller's business and
+    facilities), as slices that one after the other are the query's readings in page order:
+    after a page token, the rest of the token's instant, then what is later. Each filter is a
+    plain conjunction an index led by (business, occurred_at) answers: neither server reads
+    an `$or` of two ranges, nor a range on `_id` beside other fields, by an index, so the
+    reading ids at the token's instant (a few, in one millisecond) are compared here."""
     match: Doc = {"business": principal.business}
     if principal.facilities is not None:
         match["facility"] = {"$in": sorted(principal.facilities)}
-    if times := time_range(query.since, query.before):
-        match["occurred_at"] = times
     if query.directions is not None:
         match["direction"] = {"$in": sorted(query.directions)}
     if query.ssccs is not None:
         match["lpns"] = {"$in": sorted(query.ssccs)}
-    if query.after is not None:
-        at, pallet_id = query.after
-        match["$or"] = [
-            {"occurred_at": {"$gt": at}},
-            {"occurred_at": at, "_id": {"$gt": pallet_id}},
-        ]
-    return match
+    times = time_range(query.since, query.before) or {}
+    if query.after is None:
+        return [Slice({**match, "occurred_at": times} if times else match)]
+    at, pallet_id = query.after
+    later = Slice({**match, "occurred_at": {**times, "$gt": at}})
+    if (query.since is not None and at < query.since) or (
+        query.before is not None and at >= query.before
+    ):
+        return [later]
+    return [Slice({**match, "occurred_at": at}, pallet_id), later]
 
 
 def _nothing(query: EventQuery) -> bool:
@@ -199,27 +215,42 @@ async def find_events(storage: Storage, principal: Principal, query: EventQuery)
     """One page of the caller's events the query matches, oldest first."""
     if _nothing(query):
         return EventPage([], None)
-    cursor = (
-        storage.pallets.find(_filter(principal, query))
-        .sort([("occurred_at", 1), ("_id", 1)])
-        .limit(MAX_SCANNED)
-    )
     sites: dict[str, tuple[Identities, str]] = {}
     found: list[dict[str, Any]] = []
     last: Doc | None = None
     scanned = 0
-    async for pallet in cursor:
-        last, scanned = pallet, scanned + 1
-        event = events.pallet_event(pallet, *await _site(storage, sites, pallet))
-        if event is not None:
-            found.append(events.with_record_time(event, pallet))
-        if len(found) == query.per_page:
+    for part in event_slices(principal, query):
+        cursor = (
+            storage.pallets.find(part.match)
+            .sort([("occurred_at", 1), ("_id", 1)])
+            .limit(MAX_SCANNED - scanned)
+        )
+        async for pallet in cursor:
+            scanned += 1
+            if part.after_id is not None and pallet["_id"] <= part.after_id:
+                continue
+            last = pallet
+            event = events.pallet_event(pallet, *await _site(storage, sites, pallet))
+            if event is not None:
+                found.append(events.with_record_time(event, pallet))
+            if len(found) == query.per_page:
+                break
+        if len(found) == query.per_page or scanned == MAX_SCANNED:
             break
     if last is None:
         return EventPage(found, None)
-    rest = _filter(principal, replace(query, after=(last["occurred_at"], last["_id"])))
-    more = scanned == MAX_SCANNED or await storage.pallets.find_one(rest, {"_id": 1}) is not None
+    rest = replace(query, after=(last["occurred_at"], last["_id"]))
+    more = scanned == MAX_SCANNED or await _any(storage, event_slices(principal, rest))
     return EventPage(found, page_token(last) if more else None)
+
+
+async def _any(storage: Storage, slices: list[Slice]) -> bool:
+    """Whether any stored reading is in the slices."""
+    for part in slices:
+        async for pallet in storage.pallets.find(part.match, {"_id": 1}).limit(MAX_SCANNED):
+            if part.after_id is None or pallet["_id"] > part.after_id:
+                return True
+    return False
 
 
 async def _site(
