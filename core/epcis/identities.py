@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 import biip
+from biip.checksums import gs1_standard_check_digit
 from biip.gln import Gln
 from biip.gs1_prefixes import GS1CompanyPrefix
 from biip.sscc import Sscc
@@ -133,3 +134,22 @@ class Identities:
             return None
         extension = self.dock_extensions.get(dock)
         return sgln_uri(self.facility_gln, extension, self.company_prefix, form)
+
+
+SGLN_URN = "urn:epc:id:sgln:"
+
+
+def sgln_as_digital_link(uri: str) -> str:
+    """A location or read point as events name it (its Digital Link): an SGLN EPC URI
+    ``urn:epc:id:sgln:{prefix}.{location}.{extension}`` is turned into one (extension ``0``:
+    the whole location); anything else is returned as it is."""
+    if not uri.startswith(SGLN_URN):
+        return uri
+    prefix, _, rest = uri.removeprefix(SGLN_URN).partition(".")
+    location, _, extension = rest.partition(".")
+    body = prefix + location
+    if len(body) != 12 or not is_digits(body) or not extension:
+        return uri
+    gln = body + str(gs1_standard_check_digit(body))
+    tail = "" if extension == NO_EXTENSION else f"/254/{extension}"
+    return f"{DIGITAL_LINK_BASE}/414/{gln}{tail}"
