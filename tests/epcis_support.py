@@ -45,7 +45,7 @@ def assert_valid_event(event: dict[str, Any]) -> None:
 
 
 def epcis_document(found: list[dict[str, Any]], created_at: datetime) -> dict[str, Any]:
-    """An EPCISDocument carrying `found` (the service answers query documents only)."""
+    """An EPCISDocument carrying `found`, built apart from the service's `epcis_document`."""
     return {
         "@context": [events.EPCIS_CONTEXT],
         "type": "EPCISDocument",
