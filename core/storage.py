@@ -86,7 +86,7 @@ NO_TRANSACTIONS = (
 
 # Every collection and its indexes. `docs/data-model.md` describes the fields. Indexed fields
 # hold single values, never arrays: the embedded server answers equality on them with the index
-# on that promise (dockflow/embedded/launcher.py).
+# on that promise (dockflow/embedded/launcher.py). Indexes on lists are MULTIKEY_INDEXES.
 INDEXES: dict[str, list[IndexModel]] = {
     "counters": [],
     "businesses": [],
@@ -153,6 +153,9 @@ INDEXES: dict[str, list[IndexModel]] = {
         # a pallet's readings on a shipment, by "{shipment_id}|{LPN digest}" (core/pallets)
         IndexModel([("position", ASCENDING)]),
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("occurred_at", ASCENDING)]),
+        # the EPCIS event query (core/epcis/query.py): a business's readings in page order
+        # (_id breaks ties, compared by the query: nx-27017 cannot index `_id` beside others)
+        IndexModel([("business", ASCENDING), ("occurred_at", ASCENDING)]),
     ],
     "exceptions": [
         # lists and `afterId` pages: seq is the creation message's id (core/exceptions)
@@ -210,6 +213,14 @@ INDEXES: dict[str, list[IndexModel]] = {
     "trading_partners": [],  # _id = business: its ASN envelope (core/asn/partners.py)
     # _id = "{shipment_id}:{format}:{version}": an issued ASN's control number (core/asn/issue.py)
     "ship_notices": [IndexModel([("shipment_id", ASCENDING)])],
+}
+# Indexes on fields that hold lists (multikey), which every server but the embedded nx-27017
+# has: over SQLite an index on a list indexes its JSON text, not its elements, and once a
+# field has an index there, equality on it no longer matches a list's element. There the
+# collection's other indexes answer (`business` leads them).
+MULTIKEY_INDEXES: dict[str, list[IndexModel]] = {
+    # the EPCIS event query by SSCC (MATCH_epc): a business's readings naming one
+    "pallets": [IndexModel([("business", ASCENDING), ("lpns", ASCENDING)])],
 }
 
 
@@ -306,12 +317,11 @@ class Storage:
         )
         storage = cls(client, db_name)
         try:
-            hello = await client.admin.command("hello")
+            storage.learn_server(await client.admin.command("hello"))
             await storage.ensure_indexes()
         except BaseException:
             await client.close()
             raise
-        storage.learn_server(hello)
         return storage
 
     def learn_server(self, hello: Doc) -> None:
@@ -410,8 +420,13 @@ class Storage:
         raise AttributeError(name)
 
     async def ensure_indexes(self) -> None:
-        """Create every index; idempotent, safe to run from several processes at once."""
+        """Create every index (the multikey ones where the server has them); idempotent, safe
+        to run from several processes at once."""
+        if not self._server_known:
+            self.learn_server(await self.client.admin.command("hello"))
         for name, indexes in INDEXES.items():
+            if not self.single_writer:
+                indexes = [*indexes, *MULTIKEY_INDEXES.get(name, [])]
             if indexes:
                 await self.db[name].create_indexes(indexes)
 

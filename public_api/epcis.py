@@ -1,44 +1,80 @@
-"""``GET /epcis/events``: the EPCIS 2.0 event query of the GS1 REST binding, for the parameters
+"""The EPCIS 2.0 query interface of the GS1 REST binding: ``GET /epcis/events`` and the
+resource route of one EPC, ``GET /epcis/epcs/{epc}/events``, for the parameters
 `core.epcis.query` answers. Translation only: authenticate (the same bearer tokens and scopes
 as the rest of the API), parse, answer an EPCISQueryDocument with the binding's headers and a
-``Link: rel="next"`` while there is more. Errors leave through the problem+json middleware."""
+``Link: rel="next"`` while there is more; errors as problem+json whose `type` is the binding's
+exception (``epcisException:QueryParameterException``, ...). Also each route's OpenAPI
+operation."""
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from urllib.parse import urlencode
+from typing import Any
+from urllib.parse import quote, urlencode
 
 from aiohttp import web
 
 from core.epcis import events, query
-from core.errors import BadRequest, NotAcceptable
+from core.errors import BadRequest, DockflowError, NotAcceptable
 from public_api.auth import authenticate
 from public_api.keys import SERVICES, SETTINGS
+from public_api.problems import PROBLEM_TYPE, problem_from_error
 
+Handler = Callable[[web.Request], Awaitable[web.Response]]
 PATH = "/epcis/events"
+EPC_PATH = "/epcis/epcs/{epc}/events"
 HEADERS = {
     "GS1-EPCIS-Version": "2.0.0",
     "GS1-CBV-Version": "2.0.0",
     "GS1-EPC-Format": "Always_GS1_Digital_Link",
     "Cache-Control": "no-store",
 }
+# The EPC of the resource route stands in for these (it is MATCH_anyEPC).
+EPC_PARAMETERS = frozenset({"MATCH_epc", "MATCH_anyEPC"})
 
 
 async def get_events(request: web.Request) -> web.Response:
-    """One page of the caller's events, oldest first."""
-    principal = await authenticate(request)
-    check_epc_format(request.headers.get("GS1-EPC-Format"))
-    storage = request.app[SERVICES].storage
+    """One page of the caller's events the query parameters ask."""
+    return await _answer(request, _params(request), PATH)
+
+
+async def get_epc_events(request: web.Request) -> web.Response:
+    """One page of the caller's events naming one EPC (an SSCC, in either URI form)."""
+    params = _params(request)
+    if given := sorted(EPC_PARAMETERS & set(params)):
+        raise BadRequest(f"query parameter {given[0]!r} is the path's EPC on this route")
+    epc = request.match_info["epc"]
+    path = EPC_PATH.format(epc=quote(epc, safe=""))
+    return await _answer(request, {**params, "MATCH_anyEPC": epc}, path, shown=params)
+
+
+def _params(request: web.Request) -> dict[str, str]:
     params = {name: request.query[name] for name in request.query}
     if len(params) != len(request.query):
-        raise_repeated(request)
+        repeated = sorted({k for k in request.query if len(request.query.getall(k)) > 1})
+        raise BadRequest(
+            f"query parameter {repeated[0]!r} is given twice; separate values by commas"
+        )
+    return params
+
+
+async def _answer(
+    request: web.Request,
+    params: Mapping[str, str],
+    path: str,
+    shown: Mapping[str, str] | None = None,
+) -> web.Response:
+    principal = await authenticate(request)
+    check_epc_format(request.headers.get("GS1-EPC-Format"))
     wanted = query.parse_query(params)
-    page = await query.find_events(storage, principal, wanted)
+    page = await query.find_events(request.app[SERVICES].storage, principal, wanted)
     headers = dict(HEADERS)
     if page.next_page_token is not None:
-        following = {**params, "nextPageToken": page.next_page_token}
-        url = f"{request.app[SETTINGS].public_base_url}{PATH}?{urlencode(following)}"
+        following = {**(params if shown is None else shown), "nextPageToken": page.next_page_token}
+        url = f"{request.app[SETTINGS].public_base_url}{path}?{urlencode(following)}"
         headers["Link"] = f'<{url}>; rel="next"'
     body = events.query_document(page.events, datetime.now(UTC))
     return web.Response(text=json.dumps(body), content_type="application/ld+json", headers=headers)
@@ -59,10 +95,121 @@ def check_epc_format(wanted: str | None) -> None:
     raise NotAcceptable("GS1-EPC-Format Always_EPC_URN: events name EPCs as GS1 Digital Links")
 
 
-def raise_repeated(request: web.Request) -> None:
-    repeated = sorted({k for k in request.query if len(request.query.getall(k)) > 1})
-    raise BadRequest(f"query parameter {repeated[0]!r} is given twice; separate values by commas")
+def binding_problems(handler: Handler) -> Handler:
+    """The route's errors as problem+json whose `type` is the binding's exception for their
+    code (`core.epcis.query.EPCIS_EXCEPTIONS`; others keep the API's own)."""
+
+    @functools.wraps(handler)
+    async def answer(request: web.Request) -> web.Response:
+        try:
+            return await handler(request)
+        except DockflowError as error:
+            response = problem_from_error(error)
+            name = query.EPCIS_EXCEPTIONS.get(error.code)
+            if name is not None and response.text is not None:
+                body = json.loads(response.text)
+                body["type"] = query.EPCIS_EXCEPTION_PREFIX + name
+                response.text = json.dumps(body)
+            return response
+
+    return answer
 
 
 def setup(app: web.Application) -> None:
-    app.router.add_get(PATH, get_events)
+    app.router.add_get(PATH, binding_problems(get_events))
+    app.router.add_get("/epcis/epcs/{epc:.+}/events", binding_problems(get_epc_events))
+
+
+_PARAMETERS = {
+    "eventType": "Comma-separated event types; only ObjectEvent has events (default).",
+    "GE_eventTime": "Events at or after this ISO 8601 date-time (with a time zone).",
+    "LT_eventTime": "Events before this ISO 8601 date-time (with a time zone).",
+    "GE_recordTime": "Events recorded (stored) at or after this ISO 8601 date-time.",
+    "LT_recordTime": "Events recorded (stored) before this ISO 8601 date-time.",
+    "EQ_bizStep": "Comma-separated business steps: loading, unloading (or their CBV URIs).",
+    "EQ_disposition": "Comma-separated dispositions (pallet readings are in_progress).",
+    "EQ_readPoint": "Comma-separated read points: https://id.gs1.org/414/… or urn:epc:id:sgln:….",
+    "EQ_bizLocation": "Comma-separated business locations, as EQ_readPoint.",
+    "MATCH_epc": "Comma-separated SSCCs as https://id.gs1.org/00/… or urn:epc:id:sscc:….",
+    "MATCH_anyEPC": "As MATCH_epc.",
+    "MATCH_epcClass": "Comma-separated classes https://id.gs1.org/01/{GTIN}[/10/{lot}].",
+    "EQ_eventID": "Comma-separated eventIDs (ni:///sha-256;…?ver=CBV2.0).",
+    "orderBy": "eventTime (default) or recordTime.",
+    "orderDirection": "ASC (default) or DESC.",
+    "perPage": f"Events per page, 1-{query.MAX_PER_PAGE} (default {query.DEFAULT_PER_PAGE}).",
+    "nextPageToken": "From the previous page's Link header.",
+}
+_TRANSACTION_PARAMETER = (
+    "EQ_bizTransaction_{type}: comma-separated business transactions of that type "
+    "(po, bol), e.g. EQ_bizTransaction_po=urn:epcglobal:cbv:bt:{GLN}:{number}."
+)
+
+
+def operations(problem_ref: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAPI path items of the EPCIS routes (docs/epcis.md)."""
+    events_operation = _operation(problem_ref, "getEpcisEvents", _PARAMETERS)
+    epc_parameters = {k: v for k, v in _PARAMETERS.items() if k not in EPC_PARAMETERS}
+    epc_operation = _operation(problem_ref, "getEpcisEpcEvents", epc_parameters)
+    epc_operation["summary"] = "EPCIS 2.0 events naming one EPC (an SSCC)"
+    epc_operation["parameters"].insert(
+        0,
+        {
+            "name": "epc",
+            "in": "path",
+            "required": True,
+            "description": "The SSCC as https://id.gs1.org/00/… or urn:epc:id:sscc:…, URL-encoded.",
+            "schema": {"type": "string", "maxLength": 256},
+        },
+    )
+    return {PATH: {"get": events_operation}, EPC_PATH: {"get": epc_operation}}
+
+
+def _operation(
+    problem_ref: dict[str, Any], operation_id: str, parameters: Mapping[str, str]
+) -> dict[str, Any]:
+    problem = {PROBLEM_TYPE: {"schema": problem_ref}}
+    return {
+        "operationId": operation_id,
+        "summary": "EPCIS 2.0 events of the caller's pallet readings (GS1 REST binding)",
+        "description": (
+            "Each pallet reading as an EPCIS 2.0 ObjectEvent (JSON-LD, CBV 2.0; eventID the CBV "
+            "2.0 event hash), in an EPCISQueryDocument. Also " + _TRANSACTION_PARAMETER + " "
+            f"At most {query.MAX_VALUES} values per parameter and {query.MAX_PARAMETERS} "
+            'parameters. More pages: the `Link` header with `rel="next"`. Errors are '
+            "problem+json whose type is the binding's exception (epcisException:…)."
+        ),
+        "tags": ["epcis"],
+        "parameters": [
+            {
+                "name": name,
+                "in": "query",
+                "required": False,
+                "description": description,
+                "schema": {"type": "string", "maxLength": 4096},
+            }
+            for name, description in parameters.items()
+        ],
+        "responses": {
+            "200": {
+                "description": "One page of events.",
+                "headers": {
+                    name: {"schema": {"type": "string"}}
+                    for name in ("GS1-EPCIS-Version", "GS1-CBV-Version", "GS1-EPC-Format", "Link")
+                },
+                "content": {"application/ld+json": {"schema": {"type": "object"}}},
+            },
+            "400": {
+                "description": "A parameter is unknown or invalid (QueryParameterException).",
+                "content": problem,
+            },
+            "401": {
+                "description": "No valid bearer token (SecurityException).",
+                "content": problem,
+            },
+            "406": {"description": "GS1-EPC-Format Always_EPC_URN.", "content": problem},
+            "413": {
+                "description": "Too many parameters or values (QueryTooLargeException).",
+                "content": problem,
+            },
+        },
+    }

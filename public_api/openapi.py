@@ -14,7 +14,7 @@ from swagger_ui.utils import SWAGGER_UI_PY_ROOT
 
 from core.intake.contract import IntakeDocument, IntakeResponse
 from core.settings import Settings
-from public_api import asn
+from public_api import asn, epcis
 from public_api.documents import IDEMPOTENCY_HEADER, REPLAYED_HEADER
 from public_api.keys import SETTINGS
 from public_api.problems import CORRELATION_HEADER, PROBLEM_TYPE
@@ -390,7 +390,7 @@ def build_openapi(settings: Settings) -> dict[str, Any]:
         "paths": {
             "/v1/documents": {"post": operation("postDocument")},
             "/documents": {"post": operation("postDocumentUnversioned")},
-            "/epcis/events": {"get": epcis_events_operation(problem_ref)},
+            **epcis.operations(problem_ref),
             "/shipments/{shipment_id}/asn": {"get": asn.openapi_operation(problem_ref)},
             "/shipments/{shipment_id}/proof": {"get": asn.proof_operation(problem_ref)},
         },
@@ -404,55 +404,6 @@ def build_openapi(settings: Settings) -> dict[str, Any]:
                     "description": "`Authorization: Bearer <ACCESS_TOKEN>` from /oauth/token.",
                 }
             },
-        },
-    }
-
-
-_EPCIS_PARAMETERS = {
-    "eventType": "Comma-separated event types; only ObjectEvent has events (default).",
-    "GE_eventTime": "Events at or after this ISO 8601 date-time (with a time zone).",
-    "LT_eventTime": "Events before this ISO 8601 date-time (with a time zone).",
-    "EQ_bizStep": "Comma-separated business steps: loading, unloading (or their CBV URIs).",
-    "MATCH_epc": "Comma-separated SSCCs as https://id.gs1.org/00/… or urn:epc:id:sscc:….",
-    "MATCH_anyEPC": "As MATCH_epc.",
-    "perPage": "Events per page, 1-500 (default 30).",
-    "nextPageToken": "From the previous page's Link header.",
-}
-
-
-def epcis_events_operation(problem_ref: dict[str, Any]) -> dict[str, Any]:
-    """`GET /epcis/events`, the EPCIS 2.0 event query (docs/epcis.md)."""
-    problem = {PROBLEM_TYPE: {"schema": problem_ref}}
-    return {
-        "operationId": "getEpcisEvents",
-        "summary": "EPCIS 2.0 events of the caller's pallet readings (GS1 REST binding)",
-        "description": (
-            "Each pallet reading as an EPCIS 2.0 ObjectEvent (JSON-LD, CBV 2.0; eventID the CBV "
-            "2.0 event hash), oldest first, in an EPCISQueryDocument. Any other parameter is "
-            '400. More pages: the `Link` header with `rel="next"`.'
-        ),
-        "tags": ["epcis"],
-        "parameters": [
-            {
-                "name": name,
-                "in": "query",
-                "required": False,
-                "description": description,
-                "schema": {"type": "string", "maxLength": 4096},
-            }
-            for name, description in _EPCIS_PARAMETERS.items()
-        ],
-        "responses": {
-            "200": {
-                "description": "One page of events.",
-                "headers": {
-                    name: {"schema": {"type": "string"}}
-                    for name in ("GS1-EPCIS-Version", "GS1-CBV-Version", "GS1-EPC-Format", "Link")
-                },
-                "content": {"application/ld+json": {"schema": {"type": "object"}}},
-            },
-            "400": {"description": "A parameter is unknown or invalid.", "content": problem},
-            "401": {"description": "No valid bearer token.", "content": problem},
         },
     }
 

@@ -4,8 +4,17 @@ Each pallet reading is an `ObjectEvent`: `action` OBSERVE, `bizStep` `loading` o
 (its direction), `disposition` `in_progress`, `eventTime` when the camera read it with the
 facility's UTC offset at that moment, `readPoint` the dock door and `bizLocation` the facility
 (when the facility has a GLN: `core.epcis.identities`), `epcList` the pallet's SSCCs and
-`quantityList` its contents by GTIN and lot when its GS1 label said so. Identifiers are GS1
-Digital Link URIs: they need no company prefix length, so every SSCC has one.
+`quantityList` its contents by GTIN and lot when its GS1 label said so, `bizTransactionList`
+its orders' numbers and its labels' customer POs (`po`) and its shipment's bill of lading
+(`bol`), `sourceList` / `destinationList` the facility and a label's ship-to GLN by direction.
+A completed shipment is one ObjectEvent of the SSCCs on the trailer at the end (`departing`,
+`in_transit` outbound; `receiving`, `in_progress` inbound: CBV's `shipping` would exclude
+`loading` and `departing`, which these events already say). A pallet taken off again is the
+reading that took it off (`unloading` from an outbound trailer), an event of its own. A
+reading found wrong is its own event again with an `errorDeclaration` (`declare_error`): the
+hash leaves `errorDeclaration` out, so the declaration names the original event by its id.
+Identifiers are GS1 Digital Link URIs: they need no company prefix length, so every SSCC has
+one.
 
 `eventID` is the CBV 2.0 event hash (`ni:///sha-256;{hex}?ver=CBV2.0`): the SHA-256 of the
 event's canonical pre-hash string (CBV 2.0 section 8.9.2: fields in the standard's order, each
@@ -19,9 +28,11 @@ it with the reference implementation (the MIT `epcis-event-hash-generator`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
 from core.epcis.identities import DIGITAL_LINK_BASE, Identities, check_sscc
@@ -32,6 +43,33 @@ SCHEMA_VERSION = "2.0"
 CBV = "https://ref.gs1.org/cbv/"
 BIZ_STEPS = {"LOADING": "loading", "UNLOADING": "unloading"}  # by reading direction
 IN_PROGRESS = "in_progress"
+# A completed shipment by its direction: its business step and the disposition it leaves.
+COMPLETION_STEPS = {"OUTBOUND": ("departing", "in_transit"), "INBOUND": ("receiving", IN_PROGRESS)}
+# The business transaction types dockflow names (CBV 2.0 BTT) and the source/destination type.
+PO, BOL = "po", "bol"
+LOCATION = "location"
+# A business transaction without a GS1 key (CBV 2.0, 8.5): ``urn:epcglobal:cbv:bt:{GLN}:{id}``,
+# the GLN of the party that issued the id; dockflow's records know the facility's.
+BT_URN = "urn:epcglobal:cbv:bt:"
+MAX_TRANSACTIONS = 50  # bizTransactions of one event (a pallet's orders and labels are few)
+ERROR_REASONS = ("did_not_occur", "incorrect_data")  # CBV 2.0 error reasons
+# Vocabulary prefixes of the fields whose bare CBV terms the hash writes as web URIs.
+VOCABULARIES = {
+    "bizStep": "BizStep-",
+    "disposition": "Disp-",
+    "bizTransaction": "BTT-",
+    "source": "SDT-",
+    "destination": "SDT-",
+}
+
+
+@dataclass(frozen=True)
+class Site:
+    """What events of one facility's records need besides the records: its GS1 identities and
+    its time zone (the offset each event carries)."""
+
+    ids: Identities
+    timezone: str
 
 
 def _utc_ms(at: datetime) -> str:
@@ -76,39 +114,147 @@ def _quantities(gs1_labels: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _path_segment(value: str) -> str:
     """A lot as a Digital Link path segment (percent-encoded as GS1 Digital Link requires)."""
-    from urllib.parse import quote
-
     return quote(value, safe="")
 
 
-def pallet_event(pallet: dict[str, Any], ids: Identities, timezone: str) -> dict[str, Any] | None:
+def pallet_event(
+    pallet: dict[str, Any], ids: Identities, timezone: str, *, bol: str | None = None
+) -> dict[str, Any] | None:
     """The ObjectEvent of one stored pallet reading, with its eventID; None when the pallet
-    names nothing EPCIS can (no SSCC and no GTIN)."""
+    names nothing EPCIS can (no SSCC and no GTIN). `bol`: its shipment's bill of lading."""
     epcs = [f"{DIGITAL_LINK_BASE}/00/{sscc}" for sscc in _ssccs(pallet.get("lpns") or [])]
     quantities = _quantities(pallet.get("gs1_labels") or [])
     if not epcs and not quantities:
         return None
-    at: datetime = pallet["occurred_at"]
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=UTC)
+    labels = pallet.get("gs1_labels") or []
+    pos = [*(pallet.get("orders") or []), *(label.get("customerPo") for label in labels)]
+    return _object_event(
+        at=pallet["occurred_at"],
+        site=Site(ids, timezone),
+        epcs=epcs,
+        quantities=quantities,
+        step=(BIZ_STEPS[pallet["direction"]], IN_PROGRESS),
+        dock=pallet.get("dock"),
+        transactions=_transactions(ids, pos, bol),
+        outbound=pallet["direction"] == "LOADING",
+        ship_to=[label.get("shipToGln") for label in labels],
+    )
+
+
+def shipment_event(
+    shipment: dict[str, Any], ssccs: Iterable[str], orders: Iterable[str], site: Site
+) -> dict[str, Any] | None:
+    """The ObjectEvent of a completed shipment: the SSCCs on the trailer at its end (its net
+    content, `core.shipments.observed`) at its dock when it completed, with its orders' numbers
+    and its bill of lading; None before completion or without an SSCC."""
+    at = shipment.get("completed_at")
+    epcs = [f"{DIGITAL_LINK_BASE}/00/{sscc}" for sscc in _ssccs(list(ssccs))]
+    if at is None or not epcs:
+        return None
+    fields = shipment.get("fields") or {}
+    return _object_event(
+        at=at,
+        site=site,
+        epcs=epcs,
+        quantities=[],
+        step=COMPLETION_STEPS[shipment["direction"]],
+        dock=shipment.get("dock"),
+        transactions=_transactions(site.ids, orders, fields.get("bolNumber")),
+        outbound=shipment["direction"] == "OUTBOUND",
+        ship_to=[],
+    )
+
+
+def declare_error(
+    event: dict[str, Any],
+    declared_at: datetime,
+    reason: str = "incorrect_data",
+    corrective_event_ids: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The event again with an `errorDeclaration`: it was found wrong at `declared_at`
+    (`incorrect_data`, or `did_not_occur`), the events that correct it named. The eventID is
+    the original's: the CBV 2.0 hash leaves `errorDeclaration` out, which is how a repository
+    finds the event the declaration is about."""
+    if reason not in ERROR_REASONS:
+        raise ValueError(f"error reason {reason!r} is none of {', '.join(ERROR_REASONS)}")
+    declaration: dict[str, Any] = {"declarationTime": _utc_ms(_aware(declared_at))}
+    declaration["reason"] = reason
+    if corrective_event_ids:
+        declaration["correctiveEventIDs"] = list(corrective_event_ids)
+    return {**event, "errorDeclaration": declaration}
+
+
+def _aware(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _transactions(ids: Identities, pos: Iterable[Any], bol: str | None) -> list[dict[str, str]]:
+    """The orders' PO numbers and the bill of lading as business transactions, when the
+    facility has a GLN to qualify them (see `BT_URN`): each number once, at most
+    `MAX_TRANSACTIONS`."""
+    if ids.facility_gln is None:
+        return []
+    wanted = [(PO, str(po)) for po in dict.fromkeys(pos) if po]
+    if bol:
+        wanted.append((BOL, str(bol)))
+    return [
+        {"type": kind, "bizTransaction": f"{BT_URN}{ids.facility_gln}:{quote(number, safe='')}"}
+        for kind, number in wanted[:MAX_TRANSACTIONS]
+    ]
+
+
+def _places(
+    ids: Identities, outbound: bool, ship_to: Iterable[Any]
+) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """sourceList and destinationList: the facility is where goods leave from (outbound) or
+    arrive at (inbound); a label's ship-to GLN (AI 410) is where they go."""
+    here = ids.business_location("digital_link")
+    there = [f"{DIGITAL_LINK_BASE}/414/{gln}" for gln in dict.fromkeys(ship_to) if gln]
+    sources = [{"type": LOCATION, "source": here}] if here and outbound else []
+    destinations = [{"type": LOCATION, "destination": d} for d in there[:1]]
+    if here and not outbound:
+        destinations = [{"type": LOCATION, "destination": here}]
+    return sources, destinations
+
+
+def _object_event(
+    *,
+    at: datetime,
+    site: Site,
+    epcs: list[str],
+    quantities: list[dict[str, Any]],
+    step: tuple[str, str],
+    dock: str | None,
+    transactions: list[dict[str, str]],
+    outbound: bool,
+    ship_to: Iterable[Any],
+) -> dict[str, Any]:
+    """An OBSERVE ObjectEvent with the fields in the standard's order, and its eventID."""
+    at = _aware(at)
     event: dict[str, Any] = {
         "type": "ObjectEvent",
         "eventTime": _utc_ms(at),
-        "eventTimeZoneOffset": _offset(at, timezone),
+        "eventTimeZoneOffset": _offset(at, site.timezone),
     }
     if epcs:  # a pallet known by its contents only has no EPC: no empty list
         event["epcList"] = epcs
     if quantities:
         event["quantityList"] = quantities
     event["action"] = "OBSERVE"
-    event["bizStep"] = BIZ_STEPS[pallet["direction"]]
-    event["disposition"] = IN_PROGRESS
-    read_point = ids.read_point(pallet["dock"], "digital_link")
+    event["bizStep"], event["disposition"] = step
+    read_point = site.ids.read_point(dock, "digital_link") if dock else None
     if read_point is not None:
         event["readPoint"] = {"id": read_point}
-    location = ids.business_location("digital_link")
+    location = site.ids.business_location("digital_link")
     if location is not None:
         event["bizLocation"] = {"id": location}
+    if transactions:
+        event["bizTransactionList"] = transactions
+    sources, destinations = _places(site.ids, outbound, ship_to)
+    if sources:
+        event["sourceList"] = sources
+    if destinations:
+        event["destinationList"] = destinations
     return {"eventID": event_hash(event), **event}
 
 
@@ -124,14 +270,15 @@ def with_record_time(event: dict[str, Any], pallet: dict[str, Any]) -> dict[str,
     return {**event, "recordTime": _utc_ms(stored)}
 
 
-def document(events: Sequence[dict[str, Any]], created_at: datetime) -> dict[str, Any]:
-    """An EPCISDocument carrying `events`."""
+def epcis_document(found: Iterable[dict[str, Any]], created_at: datetime) -> dict[str, Any]:
+    """An EPCISDocument carrying `found` (what a capture interface takes), created at
+    `created_at`. Stable: the EPCIS webhook endpoint kind sends these."""
     return {
         "@context": [EPCIS_CONTEXT],
         "type": "EPCISDocument",
         "schemaVersion": SCHEMA_VERSION,
-        "creationDate": _utc_ms(created_at),
-        "epcisBody": {"eventList": list(events)},
+        "creationDate": _utc_ms(_aware(created_at)),
+        "epcisBody": {"eventList": list(found)},
     }
 
 
@@ -152,8 +299,7 @@ def query_document(found: Sequence[dict[str, Any]], created_at: datetime) -> dic
 
 
 def _vocabulary(name: str, value: str) -> str:
-    prefix = {"bizStep": "BizStep-", "disposition": "Disp-"}[name]
-    return value if value.startswith("http") else f"{CBV}{prefix}{value}"
+    return value if ":" in value else f"{CBV}{VOCABULARIES[name]}{value}"
 
 
 def _number(value: float) -> str:
@@ -161,7 +307,10 @@ def _number(value: float) -> str:
 
 
 def pre_hash(event: dict[str, Any]) -> str:
-    """The canonical pre-hash string of an event of the shape `pallet_event` builds."""
+    """The canonical pre-hash string of an event of the shape `_object_event` builds: the
+    standard's fields in its order, then the typed lists (bizTransactionList, sourceList,
+    destinationList) each with its elements sorted, the lists in the order of their text.
+    `eventID`, `recordTime` and `errorDeclaration` are not part of it."""
     parts = [f"eventType={event['type']}", f"eventTime={event['eventTime']}"]
     parts.append(f"eventTimeZoneOffset={event['eventTimeZoneOffset']}")
     epcs = sorted(f"epc={epc}" for epc in event.get("epcList") or [])
@@ -184,7 +333,23 @@ def pre_hash(event: dict[str, Any]) -> str:
     for name in ("readPoint", "bizLocation"):
         if name in event:
             parts.append(f"{name}id={event[name]['id']}")
-    return "".join(parts)
+    typed = []
+    for list_name, key in TYPED_LISTS.items():
+        texts = sorted(
+            f"type={_vocabulary(key, item['type'])}{key}={item[key]}"
+            for item in event.get(list_name) or []
+        )
+        if texts:
+            typed.append(list_name + "".join(texts))
+    return "".join(parts) + "".join(sorted(typed))
+
+
+# The typed lists of an event and the key of their elements' values.
+TYPED_LISTS = {
+    "bizTransactionList": "bizTransaction",
+    "sourceList": "source",
+    "destinationList": "destination",
+}
 
 
 def event_hash(event: dict[str, Any]) -> str:

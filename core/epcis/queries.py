@@ -1,17 +1,76 @@
 """EPCIS events of stored records, with what they need from the tenancy (the facility's time
-zone and GS1 identities): for GraphQL's `Pallet.epcisEvent` (docs/epcis.md)."""
+zone and GS1 identities) and from the shipment (its bill of lading, its orders): for GraphQL's
+`Pallet.epcisEvent` and for whatever sends a shipment's events as an EPCISDocument
+(docs/epcis.md).
+
+`shipment_events` and `shipment_document` are the stable way to get a shipment's events: the
+ObjectEvent of each of its pallet readings in the order they happened, then the shipment's own
+when it has completed.
+"""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from core.epcis import events
+from core.shipments.observed import lpn_progress, reading_order
 from core.storage import Doc, Storage
 from core.tenancy import gs1_identities, tenants
+
+# Readings of one shipment turned into events at most (a trailer holds a few dozen pallets;
+# a shipment read again and again stays far below this).
+MAX_SHIPMENT_READINGS = 2_000
+MAX_SHIPMENT_ORDERS = 200
+
+
+async def site_of(storage: Storage, business: str, facility: str) -> events.Site:
+    """A facility's GS1 identities and time zone."""
+    found = await tenants.get_facility(storage, business, facility)
+    ids = await gs1_identities.identities_of(storage, business, facility)
+    return events.Site(ids, found.timezone)
+
+
+async def _bol(storage: Storage, shipment_id: Any) -> str | None:
+    if shipment_id is None:
+        return None
+    shipment = await storage.shipments.find_one({"_id": shipment_id}, {"fields": 1})
+    return ((shipment or {}).get("fields") or {}).get("bolNumber") or None
 
 
 async def pallet_event(storage: Storage, pallet: Doc) -> dict[str, Any] | None:
     """The ObjectEvent of a stored pallet reading (None when it names no SSCC or GTIN)."""
-    facility = await tenants.get_facility(storage, pallet["business"], pallet["facility"])
-    ids = await gs1_identities.identities_of(storage, pallet["business"], pallet["facility"])
-    return events.pallet_event(pallet, ids, facility.timezone)
+    site = await site_of(storage, pallet["business"], pallet["facility"])
+    bol = await _bol(storage, pallet.get("shipment_id"))
+    return events.pallet_event(pallet, site.ids, site.timezone, bol=bol)
+
+
+async def shipment_events(storage: Storage, shipment: Doc) -> list[dict[str, Any]]:
+    """A shipment's events: each pallet reading's (oldest first; a pallet taken off again is
+    the reading that took it off), then the completed shipment's, of the SSCCs on the trailer
+    at its end. At most `MAX_SHIPMENT_READINGS` readings."""
+    site = await site_of(storage, shipment["business"], shipment["facility"])
+    bol = ((shipment.get("fields") or {}).get("bolNumber")) or None
+    pallets = await storage.pallets.find(
+        {"shipment_id": shipment["_id"]}, limit=MAX_SHIPMENT_READINGS
+    ).to_list()
+    pallets.sort(key=reading_order)
+    found = []
+    for pallet in pallets:
+        event = events.pallet_event(pallet, site.ids, site.timezone, bol=bol)
+        if event is not None:
+            found.append(event)
+    orders = await storage.orders.find(
+        {"shipment_id": shipment["_id"]}, {"number": 1}, limit=MAX_SHIPMENT_ORDERS
+    ).to_list()
+    on_trailer = lpn_progress(shipment["direction"], [], pallets).observed
+    numbers = sorted(str(order["number"]) for order in orders if order.get("number"))
+    completed = events.shipment_event(shipment, on_trailer, numbers, site)
+    if completed is not None:
+        found.append(completed)
+    return found
+
+
+async def shipment_document(storage: Storage, shipment: Doc, created_at: datetime) -> Doc:
+    """The EPCISDocument of a shipment's events (`shipment_events`)."""
+    return events.epcis_document(await shipment_events(storage, shipment), created_at)

@@ -1,10 +1,17 @@
-"""The EPCIS 2.0 event query (`GET /epcis/events`, the GS1 REST binding's SimpleEventQuery),
-for the subset of parameters this release answers (docs/epcis.md).
+"""The EPCIS 2.0 event query (`GET /epcis/events`, `GET /epcis/epcs/{epc}/events`: the GS1 REST
+binding's SimpleEventQuery) over the stored pallet readings (docs/epcis.md).
 
 Events are made from the stored pallet readings of the caller's business (and facilities, when
-its token is limited to some) as `core.epcis.events` makes them, oldest first, a page at a time:
-`nextPageToken` is opaque to the caller (the last reading's time and id), so a page never
-repeats or skips a reading however many arrive meanwhile.
+its token is limited to some) as `core.epcis.events` makes them, a page at a time, in the order
+`orderBy` and `orderDirection` ask (event time, oldest first, by default). `nextPageToken` is
+opaque to the caller (the order, the last reading's time and id), so a page never repeats or
+skips a reading however many arrive meanwhile.
+
+What the database can answer it answers (business, facilities, event and record times, the
+direction a business step means, SSCCs); the parameters that name what only the built event
+holds (readPoint, bizLocation, epcClass, bizTransaction, eventID) are checked on each event, a
+page looking at no more than `MAX_SCANNED` readings. Every list-valued parameter takes at most
+`MAX_VALUES` values, a query at most `MAX_PARAMETERS` parameters.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,16 +27,18 @@ from biip.checksums import gs1_standard_check_digit
 
 from core.auth.access import Principal
 from core.epcis import events
-from core.epcis.identities import Identities
-from core.errors import BadRequest
+from core.epcis.identities import check_sscc, is_digits, sgln_as_digital_link
+from core.errors import BadRequest, PayloadTooLarge, ValidationFailed
 from core.storage import Doc, Storage, time_range
 from core.tenancy import gs1_identities, tenants
 
 DEFAULT_PER_PAGE = 30
 MAX_PER_PAGE = 500
-# Readings looked at for one page, at most (those naming no SSCC and no GTIN make no event).
+# Readings looked at for one page, at most (those naming no SSCC and no GTIN make no event, and
+# those an event-level parameter refuses are passed over).
 MAX_SCANNED = 5_000
 MAX_VALUES = 100  # in one list-valued parameter
+MAX_PARAMETERS = 30  # in one query (EQ_bizTransaction_{type} may be given for several types)
 EVENT_TYPES = (
     "ObjectEvent",
     "AggregationEvent",
@@ -38,19 +47,50 @@ EVENT_TYPES = (
     "AssociationEvent",
 )
 DIRECTIONS = {step: direction for direction, step in events.BIZ_STEPS.items()}
+BIZ_TRANSACTION = "EQ_bizTransaction_"
 SUPPORTED = frozenset(
     {
         "eventType",
         "GE_eventTime",
         "LT_eventTime",
+        "GE_recordTime",
+        "LT_recordTime",
         "EQ_bizStep",
+        "EQ_disposition",
+        "EQ_readPoint",
+        "EQ_bizLocation",
         "MATCH_epc",
         "MATCH_anyEPC",
+        "MATCH_epcClass",
+        "EQ_eventID",
+        "orderBy",
+        "orderDirection",
         "perPage",
         "nextPageToken",
     }
 )
+# orderBy's values and the stored field each sorts by (recordTime: when the reading was stored).
+ORDER_FIELDS = {"eventTime": "occurred_at", "recordTime": "created_at"}
+ORDER_DIRECTIONS = ("ASC", "DESC")
 SSCC_PREFIXES = ("https://id.gs1.org/00/", "urn:epc:id:sscc:")
+# CBV 1.2 URN forms (what EPCIS 1.2 systems send) name the same terms as CBV 2.0's.
+CBV_URNS = {
+    "bizStep": ("BizStep-", "urn:epcglobal:cbv:bizstep:"),
+    "disposition": ("Disp-", "urn:epcglobal:cbv:disp:"),
+    "bizTransaction": ("BTT-", "urn:epcglobal:cbv:btt:"),
+}
+# The binding's exception types by core error code: problem+json `type` is
+# ``epcisException:{name}`` on the EPCIS routes (public_api/epcis.py).
+EPCIS_EXCEPTIONS = {
+    "BAD_REQUEST": "QueryParameterException",
+    "VALIDATION_FAILED": "QueryParameterException",
+    "PAYLOAD_TOO_LARGE": "QueryTooLargeException",
+    "UNAUTHENTICATED": "SecurityException",
+    "FORBIDDEN": "SecurityException",
+    "NOT_FOUND": "NoSuchResourceException",
+    "INTERNAL": "ImplementationException",
+}
+EPCIS_EXCEPTION_PREFIX = "epcisException:"
 
 
 @dataclass(frozen=True)
@@ -58,10 +98,24 @@ class EventQuery:
     event_types: frozenset[str]
     since: datetime | None = None  # GE_eventTime
     before: datetime | None = None  # LT_eventTime
+    recorded_since: datetime | None = None  # GE_recordTime
+    recorded_before: datetime | None = None  # LT_recordTime
     directions: frozenset[str] | None = None  # from EQ_bizStep
+    dispositions: frozenset[str] | None = None  # EQ_disposition, bare CBV terms
+    read_points: frozenset[str] | None = None  # EQ_readPoint, as Digital Links
+    locations: frozenset[str] | None = None  # EQ_bizLocation, as Digital Links
     ssccs: frozenset[str] | None = None  # from MATCH_epc / MATCH_anyEPC
+    epc_classes: tuple[str, ...] | None = None  # MATCH_epcClass
+    transactions: dict[str, frozenset[str]] = field(default_factory=dict)  # by bare type
+    event_ids: frozenset[str] | None = None  # EQ_eventID
+    order_by: str = "eventTime"
+    descending: bool = False
     per_page: int = DEFAULT_PER_PAGE
     after: tuple[datetime, str] | None = None  # from nextPageToken
+
+    @property
+    def sort_field(self) -> str:
+        return ORDER_FIELDS[self.order_by]
 
 
 @dataclass(frozen=True)
@@ -74,9 +128,16 @@ def _values(params: Mapping[str, str], name: str) -> list[str] | None:
     if name not in params:
         return None
     values = [v.strip() for v in params[name].split(",") if v.strip()]
-    if not values or len(values) > MAX_VALUES:
+    if not values:
         raise BadRequest(f"{name} needs 1 to {MAX_VALUES} comma-separated values")
+    if len(values) > MAX_VALUES:
+        raise PayloadTooLarge(f"{name} names more than {MAX_VALUES} values")
     return values
+
+
+def _set(params: Mapping[str, str], name: str) -> frozenset[str] | None:
+    values = _values(params, name)
+    return None if values is None else frozenset(values)
 
 
 def _time(params: Mapping[str, str], name: str) -> datetime | None:
@@ -91,95 +152,178 @@ def _time(params: Mapping[str, str], name: str) -> datetime | None:
         raise BadRequest(f"{name} is not an ISO 8601 date-time with a time zone") from None
 
 
-# A bizStep in CBV 1.2's URN form (what EPCIS 1.2 systems send) names the same step.
-CBV_URN_BIZ_STEP = "urn:epcglobal:cbv:bizstep:"
-
-
-def _bare_step(step: str) -> str:
-    """`loading` from `loading`, `https://ref.gs1.org/cbv/BizStep-loading` or the URN form."""
-    return step.removeprefix(events.CBV + "BizStep-").removeprefix(CBV_URN_BIZ_STEP)
+def _bare(kind: str, term: str) -> str:
+    """A CBV term bare (`loading`) from itself, its CBV 2.0 web URI or its CBV 1.2 URN."""
+    web, urn = CBV_URNS[kind]
+    return term.removeprefix(events.CBV + web).removeprefix(urn)
 
 
 def _sscc(epc: str) -> str:
-    """The SSCC an EPC names, in either form; a pattern or another identifier matches none."""
+    """The SSCC an EPC names, in either form; a pattern, another identifier or a number that
+    is no SSCC (as `events` writes none for it) matches none."""
+    sscc = ""
     if epc.startswith(SSCC_PREFIXES[0]):
-        return epc.removeprefix(SSCC_PREFIXES[0])
-    if epc.startswith(SSCC_PREFIXES[1]):
+        sscc = epc.removeprefix(SSCC_PREFIXES[0])
+    elif epc.startswith(SSCC_PREFIXES[1]):
         prefix, _, rest = epc.removeprefix(SSCC_PREFIXES[1]).partition(".")
-        if rest and (rest + prefix).isdecimal():
+        if rest and is_digits(rest + prefix):
             body = rest[0] + prefix + rest[1:]
-            return body + str(gs1_standard_check_digit(body))
-    return ""
+            sscc = body + str(gs1_standard_check_digit(body))
+    try:
+        return check_sscc(sscc)
+    except ValidationFailed:
+        return ""
 
 
-def page_token(pallet: Doc) -> str:
-    at: datetime = pallet["occurred_at"]
-    raw = f"{int(at.replace(tzinfo=at.tzinfo or UTC).timestamp() * 1000)}:{pallet['_id']}"
+def page_token(pallet: Doc, query: EventQuery | None = None) -> str:
+    """The token of the page after `pallet` in the query's order."""
+    order = query or EventQuery(event_types=frozenset())
+    at: datetime = pallet[order.sort_field]
+    millis = int(at.replace(tzinfo=at.tzinfo or UTC).timestamp() * 1000)
+    raw = f"{order.order_by}:{'DESC' if order.descending else 'ASC'}:{millis}:{pallet['_id']}"
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def _after(token: str) -> tuple[datetime, str]:
+def _after(token: str, order_by: str, descending: bool) -> tuple[datetime, str]:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-        millis, _, pallet_id = raw.partition(":")
-        return datetime.fromtimestamp(int(millis) / 1000, UTC), pallet_id
+        by, direction, millis, pallet_id = raw.split(":", 3)
+        at = datetime.fromtimestamp(int(millis) / 1000, UTC)
     except (binascii.Error, UnicodeDecodeError, ValueError, OverflowError, OSError):
         raise BadRequest("nextPageToken is not one this service gave") from None
+    if (by, direction == "DESC") != (order_by, descending):
+        raise BadRequest("nextPageToken belongs to a query of another orderBy/orderDirection")
+    return at, pallet_id
+
+
+def _check_names(params: Mapping[str, str]) -> None:
+    if len(params) > MAX_PARAMETERS:
+        raise PayloadTooLarge(f"a query takes at most {MAX_PARAMETERS} parameters")
+    for name in sorted(params):
+        if name in SUPPORTED or (name.startswith(BIZ_TRANSACTION) and name != BIZ_TRANSACTION):
+            continue
+        raise BadRequest(
+            f"query parameter {name!r} is not supported; supported: "
+            + ", ".join(sorted(SUPPORTED | {BIZ_TRANSACTION + "{type}"}))
+        )
+
+
+def _order(params: Mapping[str, str]) -> tuple[str, bool]:
+    order_by = params.get("orderBy", "eventTime")
+    if order_by not in ORDER_FIELDS:
+        raise BadRequest(f"orderBy must be one of {', '.join(ORDER_FIELDS)}")
+    direction = params.get("orderDirection", "ASC")
+    if direction not in ORDER_DIRECTIONS:
+        raise BadRequest(f"orderDirection must be one of {', '.join(ORDER_DIRECTIONS)}")
+    return order_by, direction == "DESC"
+
+
+def _per_page(params: Mapping[str, str]) -> int:
+    if "perPage" not in params:
+        return DEFAULT_PER_PAGE
+    raw = params["perPage"]
+    # int() would also take fullwidth digits or "1_0": the binding means ASCII digits
+    per_page = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 6 else 0
+    if not 1 <= per_page <= MAX_PER_PAGE:
+        raise BadRequest(f"perPage must be a whole number from 1 to {MAX_PER_PAGE}")
+    return per_page
+
+
+def _transactions(params: Mapping[str, str]) -> dict[str, frozenset[str]]:
+    out: dict[str, frozenset[str]] = {}
+    for name in sorted(params):
+        if name.startswith(BIZ_TRANSACTION):
+            kind = _bare("bizTransaction", name.removeprefix(BIZ_TRANSACTION))
+            out[kind] = out.get(kind, frozenset()) | (_set(params, name) or frozenset())
+    return out
 
 
 def parse_query(params: Mapping[str, str]) -> EventQuery:
-    """The query the parameters ask, or BadRequest naming the first bad or unknown one."""
-    if unknown := sorted(set(params) - SUPPORTED):
-        raise BadRequest(
-            f"query parameter {unknown[0]!r} is not supported; supported: "
-            + ", ".join(sorted(SUPPORTED))
-        )
+    """The query the parameters ask, or BadRequest naming the first bad or unknown one
+    (PayloadTooLarge for too many parameters or values)."""
+    _check_names(params)
     types = _values(params, "eventType") or ["ObjectEvent"]
     if bad := [t for t in types if t not in EVENT_TYPES]:
         raise BadRequest(f"eventType {bad[0]!r} is none of {', '.join(EVENT_TYPES)}")
     steps = _values(params, "EQ_bizStep")
     directions = None
     if steps is not None:
-        short = [_bare_step(s) for s in steps]
-        directions = frozenset(DIRECTIONS[s] for s in short if s in DIRECTIONS)
+        bare = [_bare("bizStep", s) for s in steps]
+        directions = frozenset(DIRECTIONS[s] for s in bare if s in DIRECTIONS)
+    dispositions = _set(params, "EQ_disposition")
     epcs = [*(_values(params, "MATCH_epc") or []), *(_values(params, "MATCH_anyEPC") or [])]
-    ssccs = frozenset(_sscc(e) for e in epcs) - {""} if epcs else None
-    per_page = DEFAULT_PER_PAGE
-    if "perPage" in params:
-        raw = params["perPage"]
-        # int() would also take fullwidth digits or "1_0": the binding means ASCII digits
-        per_page = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 6 else 0
-        if not 1 <= per_page <= MAX_PER_PAGE:
-            raise BadRequest(f"perPage must be a whole number from 1 to {MAX_PER_PAGE}")
+    read_points, locations = _set(params, "EQ_readPoint"), _set(params, "EQ_bizLocation")
+    order_by, descending = _order(params)
     token = params.get("nextPageToken")
     return EventQuery(
         event_types=frozenset(types),
         since=_time(params, "GE_eventTime"),
         before=_time(params, "LT_eventTime"),
+        recorded_since=_time(params, "GE_recordTime"),
+        recorded_before=_time(params, "LT_recordTime"),
         directions=directions,
-        ssccs=ssccs,
-        per_page=per_page,
-        after=_after(token) if token is not None else None,
+        dispositions=None
+        if dispositions is None
+        else frozenset(_bare("disposition", d) for d in dispositions),
+        read_points=None
+        if read_points is None
+        else frozenset(sgln_as_digital_link(r) for r in read_points),
+        locations=None
+        if locations is None
+        else frozenset(sgln_as_digital_link(loc) for loc in locations),
+        ssccs=frozenset(_sscc(e) for e in epcs) - {""} if epcs else None,
+        epc_classes=tuple(_values(params, "MATCH_epcClass") or ()) or None,
+        transactions=_transactions(params),
+        event_ids=_set(params, "EQ_eventID"),
+        order_by=order_by,
+        descending=descending,
+        per_page=_per_page(params),
+        after=_after(token, order_by, descending) if token is not None else None,
     )
 
 
-def _filter(principal: Principal, query: EventQuery) -> Doc:
+@dataclass(frozen=True)
+class Slice:
+    """Stored readings in page order: those `match` finds, sorted by the query's field and
+    `_id`, past the reading `after_id` names (None: all)."""
+
+    match: Doc
+    after_id: str | None = None
+
+
+def event_slices(principal: Principal, query: EventQuery) -> list[Slice]:
+    """What the query asks of the stored pallet readings (the caller's business and
+    facilities), as slices that one after the other are the query's readings in page order:
+    after a page token, the rest of the token's instant, then what is past it. Each filter is
+    a plain conjunction an index led by (business, occurred_at) answers: neither server reads
+    an `$or` of two ranges, nor a range on `_id` beside other fields, by an index, so the
+    reading ids at the token's instant (a few, in one millisecond) are compared here."""
     match: Doc = {"business": principal.business}
     if principal.facilities is not None:
         match["facility"] = {"$in": sorted(principal.facilities)}
-    if times := time_range(query.since, query.before):
-        match["occurred_at"] = times
     if query.directions is not None:
         match["direction"] = {"$in": sorted(query.directions)}
     if query.ssccs is not None:
         match["lpns"] = {"$in": sorted(query.ssccs)}
-    if query.after is not None:
-        at, pallet_id = query.after
-        match["$or"] = [
-            {"occurred_at": {"$gt": at}},
-            {"occurred_at": at, "_id": {"$gt": pallet_id}},
-        ]
-    return match
+    ranges = {
+        "occurred_at": time_range(query.since, query.before) or {},
+        "created_at": time_range(query.recorded_since, query.recorded_before) or {},
+    }
+    for name, bounds in ranges.items():
+        if bounds:
+            match[name] = bounds
+    if query.after is None:
+        return [Slice(match)]
+    at, pallet_id = query.after
+    sort_field = query.sort_field
+    past = Slice({**match, sort_field: {**ranges[sort_field], _PAST[query.descending]: at}})
+    low, high = ranges[sort_field].get("$gte"), ranges[sort_field].get("$lt")
+    if (low is not None and at < low) or (high is not None and at >= high):
+        return [past]
+    return [Slice({**match, sort_field: at}, pallet_id), past]
+
+
+_PAST = {False: "$gt", True: "$lt"}  # what follows a reading, by orderDirection DESC
 
 
 def _nothing(query: EventQuery) -> bool:
@@ -187,43 +331,116 @@ def _nothing(query: EventQuery) -> bool:
         "ObjectEvent" not in query.event_types
         or query.directions == frozenset()
         or query.ssccs == frozenset()
+        or (query.dispositions is not None and events.IN_PROGRESS not in query.dispositions)
     )
+
+
+def matches(event: dict[str, Any], query: EventQuery) -> bool:
+    """Whether a built event meets the parameters only an event can answer."""
+    if query.event_ids is not None and event["eventID"] not in query.event_ids:
+        return False
+    if query.read_points is not None and event.get("readPoint", {}).get("id") not in (
+        query.read_points
+    ):
+        return False
+    if query.locations is not None and event.get("bizLocation", {}).get("id") not in (
+        query.locations
+    ):
+        return False
+    if query.epc_classes is not None:
+        classes = [q["epcClass"] for q in event.get("quantityList") or []]
+        if not any(_class_matches(c, wanted) for c in classes for wanted in query.epc_classes):
+            return False
+    for kind, wanted in query.transactions.items():
+        named = {
+            t["bizTransaction"]
+            for t in event.get("bizTransactionList") or []
+            if t.get("type") == kind
+        }
+        if not named & wanted:
+            return False
+    return True
+
+
+def _class_matches(epc_class: str, wanted: str) -> bool:
+    """A class matches itself; a GTIN's class (no lot) matches each of its lots' classes."""
+    return epc_class == wanted or epc_class.startswith(wanted + "/10/")
 
 
 async def find_events(storage: Storage, principal: Principal, query: EventQuery) -> EventPage:
-    """One page of the caller's events the query matches, oldest first."""
+    """One page of the caller's events the query matches, in the query's order."""
     if _nothing(query):
         return EventPage([], None)
-    cursor = (
-        storage.pallets.find(_filter(principal, query))
-        .sort([("occurred_at", 1), ("_id", 1)])
-        .limit(MAX_SCANNED)
-    )
-    sites: dict[str, tuple[Identities, str]] = {}
+    order = -1 if query.descending else 1
+    cache = _Cache(storage)
     found: list[dict[str, Any]] = []
     last: Doc | None = None
     scanned = 0
-    async for pallet in cursor:
-        last, scanned = pallet, scanned + 1
-        event = events.pallet_event(pallet, *await _site(storage, sites, pallet))
-        if event is not None:
-            found.append(events.with_record_time(event, pallet))
-        if len(found) == query.per_page:
+    for part in event_slices(principal, query):
+        cursor = (
+            storage.pallets.find(part.match)
+            .sort([(query.sort_field, order), ("_id", order)])
+            .limit(MAX_SCANNED - scanned)
+        )
+        async for pallet in cursor:
+            scanned += 1
+            if part.after_id is not None and not _follows(pallet["_id"], part.after_id, order):
+                continue
+            last = pallet
+            event = await cache.event(pallet)
+            if event is not None and matches(event, query):
+                found.append(events.with_record_time(event, pallet))
+            if len(found) == query.per_page:
+                break
+        if len(found) == query.per_page or scanned == MAX_SCANNED:
             break
     if last is None:
         return EventPage(found, None)
-    rest = _filter(principal, replace(query, after=(last["occurred_at"], last["_id"])))
-    more = scanned == MAX_SCANNED or await storage.pallets.find_one(rest, {"_id": 1}) is not None
-    return EventPage(found, page_token(last) if more else None)
+    rest = replace(query, after=(last[query.sort_field], last["_id"]))
+    more = scanned == MAX_SCANNED or await _any(storage, event_slices(principal, rest), order)
+    return EventPage(found, page_token(last, query) if more else None)
 
 
-async def _site(
-    storage: Storage, sites: dict[str, tuple[Identities, str]], pallet: Doc
-) -> tuple[Identities, str]:
-    """The pallet's facility's identities and time zone (read once a page per facility)."""
-    key = tenants.facility_key(pallet["business"], pallet["facility"])
-    if key not in sites:
-        facility = await tenants.get_facility(storage, pallet["business"], pallet["facility"])
-        ids = await gs1_identities.identities_of(storage, pallet["business"], pallet["facility"])
-        sites[key] = (ids, facility.timezone)
-    return sites[key]
+def _follows(pallet_id: str, after_id: str, order: int) -> bool:
+    return pallet_id > after_id if order == 1 else pallet_id < after_id
+
+
+async def _any(storage: Storage, slices: list[Slice], order: int) -> bool:
+    """Whether any stored reading is in the slices."""
+    for part in slices:
+        async for pallet in storage.pallets.find(part.match, {"_id": 1}).limit(MAX_SCANNED):
+            if part.after_id is None or _follows(pallet["_id"], part.after_id, order):
+                return True
+    return False
+
+
+class _Cache:
+    """What a page's events need besides their readings, read once a page: each facility's
+    identities and time zone, each shipment's bill of lading."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.sites: dict[str, events.Site] = {}
+        self.bols: dict[Any, str | None] = {}
+
+    async def event(self, pallet: Doc) -> dict[str, Any] | None:
+        site = await self.site(pallet["business"], pallet["facility"])
+        bol = await self.bol(pallet.get("shipment_id"))
+        return events.pallet_event(pallet, site.ids, site.timezone, bol=bol)
+
+    async def site(self, business: str, facility: str) -> events.Site:
+        key = tenants.facility_key(business, facility)
+        if key not in self.sites:
+            found = await tenants.get_facility(self.storage, business, facility)
+            ids = await gs1_identities.identities_of(self.storage, business, facility)
+            self.sites[key] = events.Site(ids, found.timezone)
+        return self.sites[key]
+
+    async def bol(self, shipment_id: Any) -> str | None:
+        if shipment_id is None:
+            return None
+        if shipment_id not in self.bols:
+            shipment = await self.storage.shipments.find_one({"_id": shipment_id}, {"fields": 1})
+            fields = (shipment or {}).get("fields") or {}
+            self.bols[shipment_id] = fields.get("bolNumber") or None
+        return self.bols[shipment_id]

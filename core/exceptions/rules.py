@@ -13,7 +13,6 @@ from datetime import date, datetime
 from typing import Any
 
 from core.exceptions.codes import PRIORITIES
-from core.pallets import gs1_labels
 from core.tenancy.tenants import Facility
 
 # Camera label names the lot and expiry rules read (like "lpn" and "sku" for matching).
@@ -53,6 +52,9 @@ class ReadingFacts:
     repeated_lpns: list[str] = field(default_factory=list)
     # LOT/EXPIRY: the order items the pallet matched (with `lot`, `expiration_date`).
     matched_items: list[dict[str, Any]] = field(default_factory=list)
+    # LABEL_INVALID: what its GS1 labels got wrong, each {"ai", "reason"} (the reading's own
+    # problems last), as `core.pallets.gs1_labels` read them.
+    label_problems: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -191,20 +193,20 @@ def _low_confidence(facility: Facility, facts: ReadingFacts) -> Draft | None:
 def _label_invalid(facility: Facility, facts: ReadingFacts) -> Draft | None:
     """A GS1 label with a wrong check digit, an impossible date or content that is no GS1
     label: what checked out was taken (`core.pallets.gs1_labels`), the rest is named here."""
-    problems = gs1_labels.problems(facility, facts.labels)
+    problems = facts.label_problems
     if not problems:
         return None
     first = problems[0]
-    where = f"AI ({first.ai})" if first.ai else "its content"
+    where = f"AI ({first['ai']})" if first["ai"] else "its content"
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     return _draft(
         facts,
         "LABEL_INVALID",
-        f"The GS1 label read at dock {facts.dock} is invalid at {where}: {first.reason}{more}",
+        f"The GS1 label read at dock {facts.dock} is invalid at {where}: {first['reason']}{more}",
         expected={"gs1": "a GS1 label whose check digits, dates and AIs are valid"},
         observed={
             **_observed_here(facts),
-            "problems": [p.as_dict() for p in problems[:MAX_LABEL_PROBLEMS]],
+            "problems": problems[:MAX_LABEL_PROBLEMS],
         },
     )
 

@@ -49,17 +49,15 @@ import biip
 from biip.gs1_application_identifiers import GS1ApplicationIdentifier
 from biip.gs1_digital_link_uris import GS1DigitalLinkURI
 from biip.gs1_element_strings import GS1ElementString
+from biip.gs1_messages import GS1Message
 from biip.symbology import GS1Symbology, SymbologyIdentifier
 
-from core.tenancy.tenants import Facility
+from core.tenancy.tenants import GS1_FIELD, Facility
 
 # The label name whose value is always GS1 label content (what the proto's `gs1_labels`
 # become), and the field a facility maps its own camera label to for the same meaning.
-GS1_LABEL = "gs1"
+GS1_LABEL = GS1_FIELD
 GS = "\x1d"  # what a scanner transmits for FNC1 between variable-length fields
-# A GS1 element string holds at most 90 characters of data, a GS1 DataMatrix ~2,300; a
-# label's value is capped by `ingest_max_label_value_bytes` before it gets here.
-PARSED_CACHE_SIZE = 4096
 # Bounds on what one reading's GS1 labels may cost (see the module docstring). A pallet
 # carries a logistic label on two or three sides; a GS1-128 label holds a few elements, a
 # DataMatrix rarely more than ten; an element string is an AI (up to 4 digits) and 90 characters.
@@ -148,29 +146,14 @@ class LabelFacts:
 
 def is_gs1(facility: Facility | None, name: str) -> bool:
     """Whether a label of this camera name holds GS1 label content at this facility."""
-    if name == GS1_LABEL:
-        return True
-    # a scan of the facility's few mappings: this runs for every label of every reading
-    return facility is not None and any(
-        m.camera_name == name and m.field == GS1_LABEL for m in facility.label_fields
-    )
+    return name == GS1_LABEL or (facility is not None and name == facility.gs1_camera_name)
 
 
 def parse(content: str) -> LabelFacts:
-    """The facts of one label's content, in any of the forms the module docstring lists."""
-    return _parse_cached(content)
+    """The facts of one label's content, in any of the forms the module docstring lists.
 
-
-def short(reason: str) -> str:
-    """A reason cut to `MAX_REASON_CHARS` (the parser's messages quote what they failed on)."""
-    if len(reason) <= MAX_REASON_CHARS:
-        return reason
-    return reason[: MAX_REASON_CHARS - 1] + "…"
-
-
-@functools.lru_cache(maxsize=PARSED_CACHE_SIZE)
-def _parse_cached(content: str) -> LabelFacts:
-    # The exception rule reads a reading's labels again after ingest did: parse once.
+    Not cached: a reading's labels are read once (`read_labels`, identical ones once), and what
+    one label costs is bounded (see the module docstring)."""
     text = content.strip()
     if not text:
         return LabelFacts(problems=(Problem("", "the GS1 label is empty"),))
@@ -198,6 +181,13 @@ def _parse_cached(content: str) -> LabelFacts:
     else:
         elements = _element_strings(text, problems)
     return _facts(elements, problems)
+
+
+def short(reason: str) -> str:
+    """A reason cut to `MAX_REASON_CHARS` (the parser's messages quote what they failed on)."""
+    if len(reason) <= MAX_REASON_CHARS:
+        return reason
+    return reason[: MAX_REASON_CHARS - 1] + "…"
 
 
 def _outside_cset82(text: str, also: str = "") -> Problem | None:
@@ -250,8 +240,10 @@ def _is_ai(text: str) -> bool:
 
 
 def _human_readable(text: str, problems: list[Problem]) -> list[GS1ElementString]:
-    """``(AI)data(AI)data``: each element on its own, so one bad element loses only itself."""
-    elements = []
+    """``(AI)data(AI)data``: each element read on its own by biip's HRI parser, so one bad
+    element loses only itself. The parser looks an AI up whole: ``(001)`` is no AI, never
+    AI 00 with a leading ``1`` of data."""
+    elements: list[GS1ElementString] = []
     compact = "".join(text.split())
     parts = compact.split("(")[1:]
     if len(parts) > MAX_ELEMENTS:
@@ -259,17 +251,20 @@ def _human_readable(text: str, problems: list[Problem]) -> list[GS1ElementString
             Problem("", f"more than {MAX_ELEMENTS} element strings; the rest is not read")
         )
     for part in parts[:MAX_ELEMENTS]:
-        ai, closed, data = part[:ELEMENT_WINDOW].partition(")")
-        if not closed or not ai:
-            problems.append(Problem("", short(f"{'(' + part!r} is not an (AI)data element string")))
-            continue
         try:
-            if not _is_ai(ai) or _known_ai(ai) is None:
-                raise biip.ParseError(f"({short(ai)}) is no GS1 Application Identifier")
-            elements.append(GS1ElementString.parse(ai + data))
+            message = GS1Message.parse_hri("(" + part[:ELEMENT_WINDOW])
         except biip.ParseError as error:
-            problems.append(Problem(ai if _is_ai(ai) else "", short(str(error))))
+            ai = part.partition(")")[0]
+            problems.append(Problem(ai if _is_exact_ai(ai) else "", short(str(error))))
+        else:
+            elements.extend(message.element_strings)
     return elements
+
+
+def _is_exact_ai(text: str) -> bool:
+    """Whether `text` is a GS1 AI, whole (``001`` is none though it starts with AI 00)."""
+    known = _known_ai(text) if _is_ai(text) else None
+    return known is not None and known.ai == text
 
 
 def _element_strings(text: str, problems: list[Problem]) -> list[GS1ElementString]:
@@ -401,18 +396,21 @@ class ReadingLabels:
     """What a reading's GS1 labels say together: the distinct labels' facts, the labels they
     add (name, value, confidence) and every problem, the reading's own ones last."""
 
-    facts: tuple[LabelFacts, ...]
-    derived: tuple[tuple[str, str, float], ...]
-    problems: tuple[Problem, ...]
+    facts: tuple[LabelFacts, ...] = ()
+    derived: tuple[tuple[str, str, float], ...] = ()
+    problems: tuple[Problem, ...] = ()
 
 
 def read_labels(facility: Facility | None, labels: Sequence[LabelLike]) -> ReadingLabels:
     """The GS1 labels among a reading's labels, read together (see the module docstring)."""
-    distinct: dict[LabelFacts, float] = {}  # identical labels count once, at their best
+    contents: dict[str, float] = {}  # identical labels are read once, at their best
     for label in labels:
         if is_gs1(facility, label.name):
-            facts = parse(label.value)
-            distinct[facts] = max(distinct.get(facts, 0.0), label.confidence)
+            contents[label.value] = max(contents.get(label.value, 0.0), label.confidence)
+    distinct: dict[LabelFacts, float] = {}  # and labels saying the same count once
+    for content, confidence in contents.items():
+        facts = parse(content)
+        distinct[facts] = max(distinct.get(facts, 0.0), confidence)
     problems = [problem for facts in distinct for problem in facts.problems]
     ssccs = sorted({facts.sscc for facts in distinct if facts.sscc is not None})
     lpns = sorted(
@@ -432,20 +430,3 @@ def read_labels(facility: Facility | None, labels: Sequence[LabelLike]) -> Readi
         if not (conflict and fact == "sscc")
     )
     return ReadingLabels(tuple(distinct), derived, tuple(problems))
-
-
-def label_facts(facility: Facility | None, labels: Sequence[LabelLike]) -> list[LabelFacts]:
-    """The facts of each distinct GS1 label among a reading's labels, in order."""
-    return list(read_labels(facility, labels).facts)
-
-
-def derived_labels(
-    facility: Facility | None, labels: Sequence[LabelLike]
-) -> list[tuple[str, str, float]]:
-    """The labels (name, value, confidence) the GS1 labels among `labels` add to a reading."""
-    return list(read_labels(facility, labels).derived)
-
-
-def problems(facility: Facility | None, labels: Sequence[LabelLike]) -> list[Problem]:
-    """Every problem of the GS1 labels among `labels`, in label order, the reading's last."""
-    return list(read_labels(facility, labels).problems)

@@ -178,13 +178,22 @@ def _values(labels: Sequence[Label], name: str) -> list[str]:
     return list(seen)
 
 
-def with_gs1_facts(facility: Facility, reading: Reading) -> Reading:
-    """The reading with the facts of its GS1 labels added as labels (`core.pallets.gs1_labels`),
-    so that matching, the rules and the message read them as any label."""
-    derived = gs1_labels.derived_labels(facility, reading.labels)
-    if not derived:
+def with_gs1_facts(reading: Reading, gs1: gs1_labels.ReadingLabels) -> Reading:
+    """The reading with the facts of its GS1 labels (read once, `gs1_labels.read_labels`) added
+    as labels, so that matching, the rules and the message read them as any label."""
+    if not gs1.derived:
         return reading
-    return replace(reading, labels=reading.labels + tuple(Label(*d) for d in derived))
+    return replace(reading, labels=reading.labels + tuple(Label(*d) for d in gs1.derived))
+
+
+def matched_values(
+    facility: Facility, reading: Reading, gs1: gs1_labels.ReadingLabels, name: str
+) -> list[str]:
+    """The distinct values matching reads under a label name: the reading's labels that hold
+    no GS1 content, and the facts of those that do (a facility mapping `lpn=gs1` sends its
+    GS1 label as `lpn`: its content is no LPN, the SSCC read from it is)."""
+    labels = [label for label in reading.labels if not gs1_labels.is_gs1(facility, label.name)]
+    return _values([*labels, *(Label(*d) for d in gs1.derived)], name)
 
 
 def validate_reading(
@@ -202,16 +211,14 @@ def validate_reading(
     lifecycle.check_camera_clock(settings, reading.occurred_at, now)
     if len(reading.labels) > settings.ingest_max_labels:
         raise ValidationFailed(f"a reading has at most {settings.ingest_max_labels} labels")
-    if sum(gs1_labels.is_gs1(facility, label.name) for label in reading.labels) > (
-        gs1_labels.MAX_GS1_LABELS
-    ):
-        most = gs1_labels.MAX_GS1_LABELS
-        raise ValidationFailed(f"a reading has at most {most} GS1 labels (it names one pallet)")
+    gs1_count = 0
     for label in reading.labels:
-        camera_input.check_label(
-            settings, label.name, label.value, label.confidence,
-            gs1=gs1_labels.is_gs1(facility, label.name),
-        )  # fmt: skip
+        gs1 = gs1_labels.is_gs1(facility, label.name)
+        gs1_count += gs1
+        if gs1_count > gs1_labels.MAX_GS1_LABELS:
+            most = gs1_labels.MAX_GS1_LABELS
+            raise ValidationFailed(f"a reading has at most {most} GS1 labels (it names one pallet)")
+        camera_input.check_label(settings, label.name, label.value, label.confidence, gs1=gs1)
     if not any(label.name and label.value for label in reading.labels):
         raise ValidationFailed("a reading needs at least one label with a value")
     mapping = facility.label_mapping()
@@ -265,6 +272,8 @@ class _Item:
     key: str
     pallet_id: str
     facility: Facility | None = None
+    # What its GS1 labels say (read once, before their facts were added to its labels).
+    gs1: gs1_labels.ReadingLabels = field(default_factory=gs1_labels.ReadingLabels)
     dock: str = ""
     occurred_at: datetime | None = None
     lpns: list[str] = field(default_factory=list)
@@ -592,7 +601,12 @@ async def plan_batch(
             if facility is None:
                 raise ValidationFailed(f"facility {camera.business}/{camera.facility} not found")
             dock = validate_reading(settings, camera, facility, reading, now)
-            reading = with_gs1_facts(facility, reading)
+            # Read once, here: the labels added after it are facts, never GS1 content again
+            # (a facility mapping `lpn=gs1` would read the SSCC added as `lpn` as a label).
+            gs1 = gs1_labels.read_labels(facility, reading.labels)
+            lpns = matched_values(facility, reading, gs1, LPN_LABEL)
+            skus = matched_values(facility, reading, gs1, SKU_LABEL)
+            reading = with_gs1_facts(reading, gs1)
             fields = check_storable(facility, reading)
         except DockflowError as error:
             plan.results[index] = ReadingResult(
@@ -610,11 +624,12 @@ async def plan_batch(
             key=key,
             pallet_id=pallet_ids[index],
             facility=facility,
+            gs1=gs1,
             dock=dock,
             occurred_at=lifecycle.truncate_ms(reading.occurred_at),
-            lpns=_values(reading.labels, LPN_LABEL),
+            lpns=lpns,
             fields=fields,
-            skus=_values(reading.labels, SKU_LABEL),
+            skus=skus,
         )
         first_by_key[key] = item
         items.append(item)
@@ -1147,6 +1162,7 @@ async def _match_site(
             occurred_at=item.occurred_at,
             lpns=list(item.lpns),
             labels=[rules.LabelRead(r.name, r.value, r.confidence) for r in item.reading.labels],
+            label_problems=[problem.as_dict() for problem in item.gs1.problems],
             shipment=item.shipment,
             orders=list(item.orders),
             misload_of=misload_of,
@@ -1287,6 +1303,6 @@ def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
     }
     if item.repeated:  # read with `.get`: most readings are no repeat
         doc["repeated"] = True
-    if gs1 := gs1_labels.label_facts(item.facility, item.reading.labels):  # for GraphQL, pages
-        doc["gs1_labels"] = [facts.as_dict() for facts in gs1]
+    if item.gs1.facts:  # for GraphQL, pages
+        doc["gs1_labels"] = [facts.as_dict() for facts in item.gs1.facts]
     return doc

@@ -4,6 +4,7 @@ hashed."""
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 from collections.abc import Iterable
@@ -26,6 +27,9 @@ from core.errors import AlreadyExists, NotFound, ValidationFailed
 from core.exceptions.codes import RULE_CODES
 from core.storage import Doc, Storage
 
+# The field a facility maps a camera label to when that label holds a pallet's GS1 label
+# content (`core.pallets.gs1_labels` reads it; field names are unique, so one label at most).
+GS1_FIELD = "gs1"
 SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 CameraKind = Literal["TOWER", "LIFT"]
 
@@ -94,6 +98,12 @@ class Facility:
 
     def label_mapping(self) -> dict[str, LabelFieldMapping]:
         return {m.camera_name: m for m in self.label_fields}
+
+    @functools.cached_property
+    def gs1_camera_name(self) -> str | None:
+        """The camera label name this facility maps to `GS1_FIELD`, if any (worked out once:
+        every label of every reading asks)."""
+        return next((m.camera_name for m in self.label_fields if m.field == GS1_FIELD), None)
 
     def checks(self, code: str) -> bool:
         """Whether the facility raises exceptions of this rule."""

@@ -12,7 +12,7 @@ import pytest
 
 from core.epcis import events
 from core.epcis.identities import Identities
-from tests.epcis_support import assert_valid_event
+from tests.epcis_support import VALIDATOR, assert_valid_event
 
 SSCC = "106141411234567897"
 GTIN = "10614141000415"
@@ -42,12 +42,18 @@ CASES = {
     "two pallets' SSCCs and an LPN that is none": pallet(
         lpns=["LPN-7", "006141410000000012", SSCC]
     ),
+    "orders, a customer PO and a ship-to GLN": pallet(
+        orders=["SO-1", "PO 9/B"],
+        gs1_labels=[{"sscc": SSCC, "customerPo": "PO-77", "shipToGln": "0614141000005"}],
+    ),
+    "received from a supplier": pallet(direction="UNLOADING", orders=["PO-5"]),
 }
+SITE = events.Site(IDS, "America/Chicago")
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_every_event_is_valid_epcis_and_its_id_is_the_cbv_event_hash(name: str):
-    event = events.pallet_event(CASES[name], IDS, "America/Chicago")
+    event = events.pallet_event(CASES[name], IDS, "America/Chicago", bol="BOL-1")
 
     assert event is not None
     assert_valid_event(event)
@@ -70,6 +76,7 @@ def test_a_loading_is_observed_at_the_door_in_the_facility_with_its_contents():
         "disposition": "in_progress",
         "readPoint": {"id": f"https://id.gs1.org/414/{GLN}/254/1"},
         "bizLocation": {"id": f"https://id.gs1.org/414/{GLN}"},
+        "sourceList": [{"type": "location", "source": f"https://id.gs1.org/414/{GLN}"}],
     }
 
 
@@ -120,3 +127,120 @@ def test_a_pallet_known_by_its_contents_only_has_no_epc_list():
     assert event is not None
     assert "epcList" not in event
     assert [q["epcClass"] for q in event["quantityList"]] == [f"https://id.gs1.org/01/{GTIN}"]
+
+
+def test_a_pallets_orders_labels_and_bill_of_lading_are_its_transactions_and_places():
+    event = events.pallet_event(
+        CASES["orders, a customer PO and a ship-to GLN"], IDS, "America/Chicago", bol="BOL 1"
+    )
+
+    assert event is not None
+    bt = f"urn:epcglobal:cbv:bt:{GLN}:"
+    assert event["bizTransactionList"] == [
+        {"type": "po", "bizTransaction": f"{bt}SO-1"},
+        {"type": "po", "bizTransaction": f"{bt}PO%209%2FB"},
+        {"type": "po", "bizTransaction": f"{bt}PO-77"},
+        {"type": "bol", "bizTransaction": f"{bt}BOL%201"},
+    ]
+    assert event["sourceList"] == [{"type": "location", "source": f"https://id.gs1.org/414/{GLN}"}]
+    assert event["destinationList"] == [
+        {"type": "location", "destination": "https://id.gs1.org/414/0614141000005"}
+    ]
+    without_bol = events.pallet_event(
+        CASES["orders, a customer PO and a ship-to GLN"], IDS, "America/Chicago"
+    )
+    assert without_bol is not None
+    assert without_bol["eventID"] != event["eventID"]
+
+
+def test_an_unloading_arrives_at_the_facility_and_without_a_gln_names_no_transaction():
+    event = events.pallet_event(CASES["received from a supplier"], IDS, "America/Chicago")
+    bare = events.pallet_event(
+        CASES["received from a supplier"], Identities(None, None, {}), "America/Chicago"
+    )
+
+    assert event is not None
+    assert bare is not None
+    assert "sourceList" not in event
+    assert event["destinationList"] == [
+        {"type": "location", "destination": f"https://id.gs1.org/414/{GLN}"}
+    ]
+    assert not {"bizTransactionList", "sourceList", "destinationList"} & set(bare)
+    assert_valid_event(bare)
+
+
+def shipment(direction: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "direction": direction,
+        "dock": "D1",
+        "completed_at": datetime(2026, 5, 1, 15, 30, tzinfo=UTC),
+        "fields": {"bolNumber": "BOL-9"},
+        **fields,
+    }
+
+
+@pytest.mark.parametrize(
+    ("direction", "step", "disposition"),
+    [("OUTBOUND", "departing", "in_transit"), ("INBOUND", "receiving", "in_progress")],
+)
+def test_a_completed_shipment_is_one_event_of_what_is_on_the_trailer(
+    direction: str, step: str, disposition: str
+):
+    event = events.shipment_event(shipment(direction), [SSCC, "LPN-7"], ["SO-1"], SITE)
+
+    assert event is not None
+    assert_valid_event(event)
+    assert (event["bizStep"], event["disposition"]) == (step, disposition)
+    assert event["epcList"] == [f"https://id.gs1.org/00/{SSCC}"]
+    assert event["eventTime"] == "2026-05-01T15:30:00.000Z"
+    assert [t["type"] for t in event["bizTransactionList"]] == ["po", "bol"]
+    # CBV: `shipping` would also say the loading and departing these events already say
+    assert event["bizStep"] != "shipping"
+
+
+def test_a_shipment_not_completed_or_without_an_sscc_has_no_event():
+    assert events.shipment_event(shipment("OUTBOUND", completed_at=None), [SSCC], [], SITE) is None
+    assert events.shipment_event(shipment("OUTBOUND"), ["LPN-7"], [], SITE) is None
+
+
+def test_a_pallet_taken_off_again_is_an_event_of_its_own():
+    loaded = events.pallet_event(pallet(), IDS, "America/Chicago")
+    later = datetime(2026, 5, 1, 13, 5, tzinfo=UTC)
+    taken_off = events.pallet_event(
+        pallet(direction="UNLOADING", occurred_at=later), IDS, "America/Chicago"
+    )
+
+    assert loaded is not None
+    assert taken_off is not None
+    assert_valid_event(taken_off)
+    assert taken_off["bizStep"] == "unloading"
+    assert taken_off["eventID"] != loaded["eventID"]
+
+
+def test_an_error_declaration_keeps_the_events_id_as_the_hash_leaves_it_out():
+    original = events.pallet_event(CASES["loading with contents"], IDS, "America/Chicago")
+    corrective = events.pallet_event(pallet(lpns=["006141410000000012"]), IDS, "America/Chicago")
+    assert original is not None
+    assert corrective is not None
+
+    declared = events.declare_error(
+        original, datetime(2026, 5, 2, 8, tzinfo=UTC), corrective_event_ids=[corrective["eventID"]]
+    )
+
+    assert_valid_event(declared)  # the reference implementation recomputes the same id
+    assert declared["eventID"] == original["eventID"]
+    assert declared["errorDeclaration"] == {
+        "declarationTime": "2026-05-02T08:00:00.000Z",
+        "reason": "incorrect_data",
+        "correctiveEventIDs": [corrective["eventID"]],
+    }
+    with pytest.raises(ValueError, match="error reason"):
+        events.declare_error(original, datetime.now(UTC), reason="oops")
+
+
+def test_the_document_of_several_events_is_a_valid_epcis_document():
+    found = [events.pallet_event(case, IDS, "America/Chicago") for case in CASES.values()]
+    document = events.epcis_document([e for e in found if e], datetime.now(UTC))
+
+    VALIDATOR.validate(document)
+    assert len(document["epcisBody"]["eventList"]) == len(CASES)

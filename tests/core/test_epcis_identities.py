@@ -5,18 +5,21 @@ urn:epc:id:sgln:0614141.12345.400 (TDS 6.3.3)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from core.epcis import events, query
 from core.epcis.identities import (
     Identities,
     check_company_prefix,
     check_gln,
     check_gln_extension,
-    prefix_length,
+    check_sscc,
     sgln_uri,
-    sscc_uri,
 )
 from core.errors import ValidationFailed
+from tests.epcis_support import sscc_uri
 
 TDS_SSCC = "106141412345678908"
 TDS_GLN = "0614141123452"
@@ -45,15 +48,15 @@ def test_without_a_declared_prefix_gs1s_prefix_lengths_split_the_number():
 
 
 def test_a_declared_prefix_decides_the_split_of_its_own_numbers():
-    assert prefix_length("0614141123452", "06141411") == 8
     assert sgln_uri(TDS_GLN, "1", "06141411") == "urn:epc:id:sgln:06141411.2345.1"
 
 
 def test_a_number_whose_prefix_length_nobody_knows_has_no_epc_uri_but_a_digital_link():
     # 020-029 are restricted-circulation numbers: GS1 assigns no company prefixes there
     sscc = "002000000000000004"
-    assert prefix_length(sscc[1:-1], None) is None
     assert sscc_uri(sscc, None) is None
+    assert sgln_uri("0200000000004", None, None) is None
+    assert sgln_uri("0200000000004", None, "020000") == "urn:epc:id:sgln:020000.000000.0"
     assert sscc_uri(sscc, None, "digital_link") == f"https://id.gs1.org/00/{sscc}"
 
 
@@ -87,5 +90,33 @@ def test_a_facility_names_its_dock_doors_and_itself():
     assert ids.read_point("D1") == "urn:epc:id:sgln:0614141.12345.1"
     assert ids.read_point("D2", "digital_link") == f"https://id.gs1.org/414/{TDS_GLN}/254/D-02"
     assert ids.read_point("D3") == "urn:epc:id:sgln:0614141.12345.0"  # no extension: the site
-    assert ids.pallet(TDS_SSCC) == "urn:epc:id:sscc:0614141.1234567890"
     assert Identities(None, None, {}).read_point("D1") is None
+
+
+def _arabic_indic(digits: str) -> str:
+    return "".join(chr(0x0660 + int(d)) for d in digits)
+
+
+def _fullwidth(digits: str) -> str:
+    return "".join(chr(0xFF10 + int(d)) for d in digits)
+
+
+@pytest.mark.parametrize("spelled", [_arabic_indic, _fullwidth])
+def test_a_gs1_number_is_ascii_digits_only(spelled):
+    # Python's \d and isdecimal() take these for digits; a GS1 number never holds them
+    for check, number in ((check_gln, TDS_GLN), (check_sscc, TDS_SSCC)):
+        with pytest.raises(ValidationFailed):
+            check(spelled(number))
+    with pytest.raises(ValidationFailed):
+        check_company_prefix(spelled("0614141"))
+    lpn_only: dict[str, Any] = {
+        "occurred_at": None,
+        "direction": "LOADING",
+        "dock": "D1",
+        "gs1_labels": [],
+    }
+    ids = Identities(None, None, {})
+    assert events.pallet_event({**lpn_only, "lpns": [spelled(TDS_SSCC)]}, ids, "UTC") is None
+    urn = f"urn:epc:id:sscc:{spelled('0614141')}.{spelled('1234567890')}"
+    link = f"https://id.gs1.org/00/{spelled(TDS_SSCC)}"
+    assert query.parse_query({"MATCH_epc": f"{urn},{link}"}).ssccs == frozenset()

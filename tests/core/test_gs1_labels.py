@@ -132,7 +132,7 @@ def test_facts_become_labels_with_the_confidence_of_their_label():
     facility = Facility("acme", "dc1", "DC 1")
     labels = [Label("gs1", HUMAN, 1.0), Label("sku", "OTHER", 0.5)]
 
-    assert gs1_labels.derived_labels(facility, labels) == [
+    assert gs1_labels.read_labels(facility, labels).derived == (
         ("lpn", SSCC, 1.0),
         ("gtin", GTIN, 1.0),
         ("lot", "LOT-42", 1.0),
@@ -141,7 +141,7 @@ def test_facts_become_labels_with_the_confidence_of_their_label():
         ("count", "24", 1.0),
         ("customer_po", "PO-1001", 1.0),
         ("ship_to_gln", GLN, 1.0),
-    ]
+    )
 
 
 def test_a_facility_reads_a_label_it_maps_to_gs1_as_gs1_content():
@@ -151,11 +151,12 @@ def test_a_facility_reads_a_label_it_maps_to_gs1_as_gs1_content():
 
     assert gs1_labels.is_gs1(plain, "gs1")
     assert gs1_labels.is_gs1(mapped, "gs1")
-    assert gs1_labels.derived_labels(mapped, labels) == [("lpn", SSCC, 0.7)]
-    assert gs1_labels.derived_labels(plain, labels) == []
-    assert gs1_labels.problems(mapped, [Label("barcode", "(00)106141411234567898", 0.7)]) == [
-        Problem("00", "Invalid SSCC check digit for '106141411234567898': Expected 7, got 8.")
-    ]
+    assert gs1_labels.read_labels(mapped, labels).derived == (("lpn", SSCC, 0.7),)
+    assert gs1_labels.read_labels(plain, labels).derived == ()
+    broken = [Label("barcode", "(00)106141411234567898", 0.7)]
+    assert gs1_labels.read_labels(mapped, broken).problems == (
+        Problem("00", "Invalid SSCC check digit for '106141411234567898': Expected 7, got 8."),
+    )
 
 
 def test_the_api_form_of_the_facts_is_camel_case_with_its_problems():
@@ -283,3 +284,20 @@ def test_a_gs1_sscc_that_differs_from_the_lpn_label_is_a_problem():
     assert [p.ai for p in read.problems] == ["00"]
     agreeing = gs1_labels.read_labels(None, _gs1(f"00{SSCC}", lpn=SSCC))
     assert agreeing.problems == ()
+
+
+@pytest.mark.parametrize("ai", ["001", "0212", "4100"])
+def test_a_human_readable_ai_is_looked_up_whole_never_by_its_first_digits(ai: str):
+    # (001) is no AI: reading it as AI (00) would take the SSCC 1 + 17 digits that follow
+    facts = gs1_labels.parse(f"({ai}){SSCC[1:]}(10)LOT-1")
+
+    assert (facts.sscc, facts.gtin, facts.ship_to_gln, facts.lot) == (None, None, None, "LOT-1")
+    assert [p.ai for p in facts.problems] == [""]
+    assert f"Unknown GS1 Application Identifier '{ai}'" in facts.problems[0].reason
+
+
+def test_a_digital_link_attribute_is_looked_up_whole_and_other_keys_are_ignored():
+    # a key that is no AI is extra data the Digital Link standard lets a resolver ignore
+    facts = gs1_labels.parse(f"https://id.gs1.org/00/{SSCC}?011=0950600013435&linkType=gs1:pip")
+
+    assert (facts.sscc, facts.gtin, facts.problems) == (SSCC, None, ())

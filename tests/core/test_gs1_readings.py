@@ -279,3 +279,29 @@ async def test_a_label_the_facility_maps_to_gs1_is_read_as_one_and_may_hold_gs(
     # GS belongs in a GS1 label only: elsewhere it stays a control character
     assert refused.status == "REJECTED"
     assert "control or unprintable" in refused.error
+
+
+async def test_a_facility_mapping_lpn_to_gs1_keeps_only_what_the_camera_sent(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    # The SSCC read from the camera's `lpn` label becomes a label named `lpn` too: it is the
+    # pallet's LPN, never GS1 content of its own (read so, it would be a lot 6141411234567897).
+    await tenants.create_facility(
+        storage,
+        tenant.business,
+        "dc2",
+        docks=["G1"],
+        label_fields=(LabelFieldMapping("lpn", "gs1"),),
+    )
+    created = await tenants.create_camera(storage, tenant.business, "dc2", dock="G1")
+    camera: Camera = created.entity
+    content = f"(00){SSCC}(10)LOT-1"
+    reading = Reading("r-1", "", "LOADING", START, (Label("lpn", content, 0.95),))
+
+    [result] = await read(storage, settings, camera, reading)
+
+    assert (result.status, codes(result)) == ("ACCEPTED", [])
+    pallet = await storage.pallets.find_one({"_id": result.pallet_id})
+    assert pallet is not None
+    assert pallet["gs1_labels"] == [{"sscc": SSCC, "lot": "LOT-1", "problems": []}]
+    assert pallet["lpns"] == [SSCC]

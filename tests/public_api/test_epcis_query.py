@@ -159,19 +159,6 @@ async def test_bad_parameters_are_problems_naming_the_parameter(
         assert (status, "perPage" in problem["detail"]) == (400, True), per_page
 
 
-async def test_the_openapi_document_lists_the_event_query_and_its_parameters(
-    api: TestClient[Any, Any],
-):
-    spec = await (await api.get("/v1/docs/openapi.json")).json()
-
-    operation = spec["paths"]["/epcis/events"]["get"]
-    assert {p["name"] for p in operation["parameters"]} == {
-        "eventType", "GE_eventTime", "LT_eventTime", "EQ_bizStep", "MATCH_epc", "MATCH_anyEPC",
-        "perPage", "nextPageToken",
-    }  # fmt: skip
-    assert set(operation["responses"]) == {"200", "400", "401"}
-
-
 async def test_pages_of_one_business_never_reach_another_at_the_same_instant(
     api: TestClient[Any, Any],
     storage: Storage,
