@@ -324,7 +324,8 @@ class Settings(BaseSettings):
     # Per-business quotas on stored bytes (core/tenancy/quotas.py; 0: no quota). Beyond one, a
     # write is refused with QUOTA_EXCEEDED (403 / GraphQL QUOTA_EXCEEDED) until retention gives
     # bytes back or the quota is raised.
-    # Order documents applied through intake (their request bytes, kept with their shipment).
+    # What intake documents leave stored: their orders and items (BSON bytes, kept with their
+    # shipment; a document sent again that stores nothing new counts nothing).
     quota_document_bytes: int = Field(4 * 1024**3, ge=0)
     # Files attached to shipments.
     quota_attachment_bytes: int = Field(20 * 1024**3, ge=0)

@@ -22,10 +22,12 @@ the order's lock, so the items of the document's orders are known without readin
 from __future__ import annotations
 
 import secrets
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import bson
 from pymongo import DESCENDING, ReturnDocument, UpdateOne
 
 from core import locks, metrics, tracing
@@ -86,10 +88,13 @@ _SHIPMENT_FIELDS = (
 
 @dataclass(frozen=True)
 class IntakeResult:
-    """What `apply_document` did: the response body and the shipment's id."""
+    """What `apply_document` did: the response body, the shipment's id, and the net change in
+    the bytes of stored order and item documents by the shipment they are on (negative where
+    fewer are stored: an order moved away, items deleted or overwritten by smaller ones)."""
 
     response: IntakeResponse
     shipment_id: int
+    stored_bytes: dict[int, int] = field(default_factory=dict)
 
     @property
     def created(self) -> bool:
@@ -114,7 +119,8 @@ async def apply_document(
 ) -> IntakeResult:
     """Apply a validated document for `principal`. Raises (and writes nothing) when any part of
     it is rejected: 404/403 scope, 409 conflicts, 422 fields the current state requires.
-    `then` writes what belongs with the document (its stored response) in the same transaction."""
+    `then` writes what belongs with the document (its stored response, its bytes counted) in
+    the same transaction."""
     with tracing.tracer().start_as_current_span(
         "intake.apply_document", attributes={"dockflow.business": principal.business}
     ) as span:
@@ -161,7 +167,8 @@ async def _apply_document(
         response = IntakeResponse(
             created=plan.created, updated=plan.updated, removed=plan.removed, shipment=shipment
         )
-        result = IntakeResult(response=response, shipment_id=shipment_id)
+        stored = {shipment: size for shipment, size in plan.stored_bytes.items() if size}
+        result = IntakeResult(response=response, shipment_id=shipment_id, stored_bytes=stored)
         if then is not None:
             await then(result, session)
         return result
@@ -225,6 +232,8 @@ class _Plan:
     created: list[ChangeEntry] = field(default_factory=list)
     updated: list[ChangeEntry] = field(default_factory=list)
     removed: list[ChangeEntry] = field(default_factory=list)
+    # Filled by the execution: the net change in stored bytes by shipment (`IntakeResult`).
+    stored_bytes: Counter[int] = field(default_factory=Counter)
 
 
 @dataclass
@@ -451,6 +460,11 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(8)}"
 
 
+def _size(doc: Doc) -> int:
+    """The bytes a document takes stored (its BSON)."""
+    return len(bson.encode(doc))
+
+
 async def _execute(storage: Storage, plan: _Plan, session: Session) -> tuple[int, str]:
     """Write the plan; returns the shipment's id and status. Entries are recorded as the writes
     happen, and each order plan gets its id and resulting items."""
@@ -493,18 +507,17 @@ async def _execute(storage: Storage, plan: _Plan, session: Session) -> tuple[int
         if order.existing is None:
             order_id = _new_id("ord")
             order.created_seq = await storage.next_id("orders")
-            await storage.orders.insert_one(
-                {
-                    "_id": order_id,
-                    **scope,
-                    "number": order.number,
-                    "shipment_id": shipment_id,
-                    "status": ORDER_STATUS_NEW,
-                    "created_seq": order.created_seq,
-                    "created_at": now,
-                },
-                session=session,
-            )
+            new_order = {
+                "_id": order_id,
+                **scope,
+                "number": order.number,
+                "shipment_id": shipment_id,
+                "status": ORDER_STATUS_NEW,
+                "created_seq": order.created_seq,
+                "created_at": now,
+            }
+            await storage.orders.insert_one(new_order, session=session)
+            plan.stored_bytes[shipment_id] += _size(new_order)
             plan.created.append(ChangeEntry(type="ORDER", id=order_id, reference=order.number))
             shipment_changed = True
         else:
@@ -517,6 +530,11 @@ async def _execute(storage: Storage, plan: _Plan, session: Session) -> tuple[int
                     {"order_id": order_id}, {"$set": {"shipment_id": shipment_id}}, session=session
                 )
                 left_shipments.add(order.moves_from)
+                # The order's bytes are its new shipment's now (retention gives them back
+                # with it); the item changes below are counted after the move.
+                moved = _size(order.existing) + sum(_size(i) for i in order.current)
+                plan.stored_bytes[order.moves_from] -= moved
+                plan.stored_bytes[shipment_id] += moved
             if order.moves_from is not None or order.items_changed:
                 order_updated.append(ChangeEntry(type="ORDER", id=order_id, reference=order.number))
                 shipment_changed = True
@@ -579,6 +597,9 @@ async def _write_items(
     # The plan read the order's items under its lock, and only intake writes items: what they
     # are after these writes is known without reading them back.
     items = {i["_id"]: i for i in order.current}
+    # The stored bytes this changes: the items it deletes or updates, before and after.
+    touched = {*order.remove_ids, *(item_id for item_id, _ in order.updates)}
+    stored = -sum(_size(items[i]) for i in touched if i in items)
     if order.remove_ids:
         await _remove_items(storage, order_id, order.remove_ids, set(items), session)
         plan.removed.extend(
@@ -592,6 +613,7 @@ async def _write_items(
         )
         for item_id, values in order.updates:
             items[item_id] = {**items[item_id], **values}
+            stored += _size(items[item_id])
         updated.extend(
             ChangeEntry(type="ORDER_ITEM", id=i, reference=_reference(items.get(i)))
             for i, _ in order.updates
@@ -613,7 +635,9 @@ async def _write_items(
             ChangeEntry(type="ORDER_ITEM", id=d["_id"], reference=d["reference"]) for d in docs
         )
         items.update((d["_id"], d) for d in docs)
+        stored += sum(_size(d) for d in docs)
     order.items_after = sorted(items.values(), key=_item_order)
+    plan.stored_bytes[shipment_id] += stored
 
 
 async def _remove_items(
