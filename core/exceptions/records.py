@@ -19,7 +19,7 @@ import hashlib
 import logging
 import secrets
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -296,11 +296,16 @@ async def change_status(
 
 
 async def create_exception(
-    storage: Storage, settings: Settings, *, by: Actor, **fields: Any
+    storage: Storage,
+    settings: Settings,
+    *,
+    by: Actor,
+    then: Callable[[Session], Awaitable[None]] | None = None,
+    **fields: Any,
 ) -> Doc:
     """Store a new exception (a person's: `CUSTOMER`) and publish its creation; returns it.
     `fields` are `new_record`'s, but for the ids and times it sets itself; record and message
-    are one transaction."""
+    are one transaction, with what `then` writes (the bytes its shipment was charged)."""
 
     async def build(message_id: int, session: Session) -> tuple[Doc, publish.WrittenMessages]:
         now = fields.pop("now")
@@ -315,6 +320,8 @@ async def create_exception(
         await publish.write_messages(
             storage, written, session, on_renumber=_renumbered(storage, record["_id"])
         )
+        if then is not None:
+            await then(session)
         return record, written
 
     record = await publish.write_with_message(storage, build)
