@@ -2,7 +2,7 @@
 order's item strategy (OVERWRITE, APPEND, MERGE, DELETE). DESIGN.md section 5 is the contract.
 
 A document is applied in two phases under locks on its order and shipment keys, taken inside its
-transaction (`locks.claim`: a killed process holds none):
+transaction (`locks.locked_transaction`: a killed process holds none):
 plan (read the current state, compute every change, raise on any error: nothing written yet),
 then execute (the writes). So a rejected document writes nothing, and requests for the same order
 never interleave (20 identical concurrent documents leave one shipment, one order, one item set).
@@ -160,7 +160,6 @@ async def _apply_document(
     keys += [order_key(*scope, o.order_number) for o in orders]
 
     async def apply(session: Session) -> IntakeResult:
-        await locks.claim(storage, keys, session)
         plan = await _plan(storage, document, orders, paths, session)
         shipment_id, status = await _execute(storage, plan, session)
         shipment = await _resulting_shipment(storage, plan, shipment_id, status, session)
@@ -173,8 +172,7 @@ async def _apply_document(
             await then(result, session)
         return result
 
-    async with locks.queue(storage, keys):
-        return await storage.in_transaction(apply)
+    return await locks.locked_transaction(storage, keys, apply)
 
 
 def _check_request_duplicates(orders: list[DocumentOrder], paths: list[str]) -> None:
