@@ -15,8 +15,11 @@ where the server can commit them apart (`Storage.next_ids`): a document run agai
 skips the numbers it reserved.
 
 Round trips are what the embedded database limits (one command at a time), so the response is
-built from what the plan read and the writes wrote: only intake writes order items, and only under
-the order's lock, so the items of the document's orders are known without reading them back.
+built from what the plan read and the writes wrote: only intake writes order items and moves
+orders, and only under the order's and the shipment's locks, so the shipment's orders and the
+items of the document's orders are known without reading them back. The facility is read only
+when the document names a dock or creates the shipment (facilities are never deleted: the one
+holding an existing shipment exists).
 """
 
 from __future__ import annotations
@@ -142,16 +145,6 @@ async def _apply_document(
     then: Callable[[IntakeResult, Session], Awaitable[None]] | None,
 ) -> IntakeResult:
     check_access(principal, document.business, document.facility)
-    facility = await tenants.find_facility(storage, document.business, document.facility)
-    if facility is None:
-        raise NotFound(f"facility {document.business}/{document.facility} not found")
-    if document.dock_slug is not None and document.dock_slug not in {
-        d.slug for d in facility.docks
-    }:
-        raise ValidationFailed(
-            "the document has invalid fields",
-            errors=[FieldError("dockSlug", f"no dock {document.dock_slug!r} at this facility")],
-        )
     orders = document.order_documents()
     paths = document.order_paths()
     _check_request_duplicates(orders, paths)
@@ -173,6 +166,20 @@ async def _apply_document(
         return result
 
     return await locks.locked_transaction(storage, keys, apply)
+
+
+async def _check_facility(storage: Storage, document: IntakeDocument) -> None:
+    """404 for a facility that does not exist, 422 for a dock it does not have."""
+    facility = await tenants.find_facility(storage, document.business, document.facility)
+    if facility is None:
+        raise NotFound(f"facility {document.business}/{document.facility} not found")
+    if document.dock_slug is not None and document.dock_slug not in {
+        d.slug for d in facility.docks
+    }:
+        raise ValidationFailed(
+            "the document has invalid fields",
+            errors=[FieldError("dockSlug", f"no dock {document.dock_slug!r} at this facility")],
+        )
 
 
 def _check_request_duplicates(orders: list[DocumentOrder], paths: list[str]) -> None:
@@ -223,6 +230,7 @@ class _Plan:
     direction: str
     shipment_number: str
     shipment: Doc | None  # None: the shipment is created
+    shipment_orders: list[Doc]  # the orders on it as read, oldest first
     shipment_fields: Doc  # document values for the shipment's `fields`
     dock: str | None
     orders: list[_OrderPlan]
@@ -265,18 +273,33 @@ async def _plan(
         "facility": document.facility,
         "direction": document.direction,
     }
-    # The named shipment and every order's candidates are independent reads: sent together.
-    named_read = storage.shipments.find_one(
+    named = await storage.shipments.find_one(
         {**scope, "number": document.shipment_reference, **ELIGIBLE},
         sort=[("_id", DESCENDING)],
         session=session,
     )
-    named, *candidates = await together(
-        session,
-        named_read,
-        *(_orders_numbered(storage, scope, o.order_number, session) for o in orders),
-    )
+    if named is None or document.dock_slug is not None:
+        # Facilities are never deleted: the one holding the named shipment exists, and only a
+        # dock named, or a shipment to create, needs it read.
+        await _check_facility(storage, document)
     named_id = None if named is None else named["_id"]
+    # One read for every order's candidates (newest first), one for the named shipment's
+    # orders (the response lists them all).
+    numbered = await (
+        storage.orders.find(
+            {**scope, "number": {"$in": [o.order_number for o in orders]}}, session=session
+        )
+        .sort("created_seq", DESCENDING)
+        .to_list()
+    )
+    shipment_orders: list[Doc] = []
+    if named_id is not None:
+        shipment_orders = await (
+            storage.orders.find({"shipment_id": named_id}, session=session)
+            .sort("created_seq", 1)
+            .to_list()
+        )
+    candidates = [[o for o in numbered if o["number"] == order.order_number] for order in orders]
     found = [await _eligible_order(storage, c, named_id, session) for c in candidates]
     items = await together(
         session, *(_items_of(storage, None if e is None else e["_id"], session) for e in found)
@@ -287,6 +310,7 @@ async def _plan(
         direction=document.direction,
         shipment_number=document.shipment_reference,
         shipment=named,
+        shipment_orders=shipment_orders,
         shipment_fields=_shipment_fields(document),
         dock=document.dock_slug,
         orders=[],
@@ -301,17 +325,6 @@ async def _plan(
         plan.orders.append(order_plan)
     problems.raise_if_any()
     return plan
-
-
-async def _orders_numbered(
-    storage: Storage, scope: Doc, number: str, session: Session
-) -> list[Doc]:
-    """The orders with this number, most recently created first."""
-    return (
-        await storage.orders.find({**scope, "number": number}, session=session)
-        .sort("created_seq", DESCENDING)
-        .to_list()
-    )
 
 
 async def _items_of(storage: Storage, order_id: str | None, session: Session) -> list[Doc]:
@@ -664,23 +677,20 @@ def _reference(item: Doc | None) -> str:
 async def _resulting_shipment(
     storage: Storage, plan: _Plan, shipment_id: int, status: str, session: Session
 ) -> ResponseShipment:
-    """The shipment after the document: its orders (read, unless every one was just created
-    on a new shipment: then they are the document's) with their items (the document's orders'
-    from the execution, any other order's read)."""
+    """The shipment after the document: its orders (as the plan read them, with the document's
+    orders created or moved onto it) with their items (the document's orders' from the
+    execution, any other order's read). The plan's reads are in this transaction, under the
+    shipment's lock: only its own writes changed them since."""
     written = {o.order_id: o for o in plan.orders}
-    if plan.shipment is None and all(o.existing is None for o in plan.orders):
-        orders: list[Doc] = [
-            {"_id": o.order_id, "number": o.number, "status": ORDER_STATUS_NEW}
-            for o in sorted(plan.orders, key=lambda o: o.created_seq)
-        ]
-    else:
-        orders = (
-            await storage.orders.find(
-                {"shipment_id": shipment_id}, {"number": 1, "status": 1}, session=session
-            )
-            .sort("created_seq", 1)
-            .to_list()
-        )
+    orders: list[Doc] = list(plan.shipment_orders)
+    on_shipment = {o["_id"] for o in orders}
+    for o in plan.orders:
+        if o.order_id not in on_shipment:  # created, or moved here as it was read
+            orders.append(
+                {"_id": o.order_id, "number": o.number, "status": ORDER_STATUS_NEW,
+                 "created_seq": o.created_seq} if o.existing is None else o.existing
+            )  # fmt: skip
+    orders.sort(key=lambda o: int(o.get("created_seq", 0)))
     items_by_order = {order_id: o.items_after for order_id, o in written.items()}
     others = [o["_id"] for o in orders if o["_id"] not in written]
     if others:
