@@ -1,21 +1,23 @@
 """Named mutual exclusion across tasks and processes, inside a unit of work.
 
-`queue` around `Storage.in_transaction` queues the tasks of one process for the keys (an asyncio
-lock per key, no database command: `LocalLocks`, one per `Storage`, each Storage object standing
-for one process); `claim`, the unit's first write, writes each key's document in `order_locks`,
-so two units of different processes for one key conflict and the later runs again once the
-first has ended (the embedded nx-27017 runs one unit at a time anyway). A unit that is aborted,
-or whose process is killed, holds nothing afterwards: there is no lease to wait out.
+`locked_transaction` runs a unit of work holding keys, by two means: `queue`, around the unit,
+queues the tasks of one process for the keys (an asyncio lock per key, no database command:
+`LocalLocks`, one per `Storage`, each Storage object standing for one process); `claim`, the
+unit's first write, writes each key's document in `order_locks`, so two units of different
+processes for one key conflict and the later runs again once the first has ended (on the
+single-writer embedded nx-27017, which runs one unit at a time anyway, it writes nothing). A unit
+that is aborted, or whose process is killed, holds nothing afterwards: there is no lease to wait
+out.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pymongo import UpdateOne
 
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 CLAIM_TTL_S = 120.0
 LOCK_WAIT_S = 30.0  # longest a caller waits for a busy key in its process before answering 503
 BUSY = "another request for the same order is still running; retry later"
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -92,3 +96,18 @@ async def claim(storage: Storage, keys: Iterable[str], session: Session) -> None
         for key in sorted(set(keys))
     ]
     await storage.order_locks.bulk_write(claims, ordered=True, session=session)
+
+
+async def locked_transaction(
+    storage: Storage, keys: Iterable[str], work: Callable[[Session], Coroutine[Any, Any, T]]
+) -> T:
+    """Run `work(session)` in one unit of work (`Storage.in_transaction`) that holds `keys`:
+    queued behind this process's other tasks for them, claimed as the unit's first write."""
+    held = sorted(set(keys))
+
+    async def claimed(session: Session) -> T:
+        await claim(storage, held, session)
+        return await work(session)
+
+    async with queue(storage, held):
+        return await storage.in_transaction(claimed)

@@ -22,17 +22,17 @@ from pydantic_settings import (
 from pydantic_settings.exceptions import SettingsError
 
 from core.errors import ConfigError
-from core.settings_files import SettingFilesSource, decode_text
+from core.settings_files import ENV_PREFIX, SettingFilesSource, decode_text, variable
 
 # The MongoDB-wire servers dockflow can start itself (dockflow/embedded/supervisor.py).
 EmbeddedEngine = Literal["nx-27017", "secantusdb"]
 
-ENV_PREFIX = "DOCKFLOW_"
+CONFIG_FILE = f"{ENV_PREFIX}CONFIG_FILE"
 # DOCKFLOW_* variables that are not settings: read by the command line (customer tools, the
 # simulator, the webhook listener), the test suite, and the compose files in deploy/.
 OTHER_VARIABLES = frozenset(
     {
-        "DOCKFLOW_CONFIG_FILE",
+        CONFIG_FILE,
         "DOCKFLOW_CLIENT_ID",
         "DOCKFLOW_CLIENT_SECRET",
         "DOCKFLOW_CAMERA_TOKEN",
@@ -48,14 +48,14 @@ _WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 
 
 def _config_file() -> Path | None:
-    path = os.environ.get("DOCKFLOW_CONFIG_FILE")
+    path = os.environ.get(CONFIG_FILE)
     return Path(path) if path else None
 
 
 class Settings(BaseSettings):
     """Everything an operator can tune. Read once at start; never mutated."""
 
-    model_config = SettingsConfigDict(env_prefix="DOCKFLOW_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
 
     # Storage: unset MONGODB_URL means an embedded server under DATA_DIR/mongo/<engine>.
     mongodb_url: str | None = None
@@ -324,7 +324,8 @@ class Settings(BaseSettings):
     # Per-business quotas on stored bytes (core/tenancy/quotas.py; 0: no quota). Beyond one, a
     # write is refused with QUOTA_EXCEEDED (403 / GraphQL QUOTA_EXCEEDED) until retention gives
     # bytes back or the quota is raised.
-    # Order documents applied through intake (their request bytes, kept with their shipment).
+    # What intake documents leave stored: their orders and items (BSON bytes, kept with their
+    # shipment; a document sent again that stores nothing new counts nothing).
     quota_document_bytes: int = Field(4 * 1024**3, ge=0)
     # Files attached to shipments.
     quota_attachment_bytes: int = Field(20 * 1024**3, ge=0)
@@ -423,14 +424,17 @@ class _EnvSource(EnvSettingsSource):
     comma-separated text env files hold (``a,b``)."""
 
     def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
-        return decode_text(field, value)
+        try:
+            return decode_text(field, value)
+        except ValueError as exc:  # named here, where the setting is known
+            raise ConfigError(f"invalid setting {variable(field_name)}: {exc}") from None
 
 
 def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
     """One warning per ``DOCKFLOW_*`` variable that is no setting (a misspelling is otherwise
     ignored without a word), naming the likely intended one when one is close."""
     environ = os.environ if environ is None else environ
-    settings = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+    settings = {variable(name) for name in Settings.model_fields}
     # A setting read from a file (core/settings_files.py) is known too.
     known = settings | {name + "_FILE" for name in settings} | OTHER_VARIABLES
     warnings = []
@@ -451,7 +455,7 @@ def load_settings(**overrides: Any) -> Settings:
     (a value that cannot even be parsed too)."""
     path = _config_file()
     if path is not None and not path.is_file():
-        raise ConfigError(f"DOCKFLOW_CONFIG_FILE: no such file: {path}")
+        raise ConfigError(f"{CONFIG_FILE}: no such file: {path}")
     try:
         return Settings(**overrides)
     except ValidationError as exc:
@@ -459,17 +463,14 @@ def load_settings(**overrides: Any) -> Settings:
         for error in exc.errors():
             location = error["loc"]
             if location:
-                name = f"{ENV_PREFIX}{str(location[0]).upper()}"
+                name = variable(str(location[0]))
                 item = "".join(f" (item {int(p) + 1})" for p in location[1:] if isinstance(p, int))
                 lines.append(f"invalid setting {name}{item}: {error['msg']}")
             else:  # a rule between settings names them in its message
                 lines.append(f"invalid settings: {error['msg']}")
         raise ConfigError("\n".join(dict.fromkeys(lines))) from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"DOCKFLOW_CONFIG_FILE: {path} is not valid TOML: {exc}") from None
+        raise ConfigError(f"{CONFIG_FILE}: {path} is not valid TOML: {exc}") from None
     except SettingsError as exc:
-        # A value the environment source could not parse (pydantic-settings names the field).
-        cause = exc.__cause__
-        field_name = str(exc).split('"')[1] if '"' in str(exc) else ""
-        name = ENV_PREFIX + field_name.upper() if field_name else "a DOCKFLOW_ setting"
-        raise ConfigError(f"invalid setting {name}: {cause or exc}") from None
+        # A source failing otherwise (a value it cannot parse is told by `_EnvSource`).
+        raise ConfigError(f"invalid settings: {exc} ({exc.__cause__ or 'no detail'})") from None

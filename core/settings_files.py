@@ -12,12 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+from pydantic_settings import PydanticBaseSettingsSource
 
 from core.errors import ConfigError
 
-PREFIX = "DOCKFLOW_"
+ENV_PREFIX = "DOCKFLOW_"
 SUFFIX = "_FILE"
+
+
+def variable(field_name: str) -> str:
+    """The environment variable of a setting: ``DOCKFLOW_<NAME>``."""
+    return f"{ENV_PREFIX}{field_name.upper()}"
 
 
 def decode_text(field: FieldInfo, value: str) -> Any:
@@ -41,29 +46,27 @@ class SettingFilesSource(PydanticBaseSettingsSource):
     """Reads ``DOCKFLOW_<NAME>_FILE`` for every setting; both it and ``DOCKFLOW_<NAME>`` set is a
     configuration error (which one wins would be a guess)."""
 
-    def __init__(self, settings_cls: type[BaseSettings]) -> None:
-        super().__init__(settings_cls)
-
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        variable = f"{PREFIX}{field_name.upper()}{SUFFIX}"
-        path = os.environ.get(variable)
+        direct = variable(field_name)
+        named = direct + SUFFIX
+        path = os.environ.get(named)
         if not path:
             return None, field_name, False
-        if os.environ.get(f"{PREFIX}{field_name.upper()}") is not None:
-            raise ConfigError(f"set {variable} or {PREFIX}{field_name.upper()}, not both")
+        if os.environ.get(direct) is not None:
+            raise ConfigError(f"set {named} or {direct}, not both")
         try:
             text = Path(path).read_text().rstrip()
         except OSError as exc:
-            message = f"invalid setting {variable}: cannot read {path}: {exc.strerror}"
+            message = f"invalid setting {named}: cannot read {path}: {exc.strerror}"
             raise ConfigError(message) from None
         if not text:
             # An empty secret file (a mount not yet filled) must not mean "no secret".
-            raise ConfigError(f"invalid setting {variable}: {path} is empty")
+            raise ConfigError(f"invalid setting {named}: {path} is empty")
         if self.field_is_complex(field):
             try:
                 return decode_text(field, text), field_name, True
             except ValueError:
-                raise ConfigError(f"invalid setting {variable}: {path} is not JSON") from None
+                raise ConfigError(f"invalid setting {named}: {path} is not JSON") from None
         return text, field_name, False
 
     def __call__(self) -> dict[str, Any]:

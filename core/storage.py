@@ -272,6 +272,10 @@ def database_unavailable(error: BaseException) -> bool:
     return isinstance(error, UNAVAILABLE_ERRORS) or _out_of_disk_space(error)
 
 
+def _unavailable(error: Exception) -> DatabaseUnavailable:
+    return DatabaseUnavailable(f"the database is unavailable ({error}); retry later")
+
+
 async def together(session: Session, *steps: Awaitable[Any]) -> list[Any]:
     """Await `steps` concurrently outside a transaction (one round trip of waiting), one after
     another inside one: a session runs one command at a time."""
@@ -360,7 +364,8 @@ class Storage:
         Transient errors (a write conflict with another transaction, an election) run the whole
         work again, and a commit of unknown outcome is retried, as the driver specification
         recommends (`with_transaction`), within `limit_s`; past it, `Unavailable` (503/UNAVAILABLE:
-        the client retries later). An unreachable database ends it at once (`DatabaseUnavailable`).
+        the client retries later). An unreachable database, or one whose disk is full, ends it at
+        once (`DatabaseUnavailable`).
         So `work` may run several times: it must compute everything
         from what it reads through `session`. A write it makes without the session (an id
         reservation) is not undone by a retry."""
@@ -381,7 +386,7 @@ class Storage:
                     # The database cannot be reached: the unit of work ends now and its client
                     # retries later (a camera resends), instead of the transaction loop
                     # retrying it as transient until `limit_s` while the client waits.
-                    raise DatabaseUnavailable(f"the database is unavailable: {error}") from error
+                    raise _unavailable(error) from error
             raise AssertionError("unreachable")  # pragma: no cover
 
         with pymongo.timeout(limit_s):
@@ -401,11 +406,10 @@ class Storage:
                             raise Unavailable(
                                 f"the database did not apply this within {limit_s:g} s; retry later"
                             ) from error
-                        if _out_of_disk_space(error):
-                            raise Unavailable(
-                                "the database's disk is full; nothing of this was written, "
-                                "retry later"
-                            ) from error
+                        if database_unavailable(error):
+                            # Its disk full, at a write or at the commit (not transient: never
+                            # run again), or unreachable at the commit.
+                            raise _unavailable(error) from error
                         if attempt == DUPLICATE_RETRIES or not _duplicate_key(error):
                             raise
         raise AssertionError("unreachable")  # pragma: no cover

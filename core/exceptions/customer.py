@@ -14,7 +14,7 @@ from core.exceptions import records
 from core.exceptions.codes import PRIORITIES
 from core.settings import Settings
 from core.shipments.completion import shipment_order_numbers
-from core.storage import Doc, Storage
+from core.storage import Doc, Session, Storage
 from core.tenancy import quotas
 
 MAX_DETAIL_CHARS = 200  # a customer exception's detail: the note's first sentence, cut here
@@ -73,6 +73,11 @@ async def create_customer_exception(
         dock = shipment.get("dock") or ""
     now = now or datetime.now(UTC)
     size = quotas.exception_bytes(note)
+
+    async def add_to_shipment(session: Session) -> None:
+        # With the record: retention gives back exactly what was charged for it.
+        await quotas.add_to_shipment(storage, shipment_id, "exceptions", size, session)
+
     async with quotas.charged(storage, settings, shipment["business"], "exceptions", size):
         record = await records.create_exception(
             storage,
@@ -93,6 +98,6 @@ async def create_customer_exception(
             occurred_at=now,
             now=now,
             note=note,
+            then=add_to_shipment,
         )
-    await quotas.add_to_shipment(storage, shipment_id, "exceptions", size)
     return record

@@ -19,7 +19,7 @@ import hashlib
 import logging
 import secrets
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -287,20 +287,23 @@ async def change_status(
         written = await publish.build_messages(
             storage, [message(settings, changed)], ids=[message_id], sent_at=at
         )
-        await publish.write_messages(
-            storage, written, session, on_renumber=_renumbered(storage, exception)
-        )
+        await publish.write_messages(storage, written, session)
         return changed, written
 
     return await publish.write_with_message(storage, build)
 
 
 async def create_exception(
-    storage: Storage, settings: Settings, *, by: Actor, **fields: Any
+    storage: Storage,
+    settings: Settings,
+    *,
+    by: Actor,
+    then: Callable[[Session], Awaitable[None]] | None = None,
+    **fields: Any,
 ) -> Doc:
     """Store a new exception (a person's: `CUSTOMER`) and publish its creation; returns it.
     `fields` are `new_record`'s, but for the ids and times it sets itself; record and message
-    are one transaction."""
+    are one transaction, with what `then` writes (the bytes its shipment was charged)."""
 
     async def build(message_id: int, session: Session) -> tuple[Doc, publish.WrittenMessages]:
         now = fields.pop("now")
@@ -312,9 +315,9 @@ async def create_exception(
         written = await publish.build_messages(
             storage, [message(settings, record)], ids=[message_id], sent_at=now
         )
-        await publish.write_messages(
-            storage, written, session, on_renumber=_renumbered(storage, record["_id"])
-        )
+        await publish.write_messages(storage, written, session)
+        if then is not None:
+            await then(session)
         return record, written
 
     record = await publish.write_with_message(storage, build)
@@ -347,10 +350,10 @@ async def renumber_history(storage: Storage, by_record: Mapping[str, Mapping[int
 
 
 async def publish_missing(storage: Storage, settings: Settings, records: Iterable[Doc]) -> int:
-    """Write the messages of history entries that have none (a crash between an entry and its
-    message, where the database has no transactions); returns how many were written. An id a
-    feed reader fenced meanwhile (it holds a void) is missing too: its message goes out under a
-    fresh id, which the entry takes."""
+    """Write the messages of history entries that have none; returns how many were written.
+    For records stored apart from their message (the SHORT exception a completion holds, stored
+    again after a crash: `core.shipments.completion`). An id a feed reader fenced meanwhile (it
+    holds a void) is missing too: its message goes out under a fresh id, which the entry takes."""
     wanted = {int(h["message_id"]): r for r in records for h in r["history"]}
     if not wanted:
         return 0

@@ -2,7 +2,7 @@
 order's item strategy (OVERWRITE, APPEND, MERGE, DELETE). DESIGN.md section 5 is the contract.
 
 A document is applied in two phases under locks on its order and shipment keys, taken inside its
-transaction (`locks.claim`: a killed process holds none):
+transaction (`locks.locked_transaction`: a killed process holds none):
 plan (read the current state, compute every change, raise on any error: nothing written yet),
 then execute (the writes). So a rejected document writes nothing, and requests for the same order
 never interleave (20 identical concurrent documents leave one shipment, one order, one item set).
@@ -15,17 +15,22 @@ where the server can commit them apart (`Storage.next_ids`): a document run agai
 skips the numbers it reserved.
 
 Round trips are what the embedded database limits (one command at a time), so the response is
-built from what the plan read and the writes wrote: only intake writes order items, and only under
-the order's lock, so the items of the document's orders are known without reading them back.
+built from what the plan read and the writes wrote: only intake writes order items and moves
+orders, and only under the order's and the shipment's locks, so the shipment's orders and the
+items of the document's orders are known without reading them back. The facility is read only
+when the document names a dock or creates the shipment (facilities are never deleted: the one
+holding an existing shipment exists).
 """
 
 from __future__ import annotations
 
 import secrets
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import bson
 from pymongo import DESCENDING, ReturnDocument, UpdateOne
 
 from core import locks, metrics, tracing
@@ -86,10 +91,13 @@ _SHIPMENT_FIELDS = (
 
 @dataclass(frozen=True)
 class IntakeResult:
-    """What `apply_document` did: the response body and the shipment's id."""
+    """What `apply_document` did: the response body, the shipment's id, and the net change in
+    the bytes of stored order and item documents by the shipment they are on (negative where
+    fewer are stored: an order moved away, items deleted or overwritten by smaller ones)."""
 
     response: IntakeResponse
     shipment_id: int
+    stored_bytes: dict[int, int] = field(default_factory=dict)
 
     @property
     def created(self) -> bool:
@@ -114,7 +122,8 @@ async def apply_document(
 ) -> IntakeResult:
     """Apply a validated document for `principal`. Raises (and writes nothing) when any part of
     it is rejected: 404/403 scope, 409 conflicts, 422 fields the current state requires.
-    `then` writes what belongs with the document (its stored response) in the same transaction."""
+    `then` writes what belongs with the document (its stored response, its bytes counted) in
+    the same transaction."""
     with tracing.tracer().start_as_current_span(
         "intake.apply_document", attributes={"dockflow.business": principal.business}
     ) as span:
@@ -136,6 +145,31 @@ async def _apply_document(
     then: Callable[[IntakeResult, Session], Awaitable[None]] | None,
 ) -> IntakeResult:
     check_access(principal, document.business, document.facility)
+    orders = document.order_documents()
+    paths = document.order_paths()
+    _check_request_duplicates(orders, paths)
+    scope = (document.business, document.facility, document.direction)
+    keys = [shipment_key(*scope, document.shipment_reference)]
+    keys += [order_key(*scope, o.order_number) for o in orders]
+
+    async def apply(session: Session) -> IntakeResult:
+        plan = await _plan(storage, document, orders, paths, session)
+        shipment_id, status = await _execute(storage, plan, session)
+        shipment = await _resulting_shipment(storage, plan, shipment_id, status, session)
+        response = IntakeResponse(
+            created=plan.created, updated=plan.updated, removed=plan.removed, shipment=shipment
+        )
+        stored = {shipment: size for shipment, size in plan.stored_bytes.items() if size}
+        result = IntakeResult(response=response, shipment_id=shipment_id, stored_bytes=stored)
+        if then is not None:
+            await then(result, session)
+        return result
+
+    return await locks.locked_transaction(storage, keys, apply)
+
+
+async def _check_facility(storage: Storage, document: IntakeDocument) -> None:
+    """404 for a facility that does not exist, 422 for a dock it does not have."""
     facility = await tenants.find_facility(storage, document.business, document.facility)
     if facility is None:
         raise NotFound(f"facility {document.business}/{document.facility} not found")
@@ -146,28 +180,6 @@ async def _apply_document(
             "the document has invalid fields",
             errors=[FieldError("dockSlug", f"no dock {document.dock_slug!r} at this facility")],
         )
-    orders = document.order_documents()
-    paths = document.order_paths()
-    _check_request_duplicates(orders, paths)
-    scope = (document.business, document.facility, document.direction)
-    keys = [shipment_key(*scope, document.shipment_reference)]
-    keys += [order_key(*scope, o.order_number) for o in orders]
-
-    async def apply(session: Session) -> IntakeResult:
-        await locks.claim(storage, keys, session)
-        plan = await _plan(storage, document, orders, paths, session)
-        shipment_id, status = await _execute(storage, plan, session)
-        shipment = await _resulting_shipment(storage, plan, shipment_id, status, session)
-        response = IntakeResponse(
-            created=plan.created, updated=plan.updated, removed=plan.removed, shipment=shipment
-        )
-        result = IntakeResult(response=response, shipment_id=shipment_id)
-        if then is not None:
-            await then(result, session)
-        return result
-
-    async with locks.queue(storage, keys):
-        return await storage.in_transaction(apply)
 
 
 def _check_request_duplicates(orders: list[DocumentOrder], paths: list[str]) -> None:
@@ -218,6 +230,7 @@ class _Plan:
     direction: str
     shipment_number: str
     shipment: Doc | None  # None: the shipment is created
+    shipment_orders: list[Doc]  # the orders on it as read, oldest first
     shipment_fields: Doc  # document values for the shipment's `fields`
     dock: str | None
     orders: list[_OrderPlan]
@@ -225,6 +238,8 @@ class _Plan:
     created: list[ChangeEntry] = field(default_factory=list)
     updated: list[ChangeEntry] = field(default_factory=list)
     removed: list[ChangeEntry] = field(default_factory=list)
+    # Filled by the execution: the net change in stored bytes by shipment (`IntakeResult`).
+    stored_bytes: Counter[int] = field(default_factory=Counter)
 
 
 @dataclass
@@ -258,18 +273,33 @@ async def _plan(
         "facility": document.facility,
         "direction": document.direction,
     }
-    # The named shipment and every order's candidates are independent reads: sent together.
-    named_read = storage.shipments.find_one(
+    named = await storage.shipments.find_one(
         {**scope, "number": document.shipment_reference, **ELIGIBLE},
         sort=[("_id", DESCENDING)],
         session=session,
     )
-    named, *candidates = await together(
-        session,
-        named_read,
-        *(_orders_numbered(storage, scope, o.order_number, session) for o in orders),
-    )
+    if named is None or document.dock_slug is not None:
+        # Facilities are never deleted: the one holding the named shipment exists, and only a
+        # dock named, or a shipment to create, needs it read.
+        await _check_facility(storage, document)
     named_id = None if named is None else named["_id"]
+    # One read for every order's candidates (newest first), one for the named shipment's
+    # orders (the response lists them all).
+    numbered = await (
+        storage.orders.find(
+            {**scope, "number": {"$in": [o.order_number for o in orders]}}, session=session
+        )
+        .sort("created_seq", DESCENDING)
+        .to_list()
+    )
+    shipment_orders: list[Doc] = []
+    if named_id is not None:
+        shipment_orders = await (
+            storage.orders.find({"shipment_id": named_id}, session=session)
+            .sort("created_seq", 1)
+            .to_list()
+        )
+    candidates = [[o for o in numbered if o["number"] == order.order_number] for order in orders]
     found = [await _eligible_order(storage, c, named_id, session) for c in candidates]
     items = await together(
         session, *(_items_of(storage, None if e is None else e["_id"], session) for e in found)
@@ -280,6 +310,7 @@ async def _plan(
         direction=document.direction,
         shipment_number=document.shipment_reference,
         shipment=named,
+        shipment_orders=shipment_orders,
         shipment_fields=_shipment_fields(document),
         dock=document.dock_slug,
         orders=[],
@@ -294,17 +325,6 @@ async def _plan(
         plan.orders.append(order_plan)
     problems.raise_if_any()
     return plan
-
-
-async def _orders_numbered(
-    storage: Storage, scope: Doc, number: str, session: Session
-) -> list[Doc]:
-    """The orders with this number, most recently created first."""
-    return (
-        await storage.orders.find({**scope, "number": number}, session=session)
-        .sort("created_seq", DESCENDING)
-        .to_list()
-    )
 
 
 async def _items_of(storage: Storage, order_id: str | None, session: Session) -> list[Doc]:
@@ -451,6 +471,11 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(8)}"
 
 
+def _size(doc: Doc) -> int:
+    """The bytes a document takes stored (its BSON)."""
+    return len(bson.encode(doc))
+
+
 async def _execute(storage: Storage, plan: _Plan, session: Session) -> tuple[int, str]:
     """Write the plan; returns the shipment's id and status. Entries are recorded as the writes
     happen, and each order plan gets its id and resulting items."""
@@ -493,18 +518,17 @@ async def _execute(storage: Storage, plan: _Plan, session: Session) -> tuple[int
         if order.existing is None:
             order_id = _new_id("ord")
             order.created_seq = await storage.next_id("orders")
-            await storage.orders.insert_one(
-                {
-                    "_id": order_id,
-                    **scope,
-                    "number": order.number,
-                    "shipment_id": shipment_id,
-                    "status": ORDER_STATUS_NEW,
-                    "created_seq": order.created_seq,
-                    "created_at": now,
-                },
-                session=session,
-            )
+            new_order = {
+                "_id": order_id,
+                **scope,
+                "number": order.number,
+                "shipment_id": shipment_id,
+                "status": ORDER_STATUS_NEW,
+                "created_seq": order.created_seq,
+                "created_at": now,
+            }
+            await storage.orders.insert_one(new_order, session=session)
+            plan.stored_bytes[shipment_id] += _size(new_order)
             plan.created.append(ChangeEntry(type="ORDER", id=order_id, reference=order.number))
             shipment_changed = True
         else:
@@ -517,6 +541,11 @@ async def _execute(storage: Storage, plan: _Plan, session: Session) -> tuple[int
                     {"order_id": order_id}, {"$set": {"shipment_id": shipment_id}}, session=session
                 )
                 left_shipments.add(order.moves_from)
+                # The order's bytes are its new shipment's now (retention gives them back
+                # with it); the item changes below are counted after the move.
+                moved = _size(order.existing) + sum(_size(i) for i in order.current)
+                plan.stored_bytes[order.moves_from] -= moved
+                plan.stored_bytes[shipment_id] += moved
             if order.moves_from is not None or order.items_changed:
                 order_updated.append(ChangeEntry(type="ORDER", id=order_id, reference=order.number))
                 shipment_changed = True
@@ -579,6 +608,9 @@ async def _write_items(
     # The plan read the order's items under its lock, and only intake writes items: what they
     # are after these writes is known without reading them back.
     items = {i["_id"]: i for i in order.current}
+    # The stored bytes this changes: the items it deletes or updates, before and after.
+    touched = {*order.remove_ids, *(item_id for item_id, _ in order.updates)}
+    stored = -sum(_size(items[i]) for i in touched if i in items)
     if order.remove_ids:
         await _remove_items(storage, order_id, order.remove_ids, set(items), session)
         plan.removed.extend(
@@ -592,6 +624,7 @@ async def _write_items(
         )
         for item_id, values in order.updates:
             items[item_id] = {**items[item_id], **values}
+            stored += _size(items[item_id])
         updated.extend(
             ChangeEntry(type="ORDER_ITEM", id=i, reference=_reference(items.get(i)))
             for i, _ in order.updates
@@ -613,7 +646,9 @@ async def _write_items(
             ChangeEntry(type="ORDER_ITEM", id=d["_id"], reference=d["reference"]) for d in docs
         )
         items.update((d["_id"], d) for d in docs)
+        stored += sum(_size(d) for d in docs)
     order.items_after = sorted(items.values(), key=_item_order)
+    plan.stored_bytes[shipment_id] += stored
 
 
 async def _remove_items(
@@ -642,23 +677,20 @@ def _reference(item: Doc | None) -> str:
 async def _resulting_shipment(
     storage: Storage, plan: _Plan, shipment_id: int, status: str, session: Session
 ) -> ResponseShipment:
-    """The shipment after the document: its orders (read, unless every one was just created
-    on a new shipment: then they are the document's) with their items (the document's orders'
-    from the execution, any other order's read)."""
+    """The shipment after the document: its orders (as the plan read them, with the document's
+    orders created or moved onto it) with their items (the document's orders' from the
+    execution, any other order's read). The plan's reads are in this transaction, under the
+    shipment's lock: only its own writes changed them since."""
     written = {o.order_id: o for o in plan.orders}
-    if plan.shipment is None and all(o.existing is None for o in plan.orders):
-        orders: list[Doc] = [
-            {"_id": o.order_id, "number": o.number, "status": ORDER_STATUS_NEW}
-            for o in sorted(plan.orders, key=lambda o: o.created_seq)
-        ]
-    else:
-        orders = (
-            await storage.orders.find(
-                {"shipment_id": shipment_id}, {"number": 1, "status": 1}, session=session
-            )
-            .sort("created_seq", 1)
-            .to_list()
-        )
+    orders: list[Doc] = list(plan.shipment_orders)
+    on_shipment = {o["_id"] for o in orders}
+    for o in plan.orders:
+        if o.order_id not in on_shipment:  # created, or moved here as it was read
+            orders.append(
+                {"_id": o.order_id, "number": o.number, "status": ORDER_STATUS_NEW,
+                 "created_seq": o.created_seq} if o.existing is None else o.existing
+            )  # fmt: skip
+    orders.sort(key=lambda o: int(o.get("created_seq", 0)))
     items_by_order = {order_id: o.items_after for order_id, o in written.items()}
     others = [o["_id"] for o in orders if o["_id"] not in written]
     if others:

@@ -64,18 +64,17 @@ async def apply_document_idempotently(
             return DocumentAnswer(stored, replayed=True)
 
     async def finish(result: documents.IntakeResult, session: Session) -> None:
-        # With the document's writes: a crash leaves all or none of them.
-        await quotas.add_to_shipment(storage, result.shipment_id, "documents", len(body), session)
+        # With the document's writes: a crash leaves all or none of them. What it leaves
+        # stored is counted, not its request's bytes (a manifest sent again stores nothing new).
+        await quotas.count_stored(
+            storage, settings, document.business, "documents", result.stored_bytes, session
+        )
         if key is not None:
             await idempotency.finish(storage, scope, key, _response(settings, result), session)
 
     try:
         document = parse_document(decode(body), limits)
-        # Its bytes are charged to the business's document quota before anything is written
-        # (and only once the caller may write there: a refusal tells another business's usage).
-        check_access(principal, document.business, document.facility)
-        async with quotas.charged(storage, settings, document.business, "documents", len(body)):
-            result = await documents.apply_document(storage, principal, document, then=finish)
+        result = await documents.apply_document(storage, principal, document, then=finish)
     except BaseException:
         if key is not None:
             await idempotency.abandon(storage, scope, key)

@@ -8,9 +8,7 @@ subscribed to OPERATIONAL; the endpoint it is about never receives it. The messa
 the endpoint's facility, or to the whole business (facility None) for an endpoint of the whole
 business, so a client restricted to facilities hears only of its facilities' endpoints.
 
-The endpoint's change and its message are one write: one transaction where the database has
-them; else the endpoint records the message it announces (`notice`) before the message is
-written, and the next notice of that endpoint writes a message a crash left unwritten.
+The endpoint's change and its message are one transaction: a crash leaves both or neither.
 """
 
 from __future__ import annotations
@@ -47,7 +45,6 @@ async def disable(storage: Storage, endpoint_id: str, reason: str, at: datetime)
     reason = " ".join(reason.split())
     if not reason or len(reason) > MAX_REASON_CHARS:
         raise ValidationFailed(f"the reason needs 1 to {MAX_REASON_CHARS} characters")
-    await _complete_last_notice(storage, endpoint_id)
 
     async def build(message_id: int, session: Session) -> tuple[bool, publish.WrittenMessages]:
         endpoint = await _endpoint(storage, endpoint_id, session)
@@ -61,14 +58,7 @@ async def disable(storage: Storage, endpoint_id: str, reason: str, at: datetime)
         )
         changed = await storage.webhook_endpoints.update_one(
             {"_id": endpoint_id, "enabled": {"$ne": False}},
-            {
-                "$set": {
-                    "enabled": False,
-                    "disabled_reason": reason,
-                    "disabled_at": at,
-                    "notice": notice,
-                }
-            },
+            {"$set": {"enabled": False, "disabled_reason": reason, "disabled_at": at}},
             session=session,
         )
         if changed.matched_count == 0:  # disabled meanwhile, by another writer
@@ -84,7 +74,6 @@ async def failing(
     """Publish ENDPOINT_FAILING for the endpoint's run of failures `run` (it began at `since`),
     once per run; nothing when the run ended or the endpoint was disabled meanwhile. Returns
     whether this call published it."""
-    await _complete_last_notice(storage, endpoint_id)
 
     async def build(message_id: int, session: Session) -> tuple[bool, publish.WrittenMessages]:
         endpoint = await _endpoint(storage, endpoint_id, session)
@@ -96,7 +85,7 @@ async def failing(
                 "failing_run": run,
                 "failing_told": False,
             },
-            {"$set": {"failing_told": True, "notice": notice}},
+            {"$set": {"failing_told": True}},
             session=session,
         )
         if changed.matched_count == 0:
@@ -117,13 +106,6 @@ async def _endpoint(storage: Storage, endpoint_id: str, session: Session) -> Doc
     return endpoint
 
 
-async def _complete_last_notice(storage: Storage, endpoint_id: str) -> None:
-    """Before a new notice: write the message of the last one if a crash left it unwritten
-    (possible only where the database has no transactions), so notices keep their order."""
-    endpoint = await _endpoint(storage, endpoint_id, None)
-    await write_missing(storage, endpoint)
-
-
 async def _publish(
     storage: Storage, endpoint: Doc, notice: Doc, session: Session
 ) -> publish.WrittenMessages:
@@ -142,35 +124,5 @@ async def _publish(
         ids=[notice["message_id"]],
     )
     written.deliveries = [d for d in written.deliveries if d["endpoint_id"] != endpoint["_id"]]
-    await publish.write_messages(
-        storage, written, session, on_renumber=_renumbered(storage, endpoint["_id"])
-    )
+    await publish.write_messages(storage, written, session)
     return written
-
-
-async def write_missing(storage: Storage, endpoint: Doc) -> bool:
-    """Write the message of the endpoint's last notice if a crash left it unwritten; returns
-    whether it did."""
-    notice = endpoint.get("notice")
-    if not notice:
-        return False
-    found = await storage.push_messages.find_one(
-        {"_id": notice["message_id"]}, {"_id": 1, publish.VOID: 1}
-    )
-    if found is not None and not publish.is_void(found):
-        return False
-    await _publish(storage, endpoint, notice, None)
-    return True
-
-
-def _renumbered(storage: Storage, endpoint_id: str) -> publish.Renumbered:
-    """A feed reader fenced the notice's message id: the notice takes the fresh one."""
-
-    async def update(renumbered: dict[int, int]) -> None:
-        for old_id, new_id in renumbered.items():
-            await storage.webhook_endpoints.update_one(
-                {"_id": endpoint_id, "notice.message_id": old_id},
-                {"$set": {"notice.message_id": new_id}},
-            )
-
-    return update

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, TypedDict, Unpack
 
+from pymongo import ReturnDocument
 from yarl import URL
 
 from core.auth.crypto import SIGNING_SECRET_PREFIX, SecretBox, new_signing_secret
@@ -296,8 +297,12 @@ async def update_endpoint(
     if facility is not None:
         await get_facility(storage, endpoint.business, facility)
     fields = _endpoint_fields(box, base_url, options)
-    await storage.webhook_endpoints.update_one({"_id": endpoint_id}, {"$set": fields})
-    return await get_endpoint(storage, endpoint_id)
+    written = await storage.webhook_endpoints.find_one_and_update(
+        {"_id": endpoint_id}, {"$set": fields}, return_document=ReturnDocument.AFTER
+    )
+    if written is None:
+        raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
+    return endpoint_from_doc(written)
 
 
 async def reconfigure(
@@ -325,10 +330,12 @@ async def reconfigure(
         guard["base_url"] = current.base_url
         guard["auth.password_sealed"] = sealed if sealed else {"$in": ["", None]}
     fields["created_by"] = created_by
-    done = await storage.webhook_endpoints.update_one(guard, {"$set": fields})
-    if done.matched_count == 0:
+    written = await storage.webhook_endpoints.find_one_and_update(
+        guard, {"$set": fields}, return_document=ReturnDocument.AFTER
+    )
+    if written is None:
         raise Conflict(f"webhook endpoint {endpoint_id} was changed meanwhile; try again")
-    return await get_endpoint(storage, endpoint_id)
+    return endpoint_from_doc(written)
 
 
 async def rotate_secret(

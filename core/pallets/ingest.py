@@ -8,26 +8,19 @@ Crash safety and idempotency, per (camera, reading id):
 
 - The pallet id is derived from the camera and reading id (`pallet_id_for`), so a resend finds
   the pallet of the first attempt, if any was written.
-- Writes go in this order, each an insert that ignores already existing ids:
-  1. pallets (each holding its reserved `message_id`, `shipment_id` and finished `payload`),
-  2. webhook deliveries (ids derived from message id + endpoint id),
-  3. push messages,
-  4. `readings` claims ``{camera_id}:{reading_id}`` — written last, they mean "all done".
-- A resend whose claim exists answers DUPLICATE with the stored ids. A resend whose pallet exists
-  but whose claim does not (the process or the database died mid-batch) *repairs*: the message
-  and deliveries are rebuilt from the stored pallet — same message id, same payload — and
-  written again (what exists is kept), then the claim; the answer is ACCEPTED with the first ids.
-- So, after the camera resends what was not acked, every pallet has exactly one message and
-  every message its pallet; a message never exists without its pallet (pallets go first).
+- The pallets (each holding its reserved `message_id`, `shipment_id` and finished `payload`), the
+  webhook deliveries (ids derived from message id + endpoint id), the push messages, the
+  exceptions and the `readings` claims ``{camera_id}:{reading_id}``, with the orders the batch
+  starts, are written in one transaction: a crash leaves all of a batch or none of it, so every
+  pallet has exactly one message and every message its pallet.
+- A resend whose claim (or, once retention removed the claim, whose pallet) exists answers
+  DUPLICATE with the stored ids; one whose batch never committed is stored as new.
 
-These writes (with the orders the batch starts) are one transaction, and a crash leaves all of
-a batch or none of it; the steps above are what makes a batch half-written by an older version
-(which wrote write by write on the embedded database) whole again. Kept outside it, where the
-server can commit them apart (`Storage.reserved_apart`): message ids (reserved once per batch and
-kept when its transaction runs again), and the shipment changes of matching, a new ad-hoc
-shipment and a first arrival, each written once and exactly once (`core.shipments.lifecycle`),
-which a resend finds and continues. On a single-writer server (the embedded nx-27017) they are
-part of the transaction.
+Kept outside the transaction, where the server can commit them apart (`Storage.reserved_apart`):
+message ids (reserved once per batch and kept when its transaction runs again), and the shipment
+changes of matching, a new ad-hoc shipment and a first arrival, each written once and exactly
+once (`core.shipments.lifecycle`), which a resend finds and continues. On a single-writer server
+(the embedded nx-27017) they are part of the transaction.
 
 Matching (per reading, in the reading's facility): the shipment — not completed, eligible or
 arrived, of the paired direction (LOADING <-> OUTBOUND, `core.shipments.directions`) — whose
@@ -312,7 +305,6 @@ class BatchPlan:
     facilities: dict[tuple[str, str], Facility] = field(default_factory=dict)
     # Orders of the batch's pallets still CREATED when read: they become STARTED.
     started_order_ids: list[str] = field(default_factory=list)
-    repairs: bool = False  # some readings complete a half-written earlier attempt
     # Exceptions the batch raises (stored after its pallets, which hold them too), and those
     # it resolves (a misloaded pallet taken off): the record as read, and as changed.
     exceptions: list[Doc] = field(default_factory=list)
@@ -332,7 +324,6 @@ class BatchPlan:
             await publish.insert_ignoring_duplicates(storage, "pallets", self.pallets, session)
 
         async def deliveries() -> None:
-            # After the pallets, which hold the exceptions (a repair stores them from there).
             await self.resolve(storage, session)
             await together(
                 session,
@@ -388,7 +379,7 @@ class BatchPlan:
         """Messages of the batch got fresh ids (a feed reader fenced the reserved ones while the
         batch was stalled): the stored pallets, the claims and the answers take them."""
         messages = {m["_id"]: m for m in self.messages.messages}
-        for old_id, new_id in renumbered.items():  # repaired pallets too, not only new ones
+        for old_id, new_id in renumbered.items():
             renumbered_message = messages[new_id]
             if renumbered_message["type"] == records.MESSAGE_TYPE:
                 exception = renumbered_message["message"]["id"]
@@ -514,8 +505,6 @@ async def _store_in_transaction(
         if not storage.reserved_apart:
             message_ids.forget()
         plan = await plan_batch(storage, settings, batch, message_ids=message_ids)
-        if plan.repairs:
-            await _drop_stored(storage, plan, session)
         for write in plan.writes(storage, session):
             await write()
         return plan
@@ -535,23 +524,6 @@ async def _store_in_transaction(
         publish.announce(storage, plan.messages.messages)
     await after_batch(storage, settings, plan)
     return plan
-
-
-async def _drop_stored(storage: Storage, plan: BatchPlan, session: Session) -> None:
-    """Leave out of a repair the messages and deliveries an earlier attempt stored: in a
-    transaction a duplicate would abort it instead of being ignored."""
-    messages, deliveries = await together(
-        session,
-        _by_id(storage.push_messages, [m["_id"] for m in plan.messages.messages], session),
-        _by_id(storage.webhook_deliveries, [d["_id"] for d in plan.messages.deliveries], session),
-    )
-    stored = {i for i, message in messages.items() if not publish.is_void(message)}
-    exceptions = await _by_id(storage.exceptions, [e["_id"] for e in plan.exceptions], session)
-    plan.exceptions = [e for e in plan.exceptions if e["_id"] not in exceptions]
-    plan.messages = publish.WrittenMessages(
-        [m for m in plan.messages.messages if m["_id"] not in stored],
-        [d for d in plan.messages.deliveries if d["_id"] not in deliveries],
-    )
 
 
 async def after_batch(storage: Storage, settings: Settings, plan: BatchPlan) -> None:
@@ -634,8 +606,8 @@ async def plan_batch(
         first_by_key[key] = item
         items.append(item)
 
-    # 2. already done (DUPLICATE) or half-written (repair from the stored pallet)
-    fresh = await _answer_known(storage, settings, plan, items, claims, stored, endpoints)
+    # 2. already done (DUPLICATE)
+    fresh = _answer_known(plan, items, claims, stored)
 
     # 3. match, 4. arrive, 5. build (the message ids are reserved meanwhile)
     if fresh:
@@ -748,54 +720,26 @@ def _message_for(pallet: Doc) -> publish.NewMessage:
     )
 
 
-async def _answer_known(
-    storage: Storage,
-    settings: Settings,
-    plan: BatchPlan,
-    items: list[_Item],
-    claims: dict[str, Doc],
-    pallets: dict[str, Doc],
-    endpoints: publish.EndpointCache,
+def _answer_known(
+    plan: BatchPlan, items: list[_Item], claims: dict[str, Doc], pallets: dict[str, Doc]
 ) -> list[_Item]:
     """Answer readings seen before (`claims` and `pallets` of the batch's keys and pallet ids);
     returns the ones never seen."""
-    if not items:
-        return []
-    unclaimed = [i for i in items if i.key not in claims]
+    fresh = []
     for item in items:
         claim = claims.get(item.key)
-        if claim is not None:
-            plan.results[item.index] = ReadingResult(
-                item.reading.reading_id, "DUPLICATE", claim["pallet_id"], claim["shipment_id"],
-                claim["message_id"], exceptions=_raised_by(pallets.get(claim["pallet_id"])),
-            )  # fmt: skip
-    if not unclaimed:
-        return []
-    fresh = []
-    repairs = []
-    for item in unclaimed:
         pallet = pallets.get(item.pallet_id)
-        if pallet is None:
+        if claim is None and pallet is not None:
+            # Claims are kept for `retention_readings_days`, pallets with their shipment: a
+            # resend after its claim went is answered from its pallet.
+            claim = _claim(item.key, pallet)
+        if claim is None:
             fresh.append(item)
             continue
-        repairs.append(pallet)
-        plan.claims.append(_claim(item.key, pallet))
-        plan.shipment_ids.add(int(pallet["shipment_id"]))
         plan.results[item.index] = ReadingResult(
-            item.reading.reading_id, "ACCEPTED", pallet["_id"], pallet["shipment_id"],
-            pallet["message_id"], exceptions=_raised_by(pallet),
+            item.reading.reading_id, "DUPLICATE", claim["pallet_id"], claim["shipment_id"],
+            claim["message_id"], exceptions=_raised_by(pallets.get(claim["pallet_id"])),
         )  # fmt: skip
-    if repairs:
-        plan.repairs = True
-        plan.messages.extend(
-            await publish.build_messages(
-                storage,
-                [_message_for(p) for p in repairs],
-                ids=[int(p["message_id"]) for p in repairs],
-                endpoints=endpoints,
-            )
-        )
-        await _repair_exceptions(storage, settings, plan, repairs, endpoints)
     return fresh
 
 
@@ -804,54 +748,6 @@ def _raised_by(pallet: Doc | None) -> tuple[records.Raised, ...]:
     pallet = pallet or {}
     return tuple(
         records.raised(r) for r in [*(pallet.get("raised") or []), *(pallet.get("echoed") or [])]
-    )
-
-
-async def _repair_exceptions(
-    storage: Storage,
-    settings: Settings,
-    plan: BatchPlan,
-    pallets: list[Doc],
-    endpoints: publish.EndpointCache,
-) -> None:
-    """The exceptions of half-written pallets, from what each pallet holds: the records it
-    raised (the stored copy when there is one: it may have moved on) and the resolutions it
-    made, each with its message under the id its first attempt reserved."""
-    raised = [r for p in pallets for r in p.get("raised") or []]
-    resolves = [(p, r) for p in pallets for r in p.get("resolves") or []]
-    ids = [r["_id"] for r in raised] + [r["exception_id"] for _, r in resolves]
-    if not ids:
-        return
-    stored = await _by_id(storage.exceptions, sorted(set(ids)))
-    new_messages: list[tuple[int, publish.NewMessage]] = []
-    for record in raised:
-        plan.exceptions.append(record)
-        current = stored.get(record["_id"], record)
-        first = int(current["history"][0]["message_id"])
-        new_messages.append((first, records.message(settings, records.state_at(current, first))))
-    for pallet, entry in resolves:
-        current = stored.get(entry["exception_id"])
-        if current is None:
-            continue
-        message_id = int(entry["message_id"])
-        if any(h["message_id"] == message_id for h in current["history"]):
-            state = records.state_at(current, message_id)
-        elif current["status"] in records.MOVES["RESOLVED"]:
-            by = records.Actor("RULE", pallet["_id"])
-            state = records.transition(
-                current, "RESOLVED", entry["at"], by, entry["note"], message_id
-            )
-            plan.resolutions.append((current, state))
-        else:
-            continue  # resolved by someone else meanwhile
-        new_messages.append((message_id, records.message(settings, state)))
-    plan.messages.extend(
-        await publish.build_messages(
-            storage,
-            [m for _, m in new_messages],
-            ids=[i for i, _ in new_messages],
-            endpoints=endpoints,
-        )
     )
 
 

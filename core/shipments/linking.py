@@ -74,7 +74,6 @@ async def link_shipment(
 
     async def change(session: Session) -> tuple[Doc | None, Doc]:
         """The shipment as written (None: changed meanwhile), and as it was."""
-        await locks.claim(storage, keys, session)
         shipment = await _find(storage, shipment_id, principal, operator)
         if shipment.get("linked_to") == to:
             return shipment, shipment
@@ -90,10 +89,9 @@ async def link_shipment(
         )
         return written, shipment
 
-    async with locks.queue(storage, keys):
-        written, shipment = await storage.in_transaction(change)
+    written, shipment = await locks.locked_transaction(storage, keys, change)
     current = shipment.get("linked_to")
-    if written is shipment:
+    if current == to:
         return shipment  # already so: nothing changed
     if written is None:  # completed meanwhile (completion takes no link lock)
         raise Conflict(f"shipment {shipment_id} changed while it was being linked; retry")

@@ -3,23 +3,27 @@ share (docs/security.md "Limits").
 
 Three kinds are counted, each against its own setting (0: no quota):
 
-- ``documents``: order documents applied through intake, their request bytes
-  (`quota_document_bytes`);
+- ``documents``: what intake documents leave stored, the BSON bytes of the orders and order
+  items they write (`quota_document_bytes`): a document that stores nothing new (a manifest
+  sent again) is counted nothing, one that stores less (a smaller overwrite, deleted items)
+  gives the difference back;
 - ``attachments``: files attached to shipments, their bytes (`quota_attachment_bytes`);
 - ``exceptions``: exceptions raised by hand (by a client or an operator), their note's bytes plus
   `EXCEPTION_BYTES` for the record, its message and deliveries (`quota_exception_bytes`).
 
 One counter document per business (`business_usage`, ``_id`` the business) holds the bytes of
-each kind. A write is charged before it is made, by one conditional increment that succeeds only
-while the new total stays within the quota (no scan, no race between two requests): a refused
-charge is `QuotaExceeded` and nothing is written; a write that fails after its charge gives the
-bytes back. What a shipment was charged is also added to the shipment
+each kind, changed by one conditional increment that succeeds only while the new total stays
+within the quota (no scan, no race between two requests): a refused charge is `QuotaExceeded`
+and nothing is written. Files and exceptions are charged before their write (`charged`), and a
+write that fails gives the bytes back. A document is counted inside its own transaction, once
+its plan knows what it stores (`count_stored`): the charge commits or rolls back with its
+writes. What a shipment was charged is also added to the shipment
 (``usage.<kind>``), so the retention sweep that deletes a shipment with its orders, files and
 exceptions gives exactly those bytes back to its business (`release_shipment`). Messages,
 deliveries and attempts are not counted: they go by themselves after their retention days.
 
-A process that dies between a charge and its write leaves the bytes counted (an overcount of at
-most one request); it never undercounts.
+A process that dies between a file's or an exception's charge and its write leaves the bytes
+counted (an overcount of at most one request); it never undercounts.
 """
 
 from __future__ import annotations
@@ -51,16 +55,35 @@ def exception_bytes(note: str) -> int:
     return EXCEPTION_BYTES + len(note.encode())
 
 
-async def _charge(storage: Storage, business: str, kind: Kind, size: int, limit: int) -> None:
+async def _charge(
+    storage: Storage, business: str, kind: Kind, size: int, limit: int, session: Session = None
+) -> None:
+    """Add `size` bytes of `kind` to `business`'s counter, `QuotaExceeded` when the total would
+    pass `limit` (0: none). The counter is created by the business's first charge, when the
+    increment finds none: one round trip for every other charge."""
+    if size > limit > 0:
+        raise await _refusal(storage, business, kind, size, limit)
     counter = {"_id": business}
-    with contextlib.suppress(DuplicateKeyError):  # the business's first charge (or a race)
-        if await storage.business_usage.find_one(counter, {"_id": 1}) is None:
-            await storage.business_usage.insert_one({**counter, **dict.fromkeys(KINDS, 0)})
     within: Doc = {**counter}
     if limit:
         within["$or"] = [{kind: {"$lte": limit - size}}, {kind: {"$exists": False}}]
-    if size > limit > 0 or not await _increment(storage, within, kind, size):
+    if await _increment(storage, within, kind, size, session):
+        return
+    if session is None:
+        with contextlib.suppress(DuplicateKeyError):  # another charge created it first
+            await _create_counter(storage, business, session)
+    elif await storage.business_usage.find_one(counter, {"_id": 1}, session=session) is None:
+        # In a transaction an error ends it: only a missing counter is created (a duplicate
+        # key, from another's first charge committed meanwhile, runs the unit again).
+        await _create_counter(storage, business, session)
+    if not await _increment(storage, within, kind, size, session):
         raise await _refusal(storage, business, kind, size, limit)
+
+
+async def _create_counter(storage: Storage, business: str, session: Session) -> None:
+    await storage.business_usage.insert_one(
+        {"_id": business, **dict.fromkeys(KINDS, 0)}, session=session
+    )
 
 
 async def _refusal(
@@ -86,10 +109,14 @@ async def check_fits(
         raise await _refusal(storage, business, kind, size, limit)
 
 
-async def _increment(storage: Storage, within: Doc, kind: Kind, size: int) -> bool:
+async def _increment(
+    storage: Storage, within: Doc, kind: Kind, size: int, session: Session
+) -> bool:
     """Add `size` to the counter when it matches `within` (matched, not modified: an empty file
     adds nothing and still fits)."""
-    result = await storage.business_usage.update_one(within, {"$inc": {kind: size}})
+    result = await storage.business_usage.update_one(
+        within, {"$inc": {kind: size}}, session=session
+    )
     return result.matched_count == 1
 
 
@@ -111,6 +138,27 @@ async def charged(
     except BaseException:
         await _give_back(storage, business, {kind: size})
         raise
+
+
+async def count_stored(
+    storage: Storage,
+    settings: Settings,
+    business: str,
+    kind: Kind,
+    by_shipment: dict[int, int],
+    session: Session,
+) -> None:
+    """Count a unit of work's net change in the stored bytes of `kind`, by the shipment they are
+    on, with its writes (`session`): a growth is charged (`QuotaExceeded` past the quota ends
+    the unit, nothing of it written), a shrink given back; each shipment's record changes by
+    its part, for `release_shipment`."""
+    total = sum(by_shipment.values())
+    if total:
+        limit = getattr(settings, SETTINGS[kind]) if total > 0 else 0
+        await _charge(storage, business, kind, total, limit, session)
+    for shipment_id, size in by_shipment.items():
+        if size:
+            await add_to_shipment(storage, shipment_id, kind, size, session)
 
 
 async def add_to_shipment(

@@ -10,10 +10,17 @@ import pytest
 from core.auth.crypto import SecretBox
 from core.exceptions import records
 from core.outbox.webhook_endpoints import create_endpoint
-from core.pallets.ingest import Label, Reading, ReadingResult, plan_batch, record_pallets
+from core.pallets.ingest import (
+    BatchPlan,
+    Label,
+    Reading,
+    ReadingResult,
+    plan_batch,
+    record_pallets,
+)
 from core.settings import Settings
 from core.shipments import completion
-from core.storage import Doc, Storage
+from core.storage import Doc, Session, Storage
 from core.tenancy import tenants
 from tests.core.pallet_helpers import camera_of, pallet
 from tests.edge.documents import post_shipment
@@ -309,7 +316,7 @@ async def test_a_facility_switches_its_checks_off(
 
 
 @pytest.mark.parametrize("steps_done", [1, 2, 3])
-async def test_a_batch_cut_off_after_any_write_raises_each_exception_once(
+async def test_a_batch_cut_off_after_any_write_raises_nothing_and_its_resend_each_once(
     storage: Storage, settings: Settings, tenant: Tenant, steps_done: int
 ):
     await create_endpoint(
@@ -323,26 +330,39 @@ async def test_a_batch_cut_off_after_any_write_raises_each_exception_once(
         (camera, pallet("LPN-1", reading_id="c-2")),
         (camera, pallet(None, reading_id="c-3")),
     ]
-    plan = await plan_batch(storage, settings, batch)
-    for write in plan.writes(storage)[:steps_done]:  # then the process dies
-        await write()
+    raised_before = await storage.exceptions.count_documents({})
+    planned: list[BatchPlan] = []
+
+    async def cut_off(session: Session) -> None:
+        plan = await plan_batch(storage, settings, batch)
+        planned.append(plan)
+        for write in plan.writes(storage, session)[:steps_done]:
+            await write()
+        raise ProcessDied  # the process stops between two writes of the batch
+
+    with pytest.raises(ProcessDied):
+        await storage.in_transaction(cut_off)
+    assert await storage.exceptions.count_documents({}) == raised_before  # nothing half-written
 
     results = await record_pallets(storage, settings, batch)  # the camera resends
     again = await record_pallets(storage, settings, batch)
 
-    first = [r for r in plan.results if r is not None]
-    assert [codes(r) for r in first] == [["UNEXPECTED_PALLET"], ["DUPLICATE_PALLET"], [
-        "LOW_CONFIDENCE"
-    ]]  # fmt: skip
-    assert [r.exceptions for r in results] == [r.exceptions for r in first]
-    assert [r.exceptions for r in again] == [r.exceptions for r in first]
+    first = [r for r in planned[-1].results if r is not None]
+    expected = [["UNEXPECTED_PALLET"], ["DUPLICATE_PALLET"], ["LOW_CONFIDENCE"]]
+    assert [codes(r) for r in first] == expected
+    assert [codes(r) for r in results] == expected
+    assert [r.exceptions for r in again] == [r.exceptions for r in results]
     stored = await exceptions_of(storage)
-    assert [r["_id"] for r in stored] == [e.exception_id for r in first for e in r.exceptions]
+    assert [r["_id"] for r in stored] == [e.exception_id for r in results for e in r.exceptions]
     messages = await exception_messages(storage)
     assert [m["_id"] for m in messages] == [r["history"][0]["message_id"] for r in stored]
     assert [m["message"]["id"] for m in messages] == [r["_id"] for r in stored]
     for message in messages:
         assert await storage.webhook_deliveries.count_documents({"message_id": message["_id"]}) == 1
+
+
+class ProcessDied(Exception):
+    """The process stops between two writes of a batch."""
 
 
 def test_a_resolved_exception_cannot_be_resolved_again():

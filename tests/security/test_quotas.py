@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import bson
 from aiohttp.test_utils import TestClient
 
 from core import retention
@@ -28,16 +29,27 @@ mutation Create($input: CreateExceptionInput!) { createException(input: $input) 
 """
 
 
-def document(tenant: Tenant, number: str) -> bytes:
+def document(tenant: Tenant, number: str, items: int = 1) -> bytes:
     body = {
         "business": tenant.business,
         "facility": tenant.facility,
         "direction": "OUTBOUND",
         "shipmentNumber": number,
         "orderNumber": f"O-{number}",
-        "items": [{"lpn": f"L-{number}", "sku": "S1", "quantity": 1, "quantityUnit": "CASE"}],
+        "items": [
+            {"lpn": f"L-{number}-{i}", "sku": "S1", "quantity": 1, "quantityUnit": "CASE"}
+            for i in range(items)
+        ],
     }
     return json.dumps(body).encode()
+
+
+async def stored_bytes(storage: Storage, business: str, **where: Any) -> int:
+    """The BSON bytes of the business's stored orders and order items (`where`: of them)."""
+    query = {"business": business, **where}
+    docs = await storage.orders.find(query).to_list()
+    docs += await storage.order_items.find(query).to_list()
+    return sum(len(bson.encode(doc)) for doc in docs)
 
 
 async def post_document(api: TestClient[Any, Any], tenant: Tenant, body: bytes) -> Any:
@@ -49,9 +61,11 @@ async def test_documents_past_the_business_quota_are_refused_with_a_stable_code(
     api_with: API, tenant: Tenant, other_tenant: Tenant, storage: Storage
 ):
     first, second = document(tenant, "Q1"), document(tenant, "Q2")
-    api = await api_with(quota_document_bytes=len(first) + len(second) - 1)
+    accepted = await post_document(await api_with(), tenant, first)
+    # The second stores as many bytes as the first: one byte short of room for it.
+    kept = await stored_bytes(storage, tenant.business)
+    api = await api_with(quota_document_bytes=2 * kept - 1)
 
-    accepted = await post_document(api, tenant, first)
     refused = await post_document(api, tenant, second)
     problem = await refused.json(content_type=None)
     elsewhere = await post_document(api, other_tenant, document(other_tenant, "Q2"))
@@ -62,8 +76,31 @@ async def test_documents_past_the_business_quota_are_refused_with_a_stable_code(
     assert problem["code"] == "QUOTA_EXCEEDED"
     assert "quota_document_bytes" in problem["detail"]
     assert await storage.shipments.count_documents({"number": "Q2", "business": "acme"}) == 0
-    assert (await quotas.usage(storage, tenant.business))["documents"] == len(first)
+    assert (await quotas.usage(storage, tenant.business))["documents"] == kept
     assert elsewhere.status == 201  # another business has its own quota
+
+
+async def test_documents_are_counted_the_bytes_they_leave_stored(
+    api_with: API, tenant: Tenant, storage: Storage
+):
+    # An integration resending its manifest (OVERWRITE) stores the same data each time: only
+    # the first is counted; a smaller overwrite gives back what it no longer stores.
+    api = await api_with(quota_document_bytes=1_000_000)
+    manifest = document(tenant, "M1", items=20)
+    for _ in range(5):
+        assert (await post_document(api, tenant, manifest)).status in (200, 201)
+    after_resends = (await quotas.usage(storage, tenant.business))["documents"]
+    stored_after_resends = await stored_bytes(storage, tenant.business)
+    smaller = await post_document(api, tenant, document(tenant, "M1", items=2))
+
+    assert smaller.status == 201  # its items are new ones
+    assert after_resends == stored_after_resends
+    assert (await quotas.usage(storage, tenant.business))["documents"] == await stored_bytes(
+        storage, tenant.business
+    )
+    assert (await quotas.usage(storage, tenant.business))["documents"] < after_resends
+    [shipment] = await storage.shipments.find({"number": "M1"}).to_list()
+    assert shipment["usage"]["documents"] == await stored_bytes(storage, tenant.business)
 
 
 async def test_uploads_and_exceptions_past_the_business_quota_are_refused_over_graphql(
@@ -120,13 +157,14 @@ async def test_retention_gives_a_deleted_shipments_bytes_back(
     )
     assert "errors" not in await uploaded.json()
     before = await quotas.usage(storage, tenant.business)
+    kept = await stored_bytes(storage, tenant.business, shipment_id=shipment_id)
     settings = settings_factory(retention_shipments_days=1)
     long_ago = datetime.now(UTC) - timedelta(days=3)
     await completion.complete_shipment(storage, settings, shipment_id, "test", at=long_ago)
 
     await retention.sweep(storage, settings, datetime.now(UTC))
 
-    assert before == {"documents": len(body), "attachments": 3_000, "exceptions": 0}
+    assert before == {"documents": kept, "attachments": 3_000, "exceptions": 0}
     assert await quotas.usage(storage, tenant.business) == {
         "documents": 0,
         "attachments": 0,

@@ -256,35 +256,6 @@ async def test_an_endpoint_of_one_facility_is_told_to_that_facility_only(
     assert [m["facilitySlug"] for m in page["data"]["pushMessages"]] == ["dc2", None]
 
 
-async def test_a_notice_cut_short_by_a_crash_is_written_by_the_next_one(
-    services: Services, storage: Storage, tenant: Tenant
-):
-    # Without transactions the endpoint records its notice before the message is written; a
-    # crash in between leaves the notice with no message. Here, that state as a crash leaves it.
-    created = await make_endpoint(services, tenant, "https://hooks.example.com")
-    endpoint_id = endpoint_of(created).endpoint_id
-    [lost_id] = await publish.reserve_message_ids(storage, 1)
-    endpoint = await storage.webhook_endpoints.find_one({"_id": endpoint_id})
-    assert endpoint is not None
-    lost = notices.payload(endpoint, "cut short", None, datetime.now(UTC))
-    await storage.webhook_endpoints.update_one(
-        {"_id": endpoint_id},
-        {
-            "$set": {
-                "enabled": False,
-                "notice": {"message_id": lost_id, "type": "ENDPOINT_DISABLED", "message": lost},
-            }
-        },
-    )
-
-    await deliveries.enable_endpoint(storage, endpoint_id)
-    await deliveries.disable_endpoint(storage, endpoint_id, "after the crash")
-
-    messages = await operational(storage)
-    assert [m["message"]["reason"] for m in messages] == ["cut short", "after the crash"]
-    assert messages[0]["_id"] == lost_id
-
-
 async def test_a_subscriber_of_the_business_gets_an_operational_event_once(
     services: Services, storage: Storage, tenant: Tenant, api: TestClient[Any, Any]
 ):
