@@ -47,7 +47,7 @@ async def disable(storage: Storage, endpoint_id: str, reason: str, at: datetime)
     reason = " ".join(reason.split())
     if not reason or len(reason) > MAX_REASON_CHARS:
         raise ValidationFailed(f"the reason needs 1 to {MAX_REASON_CHARS} characters")
-    await _complete_last_notice(storage, endpoint_id)
+    business = await _complete_last_notice(storage, endpoint_id)
 
     async def build(message_id: int, session: Session) -> tuple[bool, publish.WrittenMessages]:
         endpoint = await _endpoint(storage, endpoint_id, session)
@@ -75,7 +75,7 @@ async def disable(storage: Storage, endpoint_id: str, reason: str, at: datetime)
             return False, publish.WrittenMessages()
         return True, await _publish(storage, endpoint, notice, session)
 
-    return await publish.write_with_message(storage, build)
+    return await publish.write_with_message(storage, build, business=business)
 
 
 async def failing(
@@ -84,7 +84,7 @@ async def failing(
     """Publish ENDPOINT_FAILING for the endpoint's run of failures `run` (it began at `since`),
     once per run; nothing when the run ended or the endpoint was disabled meanwhile. Returns
     whether this call published it."""
-    await _complete_last_notice(storage, endpoint_id)
+    business = await _complete_last_notice(storage, endpoint_id)
 
     async def build(message_id: int, session: Session) -> tuple[bool, publish.WrittenMessages]:
         endpoint = await _endpoint(storage, endpoint_id, session)
@@ -103,7 +103,7 @@ async def failing(
             return False, publish.WrittenMessages()
         return True, await _publish(storage, endpoint, notice, session)
 
-    return await publish.write_with_message(storage, build)
+    return await publish.write_with_message(storage, build, business=business)
 
 
 def _notice(message_id: int, message_type: str, message: dict[str, Any]) -> Doc:
@@ -117,11 +117,13 @@ async def _endpoint(storage: Storage, endpoint_id: str, session: Session) -> Doc
     return endpoint
 
 
-async def _complete_last_notice(storage: Storage, endpoint_id: str) -> None:
+async def _complete_last_notice(storage: Storage, endpoint_id: str) -> str:
     """Before a new notice: write the message of the last one if a crash left it unwritten
-    (possible only where the database has no transactions), so notices keep their order."""
+    (possible only where the database has no transactions), so notices keep their order.
+    Returns the endpoint's business (whose sequence numbers the notice)."""
     endpoint = await _endpoint(storage, endpoint_id, None)
     await write_missing(storage, endpoint)
+    return str(endpoint["business"])
 
 
 async def _publish(

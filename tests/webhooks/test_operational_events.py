@@ -263,7 +263,7 @@ async def test_a_notice_cut_short_by_a_crash_is_written_by_the_next_one(
     # crash in between leaves the notice with no message. Here, that state as a crash leaves it.
     created = await make_endpoint(services, tenant, "https://hooks.example.com")
     endpoint_id = endpoint_of(created).endpoint_id
-    [lost_id] = await publish.reserve_message_ids(storage, 1)
+    [lost_id] = await publish.reserve_message_ids(storage, tenant.business, 1)
     endpoint = await storage.webhook_endpoints.find_one({"_id": endpoint_id})
     assert endpoint is not None
     lost = notices.payload(endpoint, "cut short", None, datetime.now(UTC))
