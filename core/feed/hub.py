@@ -196,7 +196,7 @@ class FeedHub:
             by_line.setdefault(ids.number_of(doc["_id"]), []).append(doc)
         for number, theirs in by_line.items():
             line = self._by_number.get(number)
-            if line is not None:  # number 0, the old layout: nothing of it commits any more
+            if line is not None:  # (an old layout's key is at or below its line's start)
                 line.accept(theirs, now)
 
     def _written(self, messages: list[Doc]) -> None:

@@ -6,20 +6,22 @@ which at 28 messages a second for one business lasts over two years, and a busin
 from that rate (a busy facility sends well under one a second).
 
 The stored key (`_id` of `push_messages`, `message_id` of deliveries, pallets and exception
-history) is the pair (business, id) packed into one integer: the business's feed number times
-2^32 plus its id. Keys stay integers, so everything that stores, compares or looks up a message
-id keeps doing so unchanged (a lookup by `_id` is the cheapest read on every backend), and a
-business's keys form one contiguous `_id` range, which no other business shares.
+history) is the pair (business, id) packed into one integer: the business's feed number (0, 1,
+2, ... in the order businesses first publish) times 2^32 plus its id. Keys stay integers, so
+everything that stores, compares or looks up a message id keeps doing so unchanged (a lookup by
+`_id` is the cheapest read on every backend), and a business's keys form one contiguous `_id`
+range, which no other business shares.
 
 Earlier releases numbered every business's messages from one global sequence, stored under
-their plain id: feed number 0. The upgrade (`ready`) keeps those documents as they are. It
-takes over the old sequence's counter document, which becomes the feed's layout marker: its
-`value` turns into a sentence, so a process of an earlier release still running can no longer
-reserve an id (MongoDB refuses `$inc` on text) instead of writing messages new processes would
-not see; the counter's last value becomes `ids_from`, where every business's new sequence
-starts. Every id ever reserved globally is at most `ids_from`, so a business's first new id is
-above every id it has, and a consumer's stored `afterId` keeps working: keys of the old layout
-(below 2^32) sort below every key of the new one, just as their ids sort below the new ids.
+their plain id. The upgrade (`ready`) keeps those documents as they are. It takes over the old
+sequence's counter document, which becomes the feed's layout marker: its `value` turns into a
+sentence, so a process of an earlier release still running can no longer reserve an id
+(MongoDB refuses `$inc` on text) instead of writing messages new processes would not see; the
+counter's last value becomes `ids_from`, where every business's new sequence starts. Every id
+ever reserved globally is at most `ids_from`, so a business's first new id is above every id it
+has, and a consumer's stored `afterId` keeps working: an old message's key (its id, at most
+`ids_from`) sorts below every new key of its business, as its id sorts below the new ids. (Feed
+number 0's keys are below 2^32 too, but above `ids_from`: no clash.)
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ def public_id(key: int) -> int:
 
 
 def number_of(key: int) -> int:
-    """The feed number in `key` (0: a message of the old, global layout)."""
+    """The feed number in `key` (0 also for a message of the old, global layout)."""
     return int(key) >> KEY_BITS
 
 
@@ -179,7 +181,9 @@ async def business_feed(storage: Storage, business: str) -> BusinessFeed:
     name = sequence_name(business)
     doc = await storage.counters.find_one({"_id": name})
     if doc is None:
-        number = await storage.next_id(NUMBERS)
+        # From 0: the first business's keys are its ids (numbers 0 and the old layout share
+        # the keys below 2^32 without a clash, as the old ids are all at most `ids_from`).
+        number = await storage.next_id(NUMBERS) - 1
         with contextlib.suppress(DuplicateKeyError):
             await storage.counters.insert_one(
                 {"_id": name, "value": ids_from, "start": ids_from, "number": number}
