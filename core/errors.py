@@ -170,9 +170,8 @@ class MessageIdsFenced(DockflowError):
 
 
 class MessageIdsExhausted(Unavailable):
-    """A business's message ids reached the bound below GraphQL's `Int` (core/feed/ids.py)."""
-
-    code = "MESSAGE_IDS_EXHAUSTED"
+    """A business's message ids reached the bound below GraphQL's `Int` (core/feed/ids.py):
+    its writes are refused (UNAVAILABLE: nothing the caller can change) until it is renumbered."""
 
 
 class FeedSchemaTooNew(ConfigError):
