@@ -17,8 +17,9 @@ import time
 import uuid
 from pathlib import Path
 
+from core.feed.hub import FeedHub
 from core.feed.publish import NewMessage, append_messages
-from core.feed.reader import FeedHub, feed_filter
+from core.feed.reader import feed_filter
 from core.settings import Settings
 from core.storage import Storage
 

@@ -169,6 +169,15 @@ class MessageIdsFenced(DockflowError):
         self.ids = ids
 
 
+class MessageIdsExhausted(Unavailable):
+    """A business's message ids reached the bound below GraphQL's `Int` (core/feed/ids.py):
+    its writes are refused (UNAVAILABLE: nothing the caller can change) until it is renumbered."""
+
+
+class FeedSchemaTooNew(ConfigError):
+    """The database's push message feed was laid out by a later release than this one."""
+
+
 class SlowConsumer(DockflowError):
     """A subscriber fell further behind than its buffer allows; it resumes from its last id."""
 

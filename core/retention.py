@@ -9,8 +9,10 @@ small batches, on every backend alike (`sweep`, run by every `dockflow webhooks`
 serve` process every `retention_sweep_interval_s`; several at once only delete the same
 documents). Idempotency keys, operator sessions and test sends expire by their own TTL indexes.
 
-The feed remembers how far it was swept (`retention_marks`, `_id` "push_messages": the highest
-id and the newest send time deleted). A `pushMessages` query or a subscription asking for
+The feed remembers how far it was swept, per business (`retention_marks`, `_id`
+"push_messages:{business}": the highest id and the newest send time deleted; message ids are
+per business). The mark `_id` "push_messages" that earlier releases kept for the one global
+sequence still counts for every business. A `pushMessages` query or a subscription asking for
 messages before that (`afterId` below the mark, `since` before it) is refused with
 `RetentionExceeded`, saying where the retained feed begins, instead of answering a page with a
 hole the consumer cannot see.
@@ -31,6 +33,7 @@ from pymongo import ASCENDING
 from pymongo.errors import DuplicateKeyError
 
 from core.errors import RetentionExceeded
+from core.feed.ids import public_id
 from core.running import Periodic
 from core.settings import Settings
 from core.shipments import attachments
@@ -156,15 +159,23 @@ async def _sweep_feed(storage: Storage, cutoff: datetime) -> int:
     total = 0
     while True:
         batch = (
-            await storage.push_messages.find({"sent_at": {"$lt": cutoff}}, {"_id": 1, "sent_at": 1})
+            await storage.push_messages.find(
+                {"sent_at": {"$lt": cutoff}}, {"_id": 1, "sent_at": 1, "business": 1}
+            )
             .sort("_id", ASCENDING)
             .limit(BATCH)
             .to_list()
         )
         if not batch:
             break
-        newest = max(d["sent_at"] for d in batch)
-        await _raise_mark(storage, int(batch[-1]["_id"]), newest)
+        # In key order, a business's messages are in id order: its highest in the batch marks
+        # how far its feed is swept.
+        marks: dict[str, tuple[int, datetime]] = {}
+        for doc in batch:
+            through_at = max(doc["sent_at"], marks.get(doc["business"], (0, doc["sent_at"]))[1])
+            marks[doc["business"]] = (public_id(doc["_id"]), through_at)
+        for business, (through_id, through_at) in sorted(marks.items()):
+            await _raise_mark(storage, business, through_id, through_at)
         ids = [d["_id"] for d in batch]
         total += (await storage.push_messages.delete_many({"_id": {"$in": ids}})).deleted_count
     voids = Kept("push_messages", "fenced_at", "retention_messages_days")
@@ -172,15 +183,22 @@ async def _sweep_feed(storage: Storage, cutoff: datetime) -> int:
     return total
 
 
-async def _raise_mark(storage: Storage, through_id: int, through_at: datetime) -> None:
-    """The feed is swept through `through_id` (sent up to `through_at`); never lowered, whatever
-    sweepers race (an insert, then a compare-and-set on the id)."""
-    mark = {"_id": FEED_MARK, "through_id": through_id, "through_at": through_at}
+def _mark_name(business: str) -> str:
+    return f"{FEED_MARK}:{business}"
+
+
+async def _raise_mark(
+    storage: Storage, business: str, through_id: int, through_at: datetime
+) -> None:
+    """`business`'s feed is swept through `through_id` (sent up to `through_at`); never
+    lowered, whatever sweepers race (an insert, then a compare-and-set on the id)."""
+    name = _mark_name(business)
+    mark = {"_id": name, "through_id": through_id, "through_at": through_at}
     try:
         await storage.retention_marks.insert_one(mark)
     except DuplicateKeyError:
         await storage.retention_marks.replace_one(
-            {"_id": FEED_MARK, "through_id": {"$lt": through_id}}, mark
+            {"_id": name, "through_id": {"$lt": through_id}}, mark
         )
 
 
@@ -190,19 +208,23 @@ class FeedMark:
     through_at: datetime  # and every message sent up to this time
 
 
-async def feed_mark(storage: Storage) -> FeedMark | None:
-    doc = await storage.retention_marks.find_one({"_id": FEED_MARK})
-    if doc is None:
+async def feed_mark(storage: Storage, business: str) -> FeedMark | None:
+    """How far `business`'s feed is swept: its own mark, or the global sequence's of earlier
+    releases (which covered every business), whichever reaches further."""
+    docs = await storage.retention_marks.find(
+        {"_id": {"$in": [FEED_MARK, _mark_name(business)]}}
+    ).to_list()
+    if not docs:
         return None
-    return FeedMark(int(doc["through_id"]), doc["through_at"])
+    return FeedMark(max(int(d["through_id"]) for d in docs), max(d["through_at"] for d in docs))
 
 
 async def check_feed_start(
-    storage: Storage, *, since: datetime | None, after_id: int | None
+    storage: Storage, business: str, *, since: datetime | None, after_id: int | None
 ) -> None:
-    """Refuse a read of the feed that starts before what is retained (`RetentionExceeded`).
-    An `after_id` takes precedence over `since`, as the readers do."""
-    mark = await feed_mark(storage)
+    """Refuse a read of `business`'s feed that starts before what is retained
+    (`RetentionExceeded`). An `after_id` takes precedence over `since`, as the readers do."""
+    mark = await feed_mark(storage, business)
     if mark is None:
         return
     swept_at = _iso(mark.through_at, "milliseconds")

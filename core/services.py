@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from core.auth.credentials import configure_password_work
 from core.auth.tokens import TokenService
-from core.feed.reader import FeedHub
+from core.feed.hub import FeedHub
 from core.settings import Settings
 from core.storage import Storage
 

@@ -177,6 +177,8 @@ INDEXES: dict[str, list[IndexModel]] = {
     # with its shipment (core/retention).
     "pallet_positions": [],
     "push_messages": [
+        # the dashboard's newest message of every business, and the retention sweep
+        IndexModel([("sent_at", ASCENDING)]),
         IndexModel([("business", ASCENDING), ("sent_at", ASCENDING)]),
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("sent_at", ASCENDING)]),
     ],

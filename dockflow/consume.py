@@ -296,6 +296,14 @@ class Consumer:
         if path is None or not path.is_file():
             return
         state = json.loads(path.read_text())
+        # Message ids are per business: another business's place would skip or repeat messages.
+        # (A file without one was written before ids were per business; its id still holds.)
+        kept_for = state.get("business", self.options.business)
+        if kept_for != self.options.business:
+            raise Refused(
+                f"the state file {path} keeps the place of business {kept_for!r}, not "
+                f"{self.options.business!r}: message ids are per business, use one file each"
+            )
         self.progress.last_id = state.get("lastId")
         self.progress.last_sent_at = state.get("lastSentAt")
 
@@ -320,7 +328,11 @@ class Consumer:
         try:
             temporary.write_text(
                 json.dumps(
-                    {"lastId": self.progress.last_id, "lastSentAt": self.progress.last_sent_at}
+                    {
+                        "business": self.options.business,
+                        "lastId": self.progress.last_id,
+                        "lastSentAt": self.progress.last_sent_at,
+                    }
                 )
             )
             temporary.replace(path)

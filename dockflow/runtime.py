@@ -16,6 +16,7 @@ from pymongo.uri_parser import parse_uri
 
 from core import tracing
 from core.errors import DatabaseUnavailable
+from core.feed import ids as message_ids
 from core.files import ensure_private_dir
 from core.retention import RetentionSweeper
 from core.services import Services
@@ -66,6 +67,9 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         try:
             # A MongoDB must run transactions (a replica set; the embedded servers do).
             storage.require_transactions()
+            # The feed's layout: converted once from an earlier release's, or refused when a
+            # later release wrote it (every process, before it serves anything).
+            await message_ids.ready(storage)
             yield Services(settings=settings, storage=storage)
         finally:
             await storage.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from core.exceptions.records import Raised
+from core.feed.ids import public_id
 from core.pallets.gs1_labels import GS1_LABEL
 from core.pallets.ingest import Label, Reading, ReadingResult
 from core.shipments.dock_events import DockEventInput, DockEventResult
@@ -61,7 +62,7 @@ def ack_to_proto(result: ReadingResult) -> edge_pb2.ReadingAck:
         status=_ACK_STATUSES[result.status],
         pallet_id=result.pallet_id,
         shipment_id="" if result.shipment_id is None else str(result.shipment_id),
-        message_id="" if result.message_id is None else str(result.message_id),
+        message_id="" if result.message_id is None else str(public_id(result.message_id)),
         error=result.error,
         exceptions=[exception_to_proto(raised) for raised in result.exceptions],
     )

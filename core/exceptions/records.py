@@ -269,7 +269,7 @@ async def change_status(
     record cannot
     move there (checked before a message id is reserved, so a refused change holds no reader
     back), or another change won a race."""
-    current = await storage.exceptions.find_one({"_id": exception}, {"status": 1})
+    current = await storage.exceptions.find_one({"_id": exception}, {"status": 1, "business": 1})
     if current is None:
         raise NotFound("exception not found")
     if current["status"] not in MOVES[to]:
@@ -290,7 +290,7 @@ async def change_status(
         await publish.write_messages(storage, written, session)
         return changed, written
 
-    return await publish.write_with_message(storage, build)
+    return await publish.write_with_message(storage, build, business=current["business"])
 
 
 async def create_exception(
@@ -320,7 +320,7 @@ async def create_exception(
             await then(session)
         return record, written
 
-    record = await publish.write_with_message(storage, build)
+    record = await publish.write_with_message(storage, build, business=fields["business"])
     count_raised([record])
     return record
 

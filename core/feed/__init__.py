@@ -1,2 +1,3 @@
-"""The push message feed: writing messages with their deliveries (`publish`), and reading them in
-pages or live through the per-process hub (`reader`)."""
+"""The push message feed: message ids, one sequence per business (`ids`); writing messages with
+their deliveries (`publish`); reading them in pages (`reader`) or live through the per-process
+hub (`hub`, with each business's watermark in `lines` and bounded buffers in `subscribers`)."""

@@ -1,7 +1,9 @@
 """Push messages: one per pallet event or shipment completion, each with its webhook deliveries.
 
-Message ids are integers reserved from a sequence before the write, so a message may commit
-after one with a higher id; readers of the feed must allow for that.
+Message ids are integers reserved from the business's sequence before the write
+(`core.feed.ids`: each business has its own, and a message is stored under a key packing
+(business, id) into one integer), so a message may commit after one with a higher id; readers
+of the feed must allow for that. Every function here takes and gives those keys.
 
 Writes are idempotent: a delivery's id is derived from its message id and endpoint id, and a
 message's id is reserved once and kept by its caller (the pallet or the shipment stores it), so
@@ -14,8 +16,9 @@ commit and the reader moves past it. A writer whose message meets a void learns 
 fenced (never a rewrite of its own message): `write_messages` gives such messages fresh ids,
 lets the caller update the ids it stores, removes the deliveries of the fenced ids and writes
 again. So a stalled writer (an election, a paused process) is delivered late under a new id, in
-order, and never skipped. A void carries no business: every business-scoped read ignores it,
-and unscoped readers (the hub, the webhook worker) check `is_void`.
+order, and never skipped. A void carries no business field (its key names the business):
+every business-scoped read ignores it, and unscoped readers (the hub, the webhook worker) check
+`is_void`.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pymongo.errors import BulkWriteError, PyMongoError
 
 from core import metrics, tracing
 from core.errors import MessageIdsFenced
+from core.feed import ids as message_ids
 from core.outbox.due import schedule
 from core.outbox.webhook_endpoints import endpoints_for
 from core.storage import Doc, IdBlock, Session, Storage, WrittenListener
@@ -39,7 +43,6 @@ from core.storage import Doc, IdBlock, Session, Storage, WrittenListener
 MessageType = Literal[
     "PALLET_EVENT", "SHIPMENT_COMPLETE", "EXCEPTION", "ENDPOINT_DISABLED", "ENDPOINT_FAILING"
 ]
-SEQUENCE = "push_messages"
 DUPLICATE_KEY = 11000
 VOID = "void"  # the field that marks a fenced id's placeholder in push_messages
 # Times one write gives its messages fresh ids before it gives up (each needs another stall
@@ -69,7 +72,13 @@ class WrittenMessages:
 
     @property
     def ids(self) -> list[int]:
+        """The messages' keys (business and id, `core.feed.ids`)."""
         return [int(m["_id"]) for m in self.messages]
+
+    @property
+    def shown_ids(self) -> list[int]:
+        """The ids their business sees (GraphQL `id`, `afterId`, `webhook-id`)."""
+        return [message_ids.public_id(m["_id"]) for m in self.messages]
 
     def extend(self, other: WrittenMessages) -> None:
         self.messages += other.messages
@@ -104,13 +113,23 @@ def iso_utc(at: datetime) -> str:
 
 
 def delivery_id(message_id: int, endpoint_id: str) -> str:
-    """Deterministic, so rewriting a message's deliveries never doubles them."""
-    return f"dlv_{message_id}_{endpoint_id.removeprefix('whe_')}"
+    """Deterministic, so rewriting a message's deliveries never doubles them. Named by the id
+    the business sees: an endpoint belongs to one business, so it is unique all the same."""
+    return f"dlv_{message_ids.public_id(message_id)}_{endpoint_id.removeprefix('whe_')}"
 
 
-async def reserve_message_ids(storage: Storage, count: int) -> IdBlock:
-    """Reserve `count` consecutive message ids (one database round trip for a whole batch)."""
-    return await storage.next_ids(SEQUENCE, count)
+async def reserve_message_ids(storage: Storage, business: str, count: int) -> IdBlock:
+    """Reserve `count` consecutive message ids of `business` (one round trip for a batch)."""
+    return await message_ids.reserve(storage, business, count)
+
+
+async def _reserve_for(storage: Storage, new: Sequence[NewMessage]) -> list[int]:
+    """A key per message, each from its own business's sequence, in the order given."""
+    wanted: dict[str, int] = {}
+    for item in new:
+        wanted[item.business] = wanted.get(item.business, 0) + 1
+    blocks = {b: iter(await reserve_message_ids(storage, b, n)) for b, n in wanted.items()}
+    return [next(blocks[item.business]) for item in new]
 
 
 async def build_messages(
@@ -125,17 +144,15 @@ async def build_messages(
     out = WrittenMessages()
     if not new:
         return out
-    message_ids = (
-        list(ids) if ids is not None else list(await reserve_message_ids(storage, len(new)))
-    )
-    if len(message_ids) != len(new):
+    keys = list(ids) if ids is not None else await _reserve_for(storage, new)
+    if len(keys) != len(new):
         raise ValueError("one message id per message")
     sent_at = sent_at or datetime.now(UTC)
     endpoints = endpoints or EndpointCache(storage)
     # The span writing them (a batch store): each webhook attempt and subscriber frame of these
     # messages links to it.
     traced = tracing.traceparent()
-    for message_id, item in zip(message_ids, new, strict=True):
+    for message_id, item in zip(keys, new, strict=True):
         out.messages.append(
             {
                 "_id": message_id,
@@ -334,11 +351,16 @@ async def renumber(
     The messages are sent now, not when first built: a reader asking for messages `since` a
     time after the stall began still finds them."""
     fenced_ids = set(fenced)
-    old = [int(m["_id"]) for m in written.messages if int(m["_id"]) in fenced_ids]
+    old = [m for m in written.messages if int(m["_id"]) in fenced_ids]
     if not old:
         return {}
-    new_ids = dict(zip(old, await reserve_message_ids(storage, len(old)), strict=True))
-    await storage.webhook_deliveries.delete_many({"message_id": {"$in": old}})
+    new_ids: dict[int, int] = {}
+    for business in sorted({m["business"] for m in old}):
+        theirs = [int(m["_id"]) for m in old if m["business"] == business]
+        block = await reserve_message_ids(storage, business, len(theirs))
+        new_ids.update(zip(theirs, block, strict=True))
+    old_keys = sorted(new_ids)
+    await storage.webhook_deliveries.delete_many({"message_id": {"$in": old_keys}})
     now = datetime.now(UTC)
     written.messages = [
         {**m, "_id": new_ids[m["_id"]], "sent_at": now} if m["_id"] in new_ids else m
@@ -379,14 +401,17 @@ async def _give_up(storage: Storage, message_id: int) -> None:
 async def write_with_message(
     storage: Storage,
     build: Callable[[int, Session], Coroutine[Any, Any, tuple[T, WrittenMessages]]],
+    *,
+    business: str,
 ) -> T:
-    """Run `build(message_id, session)` in a transaction with a reserved message id, then
+    """Run `build(message_id, session)` in a transaction with a message id reserved from
+    `business`'s sequence (the business of the message it may publish), then
     announce its messages. A feed reader that fenced the id while the transaction stalled
     aborts it (the id's void refuses the message): a fresh id, and again. A `build` that found
     nothing to publish (its messages are empty) has its id voided at once, so that no reader
     waits out the grace for it."""
     for _ in range(MAX_RENUMBERS + 1):
-        [message_id] = await reserve_message_ids(storage, 1)
+        [message_id] = await reserve_message_ids(storage, business, 1)
         try:
             result, written = await storage.in_transaction(functools.partial(build, message_id))
         except PyMongoError:

@@ -24,6 +24,7 @@ from pymongo import ReturnDocument, UpdateOne
 
 from core import metrics
 from core.errors import Conflict, NotFound
+from core.feed.ids import public_id
 from core.outbox import notices
 from core.outbox.due import as_ms, schedule
 from core.settings import Settings
@@ -763,14 +764,21 @@ async def queue_stats(storage: Storage, endpoint_ids: list[str]) -> list[QueueSt
 
 
 async def feed_lag(storage: Storage) -> int:
-    """Newest committed push message id minus the newest delivered one (0: caught up, or
-    nothing delivered yet); sets the gauge."""
-    newest = await storage.push_messages.find_one({}, {"_id": 1}, sort=[("_id", -1)])
-    delivered = await storage.webhook_deliveries.find_one(
-        {"status": SUCCEEDED}, {"message_id": 1}, sort=[("message_id", -1)]
+    """For the business that published last: its newest committed push message id minus its
+    newest delivered one (0: caught up, or nothing delivered yet); sets the gauge. Ids are per
+    business (core/feed/ids.py), so only one business's ids can be subtracted."""
+    newest = await storage.push_messages.find_one(
+        {"sent_at": {"$exists": True}}, {"_id": 1, "business": 1}, sort=[("sent_at", -1)]
     )
+    delivered = None
+    if newest is not None:
+        delivered = await storage.webhook_deliveries.find_one(
+            {"status": SUCCEEDED, "business": newest["business"]},
+            {"message_id": 1},
+            sort=[("message_id", -1)],
+        )
     lag = 0
     if newest is not None and delivered is not None:
-        lag = max(0, int(newest["_id"]) - int(delivered["message_id"]))
+        lag = max(0, public_id(newest["_id"]) - public_id(delivered["message_id"]))
     metrics.FEED_LAG.set(lag)
     return lag

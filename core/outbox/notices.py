@@ -45,6 +45,7 @@ async def disable(storage: Storage, endpoint_id: str, reason: str, at: datetime)
     reason = " ".join(reason.split())
     if not reason or len(reason) > MAX_REASON_CHARS:
         raise ValidationFailed(f"the reason needs 1 to {MAX_REASON_CHARS} characters")
+    business = await _business_of(storage, endpoint_id)
 
     async def build(message_id: int, session: Session) -> tuple[bool, publish.WrittenMessages]:
         endpoint = await _endpoint(storage, endpoint_id, session)
@@ -65,7 +66,7 @@ async def disable(storage: Storage, endpoint_id: str, reason: str, at: datetime)
             return False, publish.WrittenMessages()
         return True, await _publish(storage, endpoint, notice, session)
 
-    return await publish.write_with_message(storage, build)
+    return await publish.write_with_message(storage, build, business=business)
 
 
 async def failing(
@@ -74,6 +75,7 @@ async def failing(
     """Publish ENDPOINT_FAILING for the endpoint's run of failures `run` (it began at `since`),
     once per run; nothing when the run ended or the endpoint was disabled meanwhile. Returns
     whether this call published it."""
+    business = await _business_of(storage, endpoint_id)
 
     async def build(message_id: int, session: Session) -> tuple[bool, publish.WrittenMessages]:
         endpoint = await _endpoint(storage, endpoint_id, session)
@@ -92,7 +94,7 @@ async def failing(
             return False, publish.WrittenMessages()
         return True, await _publish(storage, endpoint, notice, session)
 
-    return await publish.write_with_message(storage, build)
+    return await publish.write_with_message(storage, build, business=business)
 
 
 def _notice(message_id: int, message_type: str, message: dict[str, Any]) -> Doc:
@@ -104,6 +106,12 @@ async def _endpoint(storage: Storage, endpoint_id: str, session: Session) -> Doc
     if endpoint is None:
         raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
     return endpoint
+
+
+async def _business_of(storage: Storage, endpoint_id: str) -> str:
+    """The endpoint's business, whose sequence numbers its notices (it never changes, so it is
+    read before the unit of work that writes the notice)."""
+    return str((await _endpoint(storage, endpoint_id, None))["business"])
 
 
 async def _publish(

@@ -37,7 +37,8 @@ import functools
 import hashlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -402,33 +403,40 @@ class BatchPlan:
 
 
 class MessageIds:
-    """The message ids of one batch: reserved by its first attempt and kept by the attempts
-    its transaction makes again, so a retried batch leaves no unused ids for feed readers to
-    wait on (only the surplus of an attempt that needed fewer)."""
+    """The message ids of one batch, per business (each has its own sequence): reserved by its
+    first attempt and kept by the attempts its transaction makes again, so a retried batch
+    leaves no unused ids for feed readers to wait on (only the surplus of an attempt that
+    needed fewer)."""
 
     def __init__(self) -> None:
-        self._ids: list[int] = []
+        self._ids: dict[str, list[int]] = {}
 
-    async def take(self, storage: Storage, count: int) -> list[int]:
-        if len(self._ids) < count:
-            self._ids += await publish.reserve_message_ids(storage, count - len(self._ids))
-        return self._ids[:count]
+    async def take(self, storage: Storage, counts: Mapping[str, int]) -> dict[str, list[int]]:
+        """`counts[business]` ids of each business, in order."""
+        for business, count in counts.items():
+            have = self._ids.setdefault(business, [])
+            if len(have) < count:
+                have += await publish.reserve_message_ids(storage, business, count - len(have))
+        return {business: self._ids[business][:count] for business, count in counts.items()}
 
     @property
     def taken(self) -> list[int]:
-        return list(self._ids)
+        return sorted(i for ids in self._ids.values() for i in ids)
 
     def forget(self) -> None:
         """Drop the ids an attempt reserved inside its transaction (a single-writer server:
         `Storage.reserved_apart`): they were undone with it."""
-        self._ids = []
+        self._ids = {}
 
     async def replace(self, storage: Storage, fenced: Sequence[int]) -> None:
         """Fresh ids in place of `fenced` ones (a feed reader gave those up), in the same
         order, so the batch's messages keep their order."""
-        fresh = iter(await publish.reserve_message_ids(storage, len(fenced)))
         gone = set(fenced)
-        self._ids = sorted(next(fresh) if i in gone else i for i in self._ids)
+        for business, ids in self._ids.items():
+            count = len(gone.intersection(ids))
+            if count:
+                fresh = iter(await publish.reserve_message_ids(storage, business, count))
+                self._ids[business] = sorted(next(fresh) if i in gone else i for i in ids)
 
 
 async def record_pallets(
@@ -616,16 +624,23 @@ async def plan_batch(
             await _match(storage, fresh, now)
             await _arrive(storage, fresh)
 
-        _, block = await asyncio.gather(match_and_arrive(), message_ids.take(storage, len(fresh)))
+        pallets_of = Counter(i.camera.business for i in fresh)
+        _, block = await asyncio.gather(match_and_arrive(), message_ids.take(storage, pallets_of))
         # The open misloads the batch's reversals may resolve (no query without one).
         open_misloads = await _open_misloads(storage, [i for i in fresh if i.may_take_off])
         drafts, resolving = _exception_drafts(fresh, open_misloads)
         echoed = await _fold_repeats(storage, fresh, drafts)
-        wanted = len(fresh) + sum(len(d) for d in drafts.values()) + len(resolving)
-        extra = iter((await message_ids.take(storage, wanted))[len(fresh) :])
+        wanted = Counter(pallets_of)
+        for item in fresh:
+            wanted[item.camera.business] += len(drafts[item.index])
+            wanted[item.camera.business] += len(resolving.get(item.index, []))
+        taken = await message_ids.take(storage, wanted)
+        firsts = {b: iter(ids) for b, ids in block.items()}
+        extras = {b: iter(ids[pallets_of[b] :]) for b, ids in taken.items()}
         new_messages = []
-        for item, message_id in zip(fresh, block, strict=True):
-            item.message_id = message_id
+        for item in fresh:
+            item.message_id = message_id = next(firsts[item.camera.business])
+            extra = extras[item.camera.business]
             raised = [
                 _exception_record(item, draft, next(extra), now) for draft in drafts[item.index]
             ]

@@ -60,7 +60,7 @@ class FacilityOverview:
     docks: list[DockOverview]
     day: date  # "today" in the facility's timezone
     pallets_per_hour: list[int]  # 24 counts, local hours of `day`
-    latest_message_id: int
+    latest_feed_change: int
 
     @property
     def pallets_today(self) -> int:
@@ -115,7 +115,7 @@ async def facilities_overview(
         occurred = pallet["occurred_at"]
         if start <= occurred < end:
             hours[key][occurred.astimezone(start.tzinfo).hour] += 1
-    latest = await latest_message_id(storage, operator)
+    latest = await latest_feed_change(storage, operator)
     out = []
     for facility in facilities:
         day = bounds[facility.key][0]
@@ -176,7 +176,7 @@ class ShipmentDetail:
     facility: Facility | None
     progress: LpnProgress
     completion_message: Doc | None
-    latest_message_id: int
+    latest_feed_change: int
     linked: list[Doc] = field(default_factory=list)
     open_exceptions: list[Doc] = field(default_factory=list)  # open HIGH ones first
 
@@ -205,7 +205,7 @@ async def shipment_detail(storage: Storage, operator: Operator, shipment_id: int
     )
     linked = await storage.shipments.find({"linked_to": shipment_id}, {"history": 0}).to_list()
     facility = await find_facility(storage, shipment["business"], shipment["facility"])
-    latest = await latest_message_id(
+    latest = await latest_feed_change(
         storage, operator, business=shipment["business"], facility=shipment["facility"]
     )
     open_exceptions = await find_exceptions(
@@ -220,7 +220,7 @@ async def shipment_detail(storage: Storage, operator: Operator, shipment_id: int
         facility=facility,
         progress=view.progress,
         completion_message=completion,
-        latest_message_id=latest,
+        latest_feed_change=latest,
         linked=linked,
         open_exceptions=open_exceptions,
     )
@@ -262,7 +262,7 @@ class PalletDetail:
     deliveries: list[DeliveryView]
     shipment: Doc | None
     exceptions: list[Doc]  # the pallet's, in the order they were raised
-    latest_message_id: int
+    latest_feed_change: int
 
 
 async def _deliveries_with_attempts(storage: Storage, deliveries: list[Doc]) -> list[DeliveryView]:
@@ -325,7 +325,7 @@ async def pallet_detail(storage: Storage, operator: Operator, pallet_id: str) ->
         deliveries=await _deliveries_with_attempts(storage, deliveries),
         shipment=shipment,
         exceptions=exceptions,
-        latest_message_id=await latest_message_id(
+        latest_feed_change=await latest_feed_change(
             storage, operator, business=pallet["business"], facility=pallet["facility"]
         ),
     )
@@ -339,7 +339,7 @@ class ExceptionDetail:
     record: Doc
     facility: Facility | None
     shipment: Doc | None  # None when the shipment is gone
-    latest_message_id: int
+    latest_feed_change: int
 
 
 async def exception_detail(
@@ -354,7 +354,7 @@ async def exception_detail(
         record=record,
         facility=await find_facility(storage, record["business"], record["facility"]),
         shipment=shipment,
-        latest_message_id=await latest_message_id(
+        latest_feed_change=await latest_feed_change(
             storage, operator, business=record["business"], facility=record["facility"]
         ),
     )
@@ -411,15 +411,17 @@ async def problem_deliveries(
 # --- live updates -------------------------------------------------------------------------
 
 
-async def latest_message_id(
+async def latest_feed_change(
     storage: Storage,
     operator: Operator,
     *,
     business: str | None = None,
     facility: str | None = None,
 ) -> int:
-    """The highest push message id the operator may see (0 for none): pages poll it to know
-    when to refresh."""
+    """When the newest push message the operator may see was sent, in epoch milliseconds (0 for
+    none): pages poll it to know when to refresh. A time, not a message id: ids are per
+    business, so the highest id across businesses does not move when a business with lower
+    ids publishes."""
     query: Doc = scope_filter(operator)
     if business is not None:
         if not operator.may_see_business(business):
@@ -427,5 +429,6 @@ async def latest_message_id(
         query["business"] = business
         if facility is not None:
             query["facility"] = facility
-    doc = await storage.push_messages.find_one(query, {"_id": 1}, sort=[("_id", -1)])
-    return 0 if doc is None else int(doc["_id"])
+    doc = await storage.push_messages.find_one(query, {"sent_at": 1}, sort=[("sent_at", -1)])
+    sent = None if doc is None else doc.get("sent_at")  # a void has none
+    return 0 if sent is None else int(sent.timestamp() * 1000)

@@ -157,7 +157,9 @@ async def complete_shipment(
     if shipment.get("completed_at") is None:
         missing = await _missing_lpns(storage, shipment)
         # The SHORT exception's message comes before the completion's (a lower id).
-        ids = list(await publish.reserve_message_ids(storage, 2 if missing else 1))
+        ids = list(
+            await publish.reserve_message_ids(storage, shipment["business"], 2 if missing else 1)
+        )
         message_id = ids[-1]
         fields: Doc = {
             "completed_at": at,

@@ -9,6 +9,8 @@ from typing import Any
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from core.feed.ids import public_id
+
 # Schemes a camera- or customer-supplied URL may have to be rendered as a link.
 LINK_SCHEMES = frozenset({"http", "https"})
 # Longest supplied URL rendered as a link (longer ones are shown as text only).
@@ -100,6 +102,13 @@ def ago(raw: Any, now: datetime | None = None) -> str:
         return f"{round(seconds / 3600)} h {suffix}"
     days = round(seconds / 86400)
     return f"{days} day{'s' if days != 1 else ''} {suffix}"
+
+
+def message_ref(doc: Any) -> str:
+    """A push message as operators, who see several businesses, address it: business and id
+    (ids are per business). `doc`: a message, or anything holding its `message_id`."""
+    key = doc.get("message_id", doc.get("_id"))
+    return f"{doc.get('business', '?')} #{public_id(key)}"
 
 
 def number(value: Any) -> str:
@@ -222,6 +231,7 @@ FILTERS = {
     "iso": iso,
     "ago": ago,
     "number": number,
+    "message_ref": message_ref,
     "file_size": file_size,
     "pretty_json": pretty_json,
     "plain_value": plain_value,

@@ -369,7 +369,7 @@ async def facilities_page(request: web.Request) -> web.Response:
         charts[overview.facility.key] = formatting.hour_chart(
             overview.pallets_per_hour, local_now.hour
         )
-    latest = max((o.latest_message_id for o in overviews), default=0)
+    latest = max((o.latest_feed_change for o in overviews), default=0)
     return render(
         request,
         "facilities.html",
@@ -513,7 +513,7 @@ async def shipment_page(request: web.Request) -> web.Response:
                 {
                     "business": shipment["business"],
                     "facility": shipment["facility"],
-                    "after": detail.latest_message_id,
+                    "after": detail.latest_feed_change,
                 }
             ),
         },
@@ -611,7 +611,7 @@ async def pallet_page(request: web.Request) -> web.Response:
                 {
                     "business": detail.pallet["business"],
                     "facility": detail.pallet["facility"],
-                    "after": detail.latest_message_id,
+                    "after": detail.latest_feed_change,
                 }
             ),
         },
@@ -648,7 +648,7 @@ async def exceptions_page(request: web.Request) -> web.Response:
         triage=True,
     )
     found = await dashboard_queries.list_exceptions(services.storage, operator, wanted)
-    latest = await dashboard_queries.latest_message_id(
+    latest = await dashboard_queries.latest_feed_change(
         services.storage,
         operator,
         business=chosen.business if chosen else None,
@@ -708,7 +708,7 @@ async def exception_page(request: web.Request) -> web.Response:
                 {
                     "business": record["business"],
                     "facility": record["facility"],
-                    "after": detail.latest_message_id,
+                    "after": detail.latest_feed_change,
                 }
             ),
         },
@@ -842,7 +842,7 @@ async def events(request: web.Request) -> web.StreamResponse:
     started = last_write = loop.time()
     with contextlib.suppress(ConnectionResetError, asyncio.CancelledError):
         while not dash.stopping.is_set() and loop.time() - started < LIVE_STREAM_MAX_S:
-            latest = await dashboard_queries.latest_message_id(
+            latest = await dashboard_queries.latest_feed_change(
                 storage, operator, business=business, facility=facility
             )
             if latest > after:

@@ -14,7 +14,8 @@ from strawberry.dataloader import DataLoader
 
 from core.auth.access import Principal
 from core.errors import Unauthenticated
-from core.feed.reader import BufferBudget, FeedHub
+from core.feed.hub import FeedHub
+from core.feed.subscribers import BufferBudget
 from core.services import Services
 from core.shipments import linking
 from public_api.graphql.loaders import ReadLoaders

@@ -22,7 +22,7 @@ from core.exceptions import client as exception_client
 from core.exceptions import queries as exception_queries
 from core.exceptions import records as exception_records
 from core.exceptions.codes import Status
-from core.feed import reader
+from core.feed import ids, reader
 from core.reads import shipment_queries
 from core.settings import Settings
 from core.shipments import attachments, linking, scheduling
@@ -83,7 +83,7 @@ class PushMessage:
     @classmethod
     def from_doc(cls, doc: Doc) -> "PushMessage":
         return cls(
-            id=int(doc["_id"]),
+            id=ids.public_id(doc["_id"]),
             business_slug=doc["business"],
             facility_slug=doc.get("facility"),
             message_type=MessageType(doc["type"]),
@@ -91,10 +91,11 @@ class PushMessage:
             sent_at=doc["sent_at"],
         )
 
-    def shared_event_key(self) -> tuple[str, int, dt.datetime]:
+    def shared_event_key(self) -> tuple[str, str, int, dt.datetime]:
         """Identifies this message's content (written once, never changed): subscribers with
-        the same operation share one execution of it (`public_api.graphql.shared_events`)."""
-        return ("PushMessage", self.id, self.sent_at)
+        the same operation share one execution of it (`public_api.graphql.shared_events`). Ids
+        are per business: two businesses' messages may share one."""
+        return ("PushMessage", self.business_slug, self.id, self.sent_at)
 
 
 @strawberry.input
@@ -423,7 +424,7 @@ class Pallet:
             ],
             gs1_labels=[Gs1Label.from_doc(g) for g in doc.get("gs1_labels") or []],
             image_urls=list(doc.get("image_urls") or []),
-            message_id=doc.get("message_id"),
+            message_id=None if doc.get("message_id") is None else ids.public_id(doc["message_id"]),
             url=urls.pallet_url(settings, str(doc["_id"])),
             loaders=loaders,
             doc=doc,
@@ -672,7 +673,7 @@ class Query:
             input.after_id,
             input.first,
             allowed=principal.facilities,
-            up_to=context.hub.watermark,
+            up_to=await context.hub.watermark_of(input.business_slug),
         )
         return [PushMessage.from_doc(d) for d in docs]
 
@@ -962,7 +963,7 @@ class Subscription:
                         "graphql.subscription.frame",
                         kind=SpanKind.PRODUCER,
                         links=tracing.links([doc.get("trace")]),
-                        attributes={"dockflow.message_id": int(doc["_id"])},
+                        attributes={"dockflow.message_id": ids.public_id(doc["_id"])},
                     ).end()
                 yield PushMessage.from_doc(doc)
         finally:

@@ -51,7 +51,7 @@ from strawberry.types.unset import UnsetType
 
 from core.auth.tokens import bearer_token
 from core.errors import BadRequest, DockflowError, PayloadTooLarge, QuotaExceeded, Unauthenticated
-from core.feed.reader import FeedHub
+from core.feed.hub import FeedHub
 from core.services import Services
 from core.settings import Settings
 from core.shipments import attachments

@@ -12,6 +12,7 @@ import strawberry
 from aiohttp import web
 from strawberry.types import Info
 
+from core.feed import ids
 from core.outbox import client_endpoints, delivery_log, test_sends
 from core.outbox.deliveries import AttemptResult
 from core.storage import Doc
@@ -76,7 +77,7 @@ class WebhookDelivery:
         return cls(
             id=doc["_id"],
             endpoint_id=doc["endpoint_id"],
-            message_id=int(doc["message_id"]),
+            message_id=ids.public_id(doc["message_id"]),
             event_type=MessageType(doc["event"]),
             status=DeliveryStatus(status),
             next_attempt_at=doc.get("next_attempt_at") if status in ("PENDING", "FAILED") else None,

@@ -12,6 +12,8 @@ import pytest
 from pymongo import AsyncMongoClient, monitoring
 
 from core.errors import MessageIdsFenced, SlowConsumer, ValidationFailed
+from core.feed.hub import FeedHub
+from core.feed.ids import public_id
 from core.feed.publish import (
     VOID,
     NewMessage,
@@ -20,7 +22,7 @@ from core.feed.publish import (
     is_void,
     write_messages,
 )
-from core.feed.reader import FeedHub, feed_filter, list_messages
+from core.feed.reader import feed_filter, list_messages
 from core.settings import Settings
 from core.storage import Doc, Storage
 from tests.factories import pallet_payload
@@ -35,7 +37,7 @@ def message(facility: str = "dc1", business: str = "acme", n: int = 0) -> NewMes
 
 async def take(stream: AsyncIterator[Doc], count: int, wait_s: float = 20) -> list[int]:
     async def collect() -> list[int]:
-        return [int((await anext(stream))["_id"]) for _ in range(count)]
+        return [public_id((await anext(stream))["_id"]) for _ in range(count)]
 
     return await asyncio.wait_for(collect(), wait_s)
 
@@ -49,6 +51,10 @@ async def hub_factory(
     async def make(**overrides: Any) -> FeedHub:
         hub = FeedHub(storage, settings_factory(**overrides))
         await hub.start()
+        # Followed from the start, as a running server follows the businesses its clients
+        # read: a subscriber's start is then the hub's, not the moment it first met them.
+        for business in ("acme", "globex"):
+            await hub.line(business)
         hubs.append(hub)
         return hub
 
@@ -64,8 +70,8 @@ async def test_list_messages_pages_by_id_with_facility_filter(storage: Storage):
     everything = await list_messages(storage, "acme", None, SINCE)
     dc1 = await list_messages(storage, "acme", "dc1", SINCE, after_id=1, first=1)
 
-    assert [m["_id"] for m in everything] == [1, 2, 3, 4]
-    assert [m["_id"] for m in dc1] == [2]
+    assert [public_id(m["_id"]) for m in everything] == [1, 2, 3, 4]
+    assert [public_id(m["_id"]) for m in dc1] == [2]
     assert await list_messages(storage, "acme", None, SINCE, up_to=2) == everything[:2]
     later = datetime.now(UTC) + timedelta(hours=1)
     assert await list_messages(storage, "acme", None, later) == []
@@ -79,9 +85,9 @@ async def test_list_messages_pages_past_ten_with_since_after_id_and_watermark(st
     rest = await list_messages(storage, "acme", None, SINCE, after_id=18, up_to=20)
     capped = await list_messages(storage, "acme", None, SINCE, up_to=12)
 
-    assert [m["_id"] for m in page] == [9, 10, 11, 12, 13]
-    assert [m["_id"] for m in rest] == [19, 20]
-    assert [m["_id"] for m in capped] == list(range(1, 13))
+    assert [public_id(m["_id"]) for m in page] == [9, 10, 11, 12, 13]
+    assert [public_id(m["_id"]) for m in rest] == [19, 20]
+    assert [public_id(m["_id"]) for m in capped] == list(range(1, 13))
 
 
 async def test_list_messages_refuses_a_since_without_offset_and_a_huge_page(storage: Storage):
@@ -105,13 +111,13 @@ async def test_a_message_committed_after_a_higher_id_is_released_first(
 
     await write_messages(storage, high)  # id 2 commits while id 1 is in flight
     await hub.poll()
-    held_back = hub.watermark
+    held_back = await hub.watermark_of("acme")
     await write_messages(storage, low)
     first = await asyncio.wait_for(first_task, 10)
     rest = await take(stream, 1)
 
     assert held_back == 0
-    assert [int(first["_id"]), *rest] == [1, 2]
+    assert [public_id(first["_id"]), *rest] == [1, 2]
     await stream.aclose()
 
 
@@ -124,17 +130,19 @@ async def test_a_crashed_writers_id_is_fenced_after_the_grace_and_the_feed_moves
     crashed = await build_messages(storage, [message(n=1)])  # reserved, never written
     await append_messages(storage, [message(n=2)])
 
-    after_grace = int((await asyncio.wait_for(pending, 10))["_id"])
+    after_grace = public_id((await asyncio.wait_for(pending, 10))["_id"])
     await append_messages(storage, [message(n=3)])
     after = await take(stream, 1)
-    paged = await list_messages(storage, "acme", None, SINCE, up_to=hub.watermark)
+    paged = await list_messages(
+        storage, "acme", None, SINCE, up_to=(await hub.watermark_of("acme"))
+    )
     void = await storage.push_messages.find_one({"_id": crashed.ids[0]})
     with pytest.raises(MessageIdsFenced) as fenced:
         await write_messages(storage, crashed)  # the writer was not dead after all
 
     assert after_grace == 2
     assert after == [3]
-    assert [m["_id"] for m in paged] == [2, 3]
+    assert [public_id(m["_id"]) for m in paged] == [2, 3]
     assert void is not None
     assert is_void(void)
     assert hub.fenced_total == 1
@@ -151,7 +159,7 @@ async def test_a_writer_that_outlives_the_grace_is_delivered_in_order_under_a_fr
     stalled = await build_messages(storage, [message(n=1)])
     built_at = stalled.messages[0]["sent_at"]
     await append_messages(storage, [message(n=2)])
-    first = int((await asyncio.wait_for(pending, 10))["_id"])  # 1 was fenced meanwhile
+    first = public_id((await asyncio.wait_for(pending, 10))["_id"])  # 1 was fenced meanwhile
     told: list[dict[int, int]] = []
 
     async def note(renumbered: dict[int, int]) -> None:
@@ -160,14 +168,20 @@ async def test_a_writer_that_outlives_the_grace_is_delivered_in_order_under_a_fr
     await write_messages(storage, stalled, on_renumber=note)
     await append_messages(storage, [message(n=4)])
     rest = await take(stream, 2)
-    paged = await list_messages(storage, "acme", None, SINCE, up_to=hub.watermark)
+    paged = await list_messages(
+        storage, "acme", None, SINCE, up_to=(await hub.watermark_of("acme"))
+    )
 
     assert first == 2
-    assert told == [{1: 3}]
-    assert stalled.ids == [3]
+    assert [{public_id(o): public_id(n) for o, n in t.items()} for t in told] == [{1: 3}]
+    assert [public_id(i) for i in stalled.ids] == [3]
     assert stalled.messages[0]["sent_at"] > built_at  # sent when it commits: `since` finds it
     assert rest == [3, 4]
-    assert [(m["_id"], m["message"]["sequence"]) for m in paged] == [(2, "2"), (3, "1"), (4, "4")]
+    assert [(public_id(m["_id"]), m["message"]["sequence"]) for m in paged] == [
+        (2, "2"),
+        (3, "1"),
+        (4, "4"),
+    ]
     await stream.aclose()
 
 
@@ -180,12 +194,12 @@ async def test_two_hubs_fence_a_gap_once_and_release_the_same_ids(
     await build_messages(storage, [message(n=1)])  # reserved, never written
     await append_messages(storage, [message(n=2)])
 
-    released = [int((await asyncio.wait_for(p, 10))["_id"]) for p in pending]
+    released = [public_id((await asyncio.wait_for(p, 10))["_id"]) for p in pending]
     voids = await storage.push_messages.count_documents({VOID: True})
 
     assert released == [2, 2]
     assert voids == 1
-    assert all(hub.watermark == 2 for hub in hubs)
+    assert [await hub.watermark_of("acme") for hub in hubs] == [2, 2]
     for stream in streams:
         await stream.aclose()
 
@@ -232,7 +246,7 @@ async def test_messages_from_before_the_start_are_not_sent_to_new_subscribers(
     await asyncio.sleep(0.2)
     await append_messages(storage, [message(n=9)])
 
-    assert int((await asyncio.wait_for(pending, 10))["_id"]) == 4
+    assert public_id((await asyncio.wait_for(pending, 10))["_id"]) == 4
     await stream.aclose()
 
 
@@ -293,7 +307,7 @@ async def test_each_subscriber_gets_its_businesss_and_facilities_messages_once(
         storage,
         [message("dc1"), message("dc2"), message("dc3"), message("hub", business="globex")],
     )
-    dc1, dc2, dc3, globex = written.ids
+    dc1, dc2, dc3, globex = [public_id(key) for key in written.ids]
 
     # Then each got exactly its own, in id order, and nothing twice
     firsts = {name: await asyncio.wait_for(task, 10) for name, task in pending.items()}

@@ -16,7 +16,8 @@ from pydantic import ValidationError
 from core import retention
 from core.auth.access import Principal
 from core.feed import publish
-from core.feed.reader import FeedHub
+from core.feed.hub import FeedHub
+from core.feed.ids import public_id
 from core.pallets.ingest import record_pallets
 from core.settings import Settings
 from core.shipments import attachments, completion
@@ -38,7 +39,7 @@ async def messages_sent(storage: Storage, at: datetime, count: int) -> list[int]
     ]
     written = await publish.build_messages(storage, new, sent_at=at)
     await publish.write_messages(storage, written)
-    return written.ids
+    return [public_id(key) for key in written.ids]  # the ids the business sees
 
 
 async def test_a_sweep_deletes_what_is_past_retention_and_keeps_the_rest(
@@ -70,7 +71,7 @@ async def test_a_sweep_deletes_what_is_past_retention_and_keeps_the_rest(
         "webhook_deliveries": 1,
         "delivery_attempts": 1,
     }
-    kept = sorted([int(d["_id"]) async for d in storage.push_messages.find({}, {"_id": 1})])
+    kept = sorted([public_id(d["_id"]) async for d in storage.push_messages.find({}, {"_id": 1})])
     assert kept == recent_ids  # the old void went too
     assert [d["_id"] async for d in storage.readings.find()] == ["cam:new"]
     assert sorted([d["_id"] async for d in storage.webhook_deliveries.find()]) == [
@@ -78,7 +79,7 @@ async def test_a_sweep_deletes_what_is_past_retention_and_keeps_the_rest(
         "dlv_new",
     ]
     assert [d["_id"] async for d in storage.delivery_attempts.find()] == ["att_new"]
-    mark = await retention.feed_mark(storage)
+    mark = await retention.feed_mark(storage, "acme")
     assert mark is not None
     assert mark.through_id == old_ids[-1]
     assert await retention.sweep(storage, settings, NOW) == {
@@ -99,7 +100,7 @@ async def test_zero_days_keeps_forever(storage: Storage, settings_factory: Calla
     assert "push_messages" not in deleted
     assert "readings" not in deleted
     assert await storage.push_messages.count_documents({}) == 2
-    assert await retention.feed_mark(storage) is None
+    assert await retention.feed_mark(storage, "acme") is None
 
 
 async def test_reading_the_feed_from_before_what_is_kept_is_refused_with_where_it_begins(
@@ -158,7 +159,7 @@ async def test_the_sweeper_runs_by_itself(
                 break
             await asyncio.sleep(0.1)
 
-    assert [int(d["_id"]) async for d in storage.push_messages.find()] == kept
+    assert [public_id(d["_id"]) async for d in storage.push_messages.find()] == kept
 
 
 async def test_completed_shipments_past_retention_go_with_everything_of_theirs(
@@ -215,10 +216,10 @@ async def test_a_feed_swept_empty_starts_after_the_swept_ids_when_the_api_restar
         hub.nudge()
         # Released at once: the swept ids below it are not waited for as gaps, nor fenced.
         for _ in range(100):
-            if hub.watermark >= new:
+            if await hub.watermark_of("acme") >= new:
                 break
             await asyncio.sleep(0.05)
-        assert hub.watermark == new > swept[-1]
+        assert await hub.watermark_of("acme") == new > swept[-1]
         assert await storage.push_messages.count_documents({publish.VOID: True}) == 0
     finally:
         await hub.stop()

@@ -351,8 +351,11 @@ async def test_a_status_change_refreshes_open_pages_live(
 
     assert await asyncio.wait_for(next_event(), 30) == "event: refresh"
     data = (await stream.content.readline()).decode().strip()
-    assert data == f"data: {changed['history'][-1]['message_id']}"
     stream.close()
+    key = changed["history"][-1]["message_id"]
+    message = await services.storage.push_messages.find_one({"_id": key})
+    assert message is not None
+    assert data == f"data: {int(message['sent_at'].timestamp() * 1000)}"  # when it was sent
 
 
 async def raise_by_form(

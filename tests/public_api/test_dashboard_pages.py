@@ -12,6 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from core.auth.crypto import SecretBox
+from core.feed.ids import public_id
 from core.outbox.webhook_endpoints import create_endpoint
 from core.reads import dashboard_queries
 from core.reads.shipment_queries import ShipmentFilter
@@ -183,8 +184,12 @@ async def test_live_events_announce_a_new_pallet(
 
     assert await asyncio.wait_for(next_event(), 30) == "event: refresh"
     data = (await stream.content.readline()).decode().strip()
-    assert data == f"data: {ack.message_id}"
     stream.close()
+    # The refresh mark is when the newest message was sent (ids are per business: the highest
+    # across businesses would not move when another business publishes).
+    message = await services.storage.push_messages.find_one({"_id": int(ack.message_id)})
+    assert message is not None
+    assert data == f"data: {int(message['sent_at'].timestamp() * 1000)}"
 
 
 @pytest.fixture
@@ -248,6 +253,10 @@ async def test_dead_deliveries_are_listed_and_can_be_resent_and_recovered(
     page = await (await api.get("/dashboard/deliveries")).text()
     assert ours["_id"] in page
     assert theirs["_id"] not in page
+    # Ids are per business: both published the same id; operators see it with its business.
+    assert public_id(ours["message_id"]) == public_id(theirs["message_id"])
+    assert ours["message_id"] != theirs["message_id"]
+    assert f"acme #{public_id(ours['message_id'])}" in page
     assert "HTTP 503" in page
     pallet_page = await (await api.get(f"/dashboard/pallets/{ack.pallet_id}")).text()
     assert "HTTP 503" in pallet_page

@@ -15,6 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from core.exceptions import records
+from core.feed.ids import sequence_name
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -381,7 +382,7 @@ async def test_refused_and_racing_changes_leave_no_message_id_for_the_feed_to_wa
 
     answers = await asyncio.gather(*(acknowledge() for _ in range(20)))
     _, _ = await gql(api, RESOLVE, {"id": created["id"], "note": "Done."}, token=tenant.token)
-    sequence = await storage.counters.find_one({"_id": "push_messages"})
+    sequence = await storage.counters.find_one({"_id": sequence_name(tenant.business)})
     refused = [
         await gql(api, RESOLVE, {"id": created["id"], "note": "Again."}, token=tenant.token)
         for _ in range(5)
@@ -390,7 +391,7 @@ async def test_refused_and_racing_changes_leave_no_message_id_for_the_feed_to_wa
     assert sum("errors" not in a for a in answers) == 1
     assert {error_code(a) for a in answers if "errors" in a} == {("BAD_USER_INPUT", "CONFLICT")}
     assert {error_code(body) for _, body in refused} == {("BAD_USER_INPUT", "CONFLICT")}
-    assert await storage.counters.find_one({"_id": "push_messages"}) == sequence
+    assert await storage.counters.find_one({"_id": sequence_name(tenant.business)}) == sequence
     # Every id handed out holds its message or a void, now: no reader waits for any of them.
     assert sequence is not None
     held = await storage.push_messages.count_documents({"_id": {"$lte": sequence["value"]}})

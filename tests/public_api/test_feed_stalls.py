@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient
 
 from core.auth.crypto import SecretBox
 from core.feed import publish
+from core.feed.ids import public_id
 from core.outbox.webhook_endpoints import create_endpoint
 from core.pallets.ingest import plan_batch
 from core.settings import Settings
@@ -87,7 +88,7 @@ async def test_a_writer_stalled_for_a_minute_is_delivered_in_order_exactly_once(
         paged += await page_after(api, tenant.token, paged[-1]["id"] if paged else 0)
         await asyncio.sleep(PAGE_EVERY_S)
     await writer
-    last = (await produce(storage)).ids[0]
+    last = (await produce(storage)).shown_ids[0]
     while not paged or paged[-1]["id"] < last:
         paged += await page_after(api, tenant.token, paged[-1]["id"] if paged else 0)
         await asyncio.sleep(0.2)
@@ -105,13 +106,12 @@ async def test_a_writer_stalled_for_a_minute_is_delivered_in_order_exactly_once(
     message_id = stored["message_id"]
     committed = await storage.push_messages.find({"business": "acme"}).sort("_id").to_list()
     paged_ids = [m["id"] for m in paged]
-    assert paged_ids == [int(m["_id"]) for m in committed]  # every message, in order, once
+    assert paged_ids == [public_id(m["_id"]) for m in committed]  # every message, in order, once
     assert [m["id"] for m in live] == paged_ids
     assert message_id > reserved
     assert [m["message"]["servicePalletId"] for m in paged].count(pallet_id) == 1
-    assert next(m for m in paged if m["id"] == message_id)["message"]["servicePalletId"] == (
-        pallet_id
-    )
+    shown = public_id(message_id)
+    assert next(m for m in paged if m["id"] == shown)["message"]["servicePalletId"] == pallet_id
     # the reserved id holds a void, its delivery went with it, the fresh id has one
     fenced = await storage.push_messages.find_one({"_id": reserved})
     assert fenced is not None

@@ -229,3 +229,17 @@ async def test_consume_refuses_a_state_file_it_cannot_write(
     [line] = err.decode().splitlines()
     assert line.startswith(f"dockflow consume: cannot write the state file {state}: ")
     assert out == b"", "nothing is consumed that could not be remembered"
+
+
+async def test_consume_refuses_a_state_file_of_another_business(
+    api: TestClient[Any, Any], consume: Any, tmp_path: Path
+):
+    # Message ids are per business: globex's place would skip or repeat acme's messages.
+    state = tmp_path / "consumer.json"
+    state.write_text(json.dumps({"business": "globex", "lastId": 7, "lastSentAt": None}))
+
+    process = await consume(api.port, "--state", str(state))
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+
+    assert process.returncode == 1
+    assert "keeps the place of business 'globex', not 'acme'" in err.decode()

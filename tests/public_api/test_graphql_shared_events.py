@@ -67,12 +67,12 @@ async def test_identical_subscriptions_execute_each_message_once(
 
     # When three messages are written
     written = await produce(storage, count=3)
-    received = [[await ws.next_data("s") for _ in written.ids] for ws in sessions]
+    received = [[await ws.next_data("s") for _ in written.shown_ids] for ws in sessions]
     for ws in sessions:
         await ws.close()
 
     # Then every subscriber got the same three payloads, each executed once for all of them
-    assert [p["data"]["pushMessage"]["id"] for p in received[0]] == written.ids
+    assert [p["data"]["pushMessage"]["id"] for p in received[0]] == written.shown_ids
     assert received[0][0]["data"]["pushMessage"]["message"] == written.messages[0]["message"]
     assert all(payloads == received[0] for payloads in received)
     assert counters.executions - executions == 3
@@ -108,15 +108,19 @@ async def test_each_distinct_operation_is_executed_once_with_its_own_result(
     # Then each operation got its own result, and each message was executed once per operation
     message = dc1.messages[0]["message"]
     assert [p[0] for p in full_payloads] == [
-        {"data": {"pushMessage": {"id": dc1.ids[0], "facilitySlug": "dc1", "message": message}}}
+        {
+            "data": {
+                "pushMessage": {"id": dc1.shown_ids[0], "facilitySlug": "dc1", "message": message}
+            }
+        }
     ] * 2
     assert [p[0] for p in bare_payloads] == [
-        {"data": {"pushMessage": {"id": dc1.ids[0], "facilitySlug": "dc1"}}}
+        {"data": {"pushMessage": {"id": dc1.shown_ids[0], "facilitySlug": "dc1"}}}
     ] * 2
     assert full_payloads[0] == full_payloads[1]
     assert bare_payloads[0] == bare_payloads[1]
-    assert bare_payloads[0][1]["data"]["pushMessage"]["id"] == dc2.ids[0]
-    assert elsewhere_payload["data"]["pushMessage"]["id"] == dc2.ids[0]
+    assert bare_payloads[0][1]["data"]["pushMessage"]["id"] == dc2.shown_ids[0]
+    assert elsewhere_payload["data"]["pushMessage"]["id"] == dc2.shown_ids[0]
     # dc1: with and without the message; dc2: those two, and the facility operation's
     assert counters.executions - executions == 5
 
@@ -131,14 +135,14 @@ async def test_a_resuming_subscriber_gets_the_same_payloads_as_live_ones(
     )
     await subscribed(api, 1)
     later = await produce(storage, count=2)
-    live_payloads = [await live.next_data("s") for _ in later.ids]
+    live_payloads = [await live.next_data("s") for _ in later.shown_ids]
 
     # When another subscriber resumes after the first earlier message (legacy protocol)
     resumed = await open_subscriber(
         api,
         tenant.token,
         LEGACY_WS,
-        {"filter": {"businessSlug": "acme", "afterId": earlier.ids[0]}},
+        {"filter": {"businessSlug": "acme", "afterId": earlier.shown_ids[0]}},
     )
     resumed_payloads = [await resumed.next_data("s") for _ in range(3)]
     await live.close()
@@ -146,8 +150,8 @@ async def test_a_resuming_subscriber_gets_the_same_payloads_as_live_ones(
 
     # Then it gets the rest in id order, the live part identical to what the live one got
     assert [p["data"]["pushMessage"]["id"] for p in resumed_payloads] == [
-        earlier.ids[1],
-        *later.ids,
+        earlier.shown_ids[1],
+        *later.shown_ids,
     ]
     assert resumed_payloads[1:] == live_payloads
 

@@ -22,6 +22,7 @@ from jwt.algorithms import RSAAlgorithm
 
 from core.errors import DockflowError, SlowConsumer
 from core.feed import reader
+from core.feed.hub import FeedHub
 from core.feed.publish import NewMessage, append_messages
 from core.services import Services
 from core.settings import Settings
@@ -528,11 +529,11 @@ async def test_a_subscriber_is_ended_by_bytes_behind_not_only_by_messages(
         feed_subscriber_buffer=10_000, feed_subscriber_buffer_bytes=64 * 1024
     )
     await make_tenant(services)
-    hub = reader.FeedHub(storage, settings)
+    hub = FeedHub(storage, settings)
     await hub.start()
     failures: list[DockflowError] = []
     try:
-        hub.add(reader.feed_filter("acme", None), failures.append)
+        await hub.add(reader.feed_filter("acme", None), failures.append)
         big = pallet_payload(note="x" * 8000)
         await append_messages(
             storage,

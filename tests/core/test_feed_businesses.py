@@ -1,0 +1,179 @@
+"""A feed per business: each its own ids, watermark and fencing; the upgrade from one global
+sequence keeps every consumer's place; processes of the earlier layout are refused."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+
+import pytest
+from pymongo.errors import OperationFailure
+
+from core.errors import FeedSchemaTooNew, MessageIdsExhausted
+from core.feed import ids
+from core.feed.hub import FeedHub
+from core.feed.ids import public_id
+from core.feed.publish import (
+    NewMessage,
+    append_messages,
+    build_messages,
+    reserve_message_ids,
+    write_messages,
+)
+from core.feed.reader import feed_filter, list_messages
+from core.settings import Settings
+from core.storage import Doc, Storage
+from tests.factories import pallet_payload
+
+SINCE = datetime(2020, 1, 1, tzinfo=UTC)
+
+
+def message(business: str, n: int) -> NewMessage:
+    payload = pallet_payload(business, "dc1", n, sequence=str(n))
+    return NewMessage(business, "dc1", "PALLET_EVENT", payload, shipment_id=1)
+
+
+async def take(stream: AsyncIterator[Doc], count: int) -> list[int]:
+    """The next `count` ids (bounded, so a broken feed fails instead of hanging)."""
+
+    async def collect() -> list[int]:
+        return [public_id((await anext(stream))["_id"]) for _ in range(count)]
+
+    return await asyncio.wait_for(collect(), 20)
+
+
+async def paged(storage: Storage, hub: FeedHub, business: str, after: int | None) -> list[int]:
+    up_to = await hub.watermark_of(business)
+    found = await list_messages(storage, business, None, SINCE, after, up_to=up_to)
+    return [public_id(m["_id"]) for m in found]
+
+
+@pytest.fixture
+async def hub(
+    storage: Storage, settings_factory: Callable[..., Settings]
+) -> AsyncIterator[FeedHub]:
+    # A grace far longer than the test: a stalled id is only ever filled by its writer here.
+    feed = FeedHub(storage, settings_factory(feed_poll_interval_s=0.05, feed_gap_grace_s=600))
+    await feed.start()
+    for business in ("acme", "globex"):
+        await feed.line(business)
+    yield feed
+    await feed.stop()
+
+
+async def test_a_stalled_writer_of_one_business_holds_back_no_other_business(
+    storage: Storage, hub: FeedHub
+):
+    acme_live = hub.subscribe(feed_filter("acme", None))
+    globex_live = hub.subscribe(feed_filter("globex", None))
+    acme_next = asyncio.ensure_future(anext(acme_live))
+    globex_first = asyncio.ensure_future(take(globex_live, 2))
+    while hub.subscriber_count < 2:
+        await asyncio.sleep(0.01)
+
+    # acme's writer reserves id 1 and stalls before its commit; acme's id 2 commits meanwhile.
+    stalled = await build_messages(storage, [message("acme", 1)])
+    await append_messages(storage, [message("acme", 2)])
+    # globex writes two messages: the same ids as acme's, its own sequence.
+    written = await append_messages(storage, [message("globex", 1), message("globex", 2)])
+
+    # globex's subscriber and pager have them while acme's writer is still stalled.
+    assert await globex_first == [1, 2]
+    assert await paged(storage, hub, "globex", None) == [1, 2]
+    assert await paged(storage, hub, "globex", 1) == [2]
+    assert not acme_next.done()  # acme's 2 waits for its 1
+    assert await paged(storage, hub, "acme", None) == []
+    assert await hub.watermark_of("acme") == 0
+    assert [public_id(k) for k in stalled.ids + written.ids] == [1, 1, 2]
+    assert len({*stalled.ids, *written.ids}) == 3  # stored under distinct keys
+
+    # The stalled writer commits: acme's arrive in order, nothing skipped.
+    await write_messages(storage, stalled)
+    first = await asyncio.wait_for(acme_next, 20)
+    assert [public_id(first["_id"]), *await take(acme_live, 1)] == [1, 2]
+    assert await paged(storage, hub, "acme", None) == [1, 2]
+    await acme_live.aclose()
+    await globex_live.aclose()
+
+
+async def old_layout(storage: Storage, by_id: dict[int, str]) -> None:
+    """The database as the earlier release left it: messages of every business numbered by one
+    global sequence, stored under their id, and that sequence's counter."""
+    for message_id, business in sorted(by_id.items()):
+        written = await build_messages(storage, [message(business, message_id)], ids=[message_id])
+        await write_messages(storage, written)
+    await storage.counters.insert_one({"_id": "push_messages", "value": max(by_id)})
+
+
+async def test_the_upgrade_keeps_every_consumers_place(
+    storage: Storage, settings_factory: Callable[..., Settings]
+):
+    await old_layout(storage, {1: "acme", 2: "globex", 3: "acme", 4: "acme", 5: "globex"})
+    # Each consumer had stored the last id it read: acme's 3, globex's 2.
+    hub = FeedHub(storage, settings_factory(feed_poll_interval_s=0.05, feed_gap_grace_s=600))
+    await hub.start()
+    try:
+        acme_live = hub.subscribe(feed_filter("acme", None), after_id=3)
+        acme_old = await take(acme_live, 1)
+        new = await append_messages(storage, [message("acme", 6), message("globex", 6)])
+        acme_new = await take(acme_live, 1)
+        globex_pages = await paged(storage, hub, "globex", 2)
+        globex_next = await paged(storage, hub, "globex", globex_pages[-1])
+        await acme_live.aclose()
+    finally:
+        await hub.stop()
+
+    # acme: 4 (from before), then its first new id, above every id it had; nothing repeated.
+    assert acme_old == [4]
+    assert acme_new == [6]
+    # globex: 5 from before and 6 after, the same new id as acme's (each its own sequence).
+    assert globex_pages == [5, 6]
+    assert globex_next == []
+    assert [public_id(k) for k in new.ids] == [6, 6]
+    marker = await storage.counters.find_one({"_id": ids.MARKER})
+    assert marker is not None
+    assert marker["layout"] == ids.LAYOUT
+    assert marker["ids_from"] == 5
+
+
+async def test_a_process_of_the_earlier_layout_cannot_reserve_ids_after_the_upgrade(
+    storage: Storage,
+):
+    await old_layout(storage, {1: "acme"})
+    await ids.ready(storage)
+
+    # What an earlier release does to reserve a message id: MongoDB refuses `$inc` on the
+    # marker's text; the embedded server matches nothing, which that release reports too.
+    with pytest.raises((OperationFailure, RuntimeError)):
+        await storage.next_ids("push_messages", 1)
+    marker = await storage.counters.find_one({"_id": ids.MARKER})
+    assert marker is not None
+    assert marker["value"] == ids.MOVED
+    assert [public_id(k) for k in await reserve_message_ids(storage, "acme", 1)] == [2]
+
+
+async def test_a_layout_from_a_later_release_is_refused_at_start(
+    storage: Storage, settings: Settings
+):
+    await storage.counters.insert_one({"_id": ids.MARKER, "value": "later", "layout": 3})
+    hub = FeedHub(storage, settings)
+    with pytest.raises(FeedSchemaTooNew) as refused:
+        await hub.start()
+    assert "layout 3" in refused.value.detail
+
+
+async def test_a_business_near_the_graphql_int_bound_is_refused_clearly(storage: Storage):
+    await reserve_message_ids(storage, "acme", 1)
+    await storage.counters.update_one(
+        {"_id": ids.sequence_name("acme")}, {"$set": {"value": ids.MAX_ID - 1}}
+    )
+
+    [last] = await reserve_message_ids(storage, "acme", 1)
+    with pytest.raises(MessageIdsExhausted) as refused:
+        await reserve_message_ids(storage, "acme", 1)
+
+    assert public_id(last) == ids.MAX_ID < 2**31 - 1
+    assert "'acme'" in refused.value.detail
+    # Another business is not affected.
+    assert [public_id(k) for k in await reserve_message_ids(storage, "globex", 1)] == [1]
