@@ -50,7 +50,7 @@ from core.intake.contract import (
     ResponseShipment,
     effective_strategy,
 )
-from core.shipments.eligibility import ELIGIBLE, is_eligible
+from core.shipments.eligibility import ELIGIBLE, is_eligible, shipment_key
 from core.shipments.lifecycle import ORDER_STATUS_NEW, new_shipment
 from core.storage import Doc, Session, Storage, together
 from core.tenancy import tenants
@@ -95,10 +95,6 @@ class IntakeResult:
     def created(self) -> bool:
         """True when anything was created (the REST status is 201 then, else 200)."""
         return bool(self.response.created)
-
-
-def shipment_key(business: str, facility: str, direction: str, number: str) -> str:
-    return f"shipment:{business}/{facility}/{direction}/{number}"
 
 
 def order_key(business: str, facility: str, direction: str, number: str) -> str:

@@ -54,15 +54,22 @@ import bson.errors
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
-from core import metrics, urls
+from core import camera_input, metrics, urls
 from core.errors import DockflowError, Unavailable, ValidationFailed
 from core.exceptions import records, rules
 from core.feed import publish
-from core.pallets import camera_input, gs1_labels
+from core.pallets import gs1_labels
 from core.settings import Settings
 from core.shipments import completion, directions, lifecycle
 from core.shipments.dock_events import rejection, resolve_dock
-from core.storage import Doc, Session, Storage, database_unavailable, together
+from core.storage import (
+    Doc,
+    Session,
+    Storage,
+    database_unavailable,
+    insert_ignoring_duplicates,
+    together,
+)
 from core.tenancy.tenants import Camera, Facility, find_facility
 
 log = logging.getLogger(__name__)
@@ -320,17 +327,17 @@ class BatchPlan:
                     {"$set": {"status": lifecycle.ORDER_STATUS_STARTED}},
                     session=session,
                 )
-            await publish.insert_ignoring_duplicates(storage, "pallets", self.pallets, session)
+            await insert_ignoring_duplicates(storage, "pallets", self.pallets, session)
 
         async def deliveries() -> None:
             # After the pallets, which hold the exceptions (a repair stores them from there).
             await self.resolve(storage, session)
             await together(
                 session,
-                publish.insert_ignoring_duplicates(
+                insert_ignoring_duplicates(
                     storage, "webhook_deliveries", self.messages.deliveries, session
                 ),
-                publish.insert_ignoring_duplicates(storage, "exceptions", self.exceptions, session),
+                insert_ignoring_duplicates(storage, "exceptions", self.exceptions, session),
             )
 
         async def messages() -> None:
@@ -343,7 +350,7 @@ class BatchPlan:
             )
 
         async def claims() -> None:
-            await publish.insert_ignoring_duplicates(storage, "readings", self.claims, session)
+            await insert_ignoring_duplicates(storage, "readings", self.claims, session)
 
         return [pallets, deliveries, messages, claims]
 

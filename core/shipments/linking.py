@@ -28,7 +28,7 @@ from pymongo import ReturnDocument
 from core import locks
 from core.auth.access import Principal, check_access, check_operator_scope
 from core.errors import Conflict, NotFound, ValidationFailed
-from core.intake.documents import shipment_key
+from core.shipments.eligibility import shipment_key
 from core.storage import Doc, Session, Storage, storable_int
 from core.tenancy.tenants import Operator
 
