@@ -1,6 +1,6 @@
 """The database: one object owning the client, the collections, indexes and id sequences.
 
-Only the portable subset of MongoDB is used (DESIGN.md section 2): no ``$push`` of sub-documents,
+Only the portable subset of MongoDB is used (docs/decisions.md, D2): no ``$push`` of sub-documents,
 no ``arrayFilters``, no ``$lookup``, no ``$setOnInsert``, no partial indexes. Child records (order
 items, pallets, messages, deliveries) are their own documents; creation is insert + unique index +
 ``DuplicateKeyError``; joins happen in Python. ``tests/core/test_storage_conformance.py`` runs

@@ -1,5 +1,5 @@
 """Document intake: find or create the shipment and orders a document names, then apply each
-order's item strategy (OVERWRITE, APPEND, MERGE, DELETE). DESIGN.md section 5 is the contract.
+order's item strategy (OVERWRITE, APPEND, MERGE, DELETE). docs/decisions.md, D5, is the contract.
 
 A document is applied in two phases under locks on its order and shipment keys, taken inside its
 transaction (`locks.claim`: a killed process holds none):

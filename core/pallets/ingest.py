@@ -1,4 +1,4 @@
-"""Pallet readings from dock cameras: validation, matching, pallet messages (DESIGN.md 7).
+"""Pallet readings from cameras: validation, matching, pallet messages (docs/decisions.md, D7).
 
 `record_pallets` takes a batch of readings (from one or many cameras and streams) and answers
 one `ReadingResult` per reading, in order. A result is returned only once the pallet, its push

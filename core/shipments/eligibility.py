@@ -1,4 +1,4 @@
-"""Shipment eligibility for document matching (DESIGN.md section 5).
+"""Shipment eligibility for document matching (docs/decisions.md, D5).
 
 A shipment is *eligible* while it has not arrived and is not linked to another shipment. The two
 conditions are written elsewhere: arrival by `core.shipments.lifecycle.mark_arrived` (its first

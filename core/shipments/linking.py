@@ -1,7 +1,7 @@
 """Linking a shipment to another: an operator (CLI, dashboard) or a customer (GraphQL
 `updateShipment`) says a shipment belongs with another one. A linked shipment is no longer
 eligible for document matching (`core.shipments.eligibility`): the next document for one of its
-orders creates a new order on a new shipment (DESIGN.md section 5).
+orders creates a new order on a new shipment (docs/decisions.md, D5).
 
 Rules, the same for every caller:
 
