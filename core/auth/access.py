@@ -44,9 +44,6 @@ class Principal:
     # Issued by the configured external identity provider (no client stored here).
     external: bool = False
 
-    def may_see_facility(self, facility: str) -> bool:
-        return client_may_see(self, self.business, facility)
-
 
 @dataclass(frozen=True)
 class Scope:
