@@ -1,6 +1,7 @@
 # dockflow: `make run` starts the service with the embedded MongoDB and a demo tenant;
-# `make test` runs ruff, mypy and the whole test suite twice, once per embedded engine (lane):
-# nx-27017 (the default) and SecantusDB (secantusd-py, a dev dependency, started by the suite).
+# `make test` runs ruff, mypy, the layering check (lint-imports) and the whole test suite twice,
+# once per embedded engine (lane): nx-27017 (the default) and SecantusDB (secantusd-py, a dev
+# dependency, started by the suite).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -40,6 +41,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy core edge public_api webhooks dockflow bench tests
+	$(BIN)/lint-imports --no-logo
 
 # Debian's Chromium for the dashboard's browser tests; without it (no root, no network) those
 # tests skip and say why.

@@ -142,7 +142,7 @@ class Settings(BaseSettings):
     ingest_batch_max: int = Field(256, ge=1)
 
     # Camera ingest: what one reading or dock event may carry. A reading over a limit is
-    # REJECTED with the reason and its stream goes on (core/pallets/camera_input.py).
+    # REJECTED with the reason and its stream goes on (core/camera_input.py).
     # Labels per reading.
     ingest_max_labels: int = Field(200, ge=1)
     # Readings and dock events older than this are refused: a camera clock that was reset (to

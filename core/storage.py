@@ -1,6 +1,6 @@
 """The database: one object owning the client, the collections, indexes and id sequences.
 
-Only the portable subset of MongoDB is used (DESIGN.md section 2): no ``$push`` of sub-documents,
+Only the portable subset of MongoDB is used (docs/decisions.md, D2): no ``$push`` of sub-documents,
 no ``arrayFilters``, no ``$lookup``, no ``$setOnInsert``, no partial indexes. Child records (order
 items, pallets, messages, deliveries) are their own documents; creation is insert + unique index +
 ``DuplicateKeyError``; joins happen in Python. ``tests/core/test_storage_conformance.py`` runs
@@ -486,3 +486,33 @@ class Storage:
 
     async def close(self) -> None:
         await self.client.close()
+
+
+async def insert_ignoring_duplicates(
+    storage: Storage, collection: str, docs: list[Doc], session: Session = None
+) -> int:
+    """Insert `docs`; documents whose id already exists are kept as they are. Returns how many
+    were new. The building block of every idempotent rewrite after a crash.
+
+    In a transaction (`session`) a duplicate aborts it instead (the server allows no error in
+    one): `Storage.in_transaction` then runs the work again on reads that show the document."""
+    if not docs:
+        return 0
+    if session is not None:
+        await storage[collection].insert_many(docs, session=session)
+        return len(docs)
+    return len(docs) - len(await insert_new(storage, collection, docs))
+
+
+async def insert_new(storage: Storage, collection: str, docs: list[Doc]) -> list[Any]:
+    """Insert `docs`, keeping those whose id exists already; returns the ids of those."""
+    if not docs:
+        return []
+    try:
+        await storage[collection].insert_many(docs, ordered=False)
+    except BulkWriteError as exc:
+        errors = exc.details.get("writeErrors", [])
+        if any(e.get("code") != DUPLICATE_KEY for e in errors):
+            raise
+        return [docs[e["index"]]["_id"] for e in errors]
+    return []

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces across every hop (DESIGN.md section 13), configured only by the standard
+"""OpenTelemetry traces across every hop (docs/decisions.md, D13), configured only by the standard
 `OTEL_*` variables and off unless an exporter is set.
 
 On: `OTEL_TRACES_EXPORTER` names exporters (`otlp`, `console`; `none` is off), or

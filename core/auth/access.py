@@ -1,4 +1,16 @@
-"""Who is calling, and what they may touch. One rule used by REST, GraphQL, websockets, gRPC."""
+"""Who is calling, and what they may see: the one access rule every capability asks.
+
+The rule, written once here (`client_may_see`, `operator_may_see`): an API client sees its own
+business, and where it is restricted to facilities, only records of those facilities (a record
+of the whole business, such as a business-wide webhook endpoint, is not one of them); an
+operator sees every business, or only the businesses of its account. The checks below differ
+only in the answer a caller gets when the rule says no (docs/decisions.md, D3):
+
+- `check_access`, `check_client_record`: an address or a record (REST, `shipment(id)`): another
+  business is 404, NOT_FOUND.
+- `check_scope`: a filter (GraphQL `pushMessages`, `shipments`, subscriptions): FORBIDDEN.
+- `check_operator_scope`: the dashboard and the CLI: "not found", as for a missing record.
+"""
 
 from __future__ import annotations
 
@@ -31,9 +43,6 @@ class Principal:
     key_id: str | None = None
     # Issued by the configured external identity provider (no client stored here).
     external: bool = False
-
-    def may_see_facility(self, facility: str) -> bool:
-        return self.facilities is None or facility in self.facilities
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,21 @@ class Scope:
         return fragment
 
 
+def client_may_see(principal: Principal, business: str, facility: str | None) -> bool:
+    """Whether an API client may see a record of `business` and `facility` (None: a record of
+    the whole business, which a client restricted to facilities does not see)."""
+    if business != principal.business:
+        return False
+    return principal.facilities is None or (
+        facility is not None and facility in principal.facilities
+    )
+
+
+def operator_may_see(operator: Operator, business: str) -> bool:
+    """Whether an operator may see records of `business`: every business, or its own list."""
+    return operator.businesses is None or business in operator.businesses
+
+
 def check_access(principal: Principal, business: str, facility: str | None = None) -> None:
     """Raise unless `principal` may act on `business` (and `facility`).
 
@@ -83,14 +107,37 @@ def check_access(principal: Principal, business: str, facility: str | None = Non
     """
     if business != principal.business:
         raise NotFound(f"business {business!r} not found")
-    if facility is not None and not principal.may_see_facility(facility):
+    if facility is not None and not client_may_see(principal, business, facility):
         raise Forbidden(f"this client may not access facility {facility!r}")
+
+
+def check_scope(principal: Principal, business: str, facility: str | None = None) -> None:
+    """GraphQL's scope rule for a filter: a business slug other than the caller's is FORBIDDEN.
+
+    (REST answers 404 for it; here the slug is a filter, not an address, and every other slug
+    gets the same answer, so nothing about other tenants is revealed.)
+    """
+    if business != principal.business:
+        raise Forbidden(f"this client may not access business {business!r}")
+    if facility is not None and not client_may_see(principal, business, facility):
+        raise Forbidden(f"this client may not access facility {facility!r}")
+
+
+def check_client_record(principal: Principal, record: Doc | None, what: str) -> Doc:
+    """`record` if the client may see it; `NotFound` naming `what` for a missing record or one of
+    another business (the same answer, so no other tenant's id can be told from a made-up one),
+    `Forbidden` for one of a facility outside a restricted client's list."""
+    if record is None or record.get("business") != principal.business:
+        raise NotFound(f"{what} not found")
+    if not client_may_see(principal, principal.business, record.get("facility")):
+        raise Forbidden(f"this client may not access facility {record.get('facility')!r}")
+    return record
 
 
 def check_operator_scope(operator: Operator, record: Doc | None, what: str) -> Doc:
     """`record` if the operator may see its business, else `NotFound` (as for a missing record:
     the dashboard never reveals another business's records)."""
-    if record is None or not operator.may_see_business(str(record.get("business"))):
+    if record is None or not operator_may_see(operator, str(record.get("business"))):
         raise NotFound(f"{what} not found")
     return record
 

@@ -14,13 +14,16 @@ import logging
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from core.auth.throttle import Attempt, AuthThrottle
 from core.errors import NotFound
-from core.services import Services
 from core.storage import Storage
 from core.tenancy import tenants
 from core.tenancy.tenants import Operator
+
+if TYPE_CHECKING:  # the services hold this store: a type only, no import cycle
+    from core.services import Services
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """What an API client does with exceptions (GraphQL): list them, read those of its shipments and
 pallets, create one (`CUSTOMER`), acknowledge and resolve them. Scoped like the other fields:
 a filter naming another business, or a facility the client may not see, is FORBIDDEN
-(`core.feed.reader.check_scope`); an exception, shipment or pallet of another business is
+(`core.auth.access.check_scope`); an exception, shipment or pallet of another business is
 NOT_FOUND, one of a facility outside a restricted client's list FORBIDDEN
 (`core.auth.access.check_access`), as for `shipment(id)`.
 """
@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from datetime import UTC, datetime
 
-from core.auth.access import Principal, Scope, check_access
-from core.errors import NotFound, ValidationFailed
+from core.auth.access import Principal, Scope, check_client_record, check_scope
+from core.errors import ValidationFailed
 from core.exceptions import customer, queries, records
 from core.exceptions.codes import Status
-from core.feed.reader import check_scope
 from core.reads.batched import first_of_each
 from core.settings import Settings
 from core.storage import Doc, Storage
@@ -51,10 +50,7 @@ async def get_for_client(storage: Storage, principal: Principal, exception_id: s
     """One exception of the client's business; NOT_FOUND for an unknown id or another
     business's, FORBIDDEN for a facility the client may not see."""
     record = await storage.exceptions.find_one({"_id": exception_id})
-    if record is None or record.get("business") != principal.business:
-        raise NotFound("exception not found")
-    check_access(principal, record["business"], record["facility"])
-    return record
+    return check_client_record(principal, record, "exception")
 
 
 async def create_for_client(
@@ -72,10 +68,7 @@ async def create_for_client(
     optionally, a pallet on that shipment; its detail is the note's first sentence."""
 
     def check_shipment(shipment: Doc | None) -> Doc:
-        if shipment is None or shipment.get("business") != principal.business:
-            raise NotFound(f"shipment {shipment_id} not found")
-        check_access(principal, shipment["business"], shipment["facility"])
-        return shipment
+        return check_client_record(principal, shipment, f"shipment {shipment_id}")
 
     return await customer.create_customer_exception(
         storage,

@@ -1,5 +1,5 @@
 """The event catalog: a JSON Schema (2020-12) for the payload of every message type, the `message`
-of a push message and the body of its webhook (DESIGN.md section 12).
+of a push message and the body of its webhook (docs/decisions.md, D11).
 
 The schemas are the wire contract of the builders they describe: `core.pallets.ingest`
 (`_pallet_doc`, with the label fields of `label_fields`), `core.shipments.completion`

@@ -31,19 +31,26 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
-from pymongo.errors import BulkWriteError, PyMongoError
+from pymongo.errors import PyMongoError
 
 from core import metrics, tracing
 from core.errors import MessageIdsFenced
 from core.feed import ids as message_ids
 from core.outbox.due import schedule
 from core.outbox.webhook_endpoints import endpoints_for
-from core.storage import Doc, IdBlock, Session, Storage, WrittenListener
+from core.storage import (
+    Doc,
+    IdBlock,
+    Session,
+    Storage,
+    WrittenListener,
+    insert_ignoring_duplicates,
+    insert_new,
+)
 
 MessageType = Literal[
     "PALLET_EVENT", "SHIPMENT_COMPLETE", "EXCEPTION", "ENDPOINT_DISABLED", "ENDPOINT_FAILING"
 ]
-DUPLICATE_KEY = 11000
 VOID = "void"  # the field that marks a fenced id's placeholder in push_messages
 # Times one write gives its messages fresh ids before it gives up (each needs another stall
 # longer than the feed's grace).
@@ -187,36 +194,6 @@ async def build_messages(
                 }
             )
     return out
-
-
-async def insert_ignoring_duplicates(
-    storage: Storage, collection: str, docs: list[Doc], session: Session = None
-) -> int:
-    """Insert `docs`; documents whose id already exists are kept as they are. Returns how many
-    were new. The building block of every idempotent rewrite after a crash.
-
-    In a transaction (`session`) a duplicate aborts it instead (the server allows no error in
-    one): `Storage.in_transaction` then runs the work again on reads that show the document."""
-    if not docs:
-        return 0
-    if session is not None:
-        await storage[collection].insert_many(docs, session=session)
-        return len(docs)
-    return len(docs) - len(await insert_new(storage, collection, docs))
-
-
-async def insert_new(storage: Storage, collection: str, docs: list[Doc]) -> list[Any]:
-    """Insert `docs`, keeping those whose id exists already; returns the ids of those."""
-    if not docs:
-        return []
-    try:
-        await storage[collection].insert_many(docs, ordered=False)
-    except BulkWriteError as exc:
-        errors = exc.details.get("writeErrors", [])
-        if any(e.get("code") != DUPLICATE_KEY for e in errors):
-            raise
-        return [docs[e["index"]]["_id"] for e in errors]
-    return []
 
 
 def is_void(message: Doc) -> bool:

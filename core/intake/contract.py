@@ -28,6 +28,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from core.errors import ErrorList, FieldError, ValidationFailed
+from core.identifiers import identifier_problem
 from core.instants import instant_refusal
 from core.settings import Settings
 from core.shipments.directions import ShipmentDirection
@@ -64,20 +65,6 @@ class TextLimits:
     @classmethod
     def from_settings(cls, settings: Settings) -> TextLimits:
         return cls(settings.intake_max_identifier_chars, settings.intake_max_text_chars)
-
-
-def identifier_problem(value: str, max_chars: int = MAX_IDENTIFIER_CHARS) -> str | None:
-    """Why `value` is not an identifier (order/shipment numbers, slugs, lpn, sku, field names),
-    or None. Identifiers are stored, compared, logged and shown as they are: printable
-    characters only (no control, format or separator characters but the plain space)."""
-    if len(value) > max_chars:
-        return f"must be at most {max_chars} characters"
-    for position, char in enumerate(value):
-        if not char.isprintable():
-            return (
-                f"must contain printable characters only (U+{ord(char):04X} at position {position})"
-            )
-    return None
 
 
 def text_problem(value: str, max_chars: int = MAX_TEXT_CHARS) -> str | None:

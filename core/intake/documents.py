@@ -1,5 +1,5 @@
 """Document intake: find or create the shipment and orders a document names, then apply each
-order's item strategy (OVERWRITE, APPEND, MERGE, DELETE). DESIGN.md section 5 is the contract.
+order's item strategy (OVERWRITE, APPEND, MERGE, DELETE). docs/decisions.md, D5, is the contract.
 
 A document is applied in two phases under locks on its order and shipment keys, taken inside its
 transaction (`locks.locked_transaction`: a killed process holds none):
@@ -55,7 +55,7 @@ from core.intake.contract import (
     ResponseShipment,
     effective_strategy,
 )
-from core.shipments.eligibility import ELIGIBLE, is_eligible
+from core.shipments.eligibility import ELIGIBLE, is_eligible, shipment_key
 from core.shipments.lifecycle import ORDER_STATUS_NEW, new_shipment
 from core.storage import Doc, Session, Storage, together
 from core.tenancy import tenants
@@ -103,10 +103,6 @@ class IntakeResult:
     def created(self) -> bool:
         """True when anything was created (the REST status is 201 then, else 200)."""
         return bool(self.response.created)
-
-
-def shipment_key(business: str, facility: str, direction: str, number: str) -> str:
-    return f"shipment:{business}/{facility}/{direction}/{number}"
 
 
 def order_key(business: str, facility: str, direction: str, number: str) -> str:

@@ -25,7 +25,7 @@ from core.errors import (
 )
 from core.storage import Session, Storage
 
-KEY_TTL = timedelta(hours=24)  # how long a response is replayed (DESIGN.md section 5)
+KEY_TTL = timedelta(hours=24)  # how long a response is replayed (docs/decisions.md, D6)
 # An IN_FLIGHT key older than this belongs to a request that died; a repeat may take it over.
 STALE_IN_FLIGHT = timedelta(minutes=5)
 MAX_KEY_LENGTH = 255

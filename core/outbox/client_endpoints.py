@@ -20,7 +20,7 @@ from typing import Literal
 
 from pymongo.errors import DuplicateKeyError
 
-from core.auth.access import Principal
+from core.auth.access import Principal, client_may_see
 from core.auth.crypto import SecretBox
 from core.errors import Forbidden, ValidationFailed
 from core.outbox import deliveries, endpoint_kinds, per_minute, webhook_endpoints, webhook_urls
@@ -47,31 +47,20 @@ class AuthInput:
     header_format: str = "Bearer {token}"
 
 
-def may_see(principal: Principal, facility: str | None) -> bool:
-    """Whether the client may manage an endpoint of `facility` (None: the whole business)."""
-    return principal.facilities is None or (
-        facility is not None and facility in principal.facilities
-    )
-
-
 async def endpoint_for_client(
     storage: Storage, principal: Principal, endpoint_id: str
 ) -> WebhookEndpoint:
     """One endpoint the client may manage, else FORBIDDEN (see the module's doc)."""
     doc = await storage.webhook_endpoints.find_one({"_id": endpoint_id})
     endpoint = endpoint_from_doc(doc) if doc is not None else None
-    if (
-        endpoint is None
-        or endpoint.business != principal.business
-        or not may_see(principal, endpoint.facility)
-    ):
+    if endpoint is None or not client_may_see(principal, endpoint.business, endpoint.facility):
         raise Forbidden(f"this client may not manage webhook endpoint {endpoint_id!r}")
     return endpoint
 
 
 async def list_for_client(storage: Storage, principal: Principal) -> list[WebhookEndpoint]:
     endpoints = await webhook_endpoints.list_endpoints(storage, principal.business)
-    return [e for e in endpoints if may_see(principal, e.facility)]
+    return [e for e in endpoints if client_may_see(principal, e.business, e.facility)]
 
 
 def check_customer_url(url: str, what: str = "url") -> None:
@@ -88,7 +77,7 @@ def _options(
     auth: AuthInput,
 ) -> EndpointOptions:
     """The endpoint's options as the client gives them (`events` None: the kind's default)."""
-    if not may_see(principal, facility):
+    if not client_may_see(principal, principal.business, facility):
         raise Forbidden(
             "this client manages endpoints of its facilities only: give one of "
             + ", ".join(sorted(principal.facilities or ()))

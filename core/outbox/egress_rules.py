@@ -1,4 +1,4 @@
-"""The egress rules: where a webhook request may go (DESIGN.md section 9). Pure decisions;
+"""The egress rules: where a webhook request may go (docs/decisions.md, D10). Pure decisions;
 `webhooks/egress.py` applies them before any connection is attempted (IP literals in the URL)
 and after each resolution (every address a name resolves to).
 

@@ -1,4 +1,4 @@
-"""Pallet readings from dock cameras: validation, matching, pallet messages (DESIGN.md 7).
+"""Pallet readings from cameras: validation, matching, pallet messages (docs/decisions.md, D7).
 
 `record_pallets` takes a batch of readings (from one or many cameras and streams) and answers
 one `ReadingResult` per reading, in order. A result is returned only once the pallet, its push
@@ -48,15 +48,22 @@ import bson.errors
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
-from core import metrics, urls
+from core import camera_input, metrics, urls
 from core.errors import DockflowError, Unavailable, ValidationFailed
 from core.exceptions import records, rules
 from core.feed import publish
-from core.pallets import camera_input, gs1_labels
+from core.pallets import gs1_labels
 from core.settings import Settings
 from core.shipments import completion, directions, lifecycle
 from core.shipments.dock_events import rejection, resolve_dock
-from core.storage import Doc, Session, Storage, database_unavailable, together
+from core.storage import (
+    Doc,
+    Session,
+    Storage,
+    database_unavailable,
+    insert_ignoring_duplicates,
+    together,
+)
 from core.tenancy.tenants import Camera, Facility, find_facility
 
 log = logging.getLogger(__name__)
@@ -322,16 +329,16 @@ class BatchPlan:
                     {"$set": {"status": lifecycle.ORDER_STATUS_STARTED}},
                     session=session,
                 )
-            await publish.insert_ignoring_duplicates(storage, "pallets", self.pallets, session)
+            await insert_ignoring_duplicates(storage, "pallets", self.pallets, session)
 
         async def deliveries() -> None:
             await self.resolve(storage, session)
             await together(
                 session,
-                publish.insert_ignoring_duplicates(
+                insert_ignoring_duplicates(
                     storage, "webhook_deliveries", self.messages.deliveries, session
                 ),
-                publish.insert_ignoring_duplicates(storage, "exceptions", self.exceptions, session),
+                insert_ignoring_duplicates(storage, "exceptions", self.exceptions, session),
             )
 
         async def messages() -> None:
@@ -344,7 +351,7 @@ class BatchPlan:
             )
 
         async def claims() -> None:
-            await publish.insert_ignoring_duplicates(storage, "readings", self.claims, session)
+            await insert_ignoring_duplicates(storage, "readings", self.claims, session)
 
         return [pallets, deliveries, messages, claims]
 

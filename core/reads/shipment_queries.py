@@ -17,9 +17,8 @@ from datetime import datetime
 
 from pymongo import ASCENDING, DESCENDING
 
-from core.auth.access import Principal, Scope, check_access
-from core.errors import ErrorList, NotFound, PayloadTooLarge, ValidationFailed
-from core.feed.reader import check_scope
+from core.auth.access import Principal, Scope, check_client_record, check_scope
+from core.errors import ErrorList, PayloadTooLarge, ValidationFailed
 from core.instants import instant_refusal
 from core.reads.batched import Sort, first_of_each
 from core.shipments import lifecycle, observed
@@ -114,10 +113,7 @@ async def shipment_doc(storage: Storage, principal: Principal, shipment_id: int)
     """One shipment the caller may see, its document alone; NOT_FOUND for an unknown id or
     another tenant's."""
     doc = await storage.shipments.find_one({"_id": shipment_id})
-    if doc is None or doc.get("business") != principal.business:
-        raise NotFound(f"shipment {shipment_id} not found")
-    check_access(principal, doc["business"], doc["facility"])
-    return doc
+    return check_client_record(principal, doc, f"shipment {shipment_id}")
 
 
 async def get_shipment(storage: Storage, principal: Principal, shipment_id: int) -> ShipmentView:

@@ -28,7 +28,7 @@ from pymongo.errors import PyMongoError
 
 from core.auth.access import Principal, check_access
 from core.errors import FieldError, NotFound, PayloadTooLarge, ValidationFailed
-from core.intake.contract import identifier_problem
+from core.identifiers import identifier_problem
 from core.settings import Settings
 from core.storage import Doc, Storage
 from core.tenancy import quotas

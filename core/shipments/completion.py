@@ -28,7 +28,7 @@ from core.exceptions import records, rules
 from core.feed import publish
 from core.settings import Settings
 from core.shipments import directions, lifecycle, observed
-from core.storage import Doc, Storage
+from core.storage import Doc, Storage, insert_ignoring_duplicates
 from core.tenancy.tenants import Facility, find_facility
 
 REQUESTED = "REQUESTED"
@@ -237,7 +237,7 @@ async def _raise_short(storage: Storage, settings: Settings, shipment: Doc) -> N
     record = shipment.get("short_exception")
     if record is None:
         return
-    if await publish.insert_ignoring_duplicates(storage, "exceptions", [record]):
+    if await insert_ignoring_duplicates(storage, "exceptions", [record]):
         records.count_raised([record])
     stored = await storage.exceptions.find_one({"_id": record["_id"]})
     await records.publish_missing(storage, settings, [stored or record])

@@ -23,8 +23,8 @@ from typing import Literal
 from pymongo import DESCENDING
 from pymongo.errors import DuplicateKeyError
 
+from core import camera_input
 from core.errors import DockflowError, Forbidden, ValidationFailed
-from core.pallets import camera_input
 from core.settings import Settings
 from core.shipments import completion, directions, lifecycle
 from core.storage import Doc, Storage

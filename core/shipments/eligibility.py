@@ -1,4 +1,4 @@
-"""Shipment eligibility for document matching (DESIGN.md section 5).
+"""Shipment eligibility for document matching (docs/decisions.md, D5).
 
 A shipment is *eligible* while it has not arrived and is not linked to another shipment. The two
 conditions are written elsewhere: arrival by `core.shipments.lifecycle.mark_arrived` (its first
@@ -17,3 +17,8 @@ ELIGIBLE: dict[str, Any] = {"arrived_at": None, "linked_to": None}
 
 def is_eligible(shipment: Doc) -> bool:
     return shipment.get("arrived_at") is None and shipment.get("linked_to") is None
+
+
+def shipment_key(business: str, facility: str, direction: str, number: str) -> str:
+    """The lock key of a shipment number: a document naming it and a link to it take turns."""
+    return f"shipment:{business}/{facility}/{direction}/{number}"

@@ -1,5 +1,5 @@
 """Shipment lifecycle at the docks: statuses with a timestamped history, ad-hoc shipments, the
-shipment currently at a dock, and dock events (DESIGN.md section 7).
+shipment currently at a dock, and dock events (docs/decisions.md, D8).
 
 Statuses: NEW, SCHEDULED, AT_FACILITY, DOOR_ASSIGNED, LOADING, UNLOADING, LOADED, UNLOADED,
 DEPARTED. A shipment is *at a dock* while it is not completed, its `dock` is that dock and its
@@ -39,7 +39,7 @@ DOCK_EVENT_TYPES: tuple[str, ...] = (
     "TRAILER_DEPARTED",
 )
 
-# Every shipment status, in lifecycle order (DESIGN.md section 7).
+# Every shipment status, in lifecycle order (docs/decisions.md, D8).
 SHIPMENT_STATUSES: tuple[str, ...] = (
     "NEW",
     "SCHEDULED",

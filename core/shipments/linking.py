@@ -1,7 +1,7 @@
 """Linking a shipment to another: an operator (CLI, dashboard) or a customer (GraphQL
 `updateShipment`) says a shipment belongs with another one. A linked shipment is no longer
 eligible for document matching (`core.shipments.eligibility`): the next document for one of its
-orders creates a new order on a new shipment (DESIGN.md section 5).
+orders creates a new order on a new shipment (docs/decisions.md, D5).
 
 Rules, the same for every caller:
 
@@ -28,7 +28,7 @@ from pymongo import ReturnDocument
 from core import locks
 from core.auth.access import Principal, check_access, check_operator_scope
 from core.errors import Conflict, NotFound, ValidationFailed
-from core.intake.documents import shipment_key
+from core.shipments.eligibility import shipment_key
 from core.storage import Doc, Session, Storage, storable_int
 from core.tenancy.tenants import Operator
 

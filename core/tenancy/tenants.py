@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pymongo.errors import DuplicateKeyError
 
+from core.auth.access import operator_may_see
 from core.auth.credentials import (
     DUMMY_PASSWORD_HASH,
     hash_password,
@@ -138,7 +139,7 @@ class Operator:
     businesses: frozenset[str] | None = None
 
     def may_see_business(self, business: str) -> bool:
-        return self.businesses is None or business in self.businesses
+        return operator_may_see(self, business)
 
 
 @dataclass(frozen=True)

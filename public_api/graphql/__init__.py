@@ -1,4 +1,4 @@
-"""GraphQL at /public_graphql (DESIGN.md section 8)."""
+"""GraphQL at /public_graphql (docs/decisions.md, D9)."""
 
 from public_api.graphql.views import setup
 

@@ -1,4 +1,4 @@
-"""The GraphQL schema (DESIGN.md section 8): types translate core read models; resolvers call
+"""The GraphQL schema (docs/decisions.md, D9): types translate core read models; resolvers call
 core and hold no rules. Errors are mapped once, in `public_api.graphql.errors`."""
 
 import datetime as dt

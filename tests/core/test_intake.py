@@ -1,4 +1,4 @@
-"""Document intake rules (DESIGN.md section 5), table-driven, through `core.intake.documents`.
+"""Document intake rules (docs/decisions.md, D5), table-driven, through `core.intake.documents`.
 
 Every row of the spec's strategy table x new/existing order x shipment given/missing/different,
 then matching (most recent eligible order, arrived and linked shipments), remapping, MERGE,

@@ -19,11 +19,10 @@ from core.feed.publish import (
     append_messages,
     build_messages,
     fence_ids,
-    insert_ignoring_duplicates,
 )
 from core.services import Services
 from core.settings import Settings
-from core.storage import Storage
+from core.storage import Storage, insert_ignoring_duplicates
 from tests.factories import Tenant
 from tests.webhooks.conftest import (
     Received,

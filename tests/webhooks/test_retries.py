@@ -15,13 +15,12 @@ from core.feed.publish import (
     NewMessage,
     WrittenMessages,
     build_messages,
-    insert_ignoring_duplicates,
     write_messages,
 )
 from core.outbox import deliveries
 from core.services import Services
 from core.settings import Settings
-from core.storage import Storage
+from core.storage import Storage, insert_ignoring_duplicates
 from tests.factories import Tenant
 from tests.webhooks.conftest import (
     Received,
