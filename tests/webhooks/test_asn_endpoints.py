@@ -134,9 +134,16 @@ async def test_readings_complete_a_shipment_and_its_asn_reaches_the_asn_endpoint
         number = sent.headers["Dockflow-ASN-Control-Number"]
         assert int(segments(text)[0][13]) == int(number)
         assert sent.headers["Dockflow-ASN-Purpose"] == "original"
-        # the very interchange the API answers for the shipment
+        # the very interchange the API answers at the link of the SHIPMENT_COMPLETE message
+        completed = await storage.push_messages.find_one(
+            {"shipment_id": shipment_id, "type": "SHIPMENT_COMPLETE"}
+        )
+        assert completed is not None
+        link = completed["message"]["asn"]
+        assert link == f"http://testserver/shipments/{shipment_id}/asn"
         response = await api.get(
-            f"/shipments/{shipment_id}/asn", headers={"Authorization": f"Bearer {tenant.token}"}
+            link.removeprefix("http://testserver"),
+            headers={"Authorization": f"Bearer {tenant.token}"},
         )
         assert await response.text() == text
 
