@@ -145,7 +145,7 @@ class CreateWebhookEndpointInput:
     events: list[WebhookEvent] | None = strawberry.field(
         default=None,
         description="null: the kind's default (WEBHOOK: PALLET_EVENT and SHIPMENT_COMPLETE; "
-        "EPCIS: PALLET_EVENT, the only one it takes).",
+        "EPCIS: PALLET_EVENT, the only one it takes; ASN: SHIPMENT_COMPLETE, likewise).",
     )
     asn_format: WebhookAsnFormat | None = strawberry.field(
         default=None, description="ASN endpoints only; null: X12_856."
