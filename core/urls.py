@@ -26,6 +26,11 @@ def shipment_document_url(settings: Settings, document_id: str) -> str:
     return f"{settings.public_base_url}/shipment-documents/{document_id}"
 
 
+def asn_url(settings: Settings, shipment_id: int) -> str:
+    """Where an API client fetches an outbound shipment's ASN (with its bearer token)."""
+    return f"{settings.public_base_url}/shipments/{shipment_id}/asn"
+
+
 def schema_url(settings: Settings, message_type: str) -> str:
     """The JSON Schema of a message type's payload (the event catalog)."""
     return f"{settings.public_base_url}/v1/schemas/{message_type}.json"

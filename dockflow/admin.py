@@ -154,8 +154,10 @@ def register(commands: Any) -> None:
         "--kind",
         default="WEBHOOK",
         type=str.upper,
-        help="WEBHOOK (our JSON messages) or EPCIS (EPCIS 2.0 documents to URL/capture)",
+        help="WEBHOOK (our JSON messages), EPCIS (EPCIS 2.0 documents to URL/capture) or "
+        "ASN (each completed shipment's ship notice to URL)",
     )
+    p.add_argument("--asn-format", help="ASN: x12-856 (default) or edifact-desadv")
     p.add_argument(
         "--events",
         help=f"comma-separated, among {','.join(webhook_endpoints.EVENTS)} "
@@ -376,6 +378,7 @@ def _endpoint_data(endpoint: webhook_endpoints.WebhookEndpoint) -> dict[str, Any
         "facility": endpoint.facility,
         "url": endpoint.base_url,
         "kind": endpoint.kind,
+        **({"asn_format": endpoint.asn_format} if endpoint.asn_format else {}),
         "events": list(endpoint.events),
         "auth": endpoint.auth.kind,
         "enabled": endpoint.enabled,
@@ -524,6 +527,8 @@ async def _create_webhook(services: Services, args: argparse.Namespace) -> Outpu
         token_field=args.token_field,
         header_format=args.header_format,
     )
+    if args.asn_format is not None:  # else an ASN endpoint's default
+        options["asn_format"] = args.asn_format
     if args.events is not None:  # else the kind's default
         options["events"] = tuple(e.strip().upper() for e in args.events.split(",") if e.strip())
     created = await webhook_endpoints.create_endpoint(

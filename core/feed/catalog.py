@@ -163,7 +163,8 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
         "title": "SHIPMENT_COMPLETE",
         "description": (
             "A shipment completed, with its pallets net of load/unload pairs (each a pallet "
-            "payload without occurredAt). POSTed to /api/shipmentComplete."
+            "payload without occurredAt) and, when outbound, the URL of its ASN. POSTed to "
+            "/api/shipmentComplete."
         ),
         "type": "object",
         "required": ["serviceShipmentId", "orders", "url", "dockId", "pallets"],
@@ -173,6 +174,12 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
             "url": {"type": "string", "format": "uri", "description": "Its dashboard page."},
             "dockId": {"type": "string"},
             "pallets": {"type": "array", "items": {"$ref": "#/$defs/pallet"}},
+            "asn": {
+                "type": "string",
+                "format": "uri",
+                "description": "An outbound shipment's advance ship notice: GET it with the "
+                "API's bearer token (?format=x12-856 or edifact-desadv). Absent when inbound.",
+            },
         },
         "additionalProperties": False,
         "$defs": {"pallet": _pallet_schema(with_occurred_at=False)},

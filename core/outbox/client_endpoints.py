@@ -75,8 +75,10 @@ def _options(
     kind: str,
     events: list[str] | None,
     auth: AuthInput,
+    asn_format: str | None = None,
 ) -> EndpointOptions:
-    """The endpoint's options as the client gives them (`events` None: the kind's default)."""
+    """The endpoint's options as the client gives them (`events` None: the kind's default;
+    `asn_format` None: an ASN endpoint's default)."""
     if not client_may_see(principal, principal.business, facility):
         raise Forbidden(
             "this client manages endpoints of its facilities only: give one of "
@@ -112,6 +114,8 @@ def _options(
     )
     if events is not None:
         options["events"] = tuple(events)
+    if asn_format is not None:
+        options["asn_format"] = asn_format
     return options
 
 
@@ -126,12 +130,13 @@ async def create_for_client(
     events: list[str] | None,
     auth: AuthInput,
     kind: str = endpoint_kinds.DEFAULT,
+    asn_format: str | None = None,
 ) -> Created:
     """`createWebhookEndpoint`: a new endpoint made by the customer; `Created.secret` is its
     signing secret, shown once. It takes one of the business's numbered places (a unique
     index), so clients racing for the last places get exactly as many as are free."""
     check_customer_url(url)
-    options = _options(principal, facility, kind, events, auth)
+    options = _options(principal, facility, kind, events, auth, asn_format)
     if facility is not None:
         await get_facility(storage, principal.business, facility)
     limit = settings.webhook_endpoints_per_business
@@ -205,6 +210,7 @@ async def update_for_client(
     events: list[str] | None,
     auth: AuthInput | None,
     kind: str | None = None,
+    asn_format: str | None = None,
 ) -> WebhookEndpoint:
     """`updateWebhookEndpoint`: the fields given replace the endpoint's (auth as a whole, with
     its password; given again when the URL's origin changes, `check_auth_may_stay`); the id,
@@ -225,7 +231,11 @@ async def update_for_client(
     # Another kind without events named takes that kind's default subscriptions.
     kept_events = list(endpoint.events) if new_kind == endpoint.kind else None
     new_events = events if events is not None else kept_events
-    options = _options(principal, new_facility, new_kind, new_events, auth or AuthInput())
+    kept_format = endpoint.asn_format if new_kind == endpoint.kind else None
+    new_format = asn_format if asn_format is not None else kept_format
+    options = _options(
+        principal, new_facility, new_kind, new_events, auth or AuthInput(), new_format
+    )
     if new_facility is not None and new_facility != endpoint.facility:
         await get_facility(storage, principal.business, new_facility)
     if becomes_customers:

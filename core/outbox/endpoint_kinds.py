@@ -6,12 +6,13 @@ signing, auth, egress rules) is the same for all of them. A kind says three thin
 
 - which push messages make deliveries to it (`events`: the subscriptions it may hold; the
   feed writes one delivery per message and subscribed endpoint, whatever the kind),
-- where its requests go (`path`, after the endpoint's base URL, for every message), and
+- where its requests go (`path`, after the endpoint's base URL, for every message; "" the URL
+  as given), and
 - how the deliveries become requests (`compose`, registered in `COMPOSERS`): a kind without
   one sends each message as our JSON message, one request per delivery, to its event's route.
 
 A kind that speaks another standard adds its entry to `KINDS` and its composer to `COMPOSERS`
-(say an ASN kind: `SHIPMENT_COMPLETE` deliveries composed into EDI documents); the worker
+(the ASN kind: `SHIPMENT_COMPLETE` deliveries composed into EDI documents); the worker
 sends whatever a composer gives it and records each request's outcome for every delivery the
 request carries. Nothing else in the outbox changes.
 """
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # deliveries reach the endpoint rules through the feed: no im
 
 WEBHOOK = "WEBHOOK"
 EPCIS = "EPCIS"
+ASN = "ASN"
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ class EndpointKind:
     # what it holds when none are named (None: the outbox's default).
     events: tuple[str, ...] | None
     default_events: tuple[str, ...] | None
-    # The one path every request goes to, after the base URL (None: each event's own route).
+    # The one path every request goes to, after the base URL (None: each event's own route;
+    # "": the base URL itself).
     path: str | None
     # The most deliveries one request carries (1: each its own request).
     max_items: int
@@ -58,6 +61,14 @@ KINDS: dict[str, EndpointKind] = {
         100,
         "EPCIS 2.0 EPCISDocuments to an EPCIS repository's capture interface",
     ),
+    ASN: EndpointKind(
+        ASN,
+        ("SHIPMENT_COMPLETE",),
+        ("SHIPMENT_COMPLETE",),
+        "",
+        1,
+        "the advance ship notice (X12 856 or EDIFACT DESADV) of each completed shipment",
+    ),
 }
 DEFAULT = WEBHOOK
 
@@ -68,6 +79,25 @@ def kind_named(name: str) -> EndpointKind:
     if kind is None:
         raise ValidationFailed(f"kind must be one of {', '.join(KINDS)} (not {name!r})")
     return kind
+
+
+def asn_format_of(kind: str, value: str | None) -> str | None:
+    """The ASN format an endpoint of this kind sends (an ASN endpoint's setting: x12-856 when
+    it names none; no other kind has one), or ValidationFailed naming the formats."""
+    # Imported here: core.asn reads shipments, whose completion writes to the outbox.
+    from core.asn import issue
+
+    if kind != ASN:
+        if value:
+            raise ValidationFailed(f"an ASN format is set on ASN endpoints only (not {kind})")
+        return None
+    if not value:
+        return issue.X12_856
+    if value not in issue.WRITERS:
+        raise ValidationFailed(
+            f"ASN format must be one of {', '.join(issue.WRITERS)} (not {value!r})"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -101,6 +131,7 @@ def composer_of(kind: str) -> Composer | None:
 def _register() -> None:
     # Imported here: a composer reads the records it turns into documents (core.epcis reads
     # the tenancy), which the endpoint rules themselves never need.
-    from core.outbox import epcis_capture
+    from core.outbox import asn_sends, epcis_capture
 
     COMPOSERS[EPCIS] = epcis_capture.compose
+    COMPOSERS[ASN] = asn_sends.compose

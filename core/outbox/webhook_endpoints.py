@@ -70,9 +70,13 @@ class WebhookEndpoint:
     # What it receives and in which dialect (core.outbox.endpoint_kinds); stored endpoints
     # made before kinds are WEBHOOK.
     kind: str = endpoint_kinds.DEFAULT
+    # What an ASN endpoint sends (core.asn.issue: x12-856 or edifact-desadv); None for others.
+    asn_format: str | None = None
 
     def route(self, message_type: str) -> str:
-        path = endpoint_kinds.KINDS[self.kind].path or ROUTES[event_of(message_type)]
+        path = endpoint_kinds.KINDS[self.kind].path
+        if path is None:
+            path = ROUTES[event_of(message_type)]
         return self.base_url.rstrip("/") + path
 
 
@@ -167,6 +171,7 @@ def endpoint_from_doc(doc: Doc) -> WebhookEndpoint:
             (r["sealed"], r["until"]) for r in doc.get("retiring_secrets") or ()
         ),
         kind=doc.get("kind") or endpoint_kinds.DEFAULT,
+        asn_format=doc.get("asn_format"),
     )
 
 
@@ -176,6 +181,7 @@ class EndpointOptions(TypedDict, total=False):
     facility: str | None  # (None: every facility of the business)
     kind: str  # (WEBHOOK: core.outbox.endpoint_kinds)
     events: tuple[str, ...]  # (the kind's default: DEFAULT_EVENTS for WEBHOOK)
+    asn_format: str | None  # an ASN endpoint's format (x12-856); refused on other kinds
     auth_kind: AuthKind  # ("none")
     username: str
     password: str
@@ -211,6 +217,7 @@ def _endpoint_fields(box: SecretBox, base_url: str, options: EndpointOptions) ->
     facility = options.get("facility")
     kind = endpoint_kinds.kind_named(options.get("kind", endpoint_kinds.DEFAULT))
     events = options.get("events", kind.default_events or DEFAULT_EVENTS)
+    asn_format = endpoint_kinds.asn_format_of(kind.name, options.get("asn_format"))
     auth_kind = options.get("auth_kind", "none")
     username = options.get("username", "")
     password = options.get("password", "")
@@ -237,6 +244,7 @@ def _endpoint_fields(box: SecretBox, base_url: str, options: EndpointOptions) ->
         "facility": facility,
         "base_url": base_url.rstrip("/"),
         "kind": kind.name,
+        "asn_format": asn_format,
         "events": list(events),
         "auth": {
             "kind": auth_kind,
@@ -290,9 +298,11 @@ async def update_endpoint(
     **options: Unpack[EndpointOptions],
 ) -> WebhookEndpoint:
     """Reconfigure an endpoint; its id, signing secrets, enabled state and (unless given)
-    kind are kept."""
+    kind and, while it stays of its kind, ASN format are kept."""
     endpoint = await get_endpoint(storage, endpoint_id)
     options.setdefault("kind", endpoint.kind)
+    if options["kind"] == endpoint.kind and endpoint.asn_format:
+        options.setdefault("asn_format", endpoint.asn_format)
     facility = options.get("facility")
     if facility is not None:
         await get_facility(storage, endpoint.business, facility)

@@ -84,7 +84,7 @@ async def shipment_order_numbers(storage: Storage, shipment_id: int) -> list[str
 
 async def build_completion_payload(settings: Settings, storage: Storage, shipment: Doc) -> Doc:
     """The spec's shipment completion payload: its pallets net of load/unload pairs, each a
-    pallet payload without occurredAt."""
+    pallet payload without occurredAt; and, for an outbound shipment, its ASN's URL."""
     shipment_id = int(shipment["_id"])
     pallets = await storage.pallets.find(
         {"shipment_id": shipment_id},
@@ -98,6 +98,12 @@ async def build_completion_payload(settings: Settings, storage: Storage, shipmen
         "url": urls.shipment_url(settings, shipment_id),
         "dockId": dock,
         "pallets": [{k: v for k, v in p["payload"].items() if k != "occurredAt"} for p in kept],
+        # An outbound shipment's ASN (docs/asn.md); an inbound one has none.
+        **(
+            {"asn": urls.asn_url(settings, shipment_id)}
+            if shipment["direction"] == "OUTBOUND"
+            else {}
+        ),
     }
 
 

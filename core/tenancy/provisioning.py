@@ -65,8 +65,9 @@ class CameraSpec(_Strict):
 class WebhookSpec(_Strict):
     url: str  # with `facility`, what identifies the endpoint within its business
     facility: str | None = None
-    kind: str = endpoint_kinds.DEFAULT  # core.outbox.endpoint_kinds: WEBHOOK or EPCIS
+    kind: str = endpoint_kinds.DEFAULT  # core.outbox.endpoint_kinds: WEBHOOK, EPCIS or ASN
     events: list[str] | None = None  # None: the kind's default
+    asn_format: str | None = None  # ASN only; None: x12-856
     auth: Literal["none", "basic", "token"] = "none"
     username: str = ""
     password: str = ""
@@ -316,6 +317,7 @@ def _webhook_matches(
     password = box.open(auth.password_sealed) if auth.password_sealed else ""
     return (
         endpoint.kind == spec.kind
+        and endpoint.asn_format == endpoint_kinds.asn_format_of(spec.kind, spec.asn_format)
         and tuple(endpoint.events) == _events_of(spec)
         and auth.kind == spec.auth
         and auth.username == spec.username
@@ -342,6 +344,7 @@ async def _apply_webhook(
     options: dict[str, Any] = {
         "facility": spec.facility,
         "kind": spec.kind,
+        "asn_format": spec.asn_format,
         "events": _events_of(spec),
         "auth_kind": spec.auth,
         "username": spec.username,

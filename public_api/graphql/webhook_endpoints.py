@@ -35,11 +35,20 @@ class WebhookEvent(Enum):
 @strawberry.enum(
     description="What an endpoint receives. WEBHOOK: dockflow's JSON messages, POSTed to "
     "the route of each event. EPCIS: the EPCIS 2.0 events of the business's pallet readings, "
-    "as EPCISDocuments POSTed to {url}/capture (an EPCIS repository's capture interface)."
+    "as EPCISDocuments POSTed to {url}/capture (an EPCIS repository's capture interface). "
+    "ASN: the advance ship notice of each completed outbound shipment, an EDI document "
+    "POSTed to {url} as it is (asnFormat says which)."
 )
 class WebhookEndpointKind(Enum):
     WEBHOOK = "WEBHOOK"
     EPCIS = "EPCIS"
+    ASN = "ASN"
+
+
+@strawberry.enum(description="The EDI document an ASN endpoint receives.")
+class WebhookAsnFormat(Enum):
+    X12_856 = "x12-856"
+    EDIFACT_DESADV = "edifact-desadv"
 
 
 @strawberry.enum
@@ -70,6 +79,7 @@ class WebhookEndpointType:
     url: str = strawberry.field(description="The base URL; routes are added to it.")
     facility_slug: str | None = strawberry.field(description="null: every facility.")
     kind: WebhookEndpointKind
+    asn_format: WebhookAsnFormat | None = strawberry.field(description="ASN endpoints only.")
     events: list[WebhookEvent]
     auth: WebhookAuth
     enabled: bool
@@ -88,6 +98,7 @@ class WebhookEndpointType:
             url=endpoint.base_url,
             facility_slug=endpoint.facility,
             kind=WebhookEndpointKind(endpoint.kind),
+            asn_format=WebhookAsnFormat(endpoint.asn_format) if endpoint.asn_format else None,
             events=[WebhookEvent(e) for e in endpoint.events],
             auth=WebhookAuth(
                 scheme=WebhookAuthScheme(kind.upper()),
@@ -134,7 +145,10 @@ class CreateWebhookEndpointInput:
     events: list[WebhookEvent] | None = strawberry.field(
         default=None,
         description="null: the kind's default (WEBHOOK: PALLET_EVENT and SHIPMENT_COMPLETE; "
-        "EPCIS: PALLET_EVENT, the only one it takes).",
+        "EPCIS: PALLET_EVENT, the only one it takes; ASN: SHIPMENT_COMPLETE, likewise).",
+    )
+    asn_format: WebhookAsnFormat | None = strawberry.field(
+        default=None, description="ASN endpoints only; null: X12_856."
     )
     auth: WebhookAuthInput | None = None
 
@@ -151,6 +165,9 @@ class UpdateWebhookEndpointInput:
         default=None, description="Another kind without events takes that kind's default."
     )
     events: list[WebhookEvent] | None = None
+    asn_format: WebhookAsnFormat | None = strawberry.field(
+        default=None, description="ASN endpoints only; null: kept while the kind stays."
+    )
     auth: WebhookAuthInput | None = None
 
 
@@ -203,6 +220,7 @@ async def create_webhook_endpoint(
         events=[e.value for e in input.events] if input.events is not None else None,
         auth=(input.auth or WebhookAuthInput()).to_core(),
         kind=input.kind.value,
+        asn_format=input.asn_format.value if input.asn_format is not None else None,
     )
     endpoint = created.entity
     assert isinstance(endpoint, WebhookEndpoint)
@@ -229,6 +247,7 @@ async def update_webhook_endpoint(
         events=[e.value for e in input.events] if input.events is not None else None,
         auth=input.auth.to_core() if input.auth is not None else None,
         kind=input.kind.value if input.kind is not None else None,
+        asn_format=input.asn_format.value if input.asn_format is not None else None,
     )
     return WebhookEndpointType.of(endpoint)
 

@@ -59,6 +59,7 @@ async def test_explicit_completion_writes_the_spec_payload_once(
         "url": f"http://testserver/dashboard/shipments/{shipment_id}",
         "dockId": "D2",
         "pallets": pallets,
+        "asn": f"http://testserver/shipments/{shipment_id}/asn",  # outbound: its ASN
     }
     assert all("occurredAt" not in p for p in message["message"]["pallets"])
     assert pallets[0]["licensePlate"] == "A"

@@ -111,6 +111,9 @@ def test_the_pallet_schema_requires_exactly_the_fixed_fields_and_takes_label_fie
     }
     assert validator("SHIPMENT_COMPLETE").is_valid(complete)
     assert not validator("SHIPMENT_COMPLETE").is_valid({**complete, "pallets": [pallet]})
+    outbound = {**complete, "asn": "http://testserver/shipments/1/asn"}
+    assert validator("SHIPMENT_COMPLETE").is_valid(outbound)
+    assert not validator("SHIPMENT_COMPLETE").is_valid({**complete, "asn": 1})
 
 
 def test_the_operational_schemas_tell_disabled_from_failing():

@@ -80,8 +80,9 @@ class Receiver:
 
     def app(self) -> web.Application:
         app = web.Application()
-        # An EPCIS endpoint's requests go to one route, the repository's capture interface.
-        for route in (*webhook_endpoints.ROUTES.values(), "/capture"):
+        # An EPCIS endpoint's requests go to one route, the repository's capture interface;
+        # an ASN endpoint's to its URL as given (the tests give {base}/asn).
+        for route in (*webhook_endpoints.ROUTES.values(), "/capture", "/asn"):
             app.router.add_post(route, self._hook)
             # Endpoints whose URL has a path (several endpoints on one receiver).
             app.router.add_post("/{prefix}" + route, self._hook)
