@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from core.asn import issue, partners, proof, proof_pdf
+from core.asn import issue, partners, proof
 from core.auth.access import Scope
 from core.errors import BadRequest, NotAcceptable, NotFound
 from public_api.auth import authenticate
@@ -22,7 +22,7 @@ PROOF_PATH = "/shipments/{shipment_id}/proof"
 CONTROL_NUMBER_HEADER = "Dockflow-ASN-Control-Number"
 STATE_HEADER = "Dockflow-ASN-State"  # complete, or in-progress for a shipment still loading
 PURPOSE_HEADER = "Dockflow-ASN-Purpose"  # original, or replace after a correction
-PROOF_FORMATS = {"json": "application/json", "pdf": proof_pdf.CONTENT_TYPE}
+PROOF_FORMATS = {"json": "application/json", "pdf": proof.PDF_CONTENT_TYPE}
 MAX_ACCEPT_RANGES = 32  # media ranges of an Accept header looked at; the rest are ignored
 
 
@@ -117,10 +117,10 @@ async def get_proof(request: web.Request) -> web.Response:
 
 def pdf_response(pdf: bytes, shipment_id: int, headers: dict[str, str]) -> web.Response:
     """A proof of load PDF as a download (the dashboard's link answers the same)."""
-    disposition = f'attachment; filename="{proof_pdf.filename(shipment_id)}"'
+    disposition = f'attachment; filename="{proof.pdf_filename(shipment_id)}"'
     return web.Response(
         body=pdf,
-        content_type=proof_pdf.CONTENT_TYPE,
+        content_type=proof.PDF_CONTENT_TYPE,
         headers={**headers, "Content-Disposition": disposition},
     )
 
@@ -160,7 +160,7 @@ def proof_operation(problem_ref: dict[str, Any]) -> dict[str, Any]:
                 "description": "The proof of load.",
                 "content": {
                     "application/json": {"schema": {"type": "object"}},
-                    proof_pdf.CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}},
+                    proof.PDF_CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}},
                 },
             },
             "400": {"description": "A query parameter.", "content": problem},

@@ -20,7 +20,7 @@ import threading
 from datetime import UTC, datetime
 from typing import Any
 
-from core.asn import notice, proof_pdf
+from core.asn import notice
 from core.auth.access import Scope
 from core.errors import NotFound, PayloadTooLarge, RateLimited
 from core.feed.publish import iso_utc
@@ -29,6 +29,7 @@ from core.storage import Doc, Storage
 
 MAX_READINGS = 10_000  # a trailer's readings, repeats and corrections included, stay far below
 MAX_EXCEPTIONS = 5_000
+PDF_CONTENT_TYPE = "application/pdf"
 MAX_PDFS_AT_ONCE = 2  # PDFs drawn at once in a process (each a worker thread's CPU)
 _drawing = threading.BoundedSemaphore(MAX_PDFS_AT_ONCE)
 
@@ -168,7 +169,16 @@ async def proof_pdf_for(storage: Storage, scope: Scope, shipment_id: int) -> byt
     return await asyncio.to_thread(_render_and_release, record)
 
 
+def pdf_filename(shipment_id: int) -> str:
+    """The PDF download's file name: the shipment's id, never a text someone chose."""
+    return f"proof-of-load-{int(shipment_id)}.pdf"
+
+
 def _render_and_release(record: dict[str, Any]) -> bytes:
+    # Imported on first use: reportlab adds a second to the start of every dockflow process,
+    # most of which never draw a PDF.
+    from core.asn import proof_pdf
+
     # Released by the thread when it is done, not by the request: a client that hangs up
     # does not stop the drawing, so its place stays taken until the drawing ends.
     try:

@@ -35,7 +35,6 @@ from reportlab.platypus import (
     TableStyle,
 )
 
-CONTENT_TYPE = "application/pdf"
 PAGE = landscape(A4)  # the readings table is wide: SSCC, time, dock, camera, image links
 MARGIN = 12 * mm
 MONO_CHARS_PER_MM = 0.62  # Courier at 7.5 points: 4.5 points a character
@@ -58,11 +57,6 @@ GRID = TableStyle(
         ("RIGHTPADDING", (0, 0), (-1, -1), 3),
     ]
 )
-
-
-def filename(shipment_id: int) -> str:
-    """The download's file name: the shipment's id, never a text someone chose."""
-    return f"proof-of-load-{int(shipment_id)}.pdf"
 
 
 def render(record: dict[str, Any]) -> bytes:
