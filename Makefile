@@ -43,10 +43,12 @@ lint: $(STAMP)
 	$(BIN)/mypy core edge public_api webhooks dockflow bench tests
 	$(BIN)/lint-imports --no-logo
 
-# Debian's Chromium for the dashboard's browser tests; without it (no root, no network) those
-# tests skip and say why.
+# Debian's Chromium for the dashboard's browser tests, and poppler-utils (pdftoppm, pdftotext)
+# for the proof of load PDF tests; without them (no root, no network) those tests skip and say why.
 browser:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update && apt-get install -y chromium) || true
+	@command -v pdftoppm >/dev/null 2>&1 || (apt-get update && apt-get install -y poppler-utils) \
+		|| true
 
 # A lane: the whole suite on one embedded engine, which the suite starts on a free loopback port
 # (and so do the dockflow processes the tests start); DOCKFLOW_MONGODB_URL is ignored here.

@@ -1,5 +1,6 @@
 """``GET /shipments/{id}/asn``: a shipment's advance ship notice as X12 856 or EDIFACT DESADV,
-and ``GET /shipments/{id}/proof``: its proof of load as JSON (docs/asn.md). Translation only:
+and ``GET /shipments/{id}/proof``: its proof of load as JSON, or as a PDF when asked for
+(``?format=pdf`` or ``Accept: application/pdf``) (docs/asn.md). Translation only:
 authenticate (the same bearer tokens and scopes as the rest of the API), read the parameters,
 answer what `core.asn` made. Another business's shipment is 404; a refusal (a pallet without an
 SSCC, no trading-partner profile) leaves as problem+json through the middleware."""
@@ -11,7 +12,8 @@ from typing import Any
 from aiohttp import web
 
 from core.asn import issue, partners, proof
-from core.errors import BadRequest, NotFound
+from core.auth.access import Scope
+from core.errors import BadRequest, NotAcceptable, NotFound
 from public_api.auth import authenticate
 from public_api.keys import SERVICES
 
@@ -20,6 +22,8 @@ PROOF_PATH = "/shipments/{shipment_id}/proof"
 CONTROL_NUMBER_HEADER = "Dockflow-ASN-Control-Number"
 STATE_HEADER = "Dockflow-ASN-State"  # complete, or in-progress for a shipment still loading
 PURPOSE_HEADER = "Dockflow-ASN-Purpose"  # original, or replace after a correction
+PROOF_FORMATS = {"json": "application/json", "pdf": proof.PDF_CONTENT_TYPE}
+MAX_ACCEPT_RANGES = 32  # media ranges of an Accept header looked at; the rest are ignored
 
 
 def shipment_id_of(request: web.Request) -> int:
@@ -55,14 +59,70 @@ async def get_asn(request: web.Request) -> web.Response:
     )
 
 
+def proof_format(request: web.Request) -> str:
+    """``pdf`` or ``json``: the `format` parameter if given, else the one `Accept` prefers
+    (JSON on a tie, and when there is no Accept header: JSON is for machines, the default)."""
+    unknown = sorted(set(request.query) - {"format"})
+    if unknown:
+        raise BadRequest(f"unknown query parameter {unknown[0]!r}: format only")
+    asked = request.query.get("format")
+    if asked is not None:
+        if asked not in PROOF_FORMATS:
+            raise BadRequest(f"unknown format {asked[:40]!r}: json or pdf")
+        return asked
+    accept = request.headers.get("Accept", "").strip()
+    if not accept:
+        return "json"
+    quality = {name: _quality(accept, media) for name, media in PROOF_FORMATS.items()}
+    if max(quality.values()) <= 0:
+        raise NotAcceptable("the proof of load is application/json or application/pdf")
+    return "pdf" if quality["pdf"] > quality["json"] else "json"
+
+
+def _quality(accept: str, media: str) -> float:
+    """The q value `accept` gives `media`: from its most specific matching range, 0 if none."""
+    kind = media.split("/")[0]
+    found: dict[str, float] = {}
+    for item in accept.split(",")[:MAX_ACCEPT_RANGES]:
+        name, *params = (part.strip() for part in item.split(";"))
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = min(max(float(value), 0.0), 1.0)
+                except ValueError:
+                    q = 0.0
+        found.setdefault(name.lower(), q)
+    for candidate in (media, f"{kind}/*", "*/*"):
+        if candidate in found:
+            return found[candidate]
+    return 0.0
+
+
 async def get_proof(request: web.Request) -> web.Response:
-    """The caller's shipment's proof of load."""
+    """The caller's shipment's proof of load, as JSON or as a PDF (`proof_format`)."""
     principal = await authenticate(request)
-    if request.query:
-        raise BadRequest(f"unknown query parameter {sorted(request.query)[0]!r}")
+    wanted = proof_format(request)
     storage = request.app[SERVICES].storage
-    body = await proof.proof_for(storage, principal, shipment_id_of(request))
-    return web.json_response(body, headers={"Cache-Control": "no-store"})
+    scope = Scope.of_principal(principal)
+    shipment_id = shipment_id_of(request)
+    headers = {"Cache-Control": "no-store", "Vary": "Accept"}
+    if wanted == "pdf":
+        pdf = await proof.proof_pdf_for(storage, scope, shipment_id)
+        return pdf_response(pdf, shipment_id, headers)
+    body = await proof.proof_for(storage, scope, shipment_id)
+    return web.json_response(body, headers=headers)
+
+
+def pdf_response(pdf: bytes, shipment_id: int, headers: dict[str, str]) -> web.Response:
+    """A proof of load PDF as a download (the dashboard's link answers the same)."""
+    disposition = f'attachment; filename="{proof.pdf_filename(shipment_id)}"'
+    return web.Response(
+        body=pdf,
+        content_type=proof.PDF_CONTENT_TYPE,
+        headers={**headers, "Content-Disposition": disposition},
+    )
 
 
 def proof_operation(problem_ref: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +135,9 @@ def proof_operation(problem_ref: dict[str, Any]) -> dict[str, Any]:
             "Every reading of the shipment in the order it happened (SSCC, time, dock, camera, "
             "image links, whether its pallet is on the trailer), every exception and how it "
             "was resolved, and `contentHash`: sha256 of the canonical JSON (sorted keys, no "
-            "spaces) of everything but `contentHash` and `generatedAt`."
+            "spaces) of everything but `contentHash` and `generatedAt`. As a PDF (`format=pdf` "
+            "or `Accept: application/pdf`) the same record, with the same hash printed on "
+            "every page; the same record gives the same PDF bytes."
         ),
         "tags": ["asn"],
         "parameters": [
@@ -84,16 +146,31 @@ def proof_operation(problem_ref: dict[str, Any]) -> dict[str, Any]:
                 "in": "path",
                 "required": True,
                 "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
-            }
+            },
+            {
+                "name": "format",
+                "in": "query",
+                "required": False,
+                "description": "json or pdf; without it the Accept header decides (JSON on a tie).",
+                "schema": {"type": "string", "enum": list(PROOF_FORMATS)},
+            },
         ],
         "responses": {
             "200": {
                 "description": "The proof of load.",
-                "content": {"application/json": {"schema": {"type": "object"}}},
+                "content": {
+                    "application/json": {"schema": {"type": "object"}},
+                    proof.PDF_CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}},
+                },
             },
             "400": {"description": "A query parameter.", "content": problem},
             "401": {"description": "No valid bearer token.", "content": problem},
             "404": {"description": "No such shipment of the caller's.", "content": problem},
+            "406": {"description": "Accept names neither JSON nor PDF.", "content": problem},
+            "413": {
+                "description": "More readings or exceptions than one proof holds.",
+                "content": problem,
+            },
         },
     }
 

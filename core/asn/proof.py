@@ -1,29 +1,37 @@
 """The proof of load of a shipment (docs/asn.md): what a carrier or a retailer accepts as
-evidence of what went onto the trailer, as JSON for machines (a PDF rendering is to come).
+evidence of what went onto the trailer, as JSON for machines and as a PDF drawn from that very
+JSON (`core.asn.proof_pdf`).
 
 Every reading of the shipment in the order it happened (load and unload alike, each saying
 whether its pallet is on the trailer now), with its SSCC, time, dock, camera and image links;
 every exception raised on the shipment and each step of how it was resolved; and a content hash
 (SHA-256 of the canonical JSON of all of that) so that a copy can be checked against the
 record it was made from: the same record gives the same hash, and any change to it another.
+A shipment with more readings or exceptions than one proof holds is refused (413), never cut
+short: a proof that left some out would carry the hash of a record that is not the whole one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
 from core.asn import notice
-from core.auth.access import Principal, Scope
-from core.errors import NotFound
+from core.auth.access import Scope
+from core.errors import NotFound, PayloadTooLarge, RateLimited
 from core.feed.publish import iso_utc
 from core.shipments import completion, directions, observed
 from core.storage import Doc, Storage
 
 MAX_READINGS = 10_000  # a trailer's readings, repeats and corrections included, stay far below
 MAX_EXCEPTIONS = 5_000
+PDF_CONTENT_TYPE = "application/pdf"
+MAX_PDFS_AT_ONCE = 2  # PDFs drawn at once in a process (each a worker thread's CPU)
+_drawing = threading.BoundedSemaphore(MAX_PDFS_AT_ONCE)
 
 
 def _at(value: Any) -> str | None:
@@ -100,10 +108,10 @@ def content_hash(record: dict[str, Any]) -> str:
 
 
 async def proof_for(
-    storage: Storage, principal: Principal, shipment_id: int, now: datetime | None = None
+    storage: Storage, scope: Scope, shipment_id: int, now: datetime | None = None
 ) -> dict[str, Any]:
-    """The proof of load of the caller's shipment (another business's is not found)."""
-    scope = Scope.of_principal(principal)
+    """The proof of load of a shipment in the reader's scope (`Scope.of_principal` for an API
+    client, `Scope.of_operator` for the dashboard); another business's is not found."""
     shipment = await storage.shipments.find_one({"_id": shipment_id, **scope.query()})
     if shipment is None:
         raise NotFound(f"shipment {shipment_id} not found")
@@ -115,13 +123,24 @@ async def proof_of_shipment(
 ) -> dict[str, Any]:
     """The proof of load of a shipment already in hand: the record, its hash, when it was made."""
     shipment_id = int(shipment["_id"])
-    pallets = await storage.pallets.find({"shipment_id": shipment_id}).limit(MAX_READINGS).to_list()
+    pallets = (
+        await storage.pallets.find({"shipment_id": shipment_id}).limit(MAX_READINGS + 1).to_list()
+    )
     exceptions = (
         await storage.exceptions.find({"shipment_id": shipment_id})
         .sort("seq")
-        .limit(MAX_EXCEPTIONS)
+        .limit(MAX_EXCEPTIONS + 1)
         .to_list()
     )
+    for found, limit, what in (
+        (pallets, MAX_READINGS, "readings"),
+        (exceptions, MAX_EXCEPTIONS, "exceptions"),
+    ):
+        if len(found) > limit:
+            raise PayloadTooLarge(
+                f"shipment {shipment_id} has more than {limit} {what}: "
+                "more than one proof of load holds"
+            )
     readings = _readings(shipment, pallets)
     record = {
         "shipment": _shipment(shipment),
@@ -134,3 +153,35 @@ async def proof_of_shipment(
         "contentHash": content_hash(record),
         "generatedAt": iso_utc(now or datetime.now(UTC)),
     }
+
+
+async def proof_pdf_for(storage: Storage, scope: Scope, shipment_id: int) -> bytes:
+    """The proof of load of a shipment in the reader's scope as a PDF: the same record and
+    hash as the JSON. Drawn in a worker thread (a trailer at the limits is thousands of pages
+    of CPU the event loop must not wait for), at most `MAX_PDFS_AT_ONCE` at a time in a
+    process: one more is asked to retry (429) rather than queued behind them."""
+    record = await proof_for(storage, scope, shipment_id)
+    if not _drawing.acquire(blocking=False):
+        raise RateLimited(
+            f"{MAX_PDFS_AT_ONCE} proofs of load are being drawn; try again shortly",
+            retry_after_s=5,
+        )
+    return await asyncio.to_thread(_render_and_release, record)
+
+
+def pdf_filename(shipment_id: int) -> str:
+    """The PDF download's file name: the shipment's id, never a text someone chose."""
+    return f"proof-of-load-{int(shipment_id)}.pdf"
+
+
+def _render_and_release(record: dict[str, Any]) -> bytes:
+    # Imported on first use: reportlab adds a second to the start of every dockflow process,
+    # most of which never draw a PDF.
+    from core.asn import proof_pdf
+
+    # Released by the thread when it is done, not by the request: a client that hangs up
+    # does not stop the drawing, so its place stays taken until the drawing ends.
+    try:
+        return proof_pdf.render(record)
+    finally:
+        _drawing.release()

@@ -25,6 +25,8 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 
+from core.asn import proof
+from core.auth.access import Scope
 from core.auth.operator_sessions import Session, SessionStore
 from core.errors import DockflowError, NotFound, RateLimited, ValidationFailed
 from core.exceptions.codes import CODES, STATUSES, Status
@@ -38,6 +40,7 @@ from core.shipments import attachments, directions, lifecycle, linking
 from core.shipments.operator import complete_shipment_as_operator
 from core.storage import storable_int
 from core.tenancy.tenants import Operator
+from public_api import asn
 from public_api.client_address import request_source
 from public_api.dashboard import formatting
 from public_api.dashboard.session import (
@@ -71,7 +74,7 @@ EXCEPTION_ACTIONS: dict[str, tuple[Status, str]] = {
 MAX_EXCEPTION_ID_CHARS = 64
 MAX_PALLET_ID_CHARS = 64  # the raise-an-exception form's pallet (ids are "plt_" + 20 hex)
 # Routes whose pages show no navigation (streams, downloads): no open-exceptions count.
-NO_NAV_ROUTES = frozenset({"events", "shipment_document"})
+NO_NAV_ROUTES = frozenset({"events", "shipment_document", "shipment_proof"})
 RECOVER_WINDOWS_H = (1, 24, 72, 168)  # choices offered by the recover button, in hours
 
 CONTENT_SECURITY_POLICY = (
@@ -590,6 +593,14 @@ async def document_download(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def proof_download(request: web.Request) -> web.Response:
+    """The shipment's proof of load as a PDF: the same bytes as the API's `?format=pdf`."""
+    shipment_id = _shipment_id(request)
+    scope = Scope.of_operator(_operator(request))
+    pdf = await proof.proof_pdf_for(_dash(request).services.storage, scope, shipment_id)
+    return asn.pdf_response(pdf, shipment_id, {"Cache-Control": "no-store"})
+
+
 # --- pallets ------------------------------------------------------------------------------
 
 
@@ -907,6 +918,7 @@ def build_app(services: Services) -> tuple[str, web.Application]:
         document_download,
         name="shipment_document",
     )
+    router.add_get("/shipments/{shipment_id}/proof.pdf", proof_download, name="shipment_proof")
     router.add_get("/pallets/{pallet_id}", pallet_page, name="pallet")
     router.add_get("/exceptions", exceptions_page, name="exceptions")
     router.add_get("/exceptions/{exception_id}", exception_page, name="exception")
