@@ -19,11 +19,9 @@ from typing import Any
 from biip.checksums import gs1_standard_check_digit
 
 from core.auth.access import Principal
-from core.epcis import events
-from core.epcis.identities import Identities
+from core.epcis import events, queries
 from core.errors import BadRequest
 from core.storage import Doc, Storage, time_range
-from core.tenancy import gs1_identities, tenants
 
 DEFAULT_PER_PAGE = 30
 MAX_PER_PAGE = 500
@@ -199,13 +197,16 @@ async def find_events(storage: Storage, principal: Principal, query: EventQuery)
         .sort([("occurred_at", 1), ("_id", 1)])
         .limit(MAX_SCANNED)
     )
-    sites: dict[str, tuple[Identities, str]] = {}
+    sites: dict[tuple[str, str], queries.Site] = {}  # read once a page per facility
     found: list[dict[str, Any]] = []
     last: Doc | None = None
     scanned = 0
     async for pallet in cursor:
         last, scanned = pallet, scanned + 1
-        event = events.pallet_event(pallet, *await _site(storage, sites, pallet))
+        site_key = (pallet["business"], pallet["facility"])
+        if site_key not in sites:
+            sites[site_key] = await queries.site_of(storage, *site_key)
+        event = queries.pallet_event(pallet, sites[site_key])
         if event is not None:
             found.append(events.with_record_time(event, pallet))
         if len(found) == query.per_page:
@@ -215,15 +216,3 @@ async def find_events(storage: Storage, principal: Principal, query: EventQuery)
     rest = _filter(principal, replace(query, after=(last["occurred_at"], last["_id"])))
     more = scanned == MAX_SCANNED or await storage.pallets.find_one(rest, {"_id": 1}) is not None
     return EventPage(found, page_token(last) if more else None)
-
-
-async def _site(
-    storage: Storage, sites: dict[str, tuple[Identities, str]], pallet: Doc
-) -> tuple[Identities, str]:
-    """The pallet's facility's identities and time zone (read once a page per facility)."""
-    key = tenants.facility_key(pallet["business"], pallet["facility"])
-    if key not in sites:
-        facility = await tenants.get_facility(storage, pallet["business"], pallet["facility"])
-        ids = await gs1_identities.identities_of(storage, pallet["business"], pallet["facility"])
-        sites[key] = (ids, facility.timezone)
-    return sites[key]

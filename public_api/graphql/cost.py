@@ -8,7 +8,8 @@ Int 10000, a variable's declared default and an argument's or input field's sche
 count as given). It is the `first` argument, or the `first` of an input object argument; when
 that is null, the field's default page (`LIST_SIZES`); a list without `first` holds at most
 `LIST_SIZES` items, else is taken to hold `graphql_cost_list_size`. A field that also reads rows
-it does not return (a shipment's LPN progress) is charged those rows (`PARENT_LOADS`).
+it does not return (a shipment's LPN progress, a pallet's EPCIS event) is charged those rows
+(`PARENT_LOADS`).
 
 30 aliases of `pushMessages(first: 10000)` cost 300,000 and are refused with
 `extensions.code: QUERY_TOO_COSTLY`, a `first` below 1 anywhere with `BAD_USER_INPUT`; nothing is
@@ -49,6 +50,7 @@ from graphql.execution.values import VariableValues, get_argument_values, get_va
 from graphql.type.introspection import SchemaMetaFieldDef, TypeMetaFieldDef, TypeNameMetaFieldDef
 from strawberry.extensions import SchemaExtension
 
+from core.epcis import queries as epcis_queries
 from core.exceptions import queries as exception_queries
 from core.feed import reader
 from core.outbox import delivery_log
@@ -67,12 +69,15 @@ LIST_SIZES: dict[str, int] = {
 }
 
 # Rows read once per instance of a type when any of these fields is selected under it (at any
-# depth), beyond the objects returned: a shipment's LPN progress reads its items and pallets.
+# depth), beyond the objects returned: a shipment's LPN progress reads its items and pallets, a
+# pallet's EPCIS event its site (charged per pallet: an upper bound, as pallets of one facility
+# share one read).
 PARENT_LOADS: dict[str, tuple[frozenset[str], int]] = {
     "Shipment": (
         frozenset({"Shipment.lpns", "OrderItem.observed"}),
         shipment_queries.PROGRESS_ROWS,
     ),
+    "Pallet": (frozenset({"Pallet.epcisEvent"}), epcis_queries.SITE_READS),
 }
 
 

@@ -395,9 +395,9 @@ class Pallet:
         description="The reading as an EPCIS 2.0 ObjectEvent (JSON-LD, CBV 2.0; eventID is the "
         "CBV 2.0 event hash); null when the pallet has no SSCC and no GTIN (docs/epcis.md)."
     )
-    async def epcis_event(self, info: GQLInfo) -> JSON | None:
-        event = await epcis_queries.pallet_event(info.context.services.storage, self.doc)
-        return cast(JSON, event)
+    async def epcis_event(self) -> JSON | None:
+        site = await self.loaders.sites.load((self.doc["business"], self.doc["facility"]))
+        return cast(JSON, epcis_queries.pallet_event(self.doc, site))
 
     @strawberry.field(description=PARENT_EXCEPTIONS)
     async def exceptions(

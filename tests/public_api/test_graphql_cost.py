@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from core.epcis import queries as epcis_queries
 from core.reads import shipment_queries
 from core.settings import Settings
 from core.storage import Storage
@@ -250,3 +251,55 @@ async def test_lpn_progress_of_a_shipment_past_its_bound_is_refused_not_read_who
     assert error["path"] == ["shipment", "lpns"]
     assert error["extensions"]["reason"] == "PAYLOAD_TOO_LARGE", error
     assert str(shipment_queries.MAX_PROGRESS_ROWS) in error["message"]
+
+
+EPCIS_EVENTS = '{ shipments(filter: {businessSlug: "acme"}) { id pallets { id epcisEvent } } }'
+
+
+async def test_a_page_of_pallets_reads_its_facility_once_for_their_epcis_events(
+    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
+    settings: Settings,
+    tenant: Tenant,
+    storage: Storage,
+    edge_server: EdgeServer,
+):
+    ssccs = ["106141411234567897", "006141410000000012", "106141412345678908"]
+    for n, sscc in enumerate(ssccs):
+        await post_shipment(storage, tenant, {f"O{n}": [sscc]}, number=f"S{n}")
+    async with grpc.aio.insecure_channel(edge_server.address) as channel:
+        await stream(channel, tenant.camera_metadata("D1"), [reading(x) for x in ssccs])
+
+    async with watched_api(aiohttp_client, settings) as (watched, reads):
+        _, without = await gql(watched, EPCIS_EVENTS.replace("epcisEvent", ""), token=tenant.token)
+        plain = reads.of("facilities", "businesses")
+        reads.reads.clear()
+        _, page = await gql(watched, EPCIS_EVENTS, token=tenant.token)
+        with_events = reads.of("facilities", "businesses")
+
+    assert "errors" not in without, without
+    assert "errors" not in page, page
+    events = [p["epcisEvent"] for s in page["data"]["shipments"] for p in s["pallets"]]
+    assert len(events) == len(ssccs)
+    assert all(event["type"] == "ObjectEvent" for event in events), events
+    added = sorted(with_events)
+    for name in plain:
+        added.remove(name)
+    assert added == ["businesses", "facilities"], "one site read for the page, not per pallet"
+
+
+async def test_epcis_events_are_charged_what_they_read(
+    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
+    settings_factory: Callable[..., Settings],
+    tenant: Tenant,
+):
+    settings = settings_factory(graphql_max_cost=200)
+    query = '{ shipments(filter: {businessSlug: "acme", first: 10}) { pallets(first: 10) { %s } } }'
+
+    async with watched_api(aiohttp_client, settings) as (api, _reads):
+        _, plain = await gql(api, query % "id", token=tenant.token)
+        _, events = await gql(api, query % "id epcisEvent", token=tenant.token)
+
+    assert "errors" not in plain, plain
+    [error] = events["errors"]
+    assert error["extensions"]["code"] == "QUERY_TOO_COSTLY", events
+    assert error["extensions"]["cost"] == 10 * (1 + 10 * (1 + epcis_queries.SITE_READS))
