@@ -17,6 +17,7 @@ from core.errors import Unauthenticated
 from core.feed.reader import BufferBudget, FeedHub
 from core.services import Services
 from core.shipments import linking
+from core.shipments.attachments import UploadReservation
 from public_api.graphql.loaders import ReadLoaders
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,9 @@ SLOW_CONSUMER_CLOSE_CODE = 1008
 CLOSE_WAIT_S = 5.0
 # RFC 6455 "going away": every open websocket is closed with it when the server shuts down.
 GOING_AWAY_CLOSE_CODE = 1001
+# The request's key of its files' attachment reservation (`core.shipments.attachments`), made
+# when its multipart body is parsed and given back what its uploads left when it ends.
+UPLOAD_RESERVATION = web.RequestKey("upload_reservation", UploadReservation)
 
 
 @dataclass
@@ -62,6 +66,10 @@ class GraphQLContext:
         outlives it, neither into a later mutation of the request nor into a later operation
         of a websocket, whose context lives as long as the connection."""
         return ReadLoaders(self.services.storage, self.require_principal)
+
+    def upload_reservation(self) -> UploadReservation | None:
+        """The bytes this request's files were charged together, for its uploads to draw."""
+        return self.request.get(UPLOAD_RESERVATION)
 
     def require_principal(self) -> Principal:
         if self.principal is None:

@@ -857,6 +857,7 @@ class Mutation:
                 type=input.type,
                 source=getattr(upload, "file", upload),
             ),
+            context.upload_reservation(),
         )
         return ShipmentDocument.from_doc(doc, settings)
 

@@ -15,8 +15,9 @@ Bodies: JSON bodies and websocket messages are capped by `http_max_body_bytes` (
 application's `client_max_size`, chunked bodies too); a multipart body, read only after
 authentication, by `max_upload_bytes` of files, `FORM_FIELDS_BYTES` of fields, and
 `graphql_multipart_max_parts` parts; `graphql_multipart_max_files` counts the variables its map
-fills, and its files together must fit the business's attachment quota before any is stored.
-A request the protocol cannot read is answered 400 as JSON GraphQL errors with a code.
+fills, and its files together are charged to the business's attachment quota before any is
+stored (`core.shipments.attachments.reserve_uploads`). A request refused before it executes, or
+that the protocol cannot read, is answered as JSON GraphQL errors with a code.
 """
 
 from __future__ import annotations
@@ -50,12 +51,11 @@ from strawberry.subscriptions.protocols.graphql_ws.types import ConnectionInitMe
 from strawberry.types.unset import UnsetType
 
 from core.auth.tokens import bearer_token
-from core.errors import BadRequest, DockflowError, PayloadTooLarge, QuotaExceeded, Unauthenticated
+from core.errors import BadRequest, DockflowError, PayloadTooLarge, Unauthenticated
 from core.feed.reader import FeedHub
 from core.services import Services
 from core.settings import Settings
 from core.shipments import attachments
-from core.tenancy import quotas
 from public_api.auth import PRINCIPAL, authenticate
 from public_api.body_limits import own_body_limit
 from public_api.client_address import request_source
@@ -68,6 +68,7 @@ from public_api.graphql.connections import (
 from public_api.graphql.context import (
     CLOSE_WAIT_S,
     GOING_AWAY_CLOSE_CODE,
+    UPLOAD_RESERVATION,
     GraphQLContext,
     close_within,
 )
@@ -99,10 +100,11 @@ FEED_HUB = web.AppKey("feed_hub", FeedHub)
 class UploadedFile:
     """One file part of a multipart request, as resolvers receive it for an `Upload`."""
 
-    def __init__(self, file: IO[bytes], filename: str, content_type: str) -> None:
+    def __init__(self, file: IO[bytes], filename: str, content_type: str, size: int) -> None:
         self.file = file
         self.filename = filename
         self.content_type = content_type
+        self.size = size  # its bytes, counted as it was spooled
 
     def __repr__(self) -> str:
         # Coercion errors quote the value they refuse: a file given for another type.
@@ -112,9 +114,8 @@ class UploadedFile:
 class LimitedRequestAdapter(AiohttpHTTPRequestAdapter):
     """Reads a multipart body part by part, only for an authenticated caller, within
     `max_upload_bytes` of files and `FORM_FIELDS_BYTES` of fields in total (413 as soon as
-    either is exceeded, chunked or not) and
-    `graphql_multipart_max_parts` / `_max_files` parts (400), keeping each file's name and
-    content type."""
+    either is exceeded, chunked or not) and `graphql_multipart_max_parts` parts (400), keeping
+    each file's name, content type and size."""
 
     async def get_form_data(self) -> FormData:
         if self._form_data is not None:
@@ -140,10 +141,6 @@ class LimitedRequestAdapter(AiohttpHTTPRequestAdapter):
                 if part.filename is None:
                     form[part.name] = _text(part.name, await field_budget.read(part))
                     continue
-                if len(files) >= settings.graphql_multipart_max_files:
-                    raise BadRequest(
-                        f"more than {settings.graphql_multipart_max_files} files in one request"
-                    )
                 files[part.name] = await file_budget.spool(part)
         except BaseException:
             for uploaded in files.values():
@@ -160,14 +157,6 @@ class LimitedRequestAdapter(AiohttpHTTPRequestAdapter):
         return self._form_data
 
 
-class _RequestRefused(Exception):
-    """A domain refusal of a whole request before it executes (its files' quota)."""
-
-    def __init__(self, error: DockflowError) -> None:
-        super().__init__(error.detail)
-        self.error = error
-
-
 def _mapped_uses(file_map: object) -> dict[str, int]:
     """How many variables a multipart map fills with each file part (its paths)."""
     if isinstance(file_map, bytes | str):
@@ -180,17 +169,6 @@ def _mapped_uses(file_map: object) -> dict[str, int]:
     return {
         str(name): len(paths) if isinstance(paths, list) else 1 for name, paths in file_map.items()
     }
-
-
-def _size(uploaded: object) -> int:
-    """The bytes of a spooled file part."""
-    file = getattr(uploaded, "file", None)
-    if file is None:
-        return 0
-    position = file.tell()
-    size = int(file.seek(0, 2))
-    file.seek(position)
-    return size
 
 
 def _text(name: str, content: bytes) -> str:
@@ -222,16 +200,18 @@ class _ByteBudget:
 
     async def spool(self, part: BodyPartReader) -> UploadedFile:
         spool: IO[bytes] = SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115
+        size = 0
         try:
             while chunk := await part.read_chunk():
                 self._take(len(chunk))
                 spool.write(chunk)
+                size += len(chunk)
         except BaseException:
             spool.close()
             raise
         spool.seek(0)
         content_type = part.headers.get("Content-Type", "application/octet-stream")
-        return UploadedFile(spool, part.filename or "upload", content_type)
+        return UploadedFile(spool, part.filename or "upload", content_type, size)
 
 
 def token_from_params(params: Mapping[str, Any] | None) -> str | None:
@@ -450,13 +430,11 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
         # error with a code instead, as every other refusal of this endpoint is.
         try:
             return await self.run(request=request)
-        except _RequestRefused as refused:  # before execution: answered as GraphQL does
-            error = refused.error
+        except DockflowError as error:  # before execution (a multipart body, its files' quota)
+            extensions = error_extensions(error)
             return web.json_response(
-                {
-                    "data": None,
-                    "errors": [{"message": error.detail, "extensions": error_extensions(error)}],
-                }
+                {"data": None, "errors": [{"message": error.detail, "extensions": extensions}]},
+                status=extensions["status"],
             )
         except HTTPException as refusal:
             return web.json_response(
@@ -470,6 +448,10 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
                 },
                 status=refusal.status_code,
             )
+        finally:
+            reservation = request.get(UPLOAD_RESERVATION)
+            if reservation is not None:
+                await attachments.release_unused(self.services.storage, reservation)
 
     async def parse_multipart(self, request: AsyncHTTPRequestAdapter) -> dict[str, str]:
         # A file part mapped to several variables is stored once per use: the file limit
@@ -482,24 +464,19 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
                 f"the map gives {sum(uses.values())} files; at most "
                 f"{settings.graphql_multipart_max_files} in one request"
             )
-        # All or nothing: a request whose files together do not fit the business's quota is
-        # refused before any is stored (its first files were stored and charged, their ids
-        # lost in a `data: null` answer, and a retry stored them again).
+        # All or nothing: the files together are charged before any is stored, and the
+        # uploads draw from that (their first files were stored and charged, their ids lost in
+        # a `data: null` answer, and a retry stored them again).
         total = sum(
-            _size(form_data.files[name]) * count
+            form_data.files[name].size * count
             for name, count in uses.items()
             if name in form_data.files
         )
-        principal = (
-            request.request.get(PRINCIPAL) if isinstance(request, LimitedRequestAdapter) else None
-        )
-        if principal is not None and total:
-            try:
-                await quotas.check_fits(
-                    self.services.storage, settings, principal.business, "attachments", total
-                )
-            except QuotaExceeded as refusal:
-                raise _RequestRefused(refusal) from None
+        if total:
+            assert isinstance(request, LimitedRequestAdapter)  # `request_adapter_class`
+            request.request[UPLOAD_RESERVATION] = await attachments.reserve_uploads(
+                self.services.storage, settings, request.request[PRINCIPAL].business, total
+            )
         return await super().parse_multipart(request)
 
     def is_websocket_request(self, request: web.Request) -> TypeGuard[web.Request]:
