@@ -13,12 +13,15 @@ import grpc
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
+from graphql import GraphQLInputObjectType, GraphQLObjectType, get_named_type
 
 from core.epcis import queries as epcis_queries
 from core.reads import shipment_queries
 from core.settings import Settings
 from core.storage import Storage
 from edge.server import EdgeServer
+from public_api.graphql import cost
+from public_api.graphql.schema import build_schema
 from tests.edge.documents import post_shipment
 from tests.edge.helpers import reading, stream
 from tests.factories import Tenant
@@ -303,3 +306,40 @@ async def test_epcis_events_are_charged_what_they_read(
     [error] = events["errors"]
     assert error["extensions"]["code"] == "QUERY_TOO_COSTLY", events
     assert error["extensions"]["cost"] == 10 * (1 + 10 * (1 + epcis_queries.SITE_READS))
+
+
+def test_every_list_that_takes_first_has_its_bounds_in_core(settings: Settings):
+    schema = build_schema(settings)._schema
+    paged = set()
+    for named in schema.type_map.values():
+        if named.name.startswith("__") or not isinstance(named, GraphQLObjectType):
+            continue
+        for name, field in named.fields.items():
+            inputs = [get_named_type(a.type) for a in field.args.values()]
+            if "first" in field.args or any(
+                isinstance(i, GraphQLInputObjectType) and "first" in i.fields for i in inputs
+            ):
+                paged.add(f"{named.name}.{name}")
+
+    assert paged == set(cost.PAGED)
+    assert set(cost.PAGED.values()) <= set(shipment_queries.PAGES)
+
+
+async def test_a_page_past_its_lists_most_is_refused_before_anything_is_read(
+    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
+    settings: Settings,
+    tenant: Tenant,
+):
+    most = shipment_queries.PAGES["pallets"][-1]
+    query = '{ shipments(filter: {businessSlug: "acme", first: 1}) { pallets(first: %d) { id } } }'
+
+    async with watched_api(aiohttp_client, settings) as (api, reads):
+        _, body = await gql(api, query % (most + 1), token=tenant.token)
+        read = reads.of(*RESOLVER_COLLECTIONS)
+
+    assert body.get("data") is None
+    [error] = body["errors"]
+    assert error["extensions"]["code"] == "BAD_USER_INPUT", body
+    assert "Shipment.pallets" in error["message"]
+    assert f"between 1 and {most}" in error["message"]
+    assert read == [], "the page of shipments was not read"
