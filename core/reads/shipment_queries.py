@@ -137,11 +137,6 @@ async def shipment_doc(storage: Storage, principal: Principal, shipment_id: int)
     return doc
 
 
-async def get_shipment(storage: Storage, principal: Principal, shipment_id: int) -> ShipmentView:
-    """One shipment the caller may see with everything of it (`shipment_doc`)."""
-    return (await load_views(storage, [await shipment_doc(storage, principal, shipment_id)]))[0]
-
-
 def page_refusal(listed: str, first: int) -> str | None:
     """Why `first` is no page size of the list `listed` (`PAGES`), or None."""
     bounds = PAGES[listed]
@@ -310,13 +305,6 @@ async def list_shipment_docs(
     check_scope(principal, selector.business or principal.business, selector.facility)
     found = await find_shipments(storage, Scope.of_principal(principal), selector)
     return found.shipments
-
-
-async def list_shipments(
-    storage: Storage, principal: Principal, selector: ShipmentFilter
-) -> list[ShipmentView]:
-    """`list_shipment_docs` with everything of each shipment."""
-    return await load_views(storage, await list_shipment_docs(storage, principal, selector))
 
 
 @dataclass
