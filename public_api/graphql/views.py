@@ -214,6 +214,18 @@ class _ByteBudget:
         return UploadedFile(spool, part.filename or "upload", content_type, size)
 
 
+def _refused(error: DockflowError, status: int | None = None) -> web.Response:
+    """A request refused before it executes, answered as GraphQL errors are (`extensions.code`,
+    `.reason`, `.status`) at that status: the domain error's own unless given."""
+    extensions = error_extensions(error)
+    if status is not None:
+        extensions["status"] = status
+    return web.json_response(
+        {"data": None, "errors": [{"message": error.detail, "extensions": extensions}]},
+        status=extensions["status"],
+    )
+
+
 def token_from_params(params: Mapping[str, Any] | None) -> str | None:
     """The token of a connection_init payload: `Authorization`/`authorization`, with or
     without the `Bearer ` prefix."""
@@ -431,23 +443,9 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
         try:
             return await self.run(request=request)
         except DockflowError as error:  # before execution (a multipart body, its files' quota)
-            extensions = error_extensions(error)
-            return web.json_response(
-                {"data": None, "errors": [{"message": error.detail, "extensions": extensions}]},
-                status=extensions["status"],
-            )
-        except HTTPException as refusal:
-            return web.json_response(
-                {
-                    "errors": [
-                        {
-                            "message": refusal.reason,
-                            "extensions": {"code": "BAD_USER_INPUT", "reason": "BAD_REQUEST"},
-                        }
-                    ]
-                },
-                status=refusal.status_code,
-            )
+            return _refused(error)
+        except HTTPException as refusal:  # the client's request, unreadable: at its own status
+            return _refused(BadRequest(refusal.reason), refusal.status_code)
         finally:
             reservation = request.get(UPLOAD_RESERVATION)
             if reservation is not None:
