@@ -1,4 +1,5 @@
-"""GraphQL at /public_graphql (DESIGN.md section 8)."""
+"""GraphQL at /public_graphql: the push-message feed (query and subscription), shipments, their
+exceptions, documents and webhook deliveries, for API clients (docs/graphql.md)."""
 
 from public_api.graphql.views import setup
 

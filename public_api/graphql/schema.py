@@ -1,5 +1,5 @@
-"""The GraphQL schema (DESIGN.md section 8): types translate core read models; resolvers call
-core and hold no rules. Errors are mapped once, in `public_api.graphql.errors`."""
+"""The GraphQL schema an API client sees (docs/graphql.md): types translate core read models;
+resolvers call core and hold no rules. Errors are mapped once, in `public_api.graphql.errors`."""
 
 import datetime as dt
 from collections.abc import AsyncGenerator
