@@ -21,11 +21,18 @@ from core.errors import DockflowError, SlowConsumer, ValidationFailed
 from core.exceptions import client as exception_client
 from core.exceptions import queries as exception_queries
 from core.exceptions import records as exception_records
-from core.exceptions.codes import Status
+from core.exceptions.codes import (
+    ExceptionActorKind,
+    ExceptionCode,
+    ExceptionPriority,
+    ExceptionStatus,
+    Status,
+)
 from core.feed import reader
 from core.reads import shipment_queries
 from core.settings import Settings
 from core.shipments import attachments, linking, scheduling
+from core.shipments.lifecycle import ShipmentStatus
 from core.storage import Doc
 from public_api.graphql import scalars, webhook_deliveries, webhook_endpoints
 from public_api.graphql.context import SLOW_CONSUMER_CLOSE_CODE, GraphQLContext
@@ -45,17 +52,7 @@ from public_api.graphql.webhook_endpoints import (
 GQLInfo = Info[GraphQLContext, None]
 
 
-@strawberry.enum
-class ShipmentStatus(Enum):
-    NEW = "NEW"
-    SCHEDULED = "SCHEDULED"
-    AT_FACILITY = "AT_FACILITY"
-    DOOR_ASSIGNED = "DOOR_ASSIGNED"
-    LOADING = "LOADING"
-    UNLOADING = "UNLOADING"
-    LOADED = "LOADED"
-    UNLOADED = "UNLOADED"
-    DEPARTED = "DEPARTED"
+strawberry.enum(ShipmentStatus)  # core's statuses, as GraphQL names them
 
 
 @strawberry.enum
@@ -122,38 +119,9 @@ class PushMessageSubscriptionFilter:
     )
 
 
-@strawberry.enum
-class ExceptionCode(Enum):
-    MISLOAD = "MISLOAD"
-    UNEXPECTED_PALLET = "UNEXPECTED_PALLET"
-    DUPLICATE_PALLET = "DUPLICATE_PALLET"
-    LOW_CONFIDENCE = "LOW_CONFIDENCE"
-    LOT_MISMATCH = "LOT_MISMATCH"
-    EXPIRY_MISMATCH = "EXPIRY_MISMATCH"
-    EXPIRED = "EXPIRED"
-    LABEL_INVALID = "LABEL_INVALID"
-    SHORT = "SHORT"
-    CUSTOMER = "CUSTOMER"
-
-
-@strawberry.enum
-class ExceptionPriority(Enum):
-    LOW = "LOW"
-    HIGH = "HIGH"
-
-
-@strawberry.enum
-class ExceptionStatus(Enum):
-    OPEN = "OPEN"
-    ACKNOWLEDGED = "ACKNOWLEDGED"
-    RESOLVED = "RESOLVED"
-
-
-@strawberry.enum
-class ExceptionActorKind(Enum):
-    RULE = "RULE"
-    OPERATOR = "OPERATOR"
-    CLIENT = "CLIENT"
+# Core's exception values, as GraphQL names them.
+for _core_enum in (ExceptionCode, ExceptionPriority, ExceptionStatus, ExceptionActorKind):
+    strawberry.enum(_core_enum)
 
 
 @strawberry.type(description="Who changed an exception: a camera rule, an operator, a client.")
