@@ -11,11 +11,13 @@ from typing import Any
 
 from aiohttp import web
 from strawberry.dataloader import DataLoader
+from strawberry.types import Info
 
 from core.auth.access import Principal
 from core.errors import Unauthenticated
 from core.feed.reader import BufferBudget, FeedHub
 from core.services import Services
+from core.settings import Settings
 from core.shipments import linking
 from core.shipments.attachments import UploadReservation
 from public_api.graphql.loaders import ReadLoaders
@@ -108,3 +110,8 @@ async def close_within(
         if transport is not None and not transport.is_closing():
             with contextlib.suppress(Exception):
                 transport.abort()
+
+
+def settings_of(info: Info[GraphQLContext, None]) -> Settings:
+    """The settings of the service a resolver runs in."""
+    return info.context.services.settings
