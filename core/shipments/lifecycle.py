@@ -1,5 +1,5 @@
 """Shipment lifecycle at the docks: statuses with a timestamped history, ad-hoc shipments, the
-shipment currently at a dock, and dock events (DESIGN.md section 7).
+shipment currently at a dock, and dock events (docs/data-model.md).
 
 Statuses: NEW, SCHEDULED, AT_FACILITY, DOOR_ASSIGNED, LOADING, UNLOADING, LOADED, UNLOADED,
 DEPARTED. A shipment is *at a dock* while it is not completed, its `dock` is that dock and its
