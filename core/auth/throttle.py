@@ -2,8 +2,9 @@
 the same failures: an attacker cannot guess a client secret online by spreading guesses over
 several API processes.
 
-Failures are counted per (identity, source address): someone who knows a client id or an
-operator name locks out only their own address, never the owner. Two looser ceilings stop what
+Failures are counted per (identity, source): a source is an address, or an IPv6 /64
+(`source_group`, which the websocket pending cap counts by too). Someone who knows a client id
+or an operator name locks out only their own source, never the owner. Two looser ceilings stop what
 that alone would allow: one per identity over every address (a guesser spreading over many
 addresses; `auth_failure_id_limit`) and one per address over every identity (one address
 spraying passwords over many operator names)."""
@@ -82,9 +83,10 @@ class AuthThrottle:
         return cls(storage, policy, replace(policy, limit=limit) if limit else None)
 
     def _keys(self, attempt: Attempt) -> list[tuple[str, ThrottlePolicy]]:
-        keys = [(f"{attempt.identity}@{attempt.source}", self.policy)]
+        source = source_group(attempt.source)  # a guesser rotating through its /64 is one
+        keys = [(f"{attempt.identity}@{source}", self.policy)]
         if self.ceiling is not None:
-            keys += [(attempt.identity, self.ceiling), (f"source@{attempt.source}", self.ceiling)]
+            keys += [(attempt.identity, self.ceiling), (f"source@{source}", self.ceiling)]
         return keys
 
     async def check_attempt(self, attempt: Attempt) -> None:
@@ -171,6 +173,21 @@ def _trusted(address: str, trusted: tuple[str, ...]) -> bool:
     except ValueError:
         return False
     return any(ip in network for network in _networks(trusted))
+
+
+def source_group(address: str) -> str:
+    """The source a per-source limit counts `address` against: the address itself, or its /64
+    for IPv6 (one host is given a whole /64 and may take any address in it; ::ffff:a.b.c.d is
+    the IPv4 host a.b.c.d). Anything else (e.g. "unknown") is its own source."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 def source_address(

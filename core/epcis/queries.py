@@ -10,10 +10,12 @@ when it has completed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from core.epcis import events
+from core.errors import NotFound
 from core.shipments.observed import lpn_progress, reading_order
 from core.storage import Doc, Storage
 from core.tenancy import gs1_identities, tenants
@@ -22,27 +24,51 @@ from core.tenancy import gs1_identities, tenants
 # a shipment read again and again stays far below this).
 MAX_SHIPMENT_READINGS = 2_000
 MAX_SHIPMENT_ORDERS = 200
+# Documents one pallet's event reads besides the pallet: its facility and business (the site)
+# and its shipment (the bill of lading) — what a caller is charged for it.
+EVENT_READS = 3
 
 
 async def site_of(storage: Storage, business: str, facility: str) -> events.Site:
-    """A facility's GS1 identities and time zone."""
-    found = await tenants.get_facility(storage, business, facility)
-    ids = await gs1_identities.identities_of(storage, business, facility)
-    return events.Site(ids, found.timezone)
+    """The facility's site, from one read of the facility and one of its business."""
+    facility_doc = await storage.facilities.find_one(
+        {"_id": tenants.facility_key(business, facility)},
+        {"timezone": 1, gs1_identities.GLN_FIELD: 1, gs1_identities.EXTENSIONS_FIELD: 1},
+    )
+    if facility_doc is None:
+        raise NotFound(f"facility {business}/{facility} not found")
+    business_doc = await storage.businesses.find_one(
+        {"_id": business}, {gs1_identities.PREFIX_FIELD: 1}
+    )
+    if business_doc is None:
+        raise NotFound(f"business {business!r} not found")
+    identities = gs1_identities.identities_from(business_doc, facility_doc)
+    return events.Site(identities, facility_doc.get("timezone", "UTC"))
 
 
-async def _bol(storage: Storage, shipment_id: Any) -> str | None:
-    if shipment_id is None:
-        return None
-    shipment = await storage.shipments.find_one({"_id": shipment_id}, {"fields": 1})
-    return ((shipment or {}).get("fields") or {}).get("bolNumber") or None
+async def bols_of(storage: Storage, shipment_ids: Sequence[Any]) -> dict[Any, str | None]:
+    """Each shipment's bill of lading (None when it has none or is gone), in one read."""
+    wanted = [i for i in dict.fromkeys(shipment_ids) if i is not None]
+    found = dict.fromkeys(wanted) | {
+        shipment["_id"]: ((shipment.get("fields") or {}).get("bolNumber") or None)
+        for shipment in await storage.shipments.find(
+            {"_id": {"$in": wanted}}, {"fields": 1}
+        ).to_list()
+    }
+    return found
+
+
+def event_at(pallet: Doc, site: events.Site, bol: str | None) -> dict[str, Any] | None:
+    """The ObjectEvent of a stored pallet reading at its site with its shipment's bill of
+    lading (None when it names no SSCC or GTIN)."""
+    return events.pallet_event(pallet, site.ids, site.timezone, bol=bol)
 
 
 async def pallet_event(storage: Storage, pallet: Doc) -> dict[str, Any] | None:
     """The ObjectEvent of a stored pallet reading (None when it names no SSCC or GTIN)."""
     site = await site_of(storage, pallet["business"], pallet["facility"])
-    bol = await _bol(storage, pallet.get("shipment_id"))
-    return events.pallet_event(pallet, site.ids, site.timezone, bol=bol)
+    bols = await bols_of(storage, [pallet.get("shipment_id")])
+    return event_at(pallet, site, bols.get(pallet.get("shipment_id")))
 
 
 async def shipment_events(storage: Storage, shipment: Doc) -> list[dict[str, Any]]:

@@ -26,11 +26,10 @@ from typing import Any
 from biip.checksums import gs1_standard_check_digit
 
 from core.auth.access import Principal
-from core.epcis import events
+from core.epcis import events, queries
 from core.epcis.identities import check_sscc, is_digits, sgln_as_digital_link
 from core.errors import BadRequest, PayloadTooLarge, ValidationFailed
 from core.storage import Doc, Storage, time_range
-from core.tenancy import gs1_identities, tenants
 
 DEFAULT_PER_PAGE = 30
 MAX_PER_PAGE = 500
@@ -420,27 +419,19 @@ class _Cache:
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
-        self.sites: dict[str, events.Site] = {}
+        self.sites: dict[tuple[str, str], events.Site] = {}
         self.bols: dict[Any, str | None] = {}
 
     async def event(self, pallet: Doc) -> dict[str, Any] | None:
         site = await self.site(pallet["business"], pallet["facility"])
-        bol = await self.bol(pallet.get("shipment_id"))
-        return events.pallet_event(pallet, site.ids, site.timezone, bol=bol)
+        return queries.event_at(pallet, site, await self.bol(pallet.get("shipment_id")))
 
     async def site(self, business: str, facility: str) -> events.Site:
-        key = tenants.facility_key(business, facility)
-        if key not in self.sites:
-            found = await tenants.get_facility(self.storage, business, facility)
-            ids = await gs1_identities.identities_of(self.storage, business, facility)
-            self.sites[key] = events.Site(ids, found.timezone)
-        return self.sites[key]
+        if (business, facility) not in self.sites:
+            self.sites[business, facility] = await queries.site_of(self.storage, business, facility)
+        return self.sites[business, facility]
 
     async def bol(self, shipment_id: Any) -> str | None:
-        if shipment_id is None:
-            return None
         if shipment_id not in self.bols:
-            shipment = await self.storage.shipments.find_one({"_id": shipment_id}, {"fields": 1})
-            fields = (shipment or {}).get("fields") or {}
-            self.bols[shipment_id] = fields.get("bolNumber") or None
-        return self.bols[shipment_id]
+            self.bols |= await queries.bols_of(self.storage, [shipment_id])
+        return self.bols.get(shipment_id)

@@ -3,8 +3,48 @@ tenancy model can name the checks a facility switches off."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal
 
+
+class ExceptionCode(StrEnum):
+    """What an exception is about: a camera rule's finding, or CUSTOMER (raised by a person)."""
+
+    MISLOAD = "MISLOAD"
+    UNEXPECTED_PALLET = "UNEXPECTED_PALLET"
+    DUPLICATE_PALLET = "DUPLICATE_PALLET"
+    LOW_CONFIDENCE = "LOW_CONFIDENCE"
+    LOT_MISMATCH = "LOT_MISMATCH"
+    EXPIRY_MISMATCH = "EXPIRY_MISMATCH"
+    EXPIRED = "EXPIRED"
+    LABEL_INVALID = "LABEL_INVALID"
+    SHORT = "SHORT"
+    CUSTOMER = "CUSTOMER"
+
+
+class ExceptionPriority(StrEnum):
+    LOW = "LOW"
+    HIGH = "HIGH"
+
+
+class ExceptionStatus(StrEnum):
+    """Where an exception is in its handling: OPEN, then ACKNOWLEDGED, then RESOLVED."""
+
+    OPEN = "OPEN"
+    ACKNOWLEDGED = "ACKNOWLEDGED"
+    RESOLVED = "RESOLVED"
+
+
+class ExceptionActorKind(StrEnum):
+    """Who changed an exception: a camera rule, an operator, an API client."""
+
+    RULE = "RULE"
+    OPERATOR = "OPERATOR"
+    CLIENT = "CLIENT"
+
+
+# The same values as literal types, for signatures that take plain strings (checked equal to the
+# enums by tests/core/test_exception_codes.py).
 Code = Literal[
     "MISLOAD",
     "UNEXPECTED_PALLET",
@@ -35,5 +75,5 @@ PRIORITIES: dict[str, Priority] = {
 }
 # The codes a facility can switch off (each on by default).
 RULE_CODES: tuple[str, ...] = tuple(PRIORITIES)
-CODES: tuple[str, ...] = (*RULE_CODES, "CUSTOMER")
-STATUSES: tuple[Status, ...] = ("OPEN", "ACKNOWLEDGED", "RESOLVED")
+CODES: tuple[str, ...] = tuple(code.value for code in ExceptionCode)
+STATUSES: tuple[str, ...] = tuple(status.value for status in ExceptionStatus)

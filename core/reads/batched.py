@@ -28,32 +28,28 @@ async def first_of_each(
     projection: Doc | None = None,
 ) -> dict[Any, list[Doc]]:
     """The first `first` documents, in `sort` order (ending with a unique key), whose `field` is
-    each of `parents`.
+    each of `parents`; `projection` names the fields to return (inclusion only).
 
-    One query asks for all parents at once, limited to what they may hold together
-    (`first` each). When that limit cuts the answer, a parent that got fewer than `first` may
-    have been cut short: each such parent is asked again alone. Either way the database returns
-    at most about twice `len(parents) * first` documents; one parent with very many children
-    costs its siblings a query each, never an unbounded read."""
+    One aggregation for all parents: the children sorted, then grouped by parent keeping the
+    first `first` of each (`$firstN`, MongoDB 5.2 and later; both embedded servers run it). The
+    database returns at most `len(parents) * first` documents and holds no more per parent
+    while grouping, however many children one parent has: it never crowds out its siblings,
+    and never costs them a query each."""
     wanted = list(dict.fromkeys(parents))
     found_by: dict[Any, list[Doc]] = {parent: [] for parent in wanted}
     if not wanted:
         return found_by
-    base = dict(query or {})
-    budget = len(wanted) * first
-    found = (
-        await collection.find({**base, field: {"$in": wanted}}, projection)
-        .sort(sort)
-        .limit(budget + 1)
-        .to_list()
+    pipeline: list[Doc] = [
+        {"$match": {**(query or {}), field: {"$in": wanted}}},
+        {"$sort": dict(sort)},
+    ]
+    if projection is not None:
+        pipeline.append({"$project": {**projection, field: 1}})
+    pipeline.append(
+        {"$group": {"_id": f"${field}", "children": {"$firstN": {"input": "$$ROOT", "n": first}}}}
     )
-    for doc in found:
-        siblings = found_by.get(doc.get(field))
-        if siblings is not None:
-            siblings.append(doc)
-    if len(found) > budget:
-        for parent, docs in found_by.items():
-            if len(docs) < first:
-                alone = collection.find({**base, field: parent}, projection).sort(sort)
-                found_by[parent] = await alone.limit(first).to_list()
-    return {parent: docs[:first] for parent, docs in found_by.items()}
+    async with await collection.aggregate(pipeline) as groups:
+        async for group in groups:
+            if group["_id"] in found_by:
+                found_by[group["_id"]] = list(group["children"])
+    return found_by

@@ -19,7 +19,11 @@ from pymongo import ASCENDING, DESCENDING
 
 from core.auth.access import Principal, Scope, check_client_record, check_scope
 from core.errors import ErrorList, PayloadTooLarge, ValidationFailed
+from core.exceptions import client as exception_client
+from core.exceptions import queries as exception_queries
+from core.feed import reader
 from core.instants import instant_refusal
+from core.outbox import delivery_log
 from core.reads.batched import Sort, first_of_each
 from core.shipments import lifecycle, observed
 from core.storage import Doc, Storage, storable_int, time_range
@@ -37,6 +41,19 @@ MAX_ITEMS_PAGE = 10_000
 # either it is not computed for an API client (a bound on what one field may read).
 MAX_PROGRESS_ROWS = 1000
 PROGRESS_ROWS = 3 * MAX_PROGRESS_ROWS  # what one shipment's progress reads at most, all three
+# What `first` may be on each list an API client pages, by what it lists: the one table the
+# readers check and the GraphQL cost budget refuses a document by before anything runs.
+PAGES: dict[str, range] = {
+    "shipments": range(1, MAX_SHIPMENTS_PAGE + 1),
+    "orders": range(1, MAX_CHILD_PAGE + 1),
+    "items": range(1, MAX_ITEMS_PAGE + 1),
+    "pallets": range(1, MAX_CHILD_PAGE + 1),
+    "documents": range(1, MAX_CHILD_PAGE + 1),
+    "exceptions": range(1, exception_queries.MAX_PAGE + 1),
+    "exceptions of a parent": range(1, exception_client.MAX_PER_PARENT + 1),
+    "push messages": range(1, reader.MAX_PAGE + 1),
+    "webhook deliveries": range(1, delivery_log.MAX_FIRST + 1),
+}
 
 ORDER_SORT: Sort = [("created_seq", ASCENDING), ("_id", ASCENDING)]
 ITEM_SORT: Sort = [("seq", ASCENDING), ("_id", ASCENDING)]
@@ -116,21 +133,24 @@ async def shipment_doc(storage: Storage, principal: Principal, shipment_id: int)
     return check_client_record(principal, doc, f"shipment {shipment_id}")
 
 
-async def get_shipment(storage: Storage, principal: Principal, shipment_id: int) -> ShipmentView:
-    """One shipment the caller may see with everything of it (`shipment_doc`)."""
-    return (await load_views(storage, [await shipment_doc(storage, principal, shipment_id)]))[0]
+def page_refusal(listed: str, first: int) -> str | None:
+    """Why `first` is no page size of the list `listed` (`PAGES`), or None."""
+    bounds = PAGES[listed]
+    if first in bounds:
+        return None
+    return f"must be between {bounds.start} and {bounds[-1]}"
 
 
-def check_child_page(first: int, most: int = MAX_CHILD_PAGE) -> None:
-    if not 1 <= first <= most:
-        raise ValidationFailed(f"first must be between 1 and {most}")
+def check_page(listed: str, first: int) -> None:
+    if (refusal := page_refusal(listed, first)) is not None:
+        raise ValidationFailed(f"first {refusal}")
 
 
 async def orders_of(
     storage: Storage, shipment_ids: Sequence[int], first: int
 ) -> dict[int, list[Doc]]:
     """The first `first` orders of each shipment, in creation order: one query for them all."""
-    check_child_page(first)
+    check_page("orders", first)
     return await first_of_each(storage.orders, "shipment_id", shipment_ids, first, ORDER_SORT)
 
 
@@ -138,7 +158,7 @@ async def items_of(
     storage: Storage, order_ids: Sequence[Hashable], first: int
 ) -> dict[str, list[Doc]]:
     """The first `first` items of each order, in the order the documents gave them."""
-    check_child_page(first, MAX_ITEMS_PAGE)
+    check_page("items", first)
     return await first_of_each(storage.order_items, "order_id", order_ids, first, ITEM_SORT)
 
 
@@ -146,7 +166,7 @@ async def pallets_of(
     storage: Storage, shipment_ids: Sequence[int], first: int
 ) -> dict[int, list[Doc]]:
     """The first `first` pallets of each shipment, in reading order."""
-    check_child_page(first)
+    check_page("pallets", first)
     found = await first_of_each(storage.pallets, "shipment_id", shipment_ids, first, PALLET_SORT)
     for pallets in found.values():
         pallets.sort(key=observed.reading_order)
@@ -157,7 +177,7 @@ async def documents_of(
     storage: Storage, shipment_ids: Sequence[int], first: int
 ) -> dict[int, list[Doc]]:
     """The first `first` documents of each shipment, oldest first."""
-    check_child_page(first)
+    check_page("documents", first)
     return await first_of_each(
         storage.shipment_documents, "shipment_id", shipment_ids, first, DOCUMENT_SORT
     )
@@ -247,8 +267,8 @@ async def find_shipments(
         if value is not None and (refusal := instant_refusal(value)) is not None:
             errors.add(name, refusal)
     size = DEFAULT_SHIPMENTS_PAGE if selector.first is None else selector.first
-    if not 1 <= size <= MAX_SHIPMENTS_PAGE:
-        errors.add("first", f"must be between 1 and {MAX_SHIPMENTS_PAGE}")
+    if (refusal := page_refusal("shipments", size)) is not None:
+        errors.add("first", refusal)
     if selector.page < 1:
         errors.add("page", "must be 1 or more")
     errors.raise_if_any("invalid shipments filter")
@@ -281,13 +301,6 @@ async def list_shipment_docs(
     check_scope(principal, selector.business or principal.business, selector.facility)
     found = await find_shipments(storage, Scope.of_principal(principal), selector)
     return found.shipments
-
-
-async def list_shipments(
-    storage: Storage, principal: Principal, selector: ShipmentFilter
-) -> list[ShipmentView]:
-    """`list_shipment_docs` with everything of each shipment."""
-    return await load_views(storage, await list_shipment_docs(storage, principal, selector))
 
 
 @dataclass

@@ -47,6 +47,65 @@ _MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]*/[a-z0-9][a-z0-9!#$&^_.+-]*
 _UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9._ -]")
 
 
+@dataclass
+class UploadReservation:
+    """Attachment bytes charged at once for a request's files, before any is stored
+    (`reserve_uploads`): the request is refused whole when they do not fit, and its uploads
+    draw their bytes from it instead of each being charged (and refused) on its own."""
+
+    business: str
+    left: int
+
+    def take(self, business: str, size: int) -> bool:
+        """Draw `size` bytes for an upload of `business`: False when they were not reserved."""
+        if business != self.business or size > self.left:
+            return False
+        self.left -= size
+        return True
+
+
+async def reserve_uploads(
+    storage: Storage, settings: Settings, business: str, total: int
+) -> UploadReservation:
+    """Charge a request's files together (`total` bytes, each use of a file counted) to the
+    business's attachment quota, in one conditional increment: `QuotaExceeded` and nothing
+    charged when they do not fit. What its uploads do not use goes back (`release_unused`)."""
+    async with quotas.charged(storage, settings, business, "attachments", total):
+        pass
+    return UploadReservation(business, total)
+
+
+async def release_unused(storage: Storage, reservation: UploadReservation) -> None:
+    """Give back the reserved bytes no upload used (an upload refused, a file not used)."""
+    unused, reservation.left = reservation.left, 0
+    if unused:
+        # The counter's own decrement, as `quotas` gives back a failed write's charge.
+        await storage.business_usage.update_one(
+            {"_id": reservation.business}, {"$inc": {"attachments": -unused}}
+        )
+
+
+@contextlib.asynccontextmanager
+async def _charged(
+    storage: Storage,
+    settings: Settings,
+    business: str,
+    size: int,
+    reservation: UploadReservation | None,
+) -> AsyncIterator[None]:
+    """Charge an upload's bytes for the write inside the block, from the request's reservation
+    when it holds them; either way they are given back (to it) if the block raises."""
+    if reservation is None or not reservation.take(business, size):
+        async with quotas.charged(storage, settings, business, "attachments", size):
+            yield
+        return
+    try:
+        yield
+    except BaseException:
+        reservation.left += size
+        raise
+
+
 @dataclass(frozen=True)
 class NewDocument:
     shipment_id: int
@@ -66,11 +125,16 @@ def _chunks(source: IO[bytes]) -> Iterator[bytes]:
 
 
 async def upload_document(
-    storage: Storage, settings: Settings, principal: Principal, new: NewDocument
+    storage: Storage,
+    settings: Settings,
+    principal: Principal,
+    new: NewDocument,
+    reservation: UploadReservation | None = None,
 ) -> Doc:
     """Store an uploaded file for a shipment the caller may see; returns its metadata. The file
     is at most `max_upload_bytes` and its bytes are charged to the business's attachment quota
-    (`QuotaExceeded`, nothing kept, when they do not fit)."""
+    (`QuotaExceeded`, nothing kept, when they do not fit), or drawn from the request's
+    `reservation`."""
     shipment = await storage.shipments.find_one({"_id": new.shipment_id})
     if shipment is None or shipment.get("business") != principal.business:
         raise NotFound(f"shipment {new.shipment_id} not found")
@@ -90,7 +154,7 @@ async def upload_document(
     async with contextlib.AsyncExitStack() as charges:
         if known is not None:  # charged before a byte is stored
             await charges.enter_async_context(
-                quotas.charged(storage, settings, business, "attachments", known)
+                _charged(storage, settings, business, known, reservation)
             )
         gridfs_id, size = await _store_contents(
             storage,

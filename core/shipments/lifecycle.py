@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Literal
 
 from pymongo.errors import DuplicateKeyError
@@ -39,18 +40,22 @@ DOCK_EVENT_TYPES: tuple[str, ...] = (
     "TRAILER_DEPARTED",
 )
 
-# Every shipment status, in lifecycle order (docs/decisions.md, D8).
-SHIPMENT_STATUSES: tuple[str, ...] = (
-    "NEW",
-    "SCHEDULED",
-    "AT_FACILITY",
-    "DOOR_ASSIGNED",
-    "LOADING",
-    "UNLOADING",
-    "LOADED",
-    "UNLOADED",
-    "DEPARTED",
-)
+
+class ShipmentStatus(StrEnum):
+    """Every shipment status, in lifecycle order (docs/decisions.md, D8)."""
+
+    NEW = "NEW"
+    SCHEDULED = "SCHEDULED"
+    AT_FACILITY = "AT_FACILITY"
+    DOOR_ASSIGNED = "DOOR_ASSIGNED"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+    LOADED = "LOADED"
+    UNLOADED = "UNLOADED"
+    DEPARTED = "DEPARTED"
+
+
+SHIPMENT_STATUSES: tuple[str, ...] = tuple(status.value for status in ShipmentStatus)
 AT_DOCK_STATUSES = ["DOOR_ASSIGNED", "LOADING", "UNLOADING"]
 # An order is CREATED by intake and IN_PROGRESS from its first pallet on.
 ORDER_STATUS_NEW = "CREATED"

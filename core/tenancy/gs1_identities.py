@@ -37,6 +37,12 @@ async def identities_of(storage: Storage, business: str, facility: str) -> Ident
         raise NotFound(f"business {business!r} not found")
     if facility_doc is None:
         raise NotFound(f"facility {business}/{facility} not found")
+    return identities_from(business_doc, facility_doc)
+
+
+def identities_from(business_doc: Doc, facility_doc: Doc) -> Identities:
+    """The identities a business's and a facility's documents declare (read with at least
+    `PREFIX_FIELD` and `GLN_FIELD`, `EXTENSIONS_FIELD`)."""
     return Identities(
         company_prefix=business_doc.get(PREFIX_FIELD) or None,
         facility_gln=facility_doc.get(GLN_FIELD) or None,

@@ -1,8 +1,8 @@
 """Open GraphQL websockets: at most `graphql_max_pending_connections` awaiting their
 `connection_init` (anonymous until then), and of those at most
 `graphql_max_pending_connections_per_source` from one source (the client address as
-`trusted_proxies` tells it; an IPv6 /64 counts as one source, as one host is given a whole
-/64), so that one address cannot hold every place; at most
+`trusted_proxies` tells it, grouped as `core.auth.throttle.source_group` groups it: an IPv6
+/64 is one source), so that one address cannot hold every place; at most
 `graphql_max_connections_per_client` per API client, and each re-checked while it stays open.
 
 A connection is registered when its `connection_init` is accepted. Every
@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
 
 from core.auth.access import Principal
+from core.auth.throttle import source_group
 from core.auth.tokens import TokenService
 from core.errors import DockflowError
 from core.settings import Settings
@@ -39,20 +39,6 @@ REVOKED_CLOSE_CODE = 4403
 TOO_MANY_CONNECTIONS_CLOSE_CODE = 4429
 # RFC 6455 "try again later": the process holds its limit of connections awaiting init.
 TOO_MANY_PENDING_CLOSE_CODE = 1013
-
-
-def pending_source(address: str) -> str:
-    """The source a connection awaiting init is counted against: its address, or its /64 for
-    IPv6 (anything else, e.g. "unknown", as it is)."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return address
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:  # ::ffff:a.b.c.d is the IPv4 host a.b.c.d
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
-    return str(ip)
 
 
 class TooManyConnections(Exception):
@@ -89,7 +75,7 @@ class Connections:
         """Count a new websocket from `address` until its connection_init; the reason it is
         refused when the process already holds `graphql_max_pending_connections` of them, or
         its source `graphql_max_pending_connections_per_source`."""
-        source = pending_source(address)
+        source = source_group(address)
         if len(self._pending) >= self.pending_limit:
             refusal, limit = "too many connections awaiting connection_init", self.pending_limit
         elif self._pending_per_source[source] >= self.pending_source_limit:

@@ -11,13 +11,16 @@ from typing import Any
 
 from aiohttp import web
 from strawberry.dataloader import DataLoader
+from strawberry.types import Info
 
 from core.auth.access import Principal
 from core.errors import Unauthenticated
 from core.feed.hub import FeedHub
 from core.feed.subscribers import BufferBudget
 from core.services import Services
+from core.settings import Settings
 from core.shipments import linking
+from core.shipments.attachments import UploadReservation
 from public_api.graphql.loaders import ReadLoaders
 
 log = logging.getLogger(__name__)
@@ -29,6 +32,9 @@ SLOW_CONSUMER_CLOSE_CODE = 1008
 CLOSE_WAIT_S = 5.0
 # RFC 6455 "going away": every open websocket is closed with it when the server shuts down.
 GOING_AWAY_CLOSE_CODE = 1001
+# The request's key of its files' attachment reservation (`core.shipments.attachments`), made
+# when its multipart body is parsed and given back what its uploads left when it ends.
+UPLOAD_RESERVATION = web.RequestKey("upload_reservation", UploadReservation)
 
 
 @dataclass
@@ -63,6 +69,10 @@ class GraphQLContext:
         outlives it, neither into a later mutation of the request nor into a later operation
         of a websocket, whose context lives as long as the connection."""
         return ReadLoaders(self.services.storage, self.require_principal)
+
+    def upload_reservation(self) -> UploadReservation | None:
+        """The bytes this request's files were charged together, for its uploads to draw."""
+        return self.request.get(UPLOAD_RESERVATION)
 
     def require_principal(self) -> Principal:
         if self.principal is None:
@@ -101,3 +111,8 @@ async def close_within(
         if transport is not None and not transport.is_closing():
             with contextlib.suppress(Exception):
                 transport.abort()
+
+
+def settings_of(info: Info[GraphQLContext, None]) -> Settings:
+    """The settings of the service a resolver runs in."""
+    return info.context.services.settings

@@ -8,14 +8,16 @@ Int 10000, a variable's declared default and an argument's or input field's sche
 count as given). It is the `first` argument, or the `first` of an input object argument; when
 that is null, the field's default page (`LIST_SIZES`); a list without `first` holds at most
 `LIST_SIZES` items, else is taken to hold `graphql_cost_list_size`. A field that also reads rows
-it does not return (a shipment's LPN progress) is charged those rows (`PARENT_LOADS`).
+it does not return (a shipment's LPN progress, a pallet's EPCIS event) is charged those rows
+(`PARENT_LOADS`).
 
 30 aliases of `pushMessages(first: 10000)` cost 300,000 and are refused with
-`extensions.code: QUERY_TOO_COSTLY`, a `first` below 1 anywhere with `BAD_USER_INPUT`; nothing is
-executed. Before validation, with no schema, a document with too many field selections
-(fragments expanded) is refused with `TOO_MANY_FIELDS`, too many aliases with
-`TOO_MANY_ALIASES`, too many fields of one response name in a selection set with
-`REPEATED_RESPONSE_NAME`: no validation rule runs on them.
+`extensions.code: QUERY_TOO_COSTLY`, a `first` out of its list's bounds (the readers' own,
+`core.reads.shipment_queries.PAGES`) anywhere with `BAD_USER_INPUT`; nothing is executed.
+Before validation, with no schema, a document with too many field selections (fragments
+expanded) is refused with `TOO_MANY_FIELDS`, too many aliases with `TOO_MANY_ALIASES`, too many
+fields of one response name in a selection set with `REPEATED_RESPONSE_NAME`: no validation rule
+runs on them.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from graphql.execution.values import VariableValues, get_argument_values, get_va
 from graphql.type.introspection import SchemaMetaFieldDef, TypeMetaFieldDef, TypeNameMetaFieldDef
 from strawberry.extensions import SchemaExtension
 
+from core.epcis import queries as epcis_queries
 from core.exceptions import queries as exception_queries
 from core.feed import reader
 from core.outbox import delivery_log
@@ -66,13 +69,30 @@ LIST_SIZES: dict[str, int] = {
     "WebhookDelivery.attempts": delivery_log.MAX_ATTEMPTS_SHOWN,
 }
 
+# What each list that takes `first` lists (`core.reads.shipment_queries.PAGES`, its bounds).
+PAGED: dict[str, str] = {
+    "Query.shipments": "shipments",
+    "Query.exceptions": "exceptions",
+    "Query.pushMessages": "push messages",
+    "Query.webhookDeliveries": "webhook deliveries",
+    "Shipment.orders": "orders",
+    "Shipment.pallets": "pallets",
+    "Shipment.documents": "documents",
+    "Shipment.exceptions": "exceptions of a parent",
+    "Pallet.exceptions": "exceptions of a parent",
+    "Order.items": "items",
+}
+
 # Rows read once per instance of a type when any of these fields is selected under it (at any
-# depth), beyond the objects returned: a shipment's LPN progress reads its items and pallets.
+# depth), beyond the objects returned: a shipment's LPN progress reads its items and pallets, a
+# pallet's EPCIS event its site (charged per pallet: an upper bound, as pallets of one facility
+# share one read).
 PARENT_LOADS: dict[str, tuple[frozenset[str], int]] = {
     "Shipment": (
         frozenset({"Shipment.lpns", "OrderItem.observed"}),
         shipment_queries.PROGRESS_ROWS,
     ),
+    "Pallet": (frozenset({"Pallet.epcisEvent"}), epcis_queries.EVENT_READS),
 }
 
 
@@ -98,18 +118,13 @@ class CostLimits:
 @dataclass
 class DocumentCost:
     cost: int = 0
-    fields: int = 0  # counted up to the first one over the limit
-    bad_page: tuple[str, int] | None = None  # a list asked for fewer than 1 item: where, first
+    bad_page: str | None = None  # why a list's `first` is refused, naming the list
 
 
 class _BadPage(Exception):
-    """A list's `first` is below 1: every list refuses it, so the document is refused before
-    its parents are read (a refusal deep in a page of shipments came after reading the page)."""
-
-
-class _TooManyFields(Exception):
-    """The walk stops at the first field over the limit: a fragment spread twice in a fragment
-    spread twice ... doubles the fields at each level (2^20 from a few hundred bytes)."""
+    """A list's `first` is out of its bounds (`PAGED`): the list would refuse it, so the
+    document is refused before its parents are read (a refusal deep in a page of shipments
+    came after reading the page)."""
 
 
 # What coercing a literal may raise besides GraphQLError: a custom scalar's parser.
@@ -145,7 +160,6 @@ class _Estimator:
         self.fragments = fragments
         self.variables = variables
         self.limits = limits
-        self.total = DocumentCost()
 
     def selections(
         self, selection_set: SelectionSetNode, parent: GraphQLNamedType, path: frozenset[str]
@@ -176,9 +190,6 @@ class _Estimator:
         total = 0
         selected: set[str] = set()
         for node, owner in self.selections(selection_set, parent, path):
-            self.total.fields += 1
-            if self.total.fields > self.limits.max_fields:
-                raise _TooManyFields
             selected.add(f"{owner.name}.{node.name.value}")
             definition = self._definition(node, owner, root)
             if definition is None or node.selection_set is None:
@@ -227,18 +238,20 @@ class _Estimator:
             arguments = get_argument_values(field, node, self.variables)
         except _COERCION_ERRORS:
             return 0
+        coordinate = f"{owner.name}.{node.name.value}"
         first = _first(arguments)
-        if first is not None and first < 1:
-            raise _BadPage(f"{owner.name}.{node.name.value}", first)
-        if first is not None:
-            return first
-        return LIST_SIZES.get(f"{owner.name}.{node.name.value}", self.limits.list_size)
+        if first is None:
+            return LIST_SIZES.get(coordinate, self.limits.list_size)
+        refusal = shipment_queries.page_refusal(PAGED[coordinate], first)
+        if refusal is not None:
+            raise _BadPage(f"first of {coordinate} is {first}: it {refusal}")
+        return first
 
 
 def document_cost(
     context: ValidationContext, variables: Mapping[str, Any], limits: CostLimits
 ) -> DocumentCost:
-    """The cost of the costliest operation of the document, and its field selections. Each
+    """The cost of the costliest operation of the document, or why a page of it is refused. Each
     operation is measured with its variables coerced as execution coerces them; one whose
     variables cannot be coerced is never executed and costs nothing."""
     fragments = {
@@ -264,14 +277,10 @@ def document_cost(
         estimator = _Estimator(context.schema, fragments, values, limits)
         try:
             root = estimator.cost(definition.selection_set, root_type, root=True)
-        except _TooManyFields:
-            worst.fields = estimator.total.fields
-            return worst  # refused for its fields; its cost is not known
         except _BadPage as bad:
-            worst.bad_page = (str(bad.args[0]), int(bad.args[1]))
+            worst.bad_page = str(bad.args[0])
             return worst
         worst.cost = max(worst.cost, root.cost)
-        worst.fields = max(worst.fields, estimator.total.fields)
     return worst
 
 
@@ -374,22 +383,19 @@ def shape_refusal(document: DocumentNode, limits: CostLimits) -> GraphQLError | 
 
 
 def cost_rule(variables: Mapping[str, Any], limits: CostLimits) -> type[ValidationRule]:
-    """A validation rule refusing a document over the cost budget or the field count."""
+    """A validation rule refusing a document over the cost budget or with a page out of its
+    bounds."""
 
     class QueryCostRule(ValidationRule):
         def enter_document(self, *_args: Any) -> None:
             measured = document_cost(self.context, variables, limits)
             if measured.bad_page is not None:
-                where, first = measured.bad_page
                 self.report_error(
                     GraphQLError(
-                        f"first of {where} is {first}: a page holds at least 1 item",
+                        measured.bad_page,
                         extensions={"code": "BAD_USER_INPUT", "reason": "VALIDATION_FAILED"},
                     )
                 )
-            if measured.fields > limits.max_fields:
-                log.info("graphql document refused: too many fields", extra=measured.__dict__)
-                self.report_error(too_many_fields(measured.fields, limits))
             if measured.cost > limits.max_cost:
                 log.info("graphql document refused: too costly", extra=measured.__dict__)
                 self.report_error(

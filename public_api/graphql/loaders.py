@@ -16,6 +16,8 @@ from typing import TypeVar
 from strawberry.dataloader import DataLoader
 
 from core.auth.access import Principal
+from core.epcis import queries as epcis_queries
+from core.epcis.events import Site
 from core.errors import DockflowError
 from core.exceptions import client as exception_client
 from core.reads import shipment_queries
@@ -57,6 +59,8 @@ class ReadLoaders:
         self.documents = DataLoader[tuple[int, int], list[Doc]](self._documents)
         self.progress = DataLoader[tuple[int, str], LpnProgress | None](self._progress)
         self.exceptions = DataLoader[tuple[str, Hashable, int], list[Doc]](self._exceptions)
+        self.sites = DataLoader[tuple[str, str], Site](self._sites)
+        self.bols = DataLoader[Hashable, str | None](self._bols)
         self._observed: dict[int, frozenset[str]] = {}
 
     async def observed(self, shipment_id: int, direction: str) -> frozenset[str] | None:
@@ -95,6 +99,21 @@ class ReadLoaders:
         ]
         progress = await shipment_queries.progress_of(self.storage, shipments)
         return [progress[shipment_id] for shipment_id, _ in keys]
+
+    async def _sites(self, keys: list[tuple[str, str]]) -> list[Site | BaseException]:
+        """The sites (business, facility) of a page's pallets, each read once."""
+        answers: list[Site | BaseException] = []
+        for business, facility in keys:
+            try:
+                answers.append(await epcis_queries.site_of(self.storage, business, facility))
+            except DockflowError as refused:
+                answers.append(refused)
+        return answers
+
+    async def _bols(self, keys: list[Hashable]) -> list[str | None]:
+        """The bills of lading of a page's pallets' shipments, in one read."""
+        found = await epcis_queries.bols_of(self.storage, keys)
+        return [found.get(key) for key in keys]
 
     async def _exceptions(
         self, keys: list[tuple[str, Hashable, int]]

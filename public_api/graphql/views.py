@@ -13,10 +13,9 @@ accepted `connection_init` (4401 in both protocols). Open websockets are counted
 
 Bodies: JSON bodies and websocket messages are capped by `http_max_body_bytes` (the
 application's `client_max_size`, chunked bodies too); a multipart body, read only after
-authentication, by `max_upload_bytes` of files, `FORM_FIELDS_BYTES` of fields, and
-`graphql_multipart_max_parts` parts; `graphql_multipart_max_files` counts the variables its map
-fills, and its files together must fit the business's attachment quota before any is stored.
-A request the protocol cannot read is answered 400 as JSON GraphQL errors with a code.
+authentication, within the limits of `public_api.graphql.uploads` (its files charged to the
+business's attachment quota, together, before any is stored). A request refused before it
+executes, or that the protocol cannot read, is answered as JSON GraphQL errors with a code.
 """
 
 from __future__ import annotations
@@ -29,14 +28,12 @@ import weakref
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from importlib import resources
-from io import BytesIO
 from pathlib import Path
-from tempfile import SpooledTemporaryFile
-from typing import IO, Any, TypeGuard
+from typing import Any, TypeGuard
 
 import jwt
-from aiohttp import BodyPartReader, web
-from cross_web import AiohttpHTTPRequestAdapter, AsyncHTTPRequestAdapter, FormData, HTTPException
+from aiohttp import web
+from cross_web import AsyncHTTPRequestAdapter, HTTPException
 from strawberry.aiohttp.views import GraphQLView
 from strawberry.exceptions import ConnectionRejectionError
 from strawberry.http import GraphQLHTTPResponse
@@ -50,15 +47,15 @@ from strawberry.subscriptions.protocols.graphql_ws.types import ConnectionInitMe
 from strawberry.types.unset import UnsetType
 
 from core.auth.tokens import bearer_token
-from core.errors import BadRequest, DockflowError, PayloadTooLarge, QuotaExceeded, Unauthenticated
+from core.errors import BadRequest, DockflowError, PayloadTooLarge, Unauthenticated
 from core.feed.hub import FeedHub
 from core.services import Services
 from core.settings import Settings
 from core.shipments import attachments
-from core.tenancy import quotas
 from public_api.auth import PRINCIPAL, authenticate
 from public_api.body_limits import own_body_limit
 from public_api.client_address import request_source
+from public_api.graphql import uploads
 from public_api.graphql.connections import (
     TOO_MANY_CONNECTIONS_CLOSE_CODE,
     TOO_MANY_PENDING_CLOSE_CODE,
@@ -86,152 +83,20 @@ INTROSPECTION_PATH = f"{PATH}/schema.json"
 DOCUMENTS_PATH = "/shipment-documents/{document_id}"
 STATIC_PATH = "/static/graphiql"
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static" / "graphiql"
-# Bytes of a multipart request's text parts (operations, map) together, and the room its
-# framing (boundaries, part headers) may take beside them and the files.
-FORM_FIELDS_BYTES = 64 * 1024
-MULTIPART_SLACK = 2 * FORM_FIELDS_BYTES
-SPOOL_BYTES = 1024 * 1024  # uploads larger than this are spooled to a temporary file
-
 log = logging.getLogger(__name__)
 FEED_HUB = web.AppKey("feed_hub", FeedHub)
 
 
-class UploadedFile:
-    """One file part of a multipart request, as resolvers receive it for an `Upload`."""
-
-    def __init__(self, file: IO[bytes], filename: str, content_type: str) -> None:
-        self.file = file
-        self.filename = filename
-        self.content_type = content_type
-
-    def __repr__(self) -> str:
-        # Coercion errors quote the value they refuse: a file given for another type.
-        return f"<uploaded file {self.filename!r}>"
-
-
-class LimitedRequestAdapter(AiohttpHTTPRequestAdapter):
-    """Reads a multipart body part by part, only for an authenticated caller, within
-    `max_upload_bytes` of files and `FORM_FIELDS_BYTES` of fields in total (413 as soon as
-    either is exceeded, chunked or not) and
-    `graphql_multipart_max_parts` / `_max_files` parts (400), keeping each file's name and
-    content type."""
-
-    async def get_form_data(self) -> FormData:
-        if self._form_data is not None:
-            return self._form_data
-        if self.request.get(PRINCIPAL) is None:
-            raise Unauthenticated("the bearer token is missing")
-        if not (self.content_type or "").startswith("multipart/form-data"):
-            raise BadRequest("expected a multipart/form-data body")
-        settings = self.request.app[SERVICES].settings
-        file_budget = _ByteBudget(settings.max_upload_bytes, "the uploaded files are")
-        field_budget = _ByteBudget(FORM_FIELDS_BYTES, "the multipart fields are")
-        reader = await self.request.multipart()
-        form: dict[str, Any] = {}
-        files: dict[str, Any] = {}
-        try:
-            while (part := await reader.next()) is not None:
-                if not isinstance(part, BodyPartReader) or not part.name:
-                    raise BadRequest("unexpected nested or unnamed multipart part")
-                if len(form) + len(files) >= settings.graphql_multipart_max_parts:
-                    raise BadRequest(
-                        f"more than {settings.graphql_multipart_max_parts} multipart parts"
-                    )
-                if part.filename is None:
-                    form[part.name] = _text(part.name, await field_budget.read(part))
-                    continue
-                if len(files) >= settings.graphql_multipart_max_files:
-                    raise BadRequest(
-                        f"more than {settings.graphql_multipart_max_files} files in one request"
-                    )
-                files[part.name] = await file_budget.spool(part)
-        except BaseException:
-            for uploaded in files.values():
-                uploaded.file.close()
-            log.info(
-                "multipart request refused",
-                extra={
-                    "parts": len(form) + len(files),
-                    "bytes": file_budget.used + field_budget.used,
-                },
-            )
-            raise
-        self._form_data = FormData(files=files, form=form)
-        return self._form_data
-
-
-class _RequestRefused(Exception):
-    """A domain refusal of a whole request before it executes (its files' quota)."""
-
-    def __init__(self, error: DockflowError) -> None:
-        super().__init__(error.detail)
-        self.error = error
-
-
-def _mapped_uses(file_map: object) -> dict[str, int]:
-    """How many variables a multipart map fills with each file part (its paths)."""
-    if isinstance(file_map, bytes | str):
-        try:
-            file_map = json.loads(file_map)
-        except (ValueError, RecursionError):
-            return {}  # unreadable: the protocol layer refuses it
-    if not isinstance(file_map, dict):
-        return {}
-    return {
-        str(name): len(paths) if isinstance(paths, list) else 1 for name, paths in file_map.items()
-    }
-
-
-def _size(uploaded: object) -> int:
-    """The bytes of a spooled file part."""
-    file = getattr(uploaded, "file", None)
-    if file is None:
-        return 0
-    position = file.tell()
-    size = int(file.seek(0, 2))
-    file.seek(position)
-    return size
-
-
-def _text(name: str, content: bytes) -> str:
-    try:
-        return content.decode()
-    except UnicodeDecodeError:
-        raise BadRequest(f"the multipart field {name!r} is not valid UTF-8") from None
-
-
-class _ByteBudget:
-    """Bytes of one kind of part read so far in a multipart body, against their limit."""
-
-    def __init__(self, limit: int, what: str) -> None:
-        self.limit = limit
-        self.what = what
-        self.used = 0
-
-    def _take(self, size: int) -> None:
-        self.used += size
-        if self.used > self.limit:
-            raise PayloadTooLarge(f"{self.what} larger than the {self.limit} byte limit")
-
-    async def read(self, part: BodyPartReader) -> bytes:
-        buffer = BytesIO()
-        while chunk := await part.read_chunk():
-            self._take(len(chunk))
-            buffer.write(chunk)
-        return buffer.getvalue()
-
-    async def spool(self, part: BodyPartReader) -> UploadedFile:
-        spool: IO[bytes] = SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115
-        try:
-            while chunk := await part.read_chunk():
-                self._take(len(chunk))
-                spool.write(chunk)
-        except BaseException:
-            spool.close()
-            raise
-        spool.seek(0)
-        content_type = part.headers.get("Content-Type", "application/octet-stream")
-        return UploadedFile(spool, part.filename or "upload", content_type)
+def _refused(error: DockflowError, status: int | None = None) -> web.Response:
+    """A request refused before it executes, answered as GraphQL errors are (`extensions.code`,
+    `.reason`, `.status`) at that status: the domain error's own unless given."""
+    extensions = error_extensions(error)
+    if status is not None:
+        extensions["status"] = status
+    return web.json_response(
+        {"data": None, "errors": [{"message": error.detail, "extensions": extensions}]},
+        status=extensions["status"],
+    )
 
 
 def token_from_params(params: Mapping[str, Any] | None) -> str | None:
@@ -397,7 +262,7 @@ class LegacyGraphQLWSHandler(BaseGraphQLWSHandler[GraphQLContext, None]):
 class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
     graphql_ws_handler_class = LegacyGraphQLWSHandler
     graphql_transport_ws_handler_class = TransportWSHandler
-    request_adapter_class = LimitedRequestAdapter
+    request_adapter_class = uploads.LimitedRequestAdapter
 
     def __init__(self, services: Services) -> None:
         settings = services.settings
@@ -450,56 +315,15 @@ class DockflowGraphQLView(GraphQLView[GraphQLContext, None]):
         # error with a code instead, as every other refusal of this endpoint is.
         try:
             return await self.run(request=request)
-        except _RequestRefused as refused:  # before execution: answered as GraphQL does
-            error = refused.error
-            return web.json_response(
-                {
-                    "data": None,
-                    "errors": [{"message": error.detail, "extensions": error_extensions(error)}],
-                }
-            )
-        except HTTPException as refusal:
-            return web.json_response(
-                {
-                    "errors": [
-                        {
-                            "message": refusal.reason,
-                            "extensions": {"code": "BAD_USER_INPUT", "reason": "BAD_REQUEST"},
-                        }
-                    ]
-                },
-                status=refusal.status_code,
-            )
+        except DockflowError as error:  # before execution (a multipart body, its files' quota)
+            return _refused(error)
+        except HTTPException as refusal:  # the client's request, unreadable: at its own status
+            return _refused(BadRequest(refusal.reason), refusal.status_code)
+        finally:
+            await uploads.release_unused_room(request, self.services)
 
     async def parse_multipart(self, request: AsyncHTTPRequestAdapter) -> dict[str, str]:
-        # A file part mapped to several variables is stored once per use: the file limit
-        # counts the uses (each path of the map), not the parts.
-        form_data = await request.get_form_data()
-        settings = self.services.settings
-        uses = _mapped_uses(form_data.form.get("map"))
-        if sum(uses.values()) > settings.graphql_multipart_max_files:
-            raise BadRequest(
-                f"the map gives {sum(uses.values())} files; at most "
-                f"{settings.graphql_multipart_max_files} in one request"
-            )
-        # All or nothing: a request whose files together do not fit the business's quota is
-        # refused before any is stored (its first files were stored and charged, their ids
-        # lost in a `data: null` answer, and a retry stored them again).
-        total = sum(
-            _size(form_data.files[name]) * count
-            for name, count in uses.items()
-            if name in form_data.files
-        )
-        principal = (
-            request.request.get(PRINCIPAL) if isinstance(request, LimitedRequestAdapter) else None
-        )
-        if principal is not None and total:
-            try:
-                await quotas.check_fits(
-                    self.services.storage, settings, principal.business, "attachments", total
-                )
-            except QuotaExceeded as refusal:
-                raise _RequestRefused(refusal) from None
+        await uploads.reserve_mapped_files(request, self.services)
         return await super().parse_multipart(request)
 
     def is_websocket_request(self, request: web.Request) -> TypeGuard[web.Request]:
@@ -617,7 +441,7 @@ def _wants_sandbox(request: web.Request) -> bool:
 def _body_limit(request: web.Request) -> int:
     settings = request.app[SERVICES].settings
     if request.content_type.startswith("multipart/form-data"):
-        return settings.max_upload_bytes + MULTIPART_SLACK
+        return settings.max_upload_bytes + uploads.MULTIPART_SLACK
     return settings.http_max_body_bytes
 
 

@@ -25,9 +25,9 @@ async def test_a_client_and_an_operator_of_a_business_see_the_same_shipments(
     operator = Operator("lead", frozenset({"acme"}))
 
     for where in (ShipmentFilter(business="acme"), ShipmentFilter(direction="INBOUND")):
-        views = await shipment_queries.list_shipments(storage, client, where)
+        docs = await shipment_queries.list_shipment_docs(storage, client, where)
         page = await dashboard_queries.list_shipments(storage, operator, where)
-        assert [v.id for v in views] == [s["_id"] for s in page.shipments]
+        assert [d["_id"] for d in docs] == [s["_id"] for s in page.shipments]
     assert [s["_id"] for s in page.shipments] == [inbound]
     everything = await dashboard_queries.list_shipments(storage, operator, ShipmentFilter())
     assert [s["_id"] for s in everything.shipments] == [inbound, outbound]
@@ -42,11 +42,11 @@ async def test_outside_the_scope_an_operator_sees_nothing_and_a_client_is_forbid
     operator = Operator("lead", frozenset({"acme"}))
 
     page = await dashboard_queries.list_shipments(storage, operator, ShipmentFilter("globex"))
-    restricted = await shipment_queries.list_shipments(
+    restricted = await shipment_queries.list_shipment_docs(
         storage, other_facility_only, ShipmentFilter("acme")
     )
     with pytest.raises(Forbidden):
-        await shipment_queries.list_shipments(
+        await shipment_queries.list_shipment_docs(
             storage, other_facility_only, ShipmentFilter("acme", facility="dc1")
         )
 

@@ -13,11 +13,15 @@ import grpc
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
+from graphql import GraphQLInputObjectType, GraphQLObjectType, get_named_type
 
+from core.epcis import queries as epcis_queries
 from core.reads import shipment_queries
 from core.settings import Settings
 from core.storage import Storage
 from edge.server import EdgeServer
+from public_api.graphql import cost
+from public_api.graphql.schema import build_schema
 from tests.edge.documents import post_shipment
 from tests.edge.helpers import reading, stream
 from tests.factories import Tenant
@@ -250,3 +254,94 @@ async def test_lpn_progress_of_a_shipment_past_its_bound_is_refused_not_read_who
     assert error["path"] == ["shipment", "lpns"]
     assert error["extensions"]["reason"] == "PAYLOAD_TOO_LARGE", error
     assert str(shipment_queries.MAX_PROGRESS_ROWS) in error["message"]
+
+
+EPCIS_EVENTS = '{ shipments(filter: {businessSlug: "acme"}) { id pallets { id epcisEvent } } }'
+
+
+async def test_a_page_of_pallets_reads_its_facility_and_bills_of_lading_once_for_their_events(
+    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
+    settings: Settings,
+    tenant: Tenant,
+    storage: Storage,
+    edge_server: EdgeServer,
+):
+    ssccs = ["106141411234567897", "006141410000000012", "106141412345678908"]
+    for n, sscc in enumerate(ssccs):
+        await post_shipment(storage, tenant, {f"O{n}": [sscc]}, number=f"S{n}")
+    async with grpc.aio.insecure_channel(edge_server.address) as channel:
+        await stream(channel, tenant.camera_metadata("D1"), [reading(x) for x in ssccs])
+
+    async with watched_api(aiohttp_client, settings) as (watched, reads):
+        _, without = await gql(watched, EPCIS_EVENTS.replace("epcisEvent", ""), token=tenant.token)
+        plain = reads.of("facilities", "businesses", "shipments")
+        reads.reads.clear()
+        _, page = await gql(watched, EPCIS_EVENTS, token=tenant.token)
+        with_events = reads.of("facilities", "businesses", "shipments")
+
+    assert "errors" not in without, without
+    assert "errors" not in page, page
+    events = [p["epcisEvent"] for s in page["data"]["shipments"] for p in s["pallets"]]
+    assert len(events) == len(ssccs)
+    assert all(event["type"] == "ObjectEvent" for event in events), events
+    added = sorted(with_events)
+    for name in plain:
+        added.remove(name)
+    assert added == ["businesses", "facilities", "shipments"], (
+        "one site read and one read of bills of lading for the page, not per pallet"
+    )
+
+
+async def test_epcis_events_are_charged_what_they_read(
+    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
+    settings_factory: Callable[..., Settings],
+    tenant: Tenant,
+):
+    settings = settings_factory(graphql_max_cost=200)
+    query = '{ shipments(filter: {businessSlug: "acme", first: 10}) { pallets(first: 10) { %s } } }'
+
+    async with watched_api(aiohttp_client, settings) as (api, _reads):
+        _, plain = await gql(api, query % "id", token=tenant.token)
+        _, events = await gql(api, query % "id epcisEvent", token=tenant.token)
+
+    assert "errors" not in plain, plain
+    [error] = events["errors"]
+    assert error["extensions"]["code"] == "QUERY_TOO_COSTLY", events
+    assert error["extensions"]["cost"] == 10 * (1 + 10 * (1 + epcis_queries.EVENT_READS))
+
+
+def test_every_list_that_takes_first_has_its_bounds_in_core(settings: Settings):
+    schema = build_schema(settings)._schema
+    paged = set()
+    for named in schema.type_map.values():
+        if named.name.startswith("__") or not isinstance(named, GraphQLObjectType):
+            continue
+        for name, field in named.fields.items():
+            inputs = [get_named_type(a.type) for a in field.args.values()]
+            if "first" in field.args or any(
+                isinstance(i, GraphQLInputObjectType) and "first" in i.fields for i in inputs
+            ):
+                paged.add(f"{named.name}.{name}")
+
+    assert paged == set(cost.PAGED)
+    assert set(cost.PAGED.values()) <= set(shipment_queries.PAGES)
+
+
+async def test_a_page_past_its_lists_most_is_refused_before_anything_is_read(
+    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
+    settings: Settings,
+    tenant: Tenant,
+):
+    most = shipment_queries.PAGES["pallets"][-1]
+    query = '{ shipments(filter: {businessSlug: "acme", first: 1}) { pallets(first: %d) { id } } }'
+
+    async with watched_api(aiohttp_client, settings) as (api, reads):
+        _, body = await gql(api, query % (most + 1), token=tenant.token)
+        read = reads.of(*RESOLVER_COLLECTIONS)
+
+    assert body.get("data") is None
+    [error] = body["errors"]
+    assert error["extensions"]["code"] == "BAD_USER_INPUT", body
+    assert "Shipment.pallets" in error["message"]
+    assert f"between 1 and {most}" in error["message"]
+    assert read == [], "the page of shipments was not read"

@@ -178,10 +178,13 @@ async def test_one_file_part_mapped_to_more_variables_than_the_file_limit_is_ref
     )
 
     response = await api.post(GRAPHQL, data=body, headers={**tenant.auth, **headers})
-    problem = await response.json(content_type=None)
+    answer = await response.json(content_type=None)
 
-    assert response.status == 400, problem
-    assert "at most 4" in problem["detail"]
+    assert response.status == 400, answer
+    assert answer["data"] is None
+    [error] = answer["errors"]
+    assert error["extensions"]["code"] == "BAD_USER_INPUT"
+    assert "at most 4" in error["message"]
     assert await storage.shipment_documents.count_documents({}) == 0
 
 
@@ -205,6 +208,31 @@ async def test_files_past_the_quota_together_are_refused_whole_before_any_is_sto
     assert error["extensions"]["code"] == "QUOTA_EXCEEDED"
     assert await storage.shipment_documents.count_documents({}) == 0
     assert (await quotas.usage(storage, tenant.business))["attachments"] == 0
+
+
+async def test_what_a_requests_uploads_do_not_use_of_its_charge_is_given_back(
+    api_with: ApiFactory, tenant: Tenant, storage: Storage
+):
+    # Both files are charged together before either is stored; the second upload names no
+    # shipment of the caller's, so its bytes go back when the request ends.
+    api = await api_with(quota_attachment_bytes=10_000)
+    shipment_id = await post_shipment(storage, tenant, {"A": ["A1"]}, number="S-BACK")
+    operations = {
+        "query": "mutation Upload($f0: Upload!, $f1: Upload!) { "
+        f"u0: uploadShipmentDocument(input: {{shipmentId: {shipment_id}, file: $f0}}) {{ id }} "
+        "u1: uploadShipmentDocument(input: {shipmentId: 999999, file: $f1}) { id } }",
+        "variables": {"f0": None, "f1": None},
+    }
+    files = {"0": b"x" * 4_000, "1": b"y" * 3_000}
+    body, headers = multipart(operations, {"0": ["variables.f0"], "1": ["variables.f1"]}, files)
+
+    response = await api.post(GRAPHQL, data=body, headers={**tenant.auth, **headers})
+    answer = await response.json(content_type=None)
+
+    assert answer["data"] is None  # u1 is non-null: its NOT_FOUND nulls the answer
+    assert [e["extensions"]["code"] for e in answer["errors"]] == ["NOT_FOUND"]
+    assert await storage.shipment_documents.count_documents({}) == 1
+    assert (await quotas.usage(storage, tenant.business))["attachments"] == 4_000
 
 
 async def test_a_file_given_for_another_type_is_not_quoted_as_a_python_object(

@@ -10,11 +10,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from aiohttp import web
 from aiohttp.test_utils import TestClient
-from pymongo import AsyncMongoClient, monitoring
 
-from core.auth.access import Principal
-from core.reads import shipment_queries
 from core.settings import Settings
 from core.storage import Storage
 from edge.server import EdgeServer
@@ -27,6 +25,7 @@ from tests.public_api.graphql_support import (
     SINCE,
     gql,
     multipart_upload,
+    watched_api,
 )
 
 SHIPMENT = """
@@ -41,6 +40,8 @@ query One($id: Int!) {
   }
 }
 """
+
+SHIPMENT_COLLECTIONS = ("shipments", "orders", "order_items", "pallets", "shipment_documents")
 
 UPDATE = """
 mutation Update($input: UpdateShipmentInput!) {
@@ -176,23 +177,24 @@ async def test_facility_lists_docks_with_their_current_shipment(
     assert docks["D2"] is None
 
 
-class FindCounter(monitoring.CommandListener):
-    def __init__(self) -> None:
-        self.finds: list[str] = []
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if event.command_name == "find":
-            self.finds.append(str(event.command.get("find")))
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
+PAGE_OF_EVERYTHING = """
+query Page($first: Int!) {
+  shipments(filter: {businessSlug: "acme", first: $first}) {
+    id
+    orders(first: 10) { orderNumber items(first: 10) { lpn } }
+    pallets(first: 10) { id }
+    documents(first: 10) { id }
+  }
+}
+"""
 
 
 async def test_shipment_reads_are_batched_not_one_query_per_item(
-    tenant: Tenant, storage: Storage, settings: Settings, edge_server: EdgeServer
+    aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
+    tenant: Tenant,
+    storage: Storage,
+    settings: Settings,
+    edge_server: EdgeServer,
 ):
     for n in range(6):
         await post_shipment(
@@ -202,28 +204,20 @@ async def test_shipment_reads_are_batched_not_one_query_per_item(
             number=f"S{n}",
         )
     await read_pallets(edge_server, tenant, [f"L0-0-{i}" for i in range(4)])
-    counter = FindCounter()
-    client: AsyncMongoClient[Any] = AsyncMongoClient(
-        settings.mongodb_url, tz_aware=True, event_listeners=[counter]
-    )
-    principal = Principal(subject=tenant.client_id, business="acme")
-    try:
-        monitored = Storage(client, settings.mongodb_db)
-        views = await shipment_queries.list_shipments(
-            monitored, principal, shipment_queries.ShipmentFilter(business="acme")
-        )
-        finds_for_six = list(counter.finds)
-        counter.finds.clear()
-        await shipment_queries.list_shipments(
-            monitored, principal, shipment_queries.ShipmentFilter(business="acme", first=1)
-        )
-        finds_for_one = list(counter.finds)
-    finally:
-        await client.close()
 
-    assert len(views) == 6
-    assert sum(len(o.items) for v in views for o in v.orders) == 6 * 3 * 4
-    assert finds_for_six == ["shipments", "orders", "order_items", "pallets", "shipment_documents"]
+    async with watched_api(aiohttp_client, settings) as (api, reads):
+        _, six = await gql(api, PAGE_OF_EVERYTHING, {"first": 6}, token=tenant.token)
+        finds_for_six = sorted(reads.of(*SHIPMENT_COLLECTIONS))
+        reads.reads.clear()
+        _, one = await gql(api, PAGE_OF_EVERYTHING, {"first": 1}, token=tenant.token)
+        finds_for_one = sorted(reads.of(*SHIPMENT_COLLECTIONS))
+
+    assert "errors" not in six, six
+    assert "errors" not in one, one
+    listed = six["data"]["shipments"]
+    assert len(listed) == 6
+    assert sum(len(o["items"]) for s in listed for o in s["orders"]) == 6 * 3 * 4
+    assert finds_for_six == sorted(SHIPMENT_COLLECTIONS)
     assert finds_for_one == finds_for_six
 
 
@@ -360,8 +354,9 @@ async def test_uploads_above_the_size_limit_are_refused_and_nothing_is_stored(
 
     assert ok.status == 200
     assert (await ok.json())["data"]["uploadShipmentDocument"]["size"] == 4096
-    assert over.status == 413
-    assert (await over.json())["title"] == "Content Too Large"
+    assert over.status == 413  # found while reading the body: a GraphQL error
+    [error] = (await over.json())["errors"]
+    assert error["extensions"]["reason"] == "PAYLOAD_TOO_LARGE"
     assert far_over.status == 413
     assert await storage.shipment_documents.count_documents({}) == 1
     assert len(await storage["fs.files"].find({}).to_list()) == 1

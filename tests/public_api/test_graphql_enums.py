@@ -1,0 +1,36 @@
+"""GraphQL's enums are core's values: every value core has is in the schema (as introspection
+shows it to a client) and every value of the schema is core's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from core.exceptions import codes
+from core.feed import catalog
+from core.shipments import lifecycle
+from tests.factories import Tenant
+from tests.public_api.graphql_support import gql
+
+ENUM_VALUES = "query Values($name: String!) { __type(name: $name) { enumValues { name } } }"
+
+CORE_VALUES: dict[str, tuple[str, ...]] = {
+    "ShipmentStatus": lifecycle.SHIPMENT_STATUSES,
+    "ExceptionCode": codes.CODES,
+    "ExceptionStatus": codes.STATUSES,
+    "ExceptionPriority": tuple(p.value for p in codes.ExceptionPriority),
+    "ExceptionActorKind": tuple(a.value for a in codes.ExceptionActorKind),
+    "MessageType": catalog.MESSAGE_TYPES,
+}
+
+
+@pytest.mark.parametrize(("enum", "core_values"), CORE_VALUES.items(), ids=CORE_VALUES.keys())
+async def test_a_graphql_enum_holds_exactly_cores_values(
+    api: TestClient[Any, Any], tenant: Tenant, enum: str, core_values: tuple[str, ...]
+):
+    _, body = await gql(api, ENUM_VALUES, {"name": enum}, token=tenant.token)
+
+    assert "errors" not in body, body
+    assert [v["name"] for v in body["data"]["__type"]["enumValues"]] == list(core_values)
