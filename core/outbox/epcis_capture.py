@@ -76,7 +76,7 @@ def _request(claims: Sequence[Claim], events: Sequence[dict[str, Any]]) -> Outgo
     first delivery's creation), so a resend of the same deliveries repeats the same document,
     under the same `webhook-id`."""
     created_at = min(c.created_at for c in claims)
-    document = epcis_events.document(events, created_at)
+    document = epcis_events.epcis_document(events, created_at)
     body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
     ids = "\n".join(sorted(str(e["eventID"]) for e in events))
     webhook_id = "epcis_" + hashlib.sha256(ids.encode()).hexdigest()[:32]
