@@ -159,8 +159,8 @@ _PARAMETERS = {
     "LT_eventTime": "Events before this ISO 8601 date-time (with a time zone).",
     "GE_recordTime": "Events recorded (stored) at or after this ISO 8601 date-time.",
     "LT_recordTime": "Events recorded (stored) before this ISO 8601 date-time.",
-    "EQ_bizStep": "Comma-separated business steps: loading, unloading (or their CBV URIs).",
-    "EQ_disposition": "Comma-separated dispositions (pallet readings are in_progress).",
+    "EQ_bizStep": "Comma-separated: loading, unloading, departing, receiving (or CBV URIs).",
+    "EQ_disposition": "Comma-separated dispositions: in_progress, in_transit (or CBV URIs).",
     "EQ_readPoint": "Comma-separated read points: https://id.gs1.org/414/… or urn:epc:id:sgln:….",
     "EQ_bizLocation": "Comma-separated business locations, as EQ_readPoint.",
     "MATCH_epc": "Comma-separated SSCCs as https://id.gs1.org/00/… or urn:epc:id:sscc:….",
@@ -247,10 +247,12 @@ def _operation(
     problem = {PROBLEM_TYPE: {"schema": problem_ref}}
     return {
         "operationId": operation_id,
-        "summary": "EPCIS 2.0 events of the caller's pallet readings (GS1 REST binding)",
+        "summary": "EPCIS 2.0 events of the caller's readings and shipments (GS1 REST binding)",
         "description": (
-            "Each pallet reading as an EPCIS 2.0 ObjectEvent (JSON-LD, CBV 2.0; eventID the CBV "
-            "2.0 event hash), in an EPCISQueryDocument. Also " + _TRANSACTION_PARAMETER + " "
+            "Each pallet reading and completed shipment as an EPCIS 2.0 ObjectEvent (JSON-LD, "
+            "CBV 2.0; eventID the CBV 2.0 event hash), in an EPCISQueryDocument. Also "
+            + _TRANSACTION_PARAMETER
+            + " "
             f"At most {query.MAX_VALUES} values per parameter and {query.MAX_PARAMETERS} "
             'parameters. More pages: the `Link` header with `rel="next"`. Errors are '
             "problem+json whose type is the binding's exception (epcisException:…)."

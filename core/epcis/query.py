@@ -1,17 +1,19 @@
-"""The EPCIS 2.0 event query (`GET /epcis/events`, `GET /epcis/epcs/{epc}/events`: the GS1 REST
-binding's SimpleEventQuery) over the stored pallet readings (docs/epcis.md).
+"""The EPCIS 2.0 event query (`GET /epcis/events` and its resource routes: the GS1 REST
+binding's SimpleEventQuery) over the stored pallet readings and completed shipments
+(docs/epcis.md).
 
-Events are made from the stored pallet readings of the caller's business (and facilities, when
-its token is limited to some) as `core.epcis.events` makes them, a page at a time, in the order
-`orderBy` and `orderDirection` ask (event time, oldest first, by default). `nextPageToken` is
-opaque to the caller (the order, the last reading's time and id), so a page never repeats or
-skips a reading however many arrive meanwhile.
+Events are made from the stored records of the caller's business (and facilities, when its
+token is limited to some) as `core.epcis.events` makes them: each pallet reading's, each
+completed shipment's (`core.epcis.queries`). They come a page at a time, in the order `orderBy`
+and `orderDirection` ask (event time, oldest first, by default), readings and shipments merged
+in one order. `nextPageToken` is opaque to the caller (the order, the last record's time,
+stream and id), so a page never repeats or skips an event however many arrive meanwhile.
 
 What the database can answer it answers (business, facilities, event and record times, the
-direction a business step means, SSCCs); the parameters that name what only the built event
-holds (readPoint, bizLocation, epcClass, bizTransaction, eventID) are checked on each event, a
-page looking at no more than `MAX_SCANNED` readings. Every list-valued parameter takes at most
-`MAX_VALUES` values, a query at most `MAX_PARAMETERS` parameters.
+direction a business step or a disposition means, SSCCs); the parameters that name what only
+the built event holds (readPoint, bizLocation, epcClass, bizTransaction, eventID) are checked
+on each event, a page looking at no more than `MAX_SCANNED` readings. Every list-valued
+parameter takes at most `MAX_VALUES` values, a query at most `MAX_PARAMETERS` parameters.
 """
 
 from __future__ import annotations
