@@ -18,7 +18,7 @@ from urllib.parse import quote, urlencode
 from aiohttp import web
 
 from core.epcis import events, query
-from core.errors import BadRequest, DockflowError, NotAcceptable
+from core.errors import BadRequest, DockflowError, NotAcceptable, NotFound
 from public_api.auth import authenticate
 from public_api.keys import SERVICES, SETTINGS
 from public_api.problems import PROBLEM_TYPE, problem_from_error
@@ -26,6 +26,8 @@ from public_api.problems import PROBLEM_TYPE, problem_from_error
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 PATH = "/epcis/events"
 EPC_PATH = "/epcis/epcs/{epc}/events"
+EVENT_TYPES_PATH = "/epcis/eventTypes"
+EVENT_TYPE_PATH = "/epcis/eventTypes/{eventType}/events"
 HEADERS = {
     "GS1-EPCIS-Version": "2.0.0",
     "GS1-CBV-Version": "2.0.0",
@@ -49,6 +51,32 @@ async def get_epc_events(request: web.Request) -> web.Response:
     epc = request.match_info["epc"]
     path = EPC_PATH.format(epc=quote(epc, safe=""))
     return await _answer(request, {**params, "MATCH_anyEPC": epc}, path, shown=params)
+
+
+async def get_event_types(request: web.Request) -> web.Response:
+    """The event types the query answers (the binding's EventTypeCollection): its five
+    standard types, dockflow having no custom ones. One page, whatever perPage asks."""
+    await authenticate(request)
+    body = {
+        "@context": events.EPCIS_CONTEXT,
+        "type": "Collection",
+        "member": sorted(query.EVENT_TYPES),
+    }
+    return web.Response(text=json.dumps(body), content_type="application/json", headers=HEADERS)
+
+
+async def get_event_type_events(request: web.Request) -> web.Response:
+    """One page of the caller's events of one type (404 for a type the binding does not
+    name)."""
+    params = _params(request)
+    if "eventType" in params:
+        raise BadRequest("query parameter 'eventType' is the path's event type on this route")
+    event_type = request.match_info["eventType"]
+    if event_type not in query.EVENT_TYPES:
+        await authenticate(request)
+        raise NotFound(f"no event type {event_type!r}; types: {', '.join(query.EVENT_TYPES)}")
+    path = EVENT_TYPE_PATH.format(eventType=event_type)
+    return await _answer(request, {**params, "eventType": event_type}, path, shown=params)
 
 
 def _params(request: web.Request) -> dict[str, str]:
@@ -105,11 +133,14 @@ def binding_problems(handler: Handler) -> Handler:
             return await handler(request)
         except DockflowError as error:
             response = problem_from_error(error)
-            name = query.EPCIS_EXCEPTIONS.get(error.code)
-            if name is not None and response.text is not None:
+            exception = query.EPCIS_EXCEPTIONS.get(error.code)
+            if exception is not None and response.text is not None:
+                name, status = exception
                 body = json.loads(response.text)
                 body["type"] = query.EPCIS_EXCEPTION_PREFIX + name
+                body["status"] = status
                 response.text = json.dumps(body)
+                response.set_status(status)
             return response
 
     return answer
@@ -118,16 +149,18 @@ def binding_problems(handler: Handler) -> Handler:
 def setup(app: web.Application) -> None:
     app.router.add_get(PATH, binding_problems(get_events))
     app.router.add_get("/epcis/epcs/{epc:.+}/events", binding_problems(get_epc_events))
+    app.router.add_get(EVENT_TYPES_PATH, binding_problems(get_event_types))
+    app.router.add_get(EVENT_TYPE_PATH, binding_problems(get_event_type_events))
 
 
 _PARAMETERS = {
-    "eventType": "Comma-separated event types; only ObjectEvent has events (default).",
+    "eventType": "Comma-separated event types (default: all); dockflow's are ObjectEvents.",
     "GE_eventTime": "Events at or after this ISO 8601 date-time (with a time zone).",
     "LT_eventTime": "Events before this ISO 8601 date-time (with a time zone).",
     "GE_recordTime": "Events recorded (stored) at or after this ISO 8601 date-time.",
     "LT_recordTime": "Events recorded (stored) before this ISO 8601 date-time.",
-    "EQ_bizStep": "Comma-separated business steps: loading, unloading (or their CBV URIs).",
-    "EQ_disposition": "Comma-separated dispositions (pallet readings are in_progress).",
+    "EQ_bizStep": "Comma-separated: loading, unloading, departing, receiving (or CBV URIs).",
+    "EQ_disposition": "Comma-separated dispositions: in_progress, in_transit (or CBV URIs).",
     "EQ_readPoint": "Comma-separated read points: https://id.gs1.org/414/… or urn:epc:id:sgln:….",
     "EQ_bizLocation": "Comma-separated business locations, as EQ_readPoint.",
     "MATCH_epc": "Comma-separated SSCCs as https://id.gs1.org/00/… or urn:epc:id:sscc:….",
@@ -161,7 +194,51 @@ def operations(problem_ref: dict[str, Any]) -> dict[str, Any]:
             "schema": {"type": "string", "maxLength": 256},
         },
     )
-    return {PATH: {"get": events_operation}, EPC_PATH: {"get": epc_operation}}
+    type_parameters = {k: v for k, v in _PARAMETERS.items() if k != "eventType"}
+    type_operation = _operation(problem_ref, "getEpcisEventTypeEvents", type_parameters)
+    type_operation["summary"] = "EPCIS 2.0 events of one event type"
+    type_operation["parameters"].insert(
+        0,
+        {
+            "name": "eventType",
+            "in": "path",
+            "required": True,
+            "description": "One of " + ", ".join(query.EVENT_TYPES) + " (404 otherwise).",
+            "schema": {"type": "string", "maxLength": 64},
+        },
+    )
+    type_operation["responses"]["404"] = {
+        "description": "No such event type (NoSuchResourceException).",
+        "content": {PROBLEM_TYPE: {"schema": problem_ref}},
+    }
+    return {
+        PATH: {"get": events_operation},
+        EPC_PATH: {"get": epc_operation},
+        EVENT_TYPES_PATH: {"get": _event_types_operation(problem_ref)},
+        EVENT_TYPE_PATH: {"get": type_operation},
+    }
+
+
+def _event_types_operation(problem_ref: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "operationId": "getEpcisEventTypes",
+        "summary": "The EPCIS 2.0 event types the query answers (GS1 REST binding)",
+        "tags": ["epcis"],
+        "responses": {
+            "200": {
+                "description": 'An EventTypeCollection: {"type": "Collection", "member": [...]}.',
+                "headers": {
+                    name: {"schema": {"type": "string"}}
+                    for name in ("GS1-EPCIS-Version", "GS1-CBV-Version")
+                },
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            },
+            "401": {
+                "description": "No valid bearer token (SecurityException).",
+                "content": {PROBLEM_TYPE: {"schema": problem_ref}},
+            },
+        },
+    }
 
 
 def _operation(
@@ -170,10 +247,12 @@ def _operation(
     problem = {PROBLEM_TYPE: {"schema": problem_ref}}
     return {
         "operationId": operation_id,
-        "summary": "EPCIS 2.0 events of the caller's pallet readings (GS1 REST binding)",
+        "summary": "EPCIS 2.0 events of the caller's readings and shipments (GS1 REST binding)",
         "description": (
-            "Each pallet reading as an EPCIS 2.0 ObjectEvent (JSON-LD, CBV 2.0; eventID the CBV "
-            "2.0 event hash), in an EPCISQueryDocument. Also " + _TRANSACTION_PARAMETER + " "
+            "Each pallet reading and completed shipment as an EPCIS 2.0 ObjectEvent (JSON-LD, "
+            "CBV 2.0; eventID the CBV 2.0 event hash), in an EPCISQueryDocument. Also "
+            + _TRANSACTION_PARAMETER
+            + " "
             f"At most {query.MAX_VALUES} values per parameter and {query.MAX_PARAMETERS} "
             'parameters. More pages: the `Link` header with `rel="next"`. Errors are '
             "problem+json whose type is the binding's exception (epcisException:…)."

@@ -21,7 +21,10 @@ async def test_create_webhook_makes_an_epcis_endpoint_and_refuses_what_it_cannot
 ):
     made = await admin("create-webhook", tenant.business, "--url", URL, "--kind", "epcis", "--json")
     assert made.code == 0, made
-    assert (made.json["kind"], made.json["events"]) == ("EPCIS", ["PALLET_EVENT"])
+    assert (made.json["kind"], made.json["events"]) == (
+        "EPCIS",
+        ["PALLET_EVENT", "SHIPMENT_COMPLETE"],
+    )
 
     for argv, fragment in (
         (("--kind", "EPCIS", "--events", "EXCEPTION"), "events of a EPCIS endpoint"),
@@ -34,7 +37,9 @@ async def test_create_webhook_makes_an_epcis_endpoint_and_refuses_what_it_cannot
         [line] = refused.err.strip().splitlines()
         assert fragment in line
     stored = await webhook_endpoints.list_endpoints(services.storage, tenant.business)
-    assert [(e.kind, e.events) for e in stored] == [("EPCIS", ("PALLET_EVENT",))]
+    assert [(e.kind, e.events) for e in stored] == [
+        ("EPCIS", ("PALLET_EVENT", "SHIPMENT_COMPLETE"))
+    ]
 
 
 DECLARATION = f"""
@@ -61,7 +66,7 @@ async def test_the_tenants_file_declares_an_endpoints_kind(
     assert (again.json["created"], again.json["updated"]) == (0, 0)
     stored = await webhook_endpoints.list_endpoints(services.storage, "acme")
     assert sorted((e.base_url, e.kind, e.events) for e in stored) == [
-        (URL, "EPCIS", ("PALLET_EVENT",)),
+        (URL, "EPCIS", ("PALLET_EVENT", "SHIPMENT_COMPLETE")),
         ("https://wms.acme.example/hooks", "WEBHOOK", ("PALLET_EVENT", "SHIPMENT_COMPLETE")),
     ]
 

@@ -71,27 +71,52 @@ async def pallet_event(storage: Storage, pallet: Doc) -> dict[str, Any] | None:
     return event_at(pallet, site, bols.get(pallet.get("shipment_id")))
 
 
+async def shipment_readings(storage: Storage, shipment: Doc) -> list[Doc]:
+    """A shipment's pallet readings in the order they happened (at most
+    `MAX_SHIPMENT_READINGS`)."""
+    pallets = await storage.pallets.find(
+        {"shipment_id": shipment["_id"]}, limit=MAX_SHIPMENT_READINGS
+    ).to_list()
+    pallets.sort(key=reading_order)
+    return pallets
+
+
+async def completion_event(
+    storage: Storage, shipment: Doc, readings: list[Doc], site: events.Site
+) -> dict[str, Any] | None:
+    """The completed shipment's event: the SSCCs on the trailer at its end (from its
+    `shipment_readings`), its orders and bill of lading; None before completion or without an
+    SSCC on the trailer."""
+    if shipment.get("completed_at") is None:
+        return None
+    orders = await storage.orders.find(
+        {"shipment_id": shipment["_id"]}, {"number": 1}, limit=MAX_SHIPMENT_ORDERS
+    ).to_list()
+    on_trailer = lpn_progress(shipment["direction"], [], readings).observed
+    numbers = sorted(str(order["number"]) for order in orders if order.get("number"))
+    return events.shipment_event(shipment, on_trailer, numbers, site)
+
+
+async def shipment_event(storage: Storage, shipment: Doc) -> dict[str, Any] | None:
+    """The completed shipment's event alone (`completion_event`), for a stored shipment."""
+    site = await site_of(storage, shipment["business"], shipment["facility"])
+    readings = await shipment_readings(storage, shipment)
+    return await completion_event(storage, shipment, readings, site)
+
+
 async def shipment_events(storage: Storage, shipment: Doc) -> list[dict[str, Any]]:
     """A shipment's events: each pallet reading's (oldest first; a pallet taken off again is
     the reading that took it off), then the completed shipment's, of the SSCCs on the trailer
     at its end. At most `MAX_SHIPMENT_READINGS` readings."""
     site = await site_of(storage, shipment["business"], shipment["facility"])
     bol = ((shipment.get("fields") or {}).get("bolNumber")) or None
-    pallets = await storage.pallets.find(
-        {"shipment_id": shipment["_id"]}, limit=MAX_SHIPMENT_READINGS
-    ).to_list()
-    pallets.sort(key=reading_order)
+    readings = await shipment_readings(storage, shipment)
     found = []
-    for pallet in pallets:
+    for pallet in readings:
         event = events.pallet_event(pallet, site.ids, site.timezone, bol=bol)
         if event is not None:
             found.append(event)
-    orders = await storage.orders.find(
-        {"shipment_id": shipment["_id"]}, {"number": 1}, limit=MAX_SHIPMENT_ORDERS
-    ).to_list()
-    on_trailer = lpn_progress(shipment["direction"], [], pallets).observed
-    numbers = sorted(str(order["number"]) for order in orders if order.get("number"))
-    completed = events.shipment_event(shipment, on_trailer, numbers, site)
+    completed = await completion_event(storage, shipment, readings, site)
     if completed is not None:
         found.append(completed)
     return found

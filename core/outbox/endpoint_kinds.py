@@ -55,8 +55,8 @@ KINDS: dict[str, EndpointKind] = {
     ),
     EPCIS: EndpointKind(
         EPCIS,
-        ("PALLET_EVENT",),
-        ("PALLET_EVENT",),
+        ("PALLET_EVENT", "SHIPMENT_COMPLETE"),
+        ("PALLET_EVENT", "SHIPMENT_COMPLETE"),
         "/capture",
         100,
         "EPCIS 2.0 EPCISDocuments to an EPCIS repository's capture interface",

@@ -1,15 +1,17 @@
-"""Endpoints of kind EPCIS: the EPCIS 2.0 events of the business's pallet readings, POSTed as
+"""Endpoints of kind EPCIS: the EPCIS 2.0 events of the business's pallet readings and completed
+shipments, POSTed as
 EPCISDocuments to the customer's EPCIS repository, at its capture interface as the GS1 REST
 binding defines it (`POST {base URL}/capture`, `application/ld+json`, the binding's version
 headers; a capture is answered 202 with the capture job's `Location`). docs/webhooks.md.
 
-The deliveries are the outbox's own (one per pallet message and endpoint): their retries, log,
-resend and recover are every endpoint's. What differs is the request: a delivery's event is
-built by `core.epcis` from the stored pallet reading the first time it is sent, and kept on
-the delivery, so a retry, a resend or a recover carries the very event (and eventID) sent
-first, whatever happened to the pallet since. Deliveries of one shipment claimed together go
-in one document, at most `MAX_EVENTS_PER_DOCUMENT` events (fewer when the repository states a
-lower `GS1-EPCIS-Capture-Limit`).
+The deliveries are the outbox's own (one per pallet or completion message and endpoint): their
+retries, log, resend and recover are every endpoint's. What differs is the request: a
+delivery's event is built by `core.epcis` from the stored pallet reading (or the completed
+shipment) the first time it is sent, and kept on the delivery, so a retry, a resend or a
+recover carries the very event (and eventID) sent first, whatever happened since. Deliveries
+of one shipment claimed together (its readings, then its completion) go in one document, at
+most `MAX_EVENTS_PER_DOCUMENT` events (fewer when the repository states a lower
+`GS1-EPCIS-Capture-Limit`).
 """
 
 from __future__ import annotations
@@ -43,8 +45,14 @@ MAX_EVENTS_PER_DOCUMENT = KINDS[EPCIS].max_items
 EVENT_FIELD = "epcis_event"
 NO_EVENT = "the pallet reading names no SSCC and no GTIN: it has no EPCIS event"
 NO_PALLET = "the pallet reading is no longer stored"
+NO_SHIPMENT_EVENT = "the completed shipment left no SSCC on the trailer: it has no EPCIS event"
+NO_SHIPMENT = "the shipment is no longer stored"
 # A delivery of another message (one made while the endpoint was of another kind).
-NOT_A_READING = "not a pallet reading: an EPCIS endpoint captures pallet readings only"
+NOT_A_READING = (
+    "not a pallet reading or a shipment completion: an EPCIS endpoint captures those only"
+)
+# The messages an EPCIS endpoint captures: the record each names, and why one has no event.
+PALLET, COMPLETION = "PALLET_EVENT", "SHIPMENT_COMPLETE"
 
 
 async def compose(
@@ -103,33 +111,36 @@ async def _events(
         ).to_list()
     }
     found: dict[str, dict[str, Any]] = {}
-    missing: dict[str, list[Claim]] = {NO_EVENT: [], NO_PALLET: [], NOT_A_READING: []}
+    missing: dict[str, list[Claim]] = {
+        reason: [] for reason in (NO_EVENT, NO_PALLET, NO_SHIPMENT_EVENT, NO_SHIPMENT)
+    }
+    missing[NOT_A_READING] = []
     to_build: list[tuple[Claim, Doc]] = []
     for claim, message in claimed:
         doc = kept.get(claim.delivery_id, {})
-        if message.get("type") != "PALLET_EVENT":
+        if message.get("type") not in (PALLET, COMPLETION):
             missing[NOT_A_READING].append(claim)
         elif EVENT_FIELD not in doc:
             to_build.append((claim, message))
         elif doc[EVENT_FIELD] is None:
-            missing[NO_EVENT].append(claim)
+            missing[_no_event(message)].append(claim)
         else:
             found[claim.delivery_id] = doc[EVENT_FIELD]
     if not to_build:
         return found, missing
-    pallet_ids = [m.get("pallet_id") for _, m in to_build if m.get("pallet_id")]
-    pallets = {
-        p["_id"]: p for p in await storage.pallets.find({"_id": {"$in": pallet_ids}}).to_list()
-    }
+    records = await _records(storage, [m for _, m in to_build])
     built: list[UpdateOne] = []
     for claim, message in to_build:
-        pallet = pallets.get(message.get("pallet_id"))
-        if pallet is None or pallet.get("business") != claim.business:
-            missing[NO_PALLET].append(claim)
+        record = records.get((message["type"], _record_id(message)))
+        if record is None or record.get("business") != claim.business:
+            missing[NO_PALLET if message["type"] == PALLET else NO_SHIPMENT].append(claim)
             continue
-        event = await epcis_queries.pallet_event(storage, pallet)
+        if message["type"] == PALLET:
+            event = await epcis_queries.pallet_event(storage, record)
+        else:
+            event = await epcis_queries.shipment_event(storage, record)
         if event is None:
-            missing[NO_EVENT].append(claim)
+            missing[_no_event(message)].append(claim)
         else:
             found[claim.delivery_id] = event
         built.append(
@@ -141,3 +152,22 @@ async def _events(
     if built:
         await storage.webhook_deliveries.bulk_write(built, ordered=False)
     return found, missing
+
+
+def _no_event(message: Doc) -> str:
+    return NO_EVENT if message.get("type") == PALLET else NO_SHIPMENT_EVENT
+
+
+def _record_id(message: Doc) -> Any:
+    return message.get("pallet_id") if message.get("type") == PALLET else message.get("shipment_id")
+
+
+async def _records(storage: Storage, messages: Sequence[Doc]) -> dict[tuple[str, Any], Doc]:
+    """The stored pallet readings and shipments the messages name, by (message type, id)."""
+    out: dict[tuple[str, Any], Doc] = {}
+    for kind, collection in ((PALLET, storage.pallets), (COMPLETION, storage.shipments)):
+        wanted = [_record_id(m) for m in messages if m.get("type") == kind and _record_id(m)]
+        if wanted:
+            async for record in collection.find({"_id": {"$in": wanted}}):
+                out[(kind, record["_id"])] = record
+    return out

@@ -46,13 +46,18 @@ async def test_a_page_of_a_business_is_read_by_an_index_led_by_business(storage:
     after = query.parse_query({"nextPageToken": token})
 
     filters = [
-        *query.event_slices(principal, query.parse_query({})),
-        *query.event_slices(principal, after),
+        part
+        for asked in (query.parse_query({}), after)
+        for group in query.event_slices(principal, asked)
+        for part in group
     ]
-    assert len(filters) == 3
+    # pallets and shipments on the first page; after it, the rest of the token's instant
+    # (its pallets after the token's, its shipments) and what is past it (of both)
+    assert [p.stream.collection for p in filters] == ["pallets", "shipments"] * 3
     for part in filters:
-        filter_ = part.match
-        plan = await storage.pallets.find(filter_).sort([("occurred_at", 1), ("_id", 1)]).explain()
+        field = part.stream.fields["eventTime"]
+        cursor = storage[part.stream.collection].find(part.match)
+        plan = await cursor.sort([(field, 1), ("_id", 1)]).explain()
         assert backends.reads_by_index_led_by(plan, "business"), plan["queryPlanner"]["winningPlan"]
 
 
@@ -61,7 +66,7 @@ async def test_an_epc_match_is_read_by_an_index_and_finds_the_pallet(storage: St
     principal = Principal(subject="c", business="b1")
     asked = query.parse_query({"MATCH_epc": f"https://id.gs1.org/00/{sscc(5)}"})
 
-    [part] = query.event_slices(principal, asked)
+    [[part]] = query.event_slices(principal, asked)  # no shipment names it: pallets alone
     filter_ = part.match
     plan = await storage.pallets.find(filter_).explain()
 

@@ -25,6 +25,7 @@ from tests.factories import Tenant
 
 GLN = "0614141123452"
 SSCCS = ["106141411234567897", "006141410000000012", "106141412345678908"]
+UNREAD = "106141419999999991"
 GTIN = "10614141000415"
 BT = f"urn:epcglobal:cbv:bt:{GLN}:"
 
@@ -54,7 +55,9 @@ async def _readings(storage: Storage, edge_server: EdgeServer, tenant: Tenant) -
     await gs1_identities.set_facility(
         storage, tenant.business, tenant.facility, gln=GLN, extensions={"D1": "1"}
     )
-    await post_shipment(storage, tenant, {"SO-1": SSCCS}, bolNumber="BOL-1")
+    # one pallet more expected than read: the shipment stays open, its readings the only events
+    # (a completed shipment's event: test_epcis_query_shipments.py)
+    await post_shipment(storage, tenant, {"SO-1": [*SSCCS, UNREAD]}, bolNumber="BOL-1")
     async with grpc.aio.insecure_channel(edge_server.address) as channel:
         acks = await stream(
             channel,

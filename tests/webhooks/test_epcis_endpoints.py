@@ -1,14 +1,16 @@
-"""Endpoints of kind EPCIS end to end: a camera's readings through the real gRPC edge become
-EPCISDocuments POSTed by the real outbox worker to a real aiohttp EPCIS repository's capture
-interface, with the REST binding's headers, signed; the document is valid against GS1's EPCIS
-2.0 schema and its eventIDs are those of `GET /epcis/events` and GraphQL's `Pallet.epcisEvent`;
-a resend repeats the same events; another business's endpoint receives nothing; a 413 with the
+"""Endpoints of kind EPCIS end to end: a camera's raw GS1-128 labels through the real gRPC edge
+become EPCISDocuments POSTed by the real outbox worker to a real aiohttp EPCIS repository's
+capture interface, with the REST binding's headers, signed: the readings' events, then the
+completed shipment's. The ack, the push message, GraphQL's pallet, `GET /epcis/events?MATCH_epc`
+and the capture carry the same SSCC and eventID; a resend repeats the same events; another
+business's endpoint receives nothing and its token sees none of it; a 413 with the
 repository's capture limit splits the document; the kind is set and checked through GraphQL,
 which sends no sample JSON message to an EPCIS repository."""
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -18,7 +20,7 @@ from standardwebhooks.webhooks import Webhook
 
 from core.auth.crypto import SecretBox
 from core.feed.publish import NewMessage, append_messages
-from core.outbox import deliveries, epcis_capture
+from core.outbox import deliveries, epcis_capture, test_sends
 from core.outbox.webhook_endpoints import update_endpoint
 from core.storage import Storage
 from core.tenancy import gs1_identities
@@ -28,7 +30,7 @@ from tests.edge.documents import post_shipment
 from tests.edge.helpers import reading, stream
 from tests.epcis_support import VALIDATOR, recomputed_event_id
 from tests.factories import Tenant
-from tests.public_api.graphql_support import gql
+from tests.public_api.graphql_support import PUSH_MESSAGES, SINCE, gql
 from tests.webhooks.conftest import (
     Received,
     Receiver,
@@ -44,7 +46,8 @@ from tests.webhooks.conftest import (
 GLN = "0614141123452"
 SSCCS = ["106141411234567897", "106141412345678908"]
 GTIN = "10614141000415"
-PALLETS = "query One($id: Int!) { shipment(id: $id) { pallets { id epcisEvent } } }"
+PALLETS = "query One($id: Int!) { shipment(id: $id) { pallets { id lpns epcisEvent } } }"
+EPCIS_KIND_EVENTS = ("PALLET_EVENT", "SHIPMENT_COMPLETE")
 
 
 def gs1_reading(sscc: str) -> edge_pb2.PalletReading:
@@ -93,7 +96,8 @@ async def test_a_cameras_readings_reach_the_customers_epcis_repository_as_one_do
     try:
         created = await make_endpoint(services, tenant, receiver.base_url + "/", kind="EPCIS")
         await make_endpoint(services, other_tenant, theirs.base_url, kind="EPCIS")
-        assert endpoint_of(created).events == ("PALLET_EVENT",)
+        assert endpoint_of(created).events == EPCIS_KIND_EVENTS
+        # both expected pallets read: the shipment completes, and its event follows theirs
         shipment_id, acks = await readings_of_one_shipment(storage, edge_server, tenant, SSCCS)
 
         # started once both readings are stored: their deliveries are due together, and go
@@ -110,40 +114,78 @@ async def test_a_cameras_readings_reach_the_customers_epcis_repository_as_one_do
         Webhook(created.secret).verify(capture.body, capture.headers)  # signed as every webhook
         VALIDATOR.validate(capture.json)
         sent = event_list(capture)
-        assert [e["epcList"] for e in sent] == [[f"https://id.gs1.org/00/{s}"] for s in SSCCS]
+        epcs = [f"https://id.gs1.org/00/{s}" for s in SSCCS]
+        assert [e["epcList"] for e in sent] == [[epc] for epc in epcs] + [epcs]
+        assert [e["bizStep"] for e in sent] == ["loading", "loading", "departing"]
         for event in sent:
             assert event["eventID"] == recomputed_event_id(event)
             assert event["readPoint"] == {"id": f"https://id.gs1.org/414/{GLN}/254/1"}
 
-        # the same eventIDs as the event query and GraphQL's pallets
-        response = await api.get(
-            "/epcis/events", headers={"Authorization": f"Bearer {tenant.token}"}
+        # each ack names its pallet and push message: the message's license plate, GraphQL's
+        # pallet and its epcisEvent, and the event query by the SSCC carry the captured ones
+        auth = {"Authorization": f"Bearer {tenant.token}"}
+        _, feed = await gql(
+            api,
+            PUSH_MESSAGES,
+            {"input": {"businessSlug": tenant.business, "since": SINCE}},
+            token=tenant.token,
         )
+        plates = {
+            int(m["id"]): m["message"].get("licensePlate") for m in feed["data"]["pushMessages"]
+        }
+        _, body = await gql(api, PALLETS, {"id": shipment_id}, token=tenant.token)
+        by_pallet = {p["id"]: p for p in body["data"]["shipment"]["pallets"]}
+        for ack, sscc, event in zip(acks, SSCCS, sent, strict=False):
+            assert plates[int(ack.message_id)] == sscc
+            assert by_pallet[ack.pallet_id]["lpns"] == [sscc]
+            assert by_pallet[ack.pallet_id]["epcisEvent"]["eventID"] == event["eventID"]
+            response = await api.get(
+                "/epcis/events", params={"MATCH_epc": f"https://id.gs1.org/00/{sscc}"}, headers=auth
+            )
+            queried = (await response.json(content_type=None))["epcisBody"]["queryResults"]
+            # the reading's event, then the completed shipment's naming it too
+            assert queried["resultsBody"]["eventList"] == [
+                {**e, "recordTime": q["recordTime"]}
+                for e, q in zip((event, sent[2]), queried["resultsBody"]["eventList"], strict=True)
+            ]
+        response = await api.get("/epcis/events", headers=auth)
         queried = (await response.json(content_type=None))["epcisBody"]["queryResults"]
         assert [e["eventID"] for e in queried["resultsBody"]["eventList"]] == [
             e["eventID"] for e in sent
         ]
-        _, body = await gql(api, PALLETS, {"id": shipment_id}, token=tenant.token)
-        by_pallet = {p["id"]: p["epcisEvent"] for p in body["data"]["shipment"]["pallets"]}
-        assert [by_pallet[a.pallet_id]["eventID"] for a in acks] == [e["eventID"] for e in sent]
 
         # each delivery SUCCEEDED with the capture job's Location in its attempt
         done = await deliveries_of(storage, endpoint_id=endpoint_of(created).endpoint_id)
-        assert [d["status"] for d in done] == ["SUCCEEDED", "SUCCEEDED"]
+        assert [d["status"] for d in done] == ["SUCCEEDED"] * 3
         attempts = await storage.delivery_attempts.find({"delivery_id": done[0]["_id"]}).to_list()
         assert [a["status_code"] for a in attempts] == [202]
         assert attempts[0]["location"].startswith("/capture/job")
 
-        # a resend from the delivery log repeats the very event
-        await deliveries.resend_delivery(storage, done[1]["_id"])
-        await wait_until(lambda: len(receiver.requests) == 2)
-        await wait_until(lambda: all_finished(storage))
-        [again] = event_list(receiver.requests[1])
-        assert again == sent[1]
-        VALIDATOR.validate(receiver.requests[1].json)
+        # a resend from the delivery log repeats the very event, the shipment's too
+        for n, delivery in ((1, done[1]), (2, done[2])):
+            await deliveries.resend_delivery(storage, delivery["_id"])
+            await wait_until(lambda n=n: len(receiver.requests) == n + 1)
+            await wait_until(lambda: all_finished(storage))
+            [again] = event_list(receiver.requests[n])
+            assert again == sent[n]
+            VALIDATOR.validate(receiver.requests[n].json)
 
-        # the other business's repository heard nothing of it
+        # the other business's repository heard nothing of it, and its token sees none of it
         assert theirs.requests == []
+        other = {"Authorization": f"Bearer {other_tenant.token}"}
+        for params in ({}, {"MATCH_epc": epcs[0]}):
+            response = await api.get("/epcis/events", params=params, headers=other)
+            document = await response.json(content_type=None)
+            assert document["epcisBody"]["queryResults"]["resultsBody"]["eventList"] == []
+        _, theirs_gql = await gql(api, PALLETS, {"id": shipment_id}, token=other_tenant.token)
+        assert theirs_gql["errors"][0]["extensions"]["code"] == "NOT_FOUND"
+        _, their_feed = await gql(
+            api,
+            PUSH_MESSAGES,
+            {"input": {"businessSlug": other_tenant.business, "since": SINCE}},
+            token=other_tenant.token,
+        )
+        assert SSCCS[0] not in json.dumps(their_feed)
     finally:
         await theirs.server.close()
 
@@ -173,13 +215,15 @@ async def test_a_repository_stating_a_lower_capture_limit_gets_smaller_documents
     await wait_until(lambda: all_finished(storage))
 
     counts = [len(event_list(r)) for r in receiver.requests]
-    assert counts == [2, 1, 1]
+    assert counts == [3, 1, 1, 1]  # the readings and the completed shipment, then one by one
     sent = [event_list(r)[0]["epcList"] for r in receiver.requests[1:]]
-    assert sent == [[f"https://id.gs1.org/00/{s}"] for s in SSCCS]
+    epcs = [f"https://id.gs1.org/00/{s}" for s in SSCCS]
+    assert sent == [[epc] for epc in epcs] + [epcs]
     done = await deliveries_of(storage, endpoint_id=endpoint_of(created).endpoint_id)
-    assert [d["status"] for d in done] == ["SUCCEEDED"] * 3
-    assert done[2]["not_sent"] == epcis_capture.NO_EVENT
-    assert all(d["attempts"] == 1 for d in done[:2])
+    assert [d["status"] for d in done] == ["SUCCEEDED"] * 4
+    [unsent] = [d for d in done if d.get("not_sent")]
+    assert unsent["not_sent"] == epcis_capture.NO_EVENT
+    assert all(d["attempts"] == 1 for d in done if d is not unsent)
 
 
 async def test_a_capture_refused_for_a_while_is_retried_as_every_delivery(
@@ -227,7 +271,7 @@ async def test_graphql_sets_an_endpoints_kind_and_refuses_what_the_kind_cannot_t
     url = "https://repository.example.com/epcis"
     _, made = await gql(api, CREATE, {"input": {"url": url, "kind": "EPCIS"}}, token=tenant.token)
     endpoint = made["data"]["createWebhookEndpoint"]["endpoint"]
-    assert (endpoint["kind"], endpoint["events"]) == ("EPCIS", ["PALLET_EVENT"])
+    assert (endpoint["kind"], endpoint["events"]) == ("EPCIS", list(EPCIS_KIND_EVENTS))
 
     _, refused = await gql(
         api,
@@ -237,7 +281,10 @@ async def test_graphql_sets_an_endpoints_kind_and_refuses_what_the_kind_cannot_t
     )
     error = refused["errors"][0]
     assert error["extensions"]["code"] == "BAD_USER_INPUT"
-    assert "events of a EPCIS endpoint must be among PALLET_EVENT" in error["message"]
+    assert (
+        "events of a EPCIS endpoint must be among PALLET_EVENT, SHIPMENT_COMPLETE"
+        in (error["message"])
+    )
 
     _, bad_kind = await gql(api, CREATE, {"input": {"url": url, "kind": "EDI"}}, token=tenant.token)
     assert "EDI" in json.dumps(bad_kind["errors"])  # not a value of the enum
@@ -271,10 +318,11 @@ async def test_deliveries_with_no_event_to_capture_settle_without_a_request(
     start_worker: StartWorker,
 ):
     created = await make_endpoint(
-        services, tenant, receiver.base_url, events=("PALLET_EVENT", "SHIPMENT_COMPLETE")
+        services, tenant, receiver.base_url, events=(*EPCIS_KIND_EVENTS, "EXCEPTION")
     )
     endpoint_id = endpoint_of(created).endpoint_id
-    # a pallet message whose reading is not stored, and a completion, wait for the endpoint
+    # a pallet message whose reading is not stored, a completion of a shipment not stored,
+    # and an exception wait for the endpoint
     await append_pallets(storage, tenant, 1)
     completion = {
         "serviceShipmentId": "1",
@@ -283,14 +331,27 @@ async def test_deliveries_with_no_event_to_capture_settle_without_a_request(
         "dockId": "D1",
         "pallets": [],
     }
+    an_exception = test_sends.sample(
+        services.settings,
+        "EXCEPTION",
+        business=tenant.business,
+        facility=tenant.facility,
+        endpoint_id=endpoint_id,
+        endpoint_url=receiver.base_url,
+        test_id="exc_1",
+        now=datetime.now(UTC),
+    )
     await append_messages(
         storage,
-        [NewMessage(tenant.business, tenant.facility, "SHIPMENT_COMPLETE", completion, 1)],
+        [
+            NewMessage(tenant.business, tenant.facility, "SHIPMENT_COMPLETE", completion, 1),
+            NewMessage(tenant.business, tenant.facility, "EXCEPTION", an_exception, 1),
+        ],
     )
     changed = await update_endpoint(
         storage, SecretBox(services.settings), endpoint_id, receiver.base_url, kind="EPCIS"
     )
-    assert (changed.kind, changed.events) == ("EPCIS", ("PALLET_EVENT",))
+    assert (changed.kind, changed.events) == ("EPCIS", EPCIS_KIND_EVENTS)
 
     await start_worker(fast_settings())
     await wait_until(lambda: all_finished(storage))
@@ -299,5 +360,6 @@ async def test_deliveries_with_no_event_to_capture_settle_without_a_request(
     done = await deliveries_of(storage, endpoint_id=endpoint_id)
     assert [(d["status"], d["not_sent"]) for d in done] == [
         ("SUCCEEDED", epcis_capture.NO_PALLET),
+        ("SUCCEEDED", epcis_capture.NO_SHIPMENT),
         ("SUCCEEDED", epcis_capture.NOT_A_READING),
     ]
