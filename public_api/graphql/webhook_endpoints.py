@@ -145,7 +145,8 @@ class CreateWebhookEndpointInput:
     events: list[WebhookEvent] | None = strawberry.field(
         default=None,
         description="null: the kind's default (WEBHOOK: PALLET_EVENT and SHIPMENT_COMPLETE; "
-        "EPCIS: PALLET_EVENT, the only one it takes; ASN: SHIPMENT_COMPLETE, likewise).",
+        "EPCIS: PALLET_EVENT and SHIPMENT_COMPLETE, the only ones it takes; ASN: "
+        "SHIPMENT_COMPLETE, the only one it takes).",
     )
     asn_format: WebhookAsnFormat | None = strawberry.field(
         default=None, description="ASN endpoints only; null: X12_856."
