@@ -70,6 +70,10 @@ class Settings(BaseSettings):
     # nx-27017 aborts a transaction whose client said nothing for this many seconds: SQLite has
     # one writer, so until then every other write to the database waits (a killed client).
     embedded_transaction_idle_s: float = Field(5.0, gt=0, le=60)
+    # ...and one older than this many seconds, however chatty its client: every other tenant's
+    # writes wait for it meanwhile. Not below core.storage.TRANSACTION_LIMIT_S (30 s), the
+    # longest one of dockflow's units of work may take, by default.
+    embedded_transaction_lifetime_s: float = Field(30.0, gt=0, le=60)
     # Listeners.
     http_host: str = "0.0.0.0"
     http_port: int = Field(8080, ge=0, le=65535)

@@ -22,7 +22,7 @@ from core.services import Services
 from core.settings import Settings, listener_url
 from core.storage import Storage
 from dockflow import server_record
-from dockflow.embedded.supervisor import EmbeddedMongo
+from dockflow.embedded.supervisor import EmbeddedMongo, TransactionLimits
 from dockflow.heap import HeapFreezer
 from edge.server import EdgeServer
 from public_api.server import HttpServer, OpsServer
@@ -46,7 +46,9 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
                 settings.data_dir,
                 settings.embedded_restart_delay_s,
                 settings.embedded_engine,
-                settings.embedded_transaction_idle_s,
+                TransactionLimits(
+                    settings.embedded_transaction_idle_s, settings.embedded_transaction_lifetime_s
+                ),
             )
             atexit.register(embedded.stop_now)
             url = await embedded.start()

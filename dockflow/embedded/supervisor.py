@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pymongo import AsyncMongoClient
@@ -46,6 +47,17 @@ STOPPED_POLL_S = 0.1  # how often a start looks whether the previous server has 
 WATCH_INTERVAL_S = 0.2  # how often the supervisor looks at the child
 # nx-27017 aborts a transaction idle this long (Settings.embedded_transaction_idle_s).
 TRANSACTION_IDLE_S = 5.0
+# ...and one older than this (Settings.embedded_transaction_lifetime_s).
+TRANSACTION_LIFETIME_S = 30.0
+
+
+@dataclass(frozen=True)
+class TransactionLimits:
+    """How long the server lets a transaction hold its database, where the server is ours to
+    set it: SQLite has one writer, so every other write waits meanwhile."""
+
+    idle_s: float = TRANSACTION_IDLE_S  # its client said nothing for this long
+    lifetime_s: float = TRANSACTION_LIFETIME_S  # this old, however chatty its client
 
 
 def _site_folders() -> set[Path]:
@@ -109,10 +121,10 @@ class _Engine:
     log_name: str
 
     def command(
-        self, data_dir: Path, port: int, log_path: Path, transaction_idle_s: float
+        self, data_dir: Path, port: int, log_path: Path, limits: TransactionLimits
     ) -> list[str]:
-        """The program's command line; `transaction_idle_s`: how long a transaction may stay
-        idle before the server aborts it, where the server is ours to set it."""
+        """The program's command line; `limits`: when the server aborts a transaction, where
+        the server is ours to set it."""
         raise NotImplementedError
 
     def environment(self) -> dict[str, str]:
@@ -128,7 +140,7 @@ class _Nx27017(_Engine):
     log_name = "nx-27017.log"
 
     def command(
-        self, data_dir: Path, port: int, log_path: Path, transaction_idle_s: float
+        self, data_dir: Path, port: int, log_path: Path, limits: TransactionLimits
     ) -> list[str]:
         return [
             # -P: its working directory (the data directory) is not put first on its path.
@@ -138,7 +150,8 @@ class _Nx27017(_Engine):
             "--port", str(port),
             "--log-file", str(log_path),
             "--pid-file", str(data_dir / "nx-27017.pid"),
-            "--transaction-idle-s", f"{transaction_idle_s:g}",
+            "--transaction-idle-s", f"{limits.idle_s:g}",
+            "--transaction-lifetime-s", f"{limits.lifetime_s:g}",
         ]  # fmt: skip
 
     def environment(self) -> dict[str, str]:
@@ -181,7 +194,7 @@ class _SecantusDB(_Engine):
     log_name = "secantusd.log"
 
     def command(
-        self, data_dir: Path, port: int, log_path: Path, transaction_idle_s: float
+        self, data_dir: Path, port: int, log_path: Path, limits: TransactionLimits
     ) -> list[str]:
         # An empty config file of our own: secantusd-py would otherwise read a secantusd.toml
         # from its working directory, ~/.secantus or /etc/secantus.
@@ -299,10 +312,10 @@ class EmbeddedMongo(Running):
         data_dir: Path,
         restart_delay_s: float = 1.0,
         engine: EmbeddedEngine = "nx-27017",
-        transaction_idle_s: float = TRANSACTION_IDLE_S,
+        transaction_limits: TransactionLimits = TransactionLimits(),
     ) -> None:
         self.engine = engine
-        self.transaction_idle_s = transaction_idle_s
+        self.transaction_limits = transaction_limits
         self._engine = ENGINES[engine]
         self.data_dir = engine_dir(data_dir, engine)
         self._mongo_dir = self.data_dir.parent
@@ -333,7 +346,7 @@ class EmbeddedMongo(Running):
         """Start the child on `self.port` and wait until it answers ping."""
         self._engine.prepare(self.data_dir)
         log_path = self.data_dir / self._engine.log_name
-        argv = self._engine.command(self.data_dir, self.port, log_path, self.transaction_idle_s)
+        argv = self._engine.command(self.data_dir, self.port, log_path, self.transaction_limits)
         self.process = _spawn(argv, self.data_dir, log_path, self._engine.environment())
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:

@@ -19,9 +19,10 @@ session waits, and every read of another session runs on a second connection of 
 which in WAL mode reads the last committed state. Commit and abort end it and let the waiting
 commands go, in order. A transaction idle for `IDLE_LIMIT_S` (dockflow's setting
 `embedded_transaction_idle_s`; MongoDB's 60 s would stop every tenant of the database, not the
-writers of a few documents) or older than `LIFETIME_LIMIT_S`, or whose client's connection
-closed, is rolled back, and its later commands answer NoSuchTransaction. `hello` answers as the
-primary of a one-member replica set.
+writers of a few documents) or older than `LIFETIME_LIMIT_S` (`embedded_transaction_lifetime_s`:
+the idle limit alone never ends a transaction whose client keeps talking), or whose client's
+connection closed, is rolled back, and its later commands answer NoSuchTransaction. `hello`
+answers as the primary of a one-member replica set.
 Pinned by tests/embedded/test_transactions.py, run on both lanes (SecantusDB has transactions of
 its own: the same tests pin MongoDB's behaviour).
 """
@@ -45,7 +46,7 @@ from dockflow.embedded.patches import collection_names
 log = logging.getLogger("dockflow.embedded.transactions")
 
 IDLE_LIMIT_S = 5.0  # set by the launcher from its --transaction-idle-s
-LIFETIME_LIMIT_S = 60.0  # MongoDB's transactionLifetimeLimitSeconds
+LIFETIME_LIMIT_S = 30.0  # set by the launcher from its --transaction-lifetime-s
 # How long an ended transaction is remembered (a retried commit answers ok, a command of an
 # aborted one NoSuchTransaction); then its session's entry goes, so they do not pile up.
 RETAIN_S = 300.0
