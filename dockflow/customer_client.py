@@ -12,10 +12,10 @@ from pathlib import Path
 
 import aiohttp
 
+from core.settings import load_settings
 from dockflow import server_record
 
 DEFAULT_URL = "http://localhost:8080"
-DEFAULT_DATA_DIR = "./var"
 
 
 @dataclass(frozen=True)
@@ -88,10 +88,18 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
 def add_data_dir_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir",
-        default=os.environ.get("DOCKFLOW_DATA_DIR", DEFAULT_DATA_DIR),
-        help="data directory of the running dockflow, whose addresses it recorded "
-        f"(DOCKFLOW_DATA_DIR, default {DEFAULT_DATA_DIR})",
+        type=Path,
+        help="data directory of the running dockflow, whose addresses it recorded (default: "
+        "dockflow's data_dir setting, as `dockflow serve` reads it: DOCKFLOW_DATA_DIR, "
+        "DOCKFLOW_DATA_DIR_FILE or DOCKFLOW_CONFIG_FILE, else ./var)",
     )
+
+
+def data_dir(args: argparse.Namespace) -> Path:
+    """--data-dir, else the data directory dockflow's settings name: the running server's
+    whenever it was started with the same environment and config file."""
+    given: Path | None = args.data_dir
+    return given if given is not None else load_settings().data_dir
 
 
 def client_options(args: argparse.Namespace, command: str) -> ClientOptions | None:
@@ -104,7 +112,7 @@ def client_options(args: argparse.Namespace, command: str) -> ClientOptions | No
         client_id=args.client_id,
         client_secret=args.client_secret,
         audience=args.audience or f"{(args.url or '').rstrip('/')}/public_graphql",
-        data_dir=None if args.url else Path(args.data_dir),
+        data_dir=None if args.url else data_dir(args),
     )
     if options.data_dir is None:
         return options

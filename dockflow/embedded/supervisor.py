@@ -31,7 +31,7 @@ from pymongo import AsyncMongoClient
 from core.errors import DatabaseUnavailable
 from core.files import PRIVATE_FILE_MODE, ensure_private_dir, write_private_file
 from core.running import Running
-from core.settings import EmbeddedEngine
+from core.settings import EmbeddedEngine, Settings
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +45,9 @@ START_TIMEOUT_S = 30.0  # a first start creates the database files; generous for
 STOP_TIMEOUT_S = 10.0
 STOPPED_POLL_S = 0.1  # how often a start looks whether the previous server has exited
 WATCH_INTERVAL_S = 0.2  # how often the supervisor looks at the child
-# nx-27017 aborts a transaction idle this long (Settings.embedded_transaction_idle_s).
-TRANSACTION_IDLE_S = 5.0
-# ...and one older than this (Settings.embedded_transaction_lifetime_s).
-TRANSACTION_LIFETIME_S = 30.0
+# nx-27017 aborts a transaction idle this long, and one older than this, unless set otherwise.
+TRANSACTION_IDLE_S: float = Settings.model_fields["embedded_transaction_idle_s"].default
+TRANSACTION_LIFETIME_S: float = Settings.model_fields["embedded_transaction_lifetime_s"].default
 
 
 @dataclass(frozen=True)

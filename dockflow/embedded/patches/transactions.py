@@ -17,9 +17,9 @@ client gave up while it waited (aborted it, went on to its next one, closed the 
 takes nothing. SQLite has one writer, so while it is held every write of another
 session waits, and every read of another session runs on a second connection of the database,
 which in WAL mode reads the last committed state. Commit and abort end it and let the waiting
-commands go, in order. A transaction idle for `IDLE_LIMIT_S` (dockflow's setting
+commands go, in order. A transaction idle for its idle limit (dockflow's setting
 `embedded_transaction_idle_s`; MongoDB's 60 s would stop every tenant of the database, not the
-writers of a few documents) or older than `LIFETIME_LIMIT_S` (`embedded_transaction_lifetime_s`:
+writers of a few documents) or older than its lifetime (`embedded_transaction_lifetime_s`:
 the idle limit alone never ends a transaction whose client keeps talking), or whose client's
 connection closed, is rolled back, and its later commands answer NoSuchTransaction. `hello`
 answers as the primary of a one-member replica set.
@@ -46,8 +46,6 @@ from dockflow.embedded.patches import collection_names, command_body, database_n
 
 log = logging.getLogger("dockflow.embedded.transactions")
 
-IDLE_LIMIT_S = 5.0  # set by the launcher from its --transaction-idle-s
-LIFETIME_LIMIT_S = 30.0  # set by the launcher from its --transaction-lifetime-s
 # How long an ended transaction is remembered (a retried commit answers ok, a command of an
 # aborted one NoSuchTransaction); then its session's entry goes, so they do not pile up.
 RETAIN_S = 300.0
@@ -127,6 +125,10 @@ class _Database:
 
 class _Scheduler:
     """Which transaction holds each database, and the commands waiting for it."""
+
+    # When a transaction is rolled back (`set_limits`: the launcher's required flags).
+    idle_s: float
+    lifetime_s: float
 
     def __init__(self) -> None:
         self.databases: dict[str, _Database] = {}
@@ -276,7 +278,7 @@ class _Scheduler:
         state.holder = txn
         state.free = asyncio.Event()
         self.transactions[lsid] = txn
-        asyncio.get_running_loop().call_later(IDLE_LIMIT_S, self.watch, handler, txn)
+        asyncio.get_running_loop().call_later(self.idle_s, self.watch, handler, txn)
         return txn
 
     def watch(self, handler: NeoSQLiteHandler, txn: _Transaction) -> None:
@@ -285,12 +287,12 @@ class _Scheduler:
         if txn.state != "open":
             return
         now = time.monotonic()
-        idle_end = txn.last + IDLE_LIMIT_S
-        life_end = txn.started + LIFETIME_LIMIT_S
+        idle_end = txn.last + self.idle_s
+        life_end = txn.started + self.lifetime_s
         if now >= life_end:
-            self.abort(handler, txn, f"it ran past the limit of {LIFETIME_LIMIT_S:g} s")
+            self.abort(handler, txn, f"it ran past the limit of {self.lifetime_s:g} s")
         elif now >= idle_end:
-            self.abort(handler, txn, f"its client was idle for {IDLE_LIMIT_S:g} s")
+            self.abort(handler, txn, f"its client was idle for {self.idle_s:g} s")
         else:
             delay = min(idle_end, life_end) - now
             asyncio.get_running_loop().call_later(delay, self.watch, handler, txn)
@@ -472,6 +474,13 @@ def _on_snapshot(
 
 
 SCHEDULER = _Scheduler()
+
+
+def set_limits(idle_s: float, lifetime_s: float) -> None:
+    """Roll back a transaction idle for `idle_s`, or older than `lifetime_s` (the launcher's
+    --transaction-idle-s and --transaction-lifetime-s: dockflow's settings)."""
+    SCHEDULER.idle_s = idle_s
+    SCHEDULER.lifetime_s = lifetime_s
 
 
 class _ScheduledCommands:
