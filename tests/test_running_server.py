@@ -323,3 +323,29 @@ async def test_a_server_starting_removes_the_records_of_killed_ones(tmp_path: Pa
         assert [p.name for p in records.glob("*.json")] == [f"{server.process.pid}.json"]
     finally:
         await server.stop()
+
+
+async def test_customer_commands_find_the_data_directory_the_config_file_names(tmp_path: Path):
+    """`serve` reads data_dir from DOCKFLOW_CONFIG_FILE (and DOCKFLOW_DATA_DIR_FILE): so do the
+    commands that look for it, or they look where no server of that environment records."""
+    configured = tmp_path / "configured"
+    config = tmp_path / "dockflow.toml"
+    config.write_text(f"data_dir = {json.dumps(str(configured))}\n")
+    document = tmp_path / "order.json"
+    document.write_text(json.dumps({"items": [{"lpn": "LPN-1", "sku": "S"}]}))
+    env = {
+        **newcomer_environment(),
+        "DOCKFLOW_CLIENT_ID": "dfc_x",
+        "DOCKFLOW_CLIENT_SECRET": "dfs_x",
+        "DOCKFLOW_CAMERA_TOKEN": "cam.x",
+        "DOCKFLOW_CONFIG_FILE": str(config),
+        "DOCKFLOW_PUBLIC_BASE_URL": f"http://127.0.0.1:{free_port()}",  # nothing listens there
+    }
+    looked_in = str((configured / "run").resolve())
+    for argv in (
+        ["post-document", str(document)],
+        ["simulate", "--lpns-from", str(document), "--quiet"],
+    ):
+        _, _, err = await _run(*argv, cwd=tmp_path, env=env)
+
+        assert f"no running dockflow recorded in {looked_in};" in err.splitlines()[0]
