@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 
 from dockflow import server_record
+from dockflow.liveness import start_time
 from tests.processes import DemoServer, free_port, newcomer_environment
 
 DOCKFLOW = [sys.executable, "-m", "dockflow"]
@@ -276,7 +277,7 @@ async def test_a_record_is_believed_only_for_the_process_that_wrote_it_and_the_n
     first = await asyncio.create_subprocess_exec("sleep", "600")
     second = await asyncio.create_subprocess_exec("sleep", "600")
     try:
-        started = server_record.start_time(first.pid)
+        started = start_time(first.pid)
         assert started is not None
         reused = server_record.ServerRecord(
             pid=first.pid, parts=("api",), public_base_url="http://a:1", started=started + 1
@@ -291,7 +292,7 @@ async def test_a_record_is_believed_only_for_the_process_that_wrote_it_and_the_n
             pid=second.pid,
             parts=("api",),
             public_base_url="http://newer:1",
-            started=server_record.start_time(second.pid),
+            started=start_time(second.pid),
         )
         with server_record.recorded(tmp_path, older), server_record.recorded(tmp_path, newer):
             running = server_record.running_api(tmp_path)

@@ -32,6 +32,7 @@ from core.errors import DatabaseUnavailable
 from core.files import PRIVATE_FILE_MODE, ensure_private_dir, write_private_file
 from core.running import Running
 from core.settings import EmbeddedEngine, Settings
+from dockflow import liveness
 
 log = logging.getLogger(__name__)
 
@@ -64,40 +65,10 @@ def _site_folders() -> set[Path]:
     return {Path(folder).resolve() for folder in folders}
 
 
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an exited child its new parent has not reaped yet)."""
-    if not _pid_alive(pid):
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True  # no /proc: alive as far as signals tell
-    return state != "Z"
-
-
-def _serves(pid: int, data_dir: Path) -> bool:
-    """Whether process `pid`'s command names `data_dir` (an embedded server of its files)."""
-    try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return str(data_dir).encode() in command
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 async def _answers_ping(url: str, timeout_s: float) -> bool:
@@ -175,11 +146,7 @@ class _Nx27017(_Engine):
             pid = int(pid_file.read_text().strip())
         except (OSError, ValueError):
             return
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            command = b""
-        if not (_pid_alive(pid) and b"nx_27017" in command):
+        if not liveness.recorded_alive(pid, None, "nx_27017"):
             with contextlib.suppress(OSError):
                 pid_file.unlink()
 
@@ -236,15 +203,40 @@ def has_database(data_dir: Path, engine: EmbeddedEngine) -> bool:
     return running_server_pid(data_dir, engine) is not None
 
 
+@dataclass(frozen=True)
+class _ServerState:
+    """What server.json records of the running embedded server of a folder."""
+
+    pid: int
+    started: int | None  # its start time (dockflow/liveness.py); None in older records
+    url: str
+
+    def alive(self, folder: Path) -> bool:
+        """Whether the recorded server still runs; a record without a start time is believed
+        when the process's command names `folder` (every engine's command does)."""
+        return liveness.recorded_alive(self.pid, self.started, str(folder))
+
+
+def _server_state(folder: Path) -> _ServerState | None:
+    """`folder`'s server.json, or None when it is missing or unreadable."""
+    try:
+        state = json.loads((folder / "server.json").read_text())
+        started = state.get("started")
+        return _ServerState(
+            pid=int(state.get("pid", 0)),
+            started=None if started is None else int(started),
+            url=str(state.get("url", "")),
+        )
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
 def running_server_pid(data_dir: Path, engine: EmbeddedEngine) -> int | None:
     """The pid of a live embedded server of `engine` on `data_dir`, from the server.json its
     owner wrote, or None."""
-    try:
-        state = json.loads((engine_dir(data_dir, engine) / "server.json").read_text())
-        pid = int(state.get("pid", 0))
-    except (OSError, ValueError):
-        return None
-    return pid if pid > 0 and _pid_alive(pid) else None
+    folder = engine_dir(data_dir, engine)
+    state = _server_state(folder)
+    return state.pid if state is not None and state.alive(folder) else None
 
 
 def find_secantusd() -> Path:
@@ -290,10 +282,9 @@ def _move_legacy_nx_files(mongo_dir: Path, nx_dir: Path) -> None:
     legacy = [path for path in mongo_dir.iterdir() if path.is_file()]
     if not legacy:
         return
-    with contextlib.suppress(OSError, ValueError):
-        state = json.loads((mongo_dir / "server.json").read_text())
-        if _pid_alive(int(state.get("pid", 0))):
-            return
+    state = _server_state(mongo_dir)
+    if state is not None and state.alive(mongo_dir):
+        return
     ensure_private_dir(nx_dir)
     for path in legacy:
         if path.name == "server.json":
@@ -358,7 +349,12 @@ class EmbeddedMongo(Running):
                     f"see {log_path}:\n{tail}"
                 )
             if await _answers_ping(self.url, 0.5):
-                state = {"pid": self.process.pid, "url": self.url, "engine": self.engine}
+                state = {
+                    "pid": self.process.pid,
+                    "started": liveness.start_time(self.process.pid),
+                    "url": self.url,
+                    "engine": self.engine,
+                }
                 write_private_file(self._state_file, json.dumps(state).encode())
                 log.info(
                     "embedded MongoDB started",
@@ -380,12 +376,13 @@ class EmbeddedMongo(Running):
         not stop on it. It holds its files while it runs (SecantusDB's lock refused the new
         server). As `stop` does: SIGTERM, STOP_TIMEOUT_S, then SIGKILL; only a process whose
         command names these files (a pid taken again by another program is left alone)."""
-        try:
-            pid = int(json.loads(self._state_file.read_text()).get("pid", 0))
-        except (OSError, ValueError):
+        state = _server_state(self.data_dir)
+        # Killed only if its command also names these files, whatever the record says.
+        if state is None or not state.alive(self.data_dir):
             return
-        if pid <= 0 or not _running(pid) or not _serves(pid, self.data_dir):
+        if not liveness.command_names(state.pid, str(self.data_dir)):
             return
+        pid = state.pid
         log.warning(
             "stopping the previous embedded MongoDB, which does not answer", extra={"pid": pid}
         )
@@ -394,22 +391,18 @@ class EmbeddedMongo(Running):
                 os.kill(pid, sig)
             for _ in range(int(wait_s / STOPPED_POLL_S)):
                 await asyncio.sleep(STOPPED_POLL_S)
-                if not _running(pid):
+                if not liveness.running(pid):
                     return
 
     async def _attach(self) -> str | None:
-        try:
-            state = json.loads(self._state_file.read_text())
-        except (OSError, ValueError):
+        state = _server_state(self.data_dir)
+        if state is None or not state.alive(self.data_dir) or not state.url:
             return None
-        if not _pid_alive(int(state.get("pid", 0))):
+        if not await _answers_ping(state.url, 1.0):
             return None
-        url = str(state["url"])
-        if not await _answers_ping(url, 1.0):
-            return None
-        self.url = url
-        log.info("attached to running embedded MongoDB", extra={"url": url, "pid": state["pid"]})
-        return url
+        self.url = state.url
+        log.info("attached to running embedded MongoDB", extra={"url": state.url, "pid": state.pid})
+        return state.url
 
     def supervise(self) -> None:
         """Restart the child whenever it exits unexpectedly (killed, crashed), on the same port
