@@ -187,6 +187,11 @@ def engine_dir(data_dir: Path, engine: EmbeddedEngine) -> Path:
     return Path(data_dir).resolve() / "mongo" / engine
 
 
+def nx_database_file(data_dir: Path, database: str) -> Path:
+    """The SQLite file in which nx-27017 keeps `database` (one file per database)."""
+    return engine_dir(data_dir, "nx-27017") / f"{database}.db"
+
+
 def has_database(data_dir: Path, engine: EmbeddedEngine) -> bool:
     """Whether `data_dir` holds files of `engine`'s server (a start made them), in its folder
     or, for nx-27017, in the folder of the older single-folder layout. Reads only."""

@@ -19,8 +19,7 @@ from pymongo import AsyncMongoClient
 
 from core.storage import Storage
 from core.tenancy import tenants
-from dockflow.embedded.backup import nx_database_file
-from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir
+from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir, nx_database_file
 from tests.backends import ENGINE, only_on_nx_27017
 
 DOCKFLOW = [sys.executable, "-m", "dockflow"]
