@@ -29,9 +29,16 @@ class ClientOptions:
     data_dir: Path | None = None
 
 
-# Refusals that asking again cannot change: bad credentials, audience or request (RFC 6749
-# section 5.2). 408 and 429 (slow_down) pass with time, as do 5xx answers.
+# 4xx answers that pass with time: a request timeout, a rate limit (OAuth's slow_down).
 _TRANSIENT_CLIENT_ERRORS = (408, 429)
+
+
+def refused_for_good(status: int) -> bool:
+    """Whether a refusal with this HTTP status would come again for the same request: a 4xx
+    (bad credentials, audience or request; a business the client may not read), except 408 and
+    429, which pass with time as 5xx answers do. The one rule of the customer commands, for the
+    token endpoint's answers and for GraphQL errors (their `extensions.status`)."""
+    return 400 <= status < 500 and status not in _TRANSIENT_CLIENT_ERRORS
 
 
 class TokenRequestFailed(Exception):
@@ -44,8 +51,8 @@ class TokenRequestFailed(Exception):
 
     @property
     def permanent(self) -> bool:
-        """Whether the same request would be refused again (a 4xx other than 408 and 429)."""
-        return 400 <= self.status < 500 and self.status not in _TRANSIENT_CLIENT_ERRORS
+        """Whether the same request would be refused again (`refused_for_good`)."""
+        return refused_for_good(self.status)
 
     @property
     def reason(self) -> str:
