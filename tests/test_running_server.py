@@ -15,22 +15,15 @@ import aiohttp
 
 from dockflow import server_record
 from dockflow.liveness import start_time
-from tests.processes import DemoServer, free_port, newcomer_environment
+from tests.processes import (
+    COMMAND_LIMIT_S,
+    DemoServer,
+    free_port,
+    newcomer_environment,
+    run_dockflow,
+)
 
 DOCKFLOW = [sys.executable, "-m", "dockflow"]
-COMMAND_LIMIT_S = 120.0  # guards against a hang (shared machine); not a timing assertion
-
-
-async def _run(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        *DOCKFLOW, *argv,
-        cwd=cwd, env=env or newcomer_environment(),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        stdin=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(process.communicate(), COMMAND_LIMIT_S)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 def demo_order(directory: Path, order_number: str, *, lpn: str, sku: str) -> Path:
@@ -83,24 +76,28 @@ async def test_every_address_follows_the_http_port_and_commands_find_the_server(
             "DOCKFLOW_CLIENT_SECRET": credentials["client_secret"],
             "DOCKFLOW_CAMERA_TOKEN": credentials["cameras"]["D1"]["token"],
         }
-        code, out, err = await _run("admin", "create-client", "demo", "--json", cwd=tmp_path)
+        code, out, err = await run_dockflow(
+            "admin", "create-client", "demo", "--json", cwd=tmp_path
+        )
         assert code == 0, err
         created = json.loads(out)
         assert created["token_url"] == f"{base}/oauth/token"
         assert created["audience"] == f"{base}/public_graphql"
 
         document = demo_order(tmp_path, "SO-PORTS", lpn="LPN-P1", sku="SKU-P")
-        code, out, err = await _run("post-document", str(document), cwd=tmp_path, env=customer)
+        code, out, err = await run_dockflow(
+            "post-document", str(document), cwd=tmp_path, env=customer
+        )
         assert code == 0, out + err
         assert f"Location: {base}/dashboard/shipments/" in out
 
-        code, out, err = await _run(
+        code, out, err = await run_dockflow(
             "simulate", "--lpns-from", str(document), "--quiet", cwd=tmp_path, env=customer
         )
         assert code == 0, out + err
         assert "ACCEPTED 1" in out
 
-        code, out, err = await _run(
+        code, out, err = await run_dockflow(
             "consume", "--business", "demo", "--max-messages", "1", cwd=tmp_path, env=customer
         )
         assert code == 0, err
@@ -117,7 +114,7 @@ async def test_admin_where_there_is_no_dockflow_says_where_it_looked(tmp_path: P
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     for argv in (["list", "businesses"], ["create-business", "acme"]):
-        code, out, err = await _run("admin", *argv, cwd=elsewhere)
+        code, out, err = await run_dockflow("admin", *argv, cwd=elsewhere)
 
         assert code == 2, out + err
         [line] = err.splitlines()
@@ -180,7 +177,7 @@ async def test_client_commands_with_no_server_recorded_say_which_default_they_us
         ),
     }
     for name, (argv, default, option) in commands.items():
-        _, _, err = await _run(*argv, cwd=elsewhere, env=env)
+        _, _, err = await run_dockflow(*argv, cwd=elsewhere, env=env)
 
         notice = err.splitlines()[0]
         assert notice.startswith(f"dockflow {name}: no running dockflow recorded in {looked_in}")
@@ -198,7 +195,7 @@ async def test_admin_create_client_with_no_server_running_says_its_urls_are_defa
     async with server:
         pass  # a database with the demo tenant, and no server now
 
-    code, out, err = await _run("admin", "create-client", "demo", "--json", cwd=tmp_path)
+    code, out, err = await run_dockflow("admin", "create-client", "demo", "--json", cwd=tmp_path)
 
     assert code == 0, err
     [notice] = err.splitlines()
@@ -224,9 +221,9 @@ async def test_consume_follows_a_server_restarted_on_another_port(tmp_path: Path
         new_port = free_port()
         await server.start(http=new_port, grpc=free_port())
         document = demo_order(tmp_path, "SO-MOVED", lpn="LPN-M1", sku="SKU-M")
-        code, out, err = await _run("post-document", str(document), cwd=tmp_path, env=env)
+        code, out, err = await run_dockflow("post-document", str(document), cwd=tmp_path, env=env)
         assert code == 0, out + err
-        code, out, err = await _run(
+        code, out, err = await run_dockflow(
             "simulate", "--lpns-from", str(document), "--quiet", cwd=tmp_path, env=env
         )
         assert code == 0, out + err
@@ -254,14 +251,14 @@ async def test_webhook_steps_of_the_demo_banner_work_as_written(tmp_path: Path):
         assert steps.index("dockflow admin create-webhook demo") < steps.index("dockflow listen")
         assert "--secret" in steps
 
-        code, out, err = await _run(
+        code, out, err = await run_dockflow(
             "admin", "create-webhook", "demo", "--url", "http://127.0.0.1:8090", cwd=tmp_path
         )
         assert code == 0, err
         assert "signing_secret" in out
         assert err == "", "the demo server delivers to loopback: no warning"
 
-    code, _, err = await _run(
+    code, _, err = await run_dockflow(
         "admin", "create-webhook", "demo", "--url", "http://127.0.0.1:8091", cwd=tmp_path
     )
     assert code == 0, err
@@ -347,6 +344,6 @@ async def test_customer_commands_find_the_data_directory_the_config_file_names(t
         ["post-document", str(document)],
         ["simulate", "--lpns-from", str(document), "--quiet"],
     ):
-        _, _, err = await _run(*argv, cwd=tmp_path, env=env)
+        _, _, err = await run_dockflow(*argv, cwd=tmp_path, env=env)
 
         assert f"no running dockflow recorded in {looked_in};" in err.splitlines()[0]
