@@ -13,6 +13,12 @@ it starts without recording; SIGUSR2 starts (`start_recording`). The bench then:
   recording has finished in the replay: the order and the concurrency of the original, without
   the time dockflow spent between commands. Units per second of the replay is the database's
   limit for the same commands.
+
+Every command is replayed on its own, outside the transaction it was recorded in: on a
+single-writer server (the embedded default) a replayed transaction would hold the database while
+the replay waits, by the recorded order, on commands of others, each until the idle limit. The
+limit measured is the commands', not their transactions' grouping; a transaction's commit or
+abort is counted as a command but sends nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +36,6 @@ from typing import Any
 import bson
 from bson.raw_bson import RawBSONDocument
 from pymongo import AsyncMongoClient, monitoring
-from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
@@ -198,13 +203,12 @@ async def replay(
         asyncio.get_running_loop().create_future() for _ in commands
     ]
     cursors: dict[int, asyncio.Future[int]] = {}  # recorded cursor id -> the replay's
-    sessions: dict[tuple[bytes, int], AsyncClientSession] = {}
     result = ReplayResult(commands=0, elapsed_s=0.0, errors=0, skipped=0)
     tasks: list[asyncio.Task[None]] = []
 
     async def send(index: int, command: Command) -> None:
         try:
-            if await _send(db, client, command, cursors, sessions):
+            if await _send(db, command, cursors):
                 result.commands += 1
                 result.by_name[command.name] = result.by_name.get(command.name, 0) + 1
             else:
@@ -215,27 +219,21 @@ async def replay(
         finally:
             done[index].set_result(None)
 
-    try:
-        started = time.perf_counter()
-        waited = 0
-        for index, command in enumerate(commands):
-            while (
-                waited < len(by_finish) and commands[by_finish[waited]].finished < command.started
-            ):
-                await done[by_finish[waited]]
-                waited += 1
-            if _is_change_stream(command):  # it waits for changes: no cost of its own
-                result.skipped += 1
-                done[index].set_result(None)
-                continue
-            if command.cursor_id and command.name in ("find", "aggregate"):
-                cursors[command.cursor_id] = asyncio.get_running_loop().create_future()
-            tasks.append(asyncio.create_task(send(index, command)))
-        await asyncio.gather(*tasks)
-        result.elapsed_s = time.perf_counter() - started
-    finally:
-        for session in sessions.values():
-            await session.end_session()
+    started = time.perf_counter()
+    waited = 0
+    for index, command in enumerate(commands):
+        while waited < len(by_finish) and commands[by_finish[waited]].finished < command.started:
+            await done[by_finish[waited]]
+            waited += 1
+        if _is_change_stream(command):  # it waits for changes: no cost of its own
+            result.skipped += 1
+            done[index].set_result(None)
+            continue
+        if command.cursor_id and command.name in ("find", "aggregate"):
+            cursors[command.cursor_id] = asyncio.get_running_loop().create_future()
+        tasks.append(asyncio.create_task(send(index, command)))
+    await asyncio.gather(*tasks)
+    result.elapsed_s = time.perf_counter() - started
     return result
 
 
@@ -245,26 +243,14 @@ def _is_change_stream(command: Command) -> bool:
 
 
 async def _send(
-    db: AsyncDatabase[Any],
-    client: AsyncMongoClient[Any],
-    command: Command,
-    cursors: dict[int, asyncio.Future[int]],
-    sessions: dict[tuple[bytes, int], AsyncClientSession],
+    db: AsyncDatabase[Any], command: Command, cursors: dict[int, asyncio.Future[int]]
 ) -> bool:
-    """Send one recorded command; False when there was nothing to send (a getMore of a cursor
-    the replay's find had already exhausted)."""
+    """Send one recorded command on its own; False when there was nothing to send (a getMore
+    of a cursor the replay's find had already exhausted). A transaction's end sends nothing:
+    its commands were each sent on their own (see the module docstring)."""
+    if command.name in TRANSACTION_ENDS:
+        return True
     body = {k: v for k, v in command.body.items() if k not in DRIVER_FIELDS}
-    session = _session_of(client, command, sessions)
-    if session is not None and command.body.get("startTransaction"):
-        await session.start_transaction()
-    if command.name == "commitTransaction":
-        if session is not None and session.in_transaction:
-            await session.commit_transaction()
-        return True
-    if command.name == "abortTransaction":
-        if session is not None and session.in_transaction:
-            await session.abort_transaction()
-        return True
     if command.name == "getMore":
         recorded = cursors.get(int(body["getMore"]))
         if recorded is None:
@@ -276,27 +262,12 @@ async def _send(
     opened = cursors.get(command.cursor_id) if command.name in ("find", "aggregate") else None
     reply_cursor = 0
     try:
-        reply = await db.command(body, session=session)
+        reply = await db.command(body)
         reply_cursor = int(reply.get("cursor", {}).get("id", 0))
     finally:
         if opened is not None:
             opened.set_result(reply_cursor)  # getMores of the recording wait for it
     return True
-
-
-def _session_of(
-    client: AsyncMongoClient[Any],
-    command: Command,
-    sessions: dict[tuple[bytes, int], AsyncClientSession],
-) -> AsyncClientSession | None:
-    """The replay's session for the recorded transaction this command belongs to, if any.
-    (Retryable writes carry a txnNumber too, but no `autocommit: false`.)"""
-    # Every command is replayed on its own: on a single-writer server (the embedded default) a
-    # replayed transaction holds the database while the replay waits, by the recorded order, on
-    # commands of others, and would wait out the idle limit for each. The limit measured is the
-    # commands', not their transactions' grouping.
-    del client, command, sessions
-    return None
 
 
 def _main() -> None:

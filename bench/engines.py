@@ -80,7 +80,7 @@ class Server:
     def argv(self) -> list[str]:
         """The command the embedded supervisor starts the engine with, plus `extra`."""
         command = supervisor.ENGINES[self.engine].command(
-            self.data_dir, self.port, self.log_path, supervisor.TRANSACTION_IDLE_S
+            self.data_dir, self.port, self.log_path, supervisor.TransactionLimits()
         )
         return [*command, *self.extra]
 

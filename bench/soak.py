@@ -31,6 +31,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from core.settings import Settings
 from core.storage import Storage
+from dockflow import liveness
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 from dockflow.embedded.supervisor import engine_dir
 
@@ -257,15 +258,6 @@ async def deliveries_settled(storage: Storage) -> bool:
     return unfinished is None
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (ProcessLookupError, OSError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 # The soak: fast webhook retries and a short lease, so a killed worker's deliveries come back soon.
 SOAK_ENV = {
     "DOCKFLOW_WEBHOOK_RETRY_SCHEDULE_S": "[0, 0.2, 0.5, 1, 1, 1, 2, 2, 2, 2, 2, 2]",
@@ -394,7 +386,7 @@ async def run(size: str) -> None:
 
 
 async def _wait_exit(pid: int) -> None:
-    await wait_until(lambda: not pid_alive(pid), 30, f"process {pid} exits")
+    await wait_until(lambda: not liveness.running(pid), 30, f"process {pid} exits")
 
 
 def _database_pid(data_dir: Path) -> int | None:

@@ -70,6 +70,10 @@ class Settings(BaseSettings):
     # nx-27017 aborts a transaction whose client said nothing for this many seconds: SQLite has
     # one writer, so until then every other write to the database waits (a killed client).
     embedded_transaction_idle_s: float = Field(5.0, gt=0, le=60)
+    # ...and one older than this many seconds, however chatty its client: every other tenant's
+    # writes wait for it meanwhile. Not below core.storage.TRANSACTION_LIMIT_S (30 s), the
+    # longest one of dockflow's units of work may take, by default.
+    embedded_transaction_lifetime_s: float = Field(30.0, gt=0, le=60)
     # Listeners.
     http_host: str = "0.0.0.0"
     http_port: int = Field(8080, ge=0, le=65535)
@@ -344,11 +348,24 @@ class Settings(BaseSettings):
         changes every address dockflow hands out with it."""
         if not isinstance(data, dict) or data.get("public_base_url"):
             return data
+        return {**data, "public_base_url": cls._listener_base_url(data)}
+
+    @classmethod
+    def _listener_base_url(cls, data: dict[str, Any]) -> str:
+        """The public base URL derived from the HTTP listener the settings `data` name."""
         fields = cls.model_fields
         host = str(data.get("http_host", fields["http_host"].default))
         port = data.get("http_port", fields["http_port"].default)
         tls = data.get("tls_cert_file") is not None and data.get("tls_key_file") is not None
-        return {**data, "public_base_url": listener_url(host, port, tls=tls)}
+        return listener_url(host, port, tls=tls)
+
+    def with_http_port(self, port: int) -> Settings:
+        """These settings with the HTTP port a listener was given (port 0 asks for any); a
+        public base URL derived from the listener (none was set) follows it, by the same rule."""
+        update: dict[str, Any] = {"http_port": port}
+        if self.public_base_url == self._listener_base_url(dict(self)):
+            update["public_base_url"] = self._listener_base_url({**dict(self), "http_port": port})
+        return self.model_copy(update=update)
 
     @field_validator("public_base_url")
     @classmethod

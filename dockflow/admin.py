@@ -11,61 +11,40 @@ command says where it looked and exits 2: it never starts a new, empty database 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import importlib
-import json
-import os
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from core.auth.credentials import new_secret
-from core.auth.crypto import SecretBox
-from core.errors import ConfigError, DockflowError
 from core.exceptions.codes import RULE_CODES
-from core.outbox import egress_rules, webhook_endpoints
+from core.outbox import webhook_endpoints
 from core.services import Services
-from core.settings import Settings, load_settings, unknown_variables
 from core.shipments import linking
-from core.storage import UNAVAILABLE_ERRORS
-from core.tenancy import provisioning, tenants
+from core.tenancy import tenants
 from core.tenancy.tenants import ApiClient, Camera, Facility, LabelFieldMapping
-from dockflow import runtime, server_record
-from dockflow.embedded.supervisor import has_database
-
-EXIT_USAGE = 2  # bad input: duplicates, unknown references, invalid values
-EXIT_UNAVAILABLE = 3  # the database cannot be reached
-SECRET_KEYS = ("secret", "token", "password")  # `<key>_env: VAR` in a declaration reads $VAR
-
-
-@dataclass(frozen=True)
-class Output:
-    """What a command prints: `data` with --json, else `text`."""
-
-    data: Any
-    text: str
-
-
-Handler = Callable[[Services, argparse.Namespace], Awaitable[Output]]
-
-
-class AdminError(Exception):
-    """A one-line error from the command line itself (not from core)."""
-
+from dockflow import (
+    admin_apply,
+    admin_asn,
+    admin_backup,
+    admin_gs1,
+    admin_webhooks,
+    server_record,
+)
+from dockflow.admin_runner import (
+    SHOWN_ONCE,
+    Handler,
+    Output,
+    add_command,
+    field_lines,
+    read_stdin_secret,
+    table,
+)
 
 # --- wiring ---------------------------------------------------------------------------------
 
 
 def register(commands: Any) -> None:
     """Add ``dockflow admin`` and its subcommands to the CLI."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", help="print JSON for scripts")
-    common.add_argument("--data-dir", help="data directory (DOCKFLOW_DATA_DIR)")
-    common.add_argument("--mongodb-url", help="MongoDB URL; unset: embedded (DOCKFLOW_MONGODB_URL)")
     admin = commands.add_parser(
         "admin",
         help="manage businesses, facilities, clients, cameras, webhooks and operators",
@@ -75,11 +54,7 @@ def register(commands: Any) -> None:
     sub = admin.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)
 
     def command(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = sub.add_parser(
-            name, help=help_text, description=help_text, parents=[common]
-        )
-        parser.set_defaults(func=lambda args: run(handler, args))
-        return parser
+        return add_command(sub, name, handler, help_text)
 
     p = command("create-business", _create_business, "create a business (tenant)")
     p.add_argument("slug", metavar="SLUG")
@@ -146,31 +121,6 @@ def register(commands: Any) -> None:
     p.add_argument("--kind", choices=["TOWER", "LIFT"], default="TOWER", type=str.upper)
     p.add_argument("--camera-id", help="choose the camera id (default: generated cam_…)")
 
-    p = command("create-webhook", _create_webhook, "create a webhook endpoint of a business")
-    p.add_argument("business", metavar="BUSINESS")
-    p.add_argument("--url", required=True, help="base URL; /api/palletEvent etc. are appended")
-    p.add_argument("--facility", help="only messages of this facility (default: all)")
-    p.add_argument(
-        "--kind",
-        default="WEBHOOK",
-        type=str.upper,
-        help="WEBHOOK (our JSON messages), EPCIS (EPCIS 2.0 documents to URL/capture) or "
-        "ASN (each completed shipment's ship notice to URL)",
-    )
-    p.add_argument("--asn-format", help="ASN: x12-856 (default) or edifact-desadv")
-    p.add_argument(
-        "--events",
-        help=f"comma-separated, among {','.join(webhook_endpoints.EVENTS)} "
-        f"(default: the kind's; WEBHOOK: {','.join(webhook_endpoints.DEFAULT_EVENTS)})",
-    )
-    p.add_argument("--auth", choices=["none", "basic", "token"], default="none")
-    p.add_argument("--username", default="")
-    p.add_argument("--password", default="", help="prefer --password-stdin (not in history)")
-    p.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
-    p.add_argument("--login-url", default="", help="token auth: the customer's login endpoint")
-    p.add_argument("--token-field", default="access_token", help="token auth: JSON field")
-    p.add_argument("--header-format", default="Bearer {token}", help="token auth: header value")
-
     p = command("create-operator", _create_operator, "create a dashboard operator account")
     p.add_argument("username", metavar="USERNAME")
     p.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
@@ -211,10 +161,10 @@ def register(commands: Any) -> None:
         help="emergency (a leaked key): refuse every token of the old keys at once",
     )
 
-    p = command("apply", _apply, "create or update the tenants declared in a YAML file")
-    p.add_argument("file", metavar="FILE.yaml", type=Path)
-
-    _register_extensions(sub)
+    # Commands of their own modules: apply; webhook endpoints and deliveries; backup, restore;
+    # GS1 identities; ASN trading partners.
+    for module in (admin_apply, admin_webhooks, admin_backup, admin_gs1, admin_asn):
+        module.register(sub)
 
 
 def _codes(value: str) -> list[str]:
@@ -244,90 +194,6 @@ def _check_options(parser: argparse.ArgumentParser, confidence_default: float | 
 
 def _flat(groups: list[list[str]]) -> list[str]:
     return [code for group in groups for code in group]
-
-
-def _register_extensions(sub: Any) -> None:
-    """Commands other modules add (webhook deliveries: list, resend, recover; backup, restore;
-    GS1 identities)."""
-    modules = ("dockflow.admin_webhooks", "dockflow.admin_backup", "dockflow.admin_gs1")
-    for name in (*modules, "dockflow.admin_asn"):
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        module.register(sub)
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    overrides: dict[str, Any] = {}
-    if getattr(args, "data_dir", None):
-        overrides["data_dir"] = args.data_dir
-    if getattr(args, "mongodb_url", None):
-        overrides["mongodb_url"] = args.mongodb_url
-    settings = load_settings(**overrides)
-    for warning in unknown_variables():
-        print(f"dockflow admin: warning: {warning}", file=sys.stderr)
-    return settings
-
-
-def _require_database(settings: Settings) -> None:
-    """Refuse to work on an embedded database that does not exist: run from another directory,
-    a command would otherwise start a new, empty one there and answer from it (a list showing
-    "(none)", a client created where no server reads it)."""
-    if settings.mongodb_url is not None:
-        return
-    engine = settings.embedded_engine
-    if has_database(settings.data_dir, engine):
-        return
-    raise AdminError(
-        f"no dockflow database in {Path(settings.data_dir).resolve()} (no running server, no "
-        f"{engine} files under mongo/); run this where dockflow serve runs (its ./var), or give "
-        "--data-dir, DOCKFLOW_DATA_DIR or DOCKFLOW_MONGODB_URL"
-    )
-
-
-def run(handler: Handler, args: argparse.Namespace) -> int:
-    """Run one admin command: print its output, or one error line and exit code 2."""
-    try:
-        settings = _settings(args)
-        _require_database(settings)
-        output = asyncio.run(_call(handler, settings, args))
-    except (DockflowError, AdminError) as exc:
-        for line in _lines_of(exc):
-            print(f"dockflow admin: {line}", file=sys.stderr)
-        return EXIT_USAGE
-    except UNAVAILABLE_ERRORS as exc:
-        print(f"dockflow admin: the database is unavailable: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    if getattr(args, "json", False):
-        print(json.dumps(output.data, indent=2, default=str))
-    else:
-        print(output.text)
-    return 0
-
-
-async def _call(handler: Handler, settings: Settings, args: argparse.Namespace) -> Output:
-    async with runtime.open_services(settings) as services:
-        return await handler(services, args)
-
-
-def _lines_of(exc: Exception) -> list[str]:
-    """An error as printed: one line, or one per invalid setting."""
-    if isinstance(exc, ConfigError) and not exc.errors:
-        return [" ".join(line.split()) for line in exc.detail.splitlines()]
-    return [_one_line(exc)]
-
-
-def _one_line(exc: Exception) -> str:
-    if isinstance(exc, DockflowError):
-        text = exc.detail
-        if exc.errors:
-            text += ": " + "; ".join(f"{e.path}: {e.detail}" for e in exc.errors)
-    else:
-        text = str(exc)
-    return " ".join(text.split())
 
 
 # --- rendering ------------------------------------------------------------------------------
@@ -371,48 +237,6 @@ def _camera_data(camera: Camera) -> dict[str, Any]:
     }
 
 
-def _endpoint_data(endpoint: webhook_endpoints.WebhookEndpoint) -> dict[str, Any]:
-    return {
-        "id": endpoint.endpoint_id,
-        "business": endpoint.business,
-        "facility": endpoint.facility,
-        "url": endpoint.base_url,
-        "kind": endpoint.kind,
-        **({"asn_format": endpoint.asn_format} if endpoint.asn_format else {}),
-        "events": list(endpoint.events),
-        "auth": endpoint.auth.kind,
-        "enabled": endpoint.enabled,
-        "disabled_reason": endpoint.disabled_reason,
-    }
-
-
-def _shown(value: Any, separator: str) -> str:
-    """A value for people: None means no restriction ("all"), an empty list "none"."""
-    if value is None:
-        return "all"
-    if isinstance(value, list):
-        return separator.join(value) if value else "none"
-    return str(value)
-
-
-def _lines(data: dict[str, Any]) -> str:
-    width = max(len(k) for k in data)
-    return "\n".join(f"  {key.ljust(width)}  {_shown(value, ', ')}" for key, value in data.items())
-
-
-def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    if not rows:
-        return "(none)"
-    cells = [[_shown(r[c], ",") for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join(line.rstrip() for line in lines)
-
-
-SHOWN_ONCE = "(the secret is shown only now: store it)"
-
-
 # --- commands -------------------------------------------------------------------------------
 
 
@@ -436,7 +260,7 @@ async def _create_facility(services: Services, args: argparse.Namespace) -> Outp
         confidence_threshold=args.confidence_threshold,
     )
     data = _facility_data(facility)
-    return Output(data, f"created facility {facility.key}\n{_lines(data)}")
+    return Output(data, f"created facility {facility.key}\n{field_lines(data)}")
 
 
 async def _update_facility(services: Services, args: argparse.Namespace) -> Output:
@@ -452,7 +276,7 @@ async def _update_facility(services: Services, args: argparse.Namespace) -> Outp
         confidence_threshold=args.confidence_threshold,
     )
     data = _facility_data(facility)
-    return Output(data, f"updated facility {facility.key}\n{_lines(data)}")
+    return Output(data, f"updated facility {facility.key}\n{field_lines(data)}")
 
 
 async def _create_client(services: Services, args: argparse.Namespace) -> Output:
@@ -470,11 +294,12 @@ async def _create_client(services: Services, args: argparse.Namespace) -> Output
     base_url = running.public_base_url if running else services.settings.public_base_url
     audience = running.graphql_url if running else services.settings.graphql_url
     if running is None:
+        none = server_record.none_running(
+            "admin", services.settings.data_dir, "the default addresses", "--data-dir"
+        )
         print(
-            f"dockflow admin: no running dockflow recorded in "
-            f"{services.settings.data_dir.resolve() / server_record.RECORD_FOLDER}: token_url and "
-            f"audience are the defaults ({base_url}); a client of a server on other ports gets "
-            "its addresses from that server's start banner",
+            f"{none}: token_url and audience are the defaults ({base_url}); a client of a "
+            "server on other ports gets its addresses from that server's start banner",
             file=sys.stderr,
         )
     data = {
@@ -486,7 +311,7 @@ async def _create_client(services: Services, args: argparse.Namespace) -> Output
         "token_url": f"{base_url}/oauth/token",
         "audience": audience,
     }
-    return Output(data, f"created API client {SHOWN_ONCE}\n{_lines(data)}")
+    return Output(data, f"created API client {SHOWN_ONCE}\n{field_lines(data)}")
 
 
 async def _create_camera(services: Services, args: argparse.Namespace) -> Output:
@@ -503,74 +328,14 @@ async def _create_camera(services: Services, args: argparse.Namespace) -> Output
     data.pop("disabled")
     return Output(
         data,
-        f"created camera {SHOWN_ONCE}\n{_lines(data)}\n"
+        f"created camera {SHOWN_ONCE}\n{field_lines(data)}\n"
         "  the camera sends gRPC metadata  authorization: Bearer <token>",
     )
 
 
-def _read_stdin_secret() -> str:
-    value = sys.stdin.readline().rstrip("\r\n")
-    if not value:
-        raise AdminError("nothing was read from stdin")
-    return value
-
-
-async def _create_webhook(services: Services, args: argparse.Namespace) -> Output:
-    password = _read_stdin_secret() if args.password_stdin else args.password
-    options = webhook_endpoints.EndpointOptions(
-        facility=args.facility,
-        kind=args.kind,
-        auth_kind=args.auth,
-        username=args.username,
-        password=password,
-        login_url=args.login_url,
-        token_field=args.token_field,
-        header_format=args.header_format,
-    )
-    if args.asn_format is not None:  # else an ASN endpoint's default
-        options["asn_format"] = args.asn_format
-    if args.events is not None:  # else the kind's default
-        options["events"] = tuple(e.strip().upper() for e in args.events.split(",") if e.strip())
-    created = await webhook_endpoints.create_endpoint(
-        services.storage, SecretBox(services.settings), args.business, args.url, **options
-    )
-    _warn_of_refused_targets(services.settings, created.entity, (args.url, args.login_url))
-    data = {**_endpoint_data(created.entity), "signing_secret": created.secret}
-    data.pop("disabled_reason")
-    return Output(
-        data,
-        f"created webhook endpoint {SHOWN_ONCE}\n{_lines(data)}\n"
-        "  requests carry Standard Webhooks headers signed with signing_secret",
-    )
-
-
-def _warn_of_refused_targets(
-    settings: Settings, endpoint: webhook_endpoints.WebhookEndpoint, urls: tuple[str, ...]
-) -> None:
-    """On stderr: a target the egress rules refuse (plain http, a loopback or private address),
-    with the setting that allows it. The rules are those of the running server that delivers
-    webhooks (its allow-list is recorded: `serve --demo` allows loopback); with none running,
-    those of a server started with this command's settings, said so. A warning, not a
-    refusal: the server that will deliver may be started with another allow-list."""
-    delivering = server_record.running_webhooks(settings.data_dir)
-    if delivering is not None and delivering.webhook_allow_hosts is not None:
-        settings = settings.model_copy(
-            update={"webhook_allow_hosts": delivering.webhook_allow_hosts}
-        )
-    allow_hosts = webhook_endpoints.allow_hosts_for(settings, endpoint)
-    for url in filter(None, urls):
-        warning = egress_rules.operator_url_warning(url, allow_hosts)
-        if warning is None:
-            continue
-        if delivering is None:
-            warning += " (judged by this command's settings: no running dockflow delivers webhooks"
-            warning += " from this data directory)"
-        print(f"dockflow admin: warning: {warning}", file=sys.stderr)
-
-
 async def _create_operator(services: Services, args: argparse.Namespace) -> Output:
     generated = not args.password_stdin
-    password = new_secret(nbytes=12) if generated else _read_stdin_secret()
+    password = new_secret(nbytes=12) if generated else read_stdin_secret()
     operator = await tenants.create_operator(
         services.storage, args.username, password, businesses=args.business
     )
@@ -583,7 +348,7 @@ async def _create_operator(services: Services, args: argparse.Namespace) -> Outp
     text = f"created operator {operator.username}"
     if generated:
         text += f" {SHOWN_ONCE}"
-    return Output(data, f"{text}\n{_lines(data)}")
+    return Output(data, f"{text}\n{field_lines(data)}")
 
 
 async def _list_businesses(services: Services, business: str | None) -> list[dict[str, Any]]:
@@ -605,7 +370,7 @@ async def _list_cameras(services: Services, business: str | None) -> list[dict[s
 
 async def _list_webhooks(services: Services, business: str | None) -> list[dict[str, Any]]:
     found = await webhook_endpoints.list_endpoints(services.storage, business)
-    return [_endpoint_data(e) for e in found]
+    return [admin_webhooks.endpoint_data(e) for e in found]
 
 
 async def _list_operators(services: Services, business: str | None) -> list[dict[str, Any]]:
@@ -658,7 +423,7 @@ _LISTERS: dict[str, tuple[Lister, list[str]]] = {
 async def _list(services: Services, args: argparse.Namespace) -> Output:
     lister, columns = _LISTERS[args.kind]
     rows = await lister(services, args.business)
-    return Output(rows, _table(rows, columns))
+    return Output(rows, table(rows, columns))
 
 
 def _set_client(disabled: bool) -> Handler:
@@ -725,68 +490,3 @@ async def _rotate_signing_key(services: Services, args: argparse.Namespace) -> O
         f"new signing key {kid}; tokens signed before stay valid until they expire "
         f"(up to {ttl} s) and their keys stay in the JWKS until then",
     )
-
-
-# --- apply ----------------------------------------------------------------------------------
-
-
-def load_declaration(path: Path, environ: dict[str, str] | None = None) -> Any:
-    """Read a YAML declaration; ``secret_env: VAR`` (also ``token_env``, ``password_env``)
-    stands for ``secret: $VAR`` so that files in version control need no secrets."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise AdminError(f"cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise AdminError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
-    return _expand_env(data, os.environ if environ is None else environ, "")
-
-
-def _expand_env(node: Any, environ: Any, where: str) -> Any:
-    if isinstance(node, list):
-        return [_expand_env(v, environ, f"{where}[{i}]") for i, v in enumerate(node)]
-    if not isinstance(node, dict):
-        return node
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        path = f"{where}.{key}" if where else str(key)
-        base = str(key).removesuffix("_env")
-        if str(key).endswith("_env") and base in SECRET_KEYS:
-            if base in node:
-                raise AdminError(f"{path}: give {base} or {key}, not both")
-            if not isinstance(value, str) or value not in environ:
-                raise AdminError(f"{path}: environment variable {value!r} is not set")
-            out[base] = environ[value]
-        else:
-            out[key] = _expand_env(value, environ, path)
-    return out
-
-
-async def _apply(services: Services, args: argparse.Namespace) -> Output:
-    declaration = provisioning.parse_declaration(load_declaration(args.file))
-    changes = await provisioning.apply_declaration(
-        services.storage, SecretBox(services.settings), declaration
-    )
-    counts = {
-        action: sum(1 for c in changes if c.action == action)
-        for action in ("created", "updated", "unchanged")
-    }
-    data = {
-        **counts,
-        "changes": [
-            {
-                "kind": c.kind,
-                "key": c.key,
-                "action": c.action,
-                **({c.secret_name: c.secret} if c.secret else {}),
-            }
-            for c in changes
-        ],
-    }
-    lines = [f"{c.action:<9}  {c.kind:<8}  {c.key}" for c in changes]
-    secrets = [c for c in changes if c.secret]
-    if secrets:
-        lines.append(f"generated secrets {SHOWN_ONCE}:")
-        lines += [f"  {c.kind} {c.key.split()[0]}  {c.secret_name}: {c.secret}" for c in secrets]
-    lines.append(", ".join(f"{n} {action}" for action, n in counts.items()))
-    return Output(data, "\n".join(lines))

@@ -11,7 +11,7 @@ from typing import Any
 
 from core.asn import partners
 from core.services import Services
-from dockflow import admin
+from dockflow.admin_runner import Output, add_command
 
 # option -> profile field, in the order `--help` lists them
 OPTIONS = {
@@ -34,29 +34,20 @@ OPTIONS = {
 
 def register(admin_subparsers: Any) -> None:
     """Add the trading-partner command to `dockflow admin`."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", help="print JSON for scripts")
-    common.add_argument("--data-dir", help="data directory (DOCKFLOW_DATA_DIR)")
-    common.add_argument("--mongodb-url", help="MongoDB URL; unset: embedded (DOCKFLOW_MONGODB_URL)")
     help_text = "set, show or remove a business's trading-partner profile (its ASNs' envelope)"
-    p = admin_subparsers.add_parser(
-        "asn-partner", help=help_text, description=help_text, parents=[common]
-    )
-    p.set_defaults(func=lambda args: admin.run(partner_command, args))
+    p = add_command(admin_subparsers, "asn-partner", partner_command, help_text)
     p.add_argument("business", metavar="BUSINESS")
     for option, (field, text) in OPTIONS.items():
         p.add_argument(option, dest=field, help=text)
     p.add_argument("--remove", action="store_true", help="forget the profile")
 
 
-async def partner_command(services: Services, args: argparse.Namespace) -> admin.Output:
+async def partner_command(services: Services, args: argparse.Namespace) -> Output:
     storage = services.storage
     if args.remove:
         removed = await partners.remove_partner(storage, args.business)
         text = "removed" if removed else "had none"
-        return admin.Output(
-            {"business": args.business, "removed": removed}, f"{args.business}: {text}"
-        )
+        return Output({"business": args.business, "removed": removed}, f"{args.business}: {text}")
     given = {field: getattr(args, field) for field, _ in OPTIONS.values()}
     given = {field: value for field, value in given.items() if value is not None}
     current = await partners.get_partner(storage, args.business)
@@ -66,13 +57,13 @@ async def partner_command(services: Services, args: argparse.Namespace) -> admin
         updated = await partners.set_partner(storage, args.business, values)
         changed, current = updated != current, updated
     if current is None:
-        return admin.Output(
+        return Output(
             {"business": args.business, "profile": None},
             f"{args.business}: no trading-partner profile (set --sender-id and --receiver-id)",
         )
     profile = current.as_doc()
     lines = [f"{args.business}: trading-partner profile{' (changed)' if changed else ''}"]
     lines += [f"  {field}: {value!r}" for field, value in profile.items()]
-    return admin.Output(
+    return Output(
         {"business": args.business, "changed": changed, "profile": profile}, "\n".join(lines)
     )

@@ -1,7 +1,8 @@
 """`dockflow admin gs1`: declare a business's GS1 Company Prefix, a facility's GLN and its
 docks' GLN extensions (AI 254), and show the EPC URIs dockflow derives from them
-(docs/epcis.md). `dockflow/admin.py` calls `register(admin_subparsers)`; the command shares its
-runner (`--json`, `--data-dir`, `--mongodb-url`, one error line and exit 2)."""
+(docs/epcis.md). `dockflow/admin.py` calls `register(admin_subparsers)`; the command shares the
+runner of dockflow/admin_runner.py (`--json`, `--data-dir`, `--mongodb-url`, one error line and
+exit 2)."""
 
 from __future__ import annotations
 
@@ -10,21 +11,16 @@ from typing import Any
 
 from core.services import Services
 from core.tenancy import gs1_identities, tenants
-from dockflow import admin
+from dockflow.admin_runner import Output, add_command
 
 
 def register(admin_subparsers: Any) -> None:
     """Add the GS1 identities command to `dockflow admin`."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", help="print JSON for scripts")
-    common.add_argument("--data-dir", help="data directory (DOCKFLOW_DATA_DIR)")
-    common.add_argument("--mongodb-url", help="MongoDB URL; unset: embedded (DOCKFLOW_MONGODB_URL)")
     help_text = (
         "declare GS1 identities (company prefix, facility GLN, dock GLN extensions) and show "
         "the read points and business location made from them"
     )
-    p = admin_subparsers.add_parser("gs1", help=help_text, description=help_text, parents=[common])
-    p.set_defaults(func=lambda args: admin.run(gs1_command, args))
+    p = add_command(admin_subparsers, "gs1", gs1_command, help_text)
     p.add_argument("business", metavar="BUSINESS")
     p.add_argument("facility", metavar="FACILITY")
     p.add_argument(
@@ -50,7 +46,7 @@ def _dock_extension(spec: str) -> tuple[str, str]:
     return dock, extension
 
 
-async def gs1_command(services: Services, args: argparse.Namespace) -> admin.Output:
+async def gs1_command(services: Services, args: argparse.Namespace) -> Output:
     storage = services.storage
     changed = False
     if args.company_prefix is not None:
@@ -93,4 +89,4 @@ async def gs1_command(services: Services, args: argparse.Namespace) -> admin.Out
     ]
     for slug, dock in docks.items():
         lines.append(f"  dock {slug}: read point {dock['read_point'] or missing}")
-    return admin.Output(data, "\n".join(lines))
+    return Output(data, "\n".join(lines))

@@ -1,32 +1,61 @@
-"""Operator commands for webhook deliveries: `dockflow admin deliveries|resend|recover|
-enable-endpoint|disable-endpoint`. `dockflow/admin.py` calls `register(admin_subparsers)`; the
-commands share its runner (`--json`, `--data-dir`, `--mongodb-url`, one error line and exit 2)."""
+"""Operator commands for webhook endpoints and their deliveries: `dockflow admin
+create-webhook|deliveries|resend|recover|enable-endpoint|disable-endpoint`. `dockflow/admin.py`
+calls `register(admin_subparsers)`; the commands share the runner of dockflow/admin_runner.py
+(`--json`, `--data-dir`, `--mongodb-url`, one error line and exit 2)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from core.auth.crypto import SecretBox
 from core.instants import instant_refusal
-from core.outbox import deliveries
+from core.outbox import deliveries, egress_rules, webhook_endpoints
 from core.services import Services
-from dockflow import admin
+from core.settings import Settings
+from dockflow import server_record
+from dockflow.admin_runner import (
+    SHOWN_ONCE,
+    Handler,
+    Output,
+    add_command,
+    field_lines,
+    read_stdin_secret,
+)
 
 
 def register(admin_subparsers: Any) -> None:
     """Add the webhook commands to `dockflow admin`."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", help="print JSON for scripts")
-    common.add_argument("--data-dir", help="data directory (DOCKFLOW_DATA_DIR)")
-    common.add_argument("--mongodb-url", help="MongoDB URL; unset: embedded (DOCKFLOW_MONGODB_URL)")
 
-    def command(name: str, handler: admin.Handler, help_text: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = admin_subparsers.add_parser(
-            name, help=help_text, description=help_text, parents=[common]
-        )
-        parser.set_defaults(func=lambda args: admin.run(handler, args))
-        return parser
+    def command(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+        return add_command(admin_subparsers, name, handler, help_text)
+
+    p = command("create-webhook", create_webhook, "create a webhook endpoint of a business")
+    p.add_argument("business", metavar="BUSINESS")
+    p.add_argument("--url", required=True, help="base URL; /api/palletEvent etc. are appended")
+    p.add_argument("--facility", help="only messages of this facility (default: all)")
+    p.add_argument(
+        "--kind",
+        default="WEBHOOK",
+        type=str.upper,
+        help="WEBHOOK (our JSON messages), EPCIS (EPCIS 2.0 documents to URL/capture) or "
+        "ASN (each completed shipment's ship notice to URL)",
+    )
+    p.add_argument("--asn-format", help="ASN: x12-856 (default) or edifact-desadv")
+    p.add_argument(
+        "--events",
+        help=f"comma-separated, among {','.join(webhook_endpoints.EVENTS)} "
+        f"(default: the kind's; WEBHOOK: {','.join(webhook_endpoints.DEFAULT_EVENTS)})",
+    )
+    p.add_argument("--auth", choices=["none", "basic", "token"], default="none")
+    p.add_argument("--username", default="")
+    p.add_argument("--password", default="", help="prefer --password-stdin (not in history)")
+    p.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    p.add_argument("--login-url", default="", help="token auth: the customer's login endpoint")
+    p.add_argument("--token-field", default="access_token", help="token auth: JSON field")
+    p.add_argument("--header-format", default="Bearer {token}", help="token auth: header value")
 
     p = command(
         "deliveries", list_deliveries, "list failed (waiting to retry) and dead webhook deliveries"
@@ -71,6 +100,75 @@ def register(admin_subparsers: Any) -> None:
     )
 
 
+async def create_webhook(services: Services, args: argparse.Namespace) -> Output:
+    password = read_stdin_secret() if args.password_stdin else args.password
+    options = webhook_endpoints.EndpointOptions(
+        facility=args.facility,
+        kind=args.kind,
+        auth_kind=args.auth,
+        username=args.username,
+        password=password,
+        login_url=args.login_url,
+        token_field=args.token_field,
+        header_format=args.header_format,
+    )
+    if args.asn_format is not None:  # else an ASN endpoint's default
+        options["asn_format"] = args.asn_format
+    if args.events is not None:  # else the kind's default
+        options["events"] = tuple(e.strip().upper() for e in args.events.split(",") if e.strip())
+    created = await webhook_endpoints.create_endpoint(
+        services.storage, SecretBox(services.settings), args.business, args.url, **options
+    )
+    warn_of_refused_targets(services.settings, created.entity, (args.url, args.login_url))
+    data = {**endpoint_data(created.entity), "signing_secret": created.secret}
+    data.pop("disabled_reason")
+    return Output(
+        data,
+        f"created webhook endpoint {SHOWN_ONCE}\n{field_lines(data)}\n"
+        "  requests carry Standard Webhooks headers signed with signing_secret",
+    )
+
+
+def endpoint_data(endpoint: webhook_endpoints.WebhookEndpoint) -> dict[str, Any]:
+    """An endpoint as `create-webhook` and `list webhooks` show it (no secret)."""
+    return {
+        "id": endpoint.endpoint_id,
+        "business": endpoint.business,
+        "facility": endpoint.facility,
+        "url": endpoint.base_url,
+        "kind": endpoint.kind,
+        **({"asn_format": endpoint.asn_format} if endpoint.asn_format else {}),
+        "events": list(endpoint.events),
+        "auth": endpoint.auth.kind,
+        "enabled": endpoint.enabled,
+        "disabled_reason": endpoint.disabled_reason,
+    }
+
+
+def warn_of_refused_targets(
+    settings: Settings, endpoint: webhook_endpoints.WebhookEndpoint, urls: tuple[str, ...]
+) -> None:
+    """On stderr: a target the egress rules refuse (plain http, a loopback or private address),
+    with the setting that allows it. The rules are those of the running server that delivers
+    webhooks (its allow-list is recorded: `serve --demo` allows loopback); with none running,
+    those of a server started with this command's settings, said so. A warning, not a
+    refusal: the server that will deliver may be started with another allow-list."""
+    delivering = server_record.running_webhooks(settings.data_dir)
+    if delivering is not None and delivering.webhook_allow_hosts is not None:
+        settings = settings.model_copy(
+            update={"webhook_allow_hosts": delivering.webhook_allow_hosts}
+        )
+    allow_hosts = webhook_endpoints.allow_hosts_for(settings, endpoint)
+    for url in filter(None, urls):
+        warning = egress_rules.operator_url_warning(url, allow_hosts)
+        if warning is None:
+            continue
+        if delivering is None:
+            warning += " (judged by this command's settings: no running dockflow delivers webhooks"
+            warning += " from this data directory)"
+        print(f"dockflow admin: warning: {warning}", file=sys.stderr)
+
+
 def parse_time(text: str) -> datetime:
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -102,14 +200,14 @@ def _delivery_data(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def list_deliveries(services: Services, args: argparse.Namespace) -> admin.Output:
+async def list_deliveries(services: Services, args: argparse.Namespace) -> Output:
     statuses = tuple(args.status or (deliveries.FAILED, deliveries.DEAD))
     rows = await deliveries.list_deliveries(
         services.storage, statuses=statuses, endpoint_id=args.endpoint, limit=args.limit
     )
     data = [_delivery_data(r) for r in rows]
     if not data:
-        return admin.Output(data, f"no {'/'.join(statuses)} deliveries")
+        return Output(data, f"no {'/'.join(statuses)} deliveries")
     # LAST is the whole error, never cut: it is what tells the operator how to fix a target.
     lines = ["DELIVERY  MESSAGE  ENDPOINT  EVENT  STATUS  ATTEMPTS  CREATED  LAST"]
     for d in data:
@@ -118,35 +216,33 @@ async def list_deliveries(services: Services, args: argparse.Namespace) -> admin
             f"{d['delivery_id']}  {d['message_id']}  {d['endpoint_id']}  {d['event']}  "
             f"{d['status']}  {d['attempts']}  {d['created_at']}  {last}"
         )
-    return admin.Output(data, "\n".join(lines))
+    return Output(data, "\n".join(lines))
 
 
-async def resend_delivery(services: Services, args: argparse.Namespace) -> admin.Output:
+async def resend_delivery(services: Services, args: argparse.Namespace) -> Output:
     row = await deliveries.resend_delivery(services.storage, args.delivery_id)
-    return admin.Output(
-        _delivery_data(row), f"{row['_id']}: queued again (message {row['message_id']})"
-    )
+    return Output(_delivery_data(row), f"{row['_id']}: queued again (message {row['message_id']})")
 
 
-async def recover_endpoint(services: Services, args: argparse.Namespace) -> admin.Output:
+async def recover_endpoint(services: Services, args: argparse.Namespace) -> Output:
     count = await deliveries.recover_endpoint(services.storage, args.endpoint, args.since)
-    return admin.Output(
+    return Output(
         {"endpoint_id": args.endpoint, "requeued": count},
         f"{args.endpoint}: {count} deliveries queued again",
     )
 
 
-async def enable_endpoint(services: Services, args: argparse.Namespace) -> admin.Output:
+async def enable_endpoint(services: Services, args: argparse.Namespace) -> Output:
     count = await deliveries.enable_endpoint(services.storage, args.endpoint)
-    return admin.Output(
+    return Output(
         {"endpoint_id": args.endpoint, "enabled": True, "requeued": count},
         f"{args.endpoint}: enabled; {count} deliveries queued again",
     )
 
 
-async def disable_endpoint(services: Services, args: argparse.Namespace) -> admin.Output:
+async def disable_endpoint(services: Services, args: argparse.Namespace) -> Output:
     count = await deliveries.disable_endpoint(services.storage, args.endpoint, args.reason)
-    return admin.Output(
+    return Output(
         {"endpoint_id": args.endpoint, "enabled": False, "disabled": count},
         f"{args.endpoint}: disabled; {count} waiting deliveries held as DISABLED",
     )

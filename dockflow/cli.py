@@ -11,9 +11,9 @@ from typing import Any, get_args
 
 from core.errors import ConfigError, DatabaseUnavailable
 from core.logs import configure_logging
-from core.services import Services
 from core.settings import EmbeddedEngine, Settings, load_settings, unknown_variables
-from dockflow import __version__, runtime
+from dockflow import __version__, demo, runtime
+from dockflow.banner import print_started
 
 log = logging.getLogger("dockflow")
 
@@ -33,8 +33,6 @@ def _settings(args: argparse.Namespace) -> Settings:
             overrides[name] = value
     settings = load_settings(**overrides)
     if getattr(args, "demo", False):
-        from dockflow import demo
-
         settings = demo.demo_settings(settings)
     configure_logging(settings.log_level, settings.log_format)
     for warning in unknown_variables():
@@ -55,26 +53,9 @@ def _add_server_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-format", choices=["json", "console"], help="DOCKFLOW_LOG_FORMAT")
 
 
-async def _print_started(services: Services, addresses: dict[str, str]) -> None:
-    settings = services.settings
-    lines = ["", "dockflow is running."]
-    if "http" in addresses:
-        lines.append(f"  HTTP API      http://{addresses['http']}  ({settings.public_base_url})")
-    if "grpc" in addresses:
-        lines.append(f"  gRPC edge     {addresses['grpc']}")
-    if "ops" in addresses:
-        lines.append(f"  Ops           http://{addresses['ops']}  (/healthz /readyz /metrics)")
-    lines.append("  Press Ctrl-C to stop.")
-    print("\n".join(lines), flush=True)
-
-
 def _run_parts(args: argparse.Namespace, parts: tuple[str, ...]) -> int:
     settings = _settings(args)
-    on_started = _print_started
-    if getattr(args, "demo", False):
-        from dockflow import demo
-
-        on_started = demo.on_started
+    on_started = demo.on_started if getattr(args, "demo", False) else print_started
     asyncio.run(runtime.serve(settings, parts, on_started=on_started))
     return 0
 

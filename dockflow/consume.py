@@ -34,6 +34,7 @@ from dockflow.customer_client import (
     client_options,
     fetch_token,
     located,
+    refused_for_good,
 )
 
 PAGE = 1000  # pushMessages page size while catching up
@@ -67,26 +68,27 @@ class TokenRefused(Refused):
     """The token endpoint refused us for good (bad credentials, audience, request)."""
 
 
-# GraphQL error codes the same request would get again (a business the client may not read,
-# a facility that does not exist, a filter the server refuses); a rate limit passes with time.
-PERMANENT_CODES = frozenset({"FORBIDDEN", "NOT_FOUND", "BAD_USER_INPUT"})
-TRANSIENT_REASONS = frozenset({"RATE_LIMITED", "IDEMPOTENCY_KEY_IN_FLIGHT"})
+# The HTTP status of a GraphQL error without one: the server did not run the query (it does
+# not parse, validate or fit the cost limits), so the same query is refused again.
+QUERY_REFUSED_STATUS = 400
 FACILITY_QUERY = """query Facility($business: String!, $facility: String!) {
   facility(businessSlug: $business, facilitySlug: $facility) { __typename }
 }"""
 
 
 def graphql_failure(what: str, error: Any) -> Exception:
-    """The exception for a GraphQL `error` object: Refused when permanent, else ConsumerError
-    (reconnect after a pause)."""
+    """The exception for a GraphQL `error` object: Refused when its `extensions.status` says
+    the same request is refused again (`refused_for_good`), else ConsumerError (reconnect after
+    a pause)."""
     if not isinstance(error, dict):
         return ConsumerError(f"{what} failed: {error}")
     extensions = error.get("extensions") or {}
-    code, reason = extensions.get("code"), extensions.get("reason")
+    code = extensions.get("code")
     text = f"{what} failed: {code or 'error'}: {error.get('message', '')}".rstrip(": ")
     if code == "UNAUTHENTICATED":
         return ConsumerError(text, auth=True)
-    if code in PERMANENT_CODES and reason not in TRANSIENT_REASONS:
+    status = extensions.get("status", QUERY_REFUSED_STATUS)
+    if isinstance(status, int) and refused_for_good(status):
         return Refused(text)
     return ConsumerError(text)
 

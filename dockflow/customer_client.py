@@ -12,10 +12,10 @@ from pathlib import Path
 
 import aiohttp
 
+from core.settings import load_settings
 from dockflow import server_record
 
 DEFAULT_URL = "http://localhost:8080"
-DEFAULT_DATA_DIR = "./var"
 
 
 @dataclass(frozen=True)
@@ -29,9 +29,16 @@ class ClientOptions:
     data_dir: Path | None = None
 
 
-# Refusals that asking again cannot change: bad credentials, audience or request (RFC 6749
-# section 5.2). 408 and 429 (slow_down) pass with time, as do 5xx answers.
+# 4xx answers that pass with time: a request timeout, a rate limit (OAuth's slow_down).
 _TRANSIENT_CLIENT_ERRORS = (408, 429)
+
+
+def refused_for_good(status: int) -> bool:
+    """Whether a refusal with this HTTP status would come again for the same request: a 4xx
+    (bad credentials, audience or request; a business the client may not read), except 408 and
+    429, which pass with time as 5xx answers do. The one rule of the customer commands, for the
+    token endpoint's answers and for GraphQL errors (their `extensions.status`)."""
+    return 400 <= status < 500 and status not in _TRANSIENT_CLIENT_ERRORS
 
 
 class TokenRequestFailed(Exception):
@@ -44,8 +51,8 @@ class TokenRequestFailed(Exception):
 
     @property
     def permanent(self) -> bool:
-        """Whether the same request would be refused again (a 4xx other than 408 and 429)."""
-        return 400 <= self.status < 500 and self.status not in _TRANSIENT_CLIENT_ERRORS
+        """Whether the same request would be refused again (`refused_for_good`)."""
+        return refused_for_good(self.status)
 
     @property
     def reason(self) -> str:
@@ -88,10 +95,18 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
 def add_data_dir_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir",
-        default=os.environ.get("DOCKFLOW_DATA_DIR", DEFAULT_DATA_DIR),
-        help="data directory of the running dockflow, whose addresses it recorded "
-        f"(DOCKFLOW_DATA_DIR, default {DEFAULT_DATA_DIR})",
+        type=Path,
+        help="data directory of the running dockflow, whose addresses it recorded (default: "
+        "dockflow's data_dir setting, as `dockflow serve` reads it: DOCKFLOW_DATA_DIR, "
+        "DOCKFLOW_DATA_DIR_FILE or DOCKFLOW_CONFIG_FILE, else ./var)",
     )
+
+
+def data_dir(args: argparse.Namespace) -> Path:
+    """--data-dir, else the data directory dockflow's settings name: the running server's
+    whenever it was started with the same environment and config file."""
+    given: Path | None = args.data_dir
+    return given if given is not None else load_settings().data_dir
 
 
 def client_options(args: argparse.Namespace, command: str) -> ClientOptions | None:
@@ -104,7 +119,7 @@ def client_options(args: argparse.Namespace, command: str) -> ClientOptions | No
         client_id=args.client_id,
         client_secret=args.client_secret,
         audience=args.audience or f"{(args.url or '').rstrip('/')}/public_graphql",
-        data_dir=None if args.url else Path(args.data_dir),
+        data_dir=None if args.url else data_dir(args),
     )
     if options.data_dir is None:
         return options

@@ -28,7 +28,7 @@ from core.tenancy.provisioning import (
     FacilitySpec,
     OperatorSpec,
 )
-from dockflow.cli import _print_started
+from dockflow.banner import print_started
 
 BUSINESS = "demo"
 FACILITY = "dc1"
@@ -196,4 +196,4 @@ def describe(services: Services, created: bool, credentials: dict[str, Any] | No
 async def on_started(services: Services, addresses: dict[str, str]) -> None:
     created, credentials = await ensure_demo_tenant(services)
     print("\n".join(describe(services, created, credentials)), flush=True)
-    await _print_started(services, addresses)
+    await print_started(services, addresses)

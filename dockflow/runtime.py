@@ -20,10 +20,10 @@ from core.feed import ids as message_ids
 from core.files import ensure_private_dir
 from core.retention import RetentionSweeper
 from core.services import Services
-from core.settings import Settings, listener_url
+from core.settings import Settings
 from core.storage import Storage
 from dockflow import server_record
-from dockflow.embedded.supervisor import EmbeddedMongo
+from dockflow.embedded.supervisor import EmbeddedMongo, TransactionLimits
 from dockflow.heap import HeapFreezer
 from edge.server import EdgeServer
 from public_api.server import HttpServer, OpsServer
@@ -47,7 +47,9 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
                 settings.data_dir,
                 settings.embedded_restart_delay_s,
                 settings.embedded_engine,
-                settings.embedded_transaction_idle_s,
+                TransactionLimits(
+                    settings.embedded_transaction_idle_s, settings.embedded_transaction_lifetime_s
+                ),
             )
             atexit.register(embedded.stop_now)
             url = await embedded.start()
@@ -117,7 +119,7 @@ async def serve(
             listener: socket.socket | None = None
             if "api" in parts and settings.http_port == 0:
                 listener = stack.enter_context(_bind_any_port(settings.http_host))
-                settings = _with_http_port(settings, listener.getsockname()[1])
+                settings = settings.with_http_port(listener.getsockname()[1])
             services = await stack.enter_async_context(open_services(settings))
             addresses: dict[str, str] = {}
             if "api" not in parts or settings.metrics_on_ops_port:
@@ -168,16 +170,6 @@ def _bind_any_port(host: str) -> socket.socket:
         sock.close()
         raise
     return sock
-
-
-def _with_http_port(settings: Settings, port: int) -> Settings:
-    """The settings with the HTTP port a listener was given; a public base URL derived from the
-    listener (none was set) follows it."""
-    tls = settings.tls_cert_file is not None
-    update: dict[str, object] = {"http_port": port}
-    if settings.public_base_url == listener_url(settings.http_host, settings.http_port, tls=tls):
-        update["public_base_url"] = listener_url(settings.http_host, port, tls=tls)
-    return settings.model_copy(update=update)
 
 
 async def _announce_shutdown(services: Services, edge: EdgeServer | None) -> None:

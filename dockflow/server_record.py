@@ -23,6 +23,7 @@ from pathlib import Path
 
 from core.files import write_private_file
 from core.settings import Settings, listener_url
+from dockflow.liveness import recorded_alive, start_time
 
 log = logging.getLogger(__name__)
 
@@ -95,41 +96,6 @@ def recorded(data_dir: Path, record: ServerRecord) -> Iterator[None]:
             path.unlink()
 
 
-def start_time(pid: int) -> int | None:
-    """When `pid` started, in clock ticks after boot (field 22 of /proc/<pid>/stat); None
-    without /proc or when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces: count after it.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19])
-
-
-def _alive(record: ServerRecord) -> bool:
-    """Whether the process that wrote `record` still runs: its pid runs, and started when the
-    record says (a killed server's pid may be another program's now)."""
-    try:
-        os.kill(record.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    started = start_time(record.pid)
-    if started is None or record.started is None:
-        # No /proc (alive as far as signals tell), or a record without a start time.
-        return started is None or _is_dockflow(record.pid)
-    return started == record.started
-
-
-def _is_dockflow(pid: int) -> bool:
-    try:
-        return b"dockflow" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
 def _records(data_dir: Path) -> list[tuple[Path, ServerRecord]]:
     """Every readable record of `data_dir`, newest first."""
     try:
@@ -153,17 +119,23 @@ def _remove_dead_records(data_dir: Path) -> None:
     """Remove the records of processes that are gone (killed before they could remove their
     own), so that the folder holds only servers that run."""
     for path, record in _records(data_dir):
-        if record.pid <= 0 or not _alive(record):
+        if not _alive(record):
             with contextlib.suppress(OSError):
                 path.unlink()
                 log.info("removed the record of a stopped server", extra={"path": str(path)})
+
+
+def _alive(record: ServerRecord) -> bool:
+    """Whether the process that wrote `record` still runs (a killed server's pid may be another
+    program's now): the rule of dockflow/liveness.py."""
+    return recorded_alive(record.pid, record.started, "dockflow")
 
 
 def running_servers(data_dir: Path) -> list[ServerRecord]:
     """The records of the live dockflow processes of `data_dir`, newest first (the server
     started last is the one meant; a record left by a killed process is skipped). Reads only:
     nothing is created."""
-    return [r for _, r in _records(data_dir) if r.pid > 0 and _alive(r)]
+    return [r for _, r in _records(data_dir) if _alive(r)]
 
 
 def running_api(data_dir: Path) -> ServerRecord | None:

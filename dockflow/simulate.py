@@ -30,7 +30,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from core.errors import DockflowError
 from core.shipments import directions
 from dockflow import server_record
-from dockflow.customer_client import add_data_dir_option
+from dockflow.customer_client import add_data_dir_option, data_dir
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 from dockflow.post_document import content_type_of
 from public_api.xml_documents import document_from_xml
@@ -323,7 +323,7 @@ def _run(args: argparse.Namespace) -> int:
         lpns, skus = expected.lpns, expected.skus
         direction = direction or expected.direction
     pallets = args.pallets if args.pallets is not None else (len(lpns) or 10)
-    target = args.target or _recorded_target(Path(args.data_dir))
+    target = args.target or _recorded_target(data_dir(args))
     options = SimulateOptions(
         target=target,
         camera_token=token,

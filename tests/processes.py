@@ -28,6 +28,7 @@ PARTS = ("edge", "api", "webhooks", "serve")
 READY_LINE = "Press Ctrl-C"  # dockflow's started banner ends with it (dockflow/cli.py)
 START_LIMIT_S = 60.0  # two cores shared by several test runs: starting may be slow
 STOP_LIMIT_S = 30.0  # a Ctrl-C'd process that has not exited by then is killed
+COMMAND_LIMIT_S = 120.0  # guards a command against a hang (shared machine); not a timing assertion
 # The banner's address lines (not the log lines that also name the listeners).
 _GRPC_LINE = re.compile(r"^  gRPC edge +(\S+:\d+)$", re.MULTILINE)
 _HTTP_LINE = re.compile(r"^  HTTP API +(http://\S+:\d+)", re.MULTILINE)
@@ -151,26 +152,47 @@ def free_port() -> int:
 
 class DemoServer:
     """`dockflow serve --demo` as a newcomer runs it: in `directory` (its data in ./var there),
-    on the embedded database of the test lane's engine, on the given fixed ports, with no
-    DOCKFLOW_* variable of the suite's but the engine's.
+    on the embedded database of the test lane's engine, on the given fixed ports (0: any), with
+    no DOCKFLOW_* variable of the suite's but the engine's; or with `env` instead (its
+    DOCKFLOW_DATA_DIR, say), still on the given ports.
 
         async with DemoServer(tmp_path, http_port=free_port(), ...) as server:
             server.banner  # what it printed up to "Press Ctrl-C"
     """
 
-    def __init__(self, directory: Path, *, http_port: int, grpc_port: int, ops_port: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        http_port: int = 0,
+        grpc_port: int = 0,
+        ops_port: int = 0,
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+    ) -> None:
         self.directory = directory
         self.ports = {"http": http_port, "grpc": grpc_port, "ops": ops_port}
         self.env = {
-            **newcomer_environment(),
+            **(newcomer_environment() if env is None else env),
             "DOCKFLOW_HTTP_PORT": str(http_port),
             "DOCKFLOW_GRPC_PORT": str(grpc_port),
             "DOCKFLOW_OPS_PORT": str(ops_port),
             "DOCKFLOW_LOG_FORMAT": "console",
         }
-        self.log_path = directory / "serve.log"
+        self.log_path = log_path or directory / "serve.log"
         self.process: asyncio.subprocess.Process | None = None
         self.banner = ""
+
+    @property
+    def data_dir(self) -> Path:
+        """Where it keeps its data: DOCKFLOW_DATA_DIR, else ./var of its directory."""
+        return Path(self.env.get("DOCKFLOW_DATA_DIR") or self.directory / "var")
+
+    def find(self, pattern: str) -> str:
+        """The first group of `pattern` in the banner (an address, a credential)."""
+        found = re.search(pattern, self.banner)
+        assert found is not None, self.banner
+        return found.group(1)
 
     async def __aenter__(self) -> DemoServer:
         await self.start()
@@ -208,6 +230,27 @@ class DemoServer:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
+
+
+async def run_dockflow(
+    *argv: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """`dockflow ARGV` run to its end (in `cwd`; with `env`, else `newcomer_environment()`):
+    its exit code, stdout and stderr. Killed if it hangs past COMMAND_LIMIT_S."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dockflow", *argv,
+        cwd=cwd, env=newcomer_environment() if env is None else env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), COMMAND_LIMIT_S)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
 
 
 def newcomer_environment() -> dict[str, str]:

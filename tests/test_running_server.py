@@ -14,22 +14,16 @@ from pathlib import Path
 import aiohttp
 
 from dockflow import server_record
-from tests.processes import DemoServer, free_port, newcomer_environment
+from dockflow.liveness import start_time
+from tests.processes import (
+    COMMAND_LIMIT_S,
+    DemoServer,
+    free_port,
+    newcomer_environment,
+    run_dockflow,
+)
 
 DOCKFLOW = [sys.executable, "-m", "dockflow"]
-COMMAND_LIMIT_S = 120.0  # guards against a hang (shared machine); not a timing assertion
-
-
-async def _run(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        *DOCKFLOW, *argv,
-        cwd=cwd, env=env or newcomer_environment(),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        stdin=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(process.communicate(), COMMAND_LIMIT_S)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 def demo_order(directory: Path, order_number: str, *, lpn: str, sku: str) -> Path:
@@ -82,24 +76,28 @@ async def test_every_address_follows_the_http_port_and_commands_find_the_server(
             "DOCKFLOW_CLIENT_SECRET": credentials["client_secret"],
             "DOCKFLOW_CAMERA_TOKEN": credentials["cameras"]["D1"]["token"],
         }
-        code, out, err = await _run("admin", "create-client", "demo", "--json", cwd=tmp_path)
+        code, out, err = await run_dockflow(
+            "admin", "create-client", "demo", "--json", cwd=tmp_path
+        )
         assert code == 0, err
         created = json.loads(out)
         assert created["token_url"] == f"{base}/oauth/token"
         assert created["audience"] == f"{base}/public_graphql"
 
         document = demo_order(tmp_path, "SO-PORTS", lpn="LPN-P1", sku="SKU-P")
-        code, out, err = await _run("post-document", str(document), cwd=tmp_path, env=customer)
+        code, out, err = await run_dockflow(
+            "post-document", str(document), cwd=tmp_path, env=customer
+        )
         assert code == 0, out + err
         assert f"Location: {base}/dashboard/shipments/" in out
 
-        code, out, err = await _run(
+        code, out, err = await run_dockflow(
             "simulate", "--lpns-from", str(document), "--quiet", cwd=tmp_path, env=customer
         )
         assert code == 0, out + err
         assert "ACCEPTED 1" in out
 
-        code, out, err = await _run(
+        code, out, err = await run_dockflow(
             "consume", "--business", "demo", "--max-messages", "1", cwd=tmp_path, env=customer
         )
         assert code == 0, err
@@ -116,7 +114,7 @@ async def test_admin_where_there_is_no_dockflow_says_where_it_looked(tmp_path: P
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     for argv in (["list", "businesses"], ["create-business", "acme"]):
-        code, out, err = await _run("admin", *argv, cwd=elsewhere)
+        code, out, err = await run_dockflow("admin", *argv, cwd=elsewhere)
 
         assert code == 2, out + err
         [line] = err.splitlines()
@@ -179,7 +177,7 @@ async def test_client_commands_with_no_server_recorded_say_which_default_they_us
         ),
     }
     for name, (argv, default, option) in commands.items():
-        _, _, err = await _run(*argv, cwd=elsewhere, env=env)
+        _, _, err = await run_dockflow(*argv, cwd=elsewhere, env=env)
 
         notice = err.splitlines()[0]
         assert notice.startswith(f"dockflow {name}: no running dockflow recorded in {looked_in}")
@@ -197,7 +195,7 @@ async def test_admin_create_client_with_no_server_running_says_its_urls_are_defa
     async with server:
         pass  # a database with the demo tenant, and no server now
 
-    code, out, err = await _run("admin", "create-client", "demo", "--json", cwd=tmp_path)
+    code, out, err = await run_dockflow("admin", "create-client", "demo", "--json", cwd=tmp_path)
 
     assert code == 0, err
     [notice] = err.splitlines()
@@ -223,9 +221,9 @@ async def test_consume_follows_a_server_restarted_on_another_port(tmp_path: Path
         new_port = free_port()
         await server.start(http=new_port, grpc=free_port())
         document = demo_order(tmp_path, "SO-MOVED", lpn="LPN-M1", sku="SKU-M")
-        code, out, err = await _run("post-document", str(document), cwd=tmp_path, env=env)
+        code, out, err = await run_dockflow("post-document", str(document), cwd=tmp_path, env=env)
         assert code == 0, out + err
-        code, out, err = await _run(
+        code, out, err = await run_dockflow(
             "simulate", "--lpns-from", str(document), "--quiet", cwd=tmp_path, env=env
         )
         assert code == 0, out + err
@@ -253,14 +251,14 @@ async def test_webhook_steps_of_the_demo_banner_work_as_written(tmp_path: Path):
         assert steps.index("dockflow admin create-webhook demo") < steps.index("dockflow listen")
         assert "--secret" in steps
 
-        code, out, err = await _run(
+        code, out, err = await run_dockflow(
             "admin", "create-webhook", "demo", "--url", "http://127.0.0.1:8090", cwd=tmp_path
         )
         assert code == 0, err
         assert "signing_secret" in out
         assert err == "", "the demo server delivers to loopback: no warning"
 
-    code, _, err = await _run(
+    code, _, err = await run_dockflow(
         "admin", "create-webhook", "demo", "--url", "http://127.0.0.1:8091", cwd=tmp_path
     )
     assert code == 0, err
@@ -276,7 +274,7 @@ async def test_a_record_is_believed_only_for_the_process_that_wrote_it_and_the_n
     first = await asyncio.create_subprocess_exec("sleep", "600")
     second = await asyncio.create_subprocess_exec("sleep", "600")
     try:
-        started = server_record.start_time(first.pid)
+        started = start_time(first.pid)
         assert started is not None
         reused = server_record.ServerRecord(
             pid=first.pid, parts=("api",), public_base_url="http://a:1", started=started + 1
@@ -291,7 +289,7 @@ async def test_a_record_is_believed_only_for_the_process_that_wrote_it_and_the_n
             pid=second.pid,
             parts=("api",),
             public_base_url="http://newer:1",
-            started=server_record.start_time(second.pid),
+            started=start_time(second.pid),
         )
         with server_record.recorded(tmp_path, older), server_record.recorded(tmp_path, newer):
             running = server_record.running_api(tmp_path)
@@ -323,3 +321,29 @@ async def test_a_server_starting_removes_the_records_of_killed_ones(tmp_path: Pa
         assert [p.name for p in records.glob("*.json")] == [f"{server.process.pid}.json"]
     finally:
         await server.stop()
+
+
+async def test_customer_commands_find_the_data_directory_the_config_file_names(tmp_path: Path):
+    """`serve` reads data_dir from DOCKFLOW_CONFIG_FILE (and DOCKFLOW_DATA_DIR_FILE): so do the
+    commands that look for it, or they look where no server of that environment records."""
+    configured = tmp_path / "configured"
+    config = tmp_path / "dockflow.toml"
+    config.write_text(f"data_dir = {json.dumps(str(configured))}\n")
+    document = tmp_path / "order.json"
+    document.write_text(json.dumps({"items": [{"lpn": "LPN-1", "sku": "S"}]}))
+    env = {
+        **newcomer_environment(),
+        "DOCKFLOW_CLIENT_ID": "dfc_x",
+        "DOCKFLOW_CLIENT_SECRET": "dfs_x",
+        "DOCKFLOW_CAMERA_TOKEN": "cam.x",
+        "DOCKFLOW_CONFIG_FILE": str(config),
+        "DOCKFLOW_PUBLIC_BASE_URL": f"http://127.0.0.1:{free_port()}",  # nothing listens there
+    }
+    looked_in = str((configured / "run").resolve())
+    for argv in (
+        ["post-document", str(document)],
+        ["simulate", "--lpns-from", str(document), "--quiet"],
+    ):
+        _, _, err = await run_dockflow(*argv, cwd=tmp_path, env=env)
+
+        assert f"no running dockflow recorded in {looked_in};" in err.splitlines()[0]

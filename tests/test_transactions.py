@@ -20,7 +20,7 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Session, Storage, runs_transactions
 from dockflow.runtime import serve
-from tests.reliability.serve_process import free_port
+from tests.processes import free_port
 
 
 def _secantusd() -> str | None:

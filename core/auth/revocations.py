@@ -20,9 +20,13 @@ cameras, operators, data) stays gone, as a restore means.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import DuplicateKeyError
 
 from core.storage import Doc
 
@@ -150,3 +154,29 @@ def changes_since(current: dict[str, list[Doc]], restored: dict[str, list[Doc]])
         *_clients_or_cameras("cameras", "token_hash", now["cameras"], then["cameras"]),
         *_operators(now["operators"], then["operators"]),
     ]
+
+
+async def read_credentials(db: AsyncDatabase[Doc]) -> dict[str, list[Doc]]:
+    """The credentials `changes_since` compares, as the database `db` holds them."""
+    return {name: await db[name].find().to_list() for name in CREDENTIALS}
+
+
+async def reapply(db: AsyncDatabase[Doc], steps: Iterable[Reapply]) -> None:
+    """Take `steps` again on the restored database `db`, in order. A key to bring back that is
+    there already (the restore was interrupted and run again) is left as it is."""
+    for step in steps:
+        collection = db[step.collection]
+        if step.insert is not None:
+            with contextlib.suppress(DuplicateKeyError):
+                await collection.insert_one(step.insert)
+        if step.delete:
+            await collection.delete_one({"_id": step.id})
+        update: dict[str, Any] = {}
+        if step.set:
+            update["$set"] = step.set
+        if step.unset:
+            update["$unset"] = dict.fromkeys(step.unset, "")
+        if update:
+            await collection.update_one({"_id": step.id}, update)
+        if step.end_sessions:
+            await db["operator_sessions"].delete_many({"username": step.id})

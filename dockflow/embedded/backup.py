@@ -52,7 +52,12 @@ from core.files import ensure_private_dir, write_private_file
 from core.settings import EmbeddedEngine
 from dockflow.embedded import restore_credentials
 from dockflow.embedded.restore_credentials import CredentialChanges
-from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir, running_server_pid
+from dockflow.embedded.supervisor import (
+    EmbeddedMongo,
+    engine_dir,
+    nx_database_file,
+    running_server_pid,
+)
 
 MANIFEST = "backup.json"
 FORMAT_VERSION = 2  # 2: backup.json lists each file's size and sha256
@@ -94,10 +99,6 @@ class Restored:
     kept: Path | None  # None when the data directory held no database
     # Credentials revoked, disabled or re-keyed after the backup, and whether that was kept.
     credentials: CredentialChanges
-
-
-def nx_database_file(data_dir: Path, database: str) -> Path:
-    return engine_dir(data_dir, "nx-27017") / f"{database}.db"
 
 
 async def backup(data_dir: Path, engine: EmbeddedEngine, database: str, target: Path) -> BackupInfo:

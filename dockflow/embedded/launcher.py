@@ -59,13 +59,19 @@ def _own_arguments() -> None:
     """Take the launcher's own flags off the command line (the rest are nx-27017's) and the
     address nx-27017 listens on, which `hello` names."""
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--transaction-idle-s", type=float, default=transactions.IDLE_LIMIT_S)
+    # Required: the supervisor passes dockflow's settings (embedded_transaction_*_s).
+    parser.add_argument("--transaction-idle-s", type=float, required=True)
+    parser.add_argument("--transaction-lifetime-s", type=float, required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=27017)
     known, rest = parser.parse_known_args(sys.argv[1:])
-    if known.transaction_idle_s <= 0:
-        parser.error("--transaction-idle-s must be positive")
-    transactions.IDLE_LIMIT_S = known.transaction_idle_s
+    for flag, value in (
+        ("--transaction-idle-s", known.transaction_idle_s),
+        ("--transaction-lifetime-s", known.transaction_lifetime_s),
+    ):
+        if value <= 0:
+            parser.error(f"{flag} must be positive")
+    transactions.set_limits(known.transaction_idle_s, known.transaction_lifetime_s)
     transactions.ADDRESS = f"{known.host}:{known.port}"
     sys.argv[1:] = [*rest, "--host", known.host, "--port", str(known.port)]
 

@@ -9,17 +9,17 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import DuplicateKeyError, PyMongoError
+from pymongo.errors import PyMongoError
 
-from core.auth.revocations import CREDENTIALS, Reapply, changes_since
+from core.auth import revocations
+from core.auth.revocations import Reapply, changes_since, read_credentials
 from core.errors import DatabaseUnavailable
 from core.settings import EmbeddedEngine
 from core.storage import Doc
-from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir
+from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir, nx_database_file
 
 Credentials = dict[str, list[Doc]]
 
@@ -48,14 +48,12 @@ async def _database(
         await server.stop()
 
 
-async def _read(db: AsyncDatabase[Doc]) -> Credentials:
-    return {name: await db[name].find().to_list() for name in CREDENTIALS}
-
-
 def _holds_a_database(data_dir: Path, engine: EmbeddedEngine, database: str) -> bool:
-    folder = engine_dir(data_dir, engine)
+    """Whether there is a database to read: nx-27017 keeps one file per database; SecantusDB's
+    folder holds something once a server started on it."""
     if engine == "nx-27017":
-        return (folder / f"{database}.db").is_file()
+        return nx_database_file(data_dir, database).is_file()
+    folder = engine_dir(data_dir, engine)
     return folder.is_dir() and any(folder.iterdir())
 
 
@@ -69,7 +67,7 @@ async def read_current(
         return None
     try:
         async with _database(data_dir, engine, database) as db:
-            return await _read(db)
+            return await read_credentials(db)
     except (PyMongoError, DatabaseUnavailable) as error:
         return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
 
@@ -89,26 +87,7 @@ async def reapply(
     if isinstance(current, str):
         return CredentialChanges([], reapplied=False, unreadable=current)
     async with _database(data_dir, engine, database) as db:
-        steps = changes_since(current, await _read(db))
+        steps = changes_since(current, await read_credentials(db))
         if apply:
-            for step in steps:
-                await _take(db, step)
+            await revocations.reapply(db, steps)
     return CredentialChanges(steps, reapplied=apply and bool(steps))
-
-
-async def _take(db: AsyncDatabase[Doc], step: Reapply) -> None:
-    collection = db[step.collection]
-    if step.insert is not None:
-        with contextlib.suppress(DuplicateKeyError):
-            await collection.insert_one(step.insert)
-    if step.delete:
-        await collection.delete_one({"_id": step.id})
-    update: dict[str, Any] = {}
-    if step.set:
-        update["$set"] = step.set
-    if step.unset:
-        update["$unset"] = dict.fromkeys(step.unset, "")
-    if update:
-        await collection.update_one({"_id": step.id}, update)
-    if step.end_sessions:
-        await db["operator_sessions"].delete_many({"username": step.id})

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pymongo import AsyncMongoClient
@@ -30,7 +31,8 @@ from pymongo import AsyncMongoClient
 from core.errors import DatabaseUnavailable
 from core.files import PRIVATE_FILE_MODE, ensure_private_dir, write_private_file
 from core.running import Running
-from core.settings import EmbeddedEngine
+from core.settings import EmbeddedEngine, Settings
+from dockflow import liveness
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +46,18 @@ START_TIMEOUT_S = 30.0  # a first start creates the database files; generous for
 STOP_TIMEOUT_S = 10.0
 STOPPED_POLL_S = 0.1  # how often a start looks whether the previous server has exited
 WATCH_INTERVAL_S = 0.2  # how often the supervisor looks at the child
-# nx-27017 aborts a transaction idle this long (Settings.embedded_transaction_idle_s).
-TRANSACTION_IDLE_S = 5.0
+# nx-27017 aborts a transaction idle this long, and one older than this, unless set otherwise.
+TRANSACTION_IDLE_S: float = Settings.model_fields["embedded_transaction_idle_s"].default
+TRANSACTION_LIFETIME_S: float = Settings.model_fields["embedded_transaction_lifetime_s"].default
+
+
+@dataclass(frozen=True)
+class TransactionLimits:
+    """How long the server lets a transaction hold its database, where the server is ours to
+    set it: SQLite has one writer, so every other write waits meanwhile."""
+
+    idle_s: float = TRANSACTION_IDLE_S  # its client said nothing for this long
+    lifetime_s: float = TRANSACTION_LIFETIME_S  # this old, however chatty its client
 
 
 def _site_folders() -> set[Path]:
@@ -53,40 +65,10 @@ def _site_folders() -> set[Path]:
     return {Path(folder).resolve() for folder in folders}
 
 
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an exited child its new parent has not reaped yet)."""
-    if not _pid_alive(pid):
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True  # no /proc: alive as far as signals tell
-    return state != "Z"
-
-
-def _serves(pid: int, data_dir: Path) -> bool:
-    """Whether process `pid`'s command names `data_dir` (an embedded server of its files)."""
-    try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return str(data_dir).encode() in command
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 async def _answers_ping(url: str, timeout_s: float) -> bool:
@@ -109,10 +91,10 @@ class _Engine:
     log_name: str
 
     def command(
-        self, data_dir: Path, port: int, log_path: Path, transaction_idle_s: float
+        self, data_dir: Path, port: int, log_path: Path, limits: TransactionLimits
     ) -> list[str]:
-        """The program's command line; `transaction_idle_s`: how long a transaction may stay
-        idle before the server aborts it, where the server is ours to set it."""
+        """The program's command line; `limits`: when the server aborts a transaction, where
+        the server is ours to set it."""
         raise NotImplementedError
 
     def environment(self) -> dict[str, str]:
@@ -128,7 +110,7 @@ class _Nx27017(_Engine):
     log_name = "nx-27017.log"
 
     def command(
-        self, data_dir: Path, port: int, log_path: Path, transaction_idle_s: float
+        self, data_dir: Path, port: int, log_path: Path, limits: TransactionLimits
     ) -> list[str]:
         return [
             # -P: its working directory (the data directory) is not put first on its path.
@@ -138,7 +120,8 @@ class _Nx27017(_Engine):
             "--port", str(port),
             "--log-file", str(log_path),
             "--pid-file", str(data_dir / "nx-27017.pid"),
-            "--transaction-idle-s", f"{transaction_idle_s:g}",
+            "--transaction-idle-s", f"{limits.idle_s:g}",
+            "--transaction-lifetime-s", f"{limits.lifetime_s:g}",
         ]  # fmt: skip
 
     def environment(self) -> dict[str, str]:
@@ -163,11 +146,7 @@ class _Nx27017(_Engine):
             pid = int(pid_file.read_text().strip())
         except (OSError, ValueError):
             return
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            command = b""
-        if not (_pid_alive(pid) and b"nx_27017" in command):
+        if not liveness.recorded_alive(pid, None, "nx_27017"):
             with contextlib.suppress(OSError):
                 pid_file.unlink()
 
@@ -181,7 +160,7 @@ class _SecantusDB(_Engine):
     log_name = "secantusd.log"
 
     def command(
-        self, data_dir: Path, port: int, log_path: Path, transaction_idle_s: float
+        self, data_dir: Path, port: int, log_path: Path, limits: TransactionLimits
     ) -> list[str]:
         # An empty config file of our own: secantusd-py would otherwise read a secantusd.toml
         # from its working directory, ~/.secantus or /etc/secantus.
@@ -208,6 +187,11 @@ def engine_dir(data_dir: Path, engine: EmbeddedEngine) -> Path:
     return Path(data_dir).resolve() / "mongo" / engine
 
 
+def nx_database_file(data_dir: Path, database: str) -> Path:
+    """The SQLite file in which nx-27017 keeps `database` (one file per database)."""
+    return engine_dir(data_dir, "nx-27017") / f"{database}.db"
+
+
 def has_database(data_dir: Path, engine: EmbeddedEngine) -> bool:
     """Whether `data_dir` holds files of `engine`'s server (a start made them), in its folder
     or, for nx-27017, in the folder of the older single-folder layout. Reads only."""
@@ -224,15 +208,40 @@ def has_database(data_dir: Path, engine: EmbeddedEngine) -> bool:
     return running_server_pid(data_dir, engine) is not None
 
 
+@dataclass(frozen=True)
+class _ServerState:
+    """What server.json records of the running embedded server of a folder."""
+
+    pid: int
+    started: int | None  # its start time (dockflow/liveness.py); None in older records
+    url: str
+
+    def alive(self, folder: Path) -> bool:
+        """Whether the recorded server still runs; a record without a start time is believed
+        when the process's command names `folder` (every engine's command does)."""
+        return liveness.recorded_alive(self.pid, self.started, str(folder))
+
+
+def _server_state(folder: Path) -> _ServerState | None:
+    """`folder`'s server.json, or None when it is missing or unreadable."""
+    try:
+        state = json.loads((folder / "server.json").read_text())
+        started = state.get("started")
+        return _ServerState(
+            pid=int(state.get("pid", 0)),
+            started=None if started is None else int(started),
+            url=str(state.get("url", "")),
+        )
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
 def running_server_pid(data_dir: Path, engine: EmbeddedEngine) -> int | None:
     """The pid of a live embedded server of `engine` on `data_dir`, from the server.json its
     owner wrote, or None."""
-    try:
-        state = json.loads((engine_dir(data_dir, engine) / "server.json").read_text())
-        pid = int(state.get("pid", 0))
-    except (OSError, ValueError):
-        return None
-    return pid if pid > 0 and _pid_alive(pid) else None
+    folder = engine_dir(data_dir, engine)
+    state = _server_state(folder)
+    return state.pid if state is not None and state.alive(folder) else None
 
 
 def find_secantusd() -> Path:
@@ -278,10 +287,9 @@ def _move_legacy_nx_files(mongo_dir: Path, nx_dir: Path) -> None:
     legacy = [path for path in mongo_dir.iterdir() if path.is_file()]
     if not legacy:
         return
-    with contextlib.suppress(OSError, ValueError):
-        state = json.loads((mongo_dir / "server.json").read_text())
-        if _pid_alive(int(state.get("pid", 0))):
-            return
+    state = _server_state(mongo_dir)
+    if state is not None and state.alive(mongo_dir):
+        return
     ensure_private_dir(nx_dir)
     for path in legacy:
         if path.name == "server.json":
@@ -299,10 +307,10 @@ class EmbeddedMongo(Running):
         data_dir: Path,
         restart_delay_s: float = 1.0,
         engine: EmbeddedEngine = "nx-27017",
-        transaction_idle_s: float = TRANSACTION_IDLE_S,
+        transaction_limits: TransactionLimits = TransactionLimits(),
     ) -> None:
         self.engine = engine
-        self.transaction_idle_s = transaction_idle_s
+        self.transaction_limits = transaction_limits
         self._engine = ENGINES[engine]
         self.data_dir = engine_dir(data_dir, engine)
         self._mongo_dir = self.data_dir.parent
@@ -333,7 +341,7 @@ class EmbeddedMongo(Running):
         """Start the child on `self.port` and wait until it answers ping."""
         self._engine.prepare(self.data_dir)
         log_path = self.data_dir / self._engine.log_name
-        argv = self._engine.command(self.data_dir, self.port, log_path, self.transaction_idle_s)
+        argv = self._engine.command(self.data_dir, self.port, log_path, self.transaction_limits)
         self.process = _spawn(argv, self.data_dir, log_path, self._engine.environment())
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -346,7 +354,12 @@ class EmbeddedMongo(Running):
                     f"see {log_path}:\n{tail}"
                 )
             if await _answers_ping(self.url, 0.5):
-                state = {"pid": self.process.pid, "url": self.url, "engine": self.engine}
+                state = {
+                    "pid": self.process.pid,
+                    "started": liveness.start_time(self.process.pid),
+                    "url": self.url,
+                    "engine": self.engine,
+                }
                 write_private_file(self._state_file, json.dumps(state).encode())
                 log.info(
                     "embedded MongoDB started",
@@ -368,12 +381,13 @@ class EmbeddedMongo(Running):
         not stop on it. It holds its files while it runs (SecantusDB's lock refused the new
         server). As `stop` does: SIGTERM, STOP_TIMEOUT_S, then SIGKILL; only a process whose
         command names these files (a pid taken again by another program is left alone)."""
-        try:
-            pid = int(json.loads(self._state_file.read_text()).get("pid", 0))
-        except (OSError, ValueError):
+        state = _server_state(self.data_dir)
+        # Killed only if its command also names these files, whatever the record says.
+        if state is None or not state.alive(self.data_dir):
             return
-        if pid <= 0 or not _running(pid) or not _serves(pid, self.data_dir):
+        if not liveness.command_names(state.pid, str(self.data_dir)):
             return
+        pid = state.pid
         log.warning(
             "stopping the previous embedded MongoDB, which does not answer", extra={"pid": pid}
         )
@@ -382,22 +396,18 @@ class EmbeddedMongo(Running):
                 os.kill(pid, sig)
             for _ in range(int(wait_s / STOPPED_POLL_S)):
                 await asyncio.sleep(STOPPED_POLL_S)
-                if not _running(pid):
+                if not liveness.running(pid):
                     return
 
     async def _attach(self) -> str | None:
-        try:
-            state = json.loads(self._state_file.read_text())
-        except (OSError, ValueError):
+        state = _server_state(self.data_dir)
+        if state is None or not state.alive(self.data_dir) or not state.url:
             return None
-        if not _pid_alive(int(state.get("pid", 0))):
+        if not await _answers_ping(state.url, 1.0):
             return None
-        url = str(state["url"])
-        if not await _answers_ping(url, 1.0):
-            return None
-        self.url = url
-        log.info("attached to running embedded MongoDB", extra={"url": url, "pid": state["pid"]})
-        return url
+        self.url = state.url
+        log.info("attached to running embedded MongoDB", extra={"url": state.url, "pid": state.pid})
+        return state.url
 
     def supervise(self) -> None:
         """Restart the child whenever it exits unexpectedly (killed, crashed), on the same port

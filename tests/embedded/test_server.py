@@ -21,7 +21,13 @@ from pymongo.errors import BulkWriteError
 from core.errors import DatabaseUnavailable
 from core.storage import Storage
 from dockflow.embedded.patches.exit_on_signal import exit_on_signal
-from dockflow.embedded.supervisor import SECANTUSD, EmbeddedMongo, engine_dir
+from dockflow.embedded.supervisor import (
+    SECANTUSD,
+    EmbeddedMongo,
+    engine_dir,
+    running_server_pid,
+)
+from dockflow.liveness import start_time
 from tests import backends
 from tests.backends import ENGINE
 
@@ -94,11 +100,31 @@ async def test_a_killed_embedded_server_is_restarted_on_the_same_port_with_its_d
         assert server.process.pid != first_pid
         assert server.url == url
         state = json.loads((server.data_dir / "server.json").read_text())
-        assert state == {"pid": server.process.pid, "url": url, "engine": ENGINE}
+        pid = server.process.pid
+        assert state == {"pid": pid, "started": start_time(pid), "url": url, "engine": ENGINE}
     finally:
         await server.stop()
 
     assert doc == {"_id": "acme", "name": "Acme"}
+
+
+def test_a_recorded_pid_another_program_took_is_not_the_embedded_server(tmp_path: Path):
+    """After a kill, the pid server.json names may be another program's (here: this test's):
+    it is not the server, or admin would attach to it and a restore be refused for it."""
+    folder = engine_dir(tmp_path, ENGINE)
+    folder.mkdir(parents=True)
+    state = folder / "server.json"
+    me, started = os.getpid(), start_time(os.getpid())
+    assert started is not None
+    url = "mongodb://127.0.0.1:1"
+
+    state.write_text(json.dumps({"pid": me, "started": started + 1, "url": url}))
+    assert running_server_pid(tmp_path, ENGINE) is None
+    # A record without a start time: this process's command names no data directory.
+    state.write_text(json.dumps({"pid": me, "url": url}))
+    assert running_server_pid(tmp_path, ENGINE) is None
+    state.write_text(json.dumps({"pid": me, "started": started, "url": url}))
+    assert running_server_pid(tmp_path, ENGINE) == me
 
 
 async def test_each_engine_keeps_its_files_in_a_folder_of_its_own(tmp_path: Path):

@@ -20,7 +20,10 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
-from core.storage import runs_transactions
+from core.settings import Settings
+from core.storage import TRANSACTION_LIMIT_S, runs_transactions
+from dockflow.embedded.supervisor import EmbeddedMongo, TransactionLimits
+from tests.backends import only_on_nx_27017
 
 NO_SUCH_TRANSACTION = 251
 TRANSIENT = "TransientTransactionError"
@@ -337,3 +340,50 @@ async def test_a_collection_whose_creation_was_rolled_back_takes_writes_again(
     assert await reserve(None) == {"_id": "shipment", "seq": 3}  # type: ignore[arg-type]
     assert await db.counters.find({}).to_list() == [{"_id": "shipment", "seq": 3}]
     assert await db.counters.count_documents({}) == 1
+
+
+def test_the_default_lifetime_outlasts_a_unit_of_work():
+    """A transaction of dockflow's may run up to Storage's limit: the embedded server must not
+    end it sooner (nor hold other tenants' writes much longer)."""
+    lifetime = Settings.model_fields["embedded_transaction_lifetime_s"].default
+    assert TRANSACTION_LIMIT_S <= lifetime <= 30
+    assert TransactionLimits().lifetime_s == lifetime
+
+
+@only_on_nx_27017("the lifetime limit of dockflow's own scheduler")
+async def test_a_chatty_transaction_is_rolled_back_at_its_lifetime_and_others_write(
+    tmp_path_factory: pytest.TempPathFactory, db_name: str
+):
+    """The idle limit restarts at each command: only the lifetime ends a transaction whose
+    client keeps talking while every other tenant's writes wait for it."""
+    server = EmbeddedMongo(
+        tmp_path_factory.mktemp("short-lived"),
+        transaction_limits=TransactionLimits(idle_s=5.0, lifetime_s=1.0),
+    )
+    url = await server.start()
+    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(url)
+    other: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(url)
+    try:
+        db, theirs = client[db_name], other[db_name]
+        await db.parcels.insert_one({"_id": "p1"})
+        async with client.start_session() as session:
+            await session.start_transaction()
+            await db.parcels.insert_one({"_id": "held"}, session=session)
+            waiting = asyncio.create_task(theirs.docks.insert_one({"_id": "d1"}))
+
+            async def keep_talking() -> None:
+                for _ in range(1000):  # far more than the lifetime; each well within idle
+                    await db.parcels.find_one({"_id": "p1"}, session=session)
+                    await asyncio.sleep(0.05)
+
+            with pytest.raises(OperationFailure) as ended:
+                await keep_talking()
+            assert ended.value.code == NO_SUCH_TRANSACTION
+            assert "ran past the limit" in str(ended.value)
+        await waiting
+        assert await theirs.docks.find_one({"_id": "d1"}) == {"_id": "d1"}
+        assert await theirs.parcels.find_one({"_id": "held"}) is None
+    finally:
+        await client.close()
+        await other.close()
+        await server.stop()

@@ -4,14 +4,11 @@ through the real paths (the demo tenant, a posted document, camera readings) is 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
 import re
 import shutil
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +16,10 @@ from pymongo import AsyncMongoClient
 
 from core.storage import Storage
 from core.tenancy import tenants
-from dockflow.embedded.backup import nx_database_file
-from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir
+from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir, nx_database_file
 from tests.backends import ENGINE, only_on_nx_27017
+from tests.processes import DemoServer, run_dockflow
 
-DOCKFLOW = [sys.executable, "-m", "dockflow"]
-START_LIMIT_S = 60.0  # shared cores: a first start creates the database files
 SECRET_KEY = "YmFja3VwLXRlc3Qta2V5LTAxMjM0NTY3ODlhYmNkZWY="  # base64 of 32 bytes
 
 
@@ -44,49 +39,16 @@ def _env(data_dir: Path) -> dict[str, str]:
     return env
 
 
-class Served:
-    """`dockflow serve --demo` on an embedded data directory, and what its banner printed."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.log = data_dir.parent / f"{data_dir.name}.log"
-        self.process: asyncio.subprocess.Process | None = None
-        self.banner = ""
-
-    async def __aenter__(self) -> Served:
-        with self.log.open("ab") as log:
-            self.process = await asyncio.create_subprocess_exec(
-                *DOCKFLOW, "serve", "--demo",
-                env=_env(self.data_dir), stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
-        async with asyncio.timeout(START_LIMIT_S):
-            while "Press Ctrl-C" not in (text := self.log.read_text(errors="replace")):
-                assert self.process.returncode is None, text
-                await asyncio.sleep(0.05)
-        self.banner = text
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGINT)
-        await self.process.wait()
-
-    def find(self, pattern: str) -> str:
-        found = re.search(pattern, self.banner)
-        assert found is not None, self.banner
-        return found.group(1)
-
-
-async def _run(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        *DOCKFLOW, *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+def _served(data_dir: Path) -> DemoServer:
+    """`dockflow serve --demo` on the embedded data directory `data_dir`."""
+    return DemoServer(
+        data_dir.parent, env=_env(data_dir), log_path=data_dir.parent / f"{data_dir.name}.log"
     )
-    out, err = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
-async def _populate(served: Served, tmp_path: Path, run_id: str, credentials: Served) -> None:
+async def _populate(
+    served: DemoServer, tmp_path: Path, run_id: str, credentials: DemoServer
+) -> None:
     """A posted document and readings of the demo camera at dock D1, through the CLI clients,
     with the demo credentials `credentials` printed when it created the tenant."""
     env = _env(served.data_dir)
@@ -102,7 +64,7 @@ async def _populate(served: Served, tmp_path: Path, run_id: str, credentials: Se
     }
     path = tmp_path / f"order-{run_id}.json"
     path.write_text(json.dumps(document))
-    code, out, err = await _run(
+    code, out, err = await run_dockflow(
         "post-document", str(path),
         "--client-id", credentials.find(r"client_id (\S+)"),
         "--client-secret", credentials.find(r"client_secret (\S+)"),
@@ -111,7 +73,7 @@ async def _populate(served: Served, tmp_path: Path, run_id: str, credentials: Se
         env=env,
     )  # fmt: skip
     assert (code, out[:8]) == (0, "HTTP 201"), out + err
-    code, out, err = await _run(
+    code, out, err = await run_dockflow(
         "simulate",
         "--target", served.find(r"gRPC edge +(\S+:\d+)"),
         "--camera-token", credentials.find(r"camera D1 +\S+ +token (\S+)"),
@@ -154,15 +116,15 @@ async def _index_names(data_dir: Path) -> dict[str, list[str]]:
 
 async def test_a_backup_taken_while_serving_restores_into_a_fresh_data_directory(tmp_path: Path):
     source, restored, backup = tmp_path / "a", tmp_path / "b", tmp_path / "backup"
-    async with Served(source) as first:
+    async with _served(source) as first:
         await _populate(first, tmp_path, "one", first)
-        code, _, err = await _run("admin", "backup", str(backup), env=_env(source))
+        code, _, err = await run_dockflow("admin", "backup", str(backup), env=_env(source))
         assert code == 0, err
-        refused = await _run("admin", "restore", str(backup), env=_env(source))
+        refused = await run_dockflow("admin", "restore", str(backup), env=_env(source))
     before = await _contents(source)
     indexes_before = await _index_names(source)
 
-    code, _, err = await _run("admin", "restore", str(backup), env=_env(restored))
+    code, _, err = await run_dockflow("admin", "restore", str(backup), env=_env(restored))
     assert code == 0, err
     after = await _contents(restored)
 
@@ -181,7 +143,7 @@ async def test_a_backup_taken_while_serving_restores_into_a_fresh_data_directory
     assert await _index_names(restored) == indexes_before
     last_message = max(int(m["_id"]) for m in before["push_messages"])
 
-    async with Served(restored) as served:
+    async with _served(restored) as served:
         assert "Demo tenant already exists" in served.banner
         # The credentials printed before the backup still work: their hashes were restored.
         await _populate(served, tmp_path, "two", first)
@@ -200,8 +162,8 @@ async def test_restore_refuses_a_folder_that_is_no_backup_or_of_another_engine(t
     manifest = {"format": 2, "engine": other, "database": "dockflow", "created_at": "x"}
     (foreign / "backup.json").write_text(json.dumps(manifest))
 
-    none = await _run("admin", "restore", str(tmp_path / "none"), env=_env(tmp_path / "d"))
-    wrong = await _run("admin", "restore", str(foreign), env=_env(tmp_path / "d"))
+    none = await run_dockflow("admin", "restore", str(tmp_path / "none"), env=_env(tmp_path / "d"))
+    wrong = await run_dockflow("admin", "restore", str(foreign), env=_env(tmp_path / "d"))
 
     assert none[0] == 2
     assert "is not a dockflow backup" in none[2]
@@ -218,7 +180,7 @@ async def _back_up_orders(data_dir: Path, backup: Path, orders: int) -> None:
         await client["dockflow"]["orders"].insert_many(
             [{"_id": n, "orderNumber": f"O-{n}"} for n in range(orders)]
         )
-        code, _, err = await _run("admin", "backup", str(backup), env=_env(data_dir))
+        code, _, err = await run_dockflow("admin", "backup", str(backup), env=_env(data_dir))
         assert code == 0, err
     finally:
         await client.close()
@@ -242,16 +204,16 @@ async def test_restore_refuses_a_damaged_backup_and_keeps_the_database_it_replac
     data_dir, first, second = tmp_path / "data", tmp_path / "first", tmp_path / "second"
     await _back_up_orders(tmp_path / "a", first, orders=3)
     await _back_up_orders(tmp_path / "b", second, orders=5)
-    code, _, err = await _run("admin", "restore", str(first), env=_env(data_dir))
+    code, _, err = await run_dockflow("admin", "restore", str(first), env=_env(data_dir))
     assert code == 0, err
     damaged = tmp_path / "damaged"
     shutil.copytree(second, damaged)
     data_file = _largest_data_file(damaged)
     data_file.write_bytes(data_file.read_bytes()[: data_file.stat().st_size // 2])
 
-    refused = await _run("admin", "restore", str(damaged), env=_env(data_dir))
+    refused = await run_dockflow("admin", "restore", str(damaged), env=_env(data_dir))
     after_refusal = await _contents(data_dir)
-    code, out, err = await _run("admin", "restore", str(second), env=_env(data_dir))
+    code, out, err = await run_dockflow("admin", "restore", str(second), env=_env(data_dir))
     after_restore = await _contents(data_dir)
 
     assert refused[0] == 2
@@ -270,7 +232,7 @@ async def test_restore_refuses_a_damaged_backup_and_keeps_the_database_it_replac
 async def test_restore_refuses_a_sqlite_file_that_fails_its_integrity_check(tmp_path: Path):
     data_dir, good = tmp_path / "data", tmp_path / "good"
     await _back_up_orders(tmp_path / "a", good, orders=200)
-    code, _, err = await _run("admin", "restore", str(good), env=_env(data_dir))
+    code, _, err = await run_dockflow("admin", "restore", str(good), env=_env(data_dir))
     assert code == 0, err
     database_file = good / "dockflow.db"
     content = database_file.read_bytes()
@@ -290,7 +252,7 @@ async def test_restore_refuses_a_sqlite_file_that_fails_its_integrity_check(tmp_
             "sha256": hashlib.sha256(damaged_content).hexdigest(),
         }
         (damaged / "backup.json").write_text(json.dumps(manifest))
-        refusals[name] = await _run("admin", "restore", str(damaged), env=_env(data_dir))
+        refusals[name] = await run_dockflow("admin", "restore", str(damaged), env=_env(data_dir))
 
     after = await _contents(data_dir)
 
@@ -312,7 +274,7 @@ async def test_restore_refuses_a_database_name_that_is_no_plain_name_or_not_the_
         manifest = {"format": 2, "engine": ENGINE, "database": database, "created_at": "x"}
         (folder / "backup.json").write_text(json.dumps(manifest))
         (folder / f"{Path(database).name}.db").write_bytes(b"")
-        refusals[database] = await _run("admin", "restore", str(folder), env=_env(data_dir))
+        refusals[database] = await run_dockflow("admin", "restore", str(folder), env=_env(data_dir))
 
     assert refusals["../../../escaped"][0] == 2
     assert "'../../../escaped': it is not a plain database name" in refusals["../../../escaped"][2]
@@ -337,7 +299,7 @@ async def test_backup_refuses_a_file_a_dangling_link_or_a_folder_inside_the_data
     linked_inside.symlink_to(data_dir / "mongo")
 
     results = {
-        target: await _run("admin", "backup", str(target), env=_env(data_dir))
+        target: await run_dockflow("admin", "backup", str(target), env=_env(data_dir))
         for target in (a_file, dangling, inside, linked_inside / "inner")
     }
 
@@ -357,7 +319,7 @@ async def test_backup_refuses_a_file_a_dangling_link_or_a_folder_inside_the_data
 async def test_a_backup_that_fails_leaves_no_folder_behind(tmp_path: Path):
     target = tmp_path / "new" / "backup"
 
-    code, _, err = await _run("admin", "backup", str(target), env=_env(tmp_path / "empty"))
+    code, _, err = await run_dockflow("admin", "backup", str(target), env=_env(tmp_path / "empty"))
 
     assert code == 2
     assert "nothing to back up" in err
@@ -371,7 +333,7 @@ async def test_a_backup_that_fails_while_copying_leaves_no_folder_behind(tmp_pat
     database_file.parent.mkdir(parents=True)
     database_file.write_bytes(os.urandom(8192))
 
-    code, _, err = await _run("admin", "backup", str(target), env=_env(data_dir))
+    code, _, err = await run_dockflow("admin", "backup", str(target), env=_env(data_dir))
 
     assert code == 2
     assert f"cannot copy {database_file}" in err
@@ -393,7 +355,7 @@ async def test_a_restore_over_a_database_that_cannot_be_read_answers_in_one_line
         if path.is_file():
             path.write_bytes(os.urandom(max(path.stat().st_size, 4096)))
 
-    code, _, err = await _run("admin", "restore", str(backup), env=_env(data_dir))
+    code, _, err = await run_dockflow("admin", "restore", str(backup), env=_env(data_dir))
 
     assert "Traceback" not in err, err
     if ENGINE == "nx-27017":  # the file swapped for the backup's, the damaged one kept beside
@@ -422,13 +384,15 @@ async def _credentials_then_backup(data_dir: Path, backup: Path) -> dict[str, st
         rekeyed = (await tenants.create_client(storage, "acme", name="two")).entity.client_id
         camera = (await tenants.create_camera(storage, "acme", "dc1", dock="D1")).entity.camera_id
         await tenants.create_operator(storage, "ops", "first-password")
-        code, out, err = await _run("admin", "rotate-signing-key", "--json", env=env)
+        code, out, err = await run_dockflow("admin", "rotate-signing-key", "--json", env=env)
         assert code == 0, err
         old_key = json.loads(out)["kid"]
-        code, _, err = await _run("admin", "backup", str(backup), env=_env(data_dir))
+        code, _, err = await run_dockflow("admin", "backup", str(backup), env=_env(data_dir))
         assert code == 0, err
 
-        code, out, err = await _run("admin", "rotate-signing-key", "--revoke", "--json", env=env)
+        code, out, err = await run_dockflow(
+            "admin", "rotate-signing-key", "--revoke", "--json", env=env
+        )
         assert code == 0, err
         await tenants.set_client_disabled(storage, disabled)
         await tenants.update_client(
@@ -455,9 +419,9 @@ async def test_a_restore_keeps_what_was_revoked_after_the_backup_unless_told_not
     ids = await _credentials_then_backup(data_dir, backup)
     current = await _contents(data_dir)
 
-    code, out, err = await _run("admin", "restore", str(backup), env=_env(data_dir))
+    code, out, err = await run_dockflow("admin", "restore", str(backup), env=_env(data_dir))
     restored = await _contents(data_dir)
-    as_backed_up = await _run(
+    as_backed_up = await run_dockflow(
         "admin", "restore", str(backup), "--no-reapply-revocations", env=_env(data_dir)
     )
     plain = await _contents(data_dir)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -16,16 +15,10 @@ from typing import Any
 
 from dockflow.embedded.supervisor import engine_dir
 from tests import backends
-from tests.processes import interrupt
+from tests.processes import free_port, interrupt
 
 READY_LINE = "Press Ctrl-C"
 START_LIMIT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def pid_alive(pid: int) -> bool:

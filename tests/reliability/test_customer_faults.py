@@ -14,8 +14,8 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from tests.factories import make_tenant
+from tests.processes import free_port
 from tests.reliability.figures import record
-from tests.reliability.serve_process import free_port
 from tests.webhooks.conftest import LoopbackOnlySockets, append_pallets, make_endpoint
 from webhooks.worker import WebhookWorker
 

@@ -20,18 +20,13 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from nx_27017.handler import NeoSQLiteHandler, _msg_db_name
+from nx_27017.handler import NeoSQLiteHandler
+
+from dockflow.embedded.patches import command_body, database_name
 
 _READS = frozenset({"count", "distinct", "aggregate"})
 _ELSEWHERE = frozenset({"$unionWith", "$out", "$merge", "$changeStream", "$listSearchIndexes"})
 _ELSEWHERE |= frozenset({"$documents", "$currentOp", "$collStats", "$indexStats"})
-
-
-def _body(msg: Any) -> dict[str, Any] | None:
-    for section_type, doc in msg.get("sections") or ():
-        if section_type == "body" and isinstance(doc, dict) and doc:
-            return doc
-    return None
 
 
 def _empty(body: dict[str, Any], db_name: str) -> dict[str, Any] | None:
@@ -56,9 +51,9 @@ def _empty(body: dict[str, Any], db_name: str) -> dict[str, Any] | None:
 def _answering_empty(method: Any) -> Any:
     @functools.wraps(method)
     def run(self: Any, msg: Any) -> Any:
-        body = _body(msg) if isinstance(msg, dict) else None
+        body = command_body(msg)
         if body is not None:
-            db_name = _msg_db_name(msg)
+            db_name = database_name(body)
             answer = _empty(body, db_name)
             if answer is not None:
                 names = self.get_database(db_name).list_collection_names()

@@ -17,11 +17,12 @@ client gave up while it waited (aborted it, went on to its next one, closed the 
 takes nothing. SQLite has one writer, so while it is held every write of another
 session waits, and every read of another session runs on a second connection of the database,
 which in WAL mode reads the last committed state. Commit and abort end it and let the waiting
-commands go, in order. A transaction idle for `IDLE_LIMIT_S` (dockflow's setting
+commands go, in order. A transaction idle for its idle limit (dockflow's setting
 `embedded_transaction_idle_s`; MongoDB's 60 s would stop every tenant of the database, not the
-writers of a few documents) or older than `LIFETIME_LIMIT_S`, or whose client's connection
-closed, is rolled back, and its later commands answer NoSuchTransaction. `hello` answers as the
-primary of a one-member replica set.
+writers of a few documents) or older than its lifetime (`embedded_transaction_lifetime_s`:
+the idle limit alone never ends a transaction whose client keeps talking), or whose client's
+connection closed, is rolled back, and its later commands answer NoSuchTransaction. `hello`
+answers as the primary of a one-member replica set.
 Pinned by tests/embedded/test_transactions.py, run on both lanes (SecantusDB has transactions of
 its own: the same tests pin MongoDB's behaviour).
 """
@@ -40,12 +41,11 @@ from neosqlite import Connection
 from nx_27017 import server as nx_server
 from nx_27017.handler import NeoSQLiteHandler
 
-from dockflow.embedded.patches import collection_names
+from core.storage import OUT_OF_DISK_SPACE
+from dockflow.embedded.patches import collection_names, command_body, database_name
 
 log = logging.getLogger("dockflow.embedded.transactions")
 
-IDLE_LIMIT_S = 5.0  # set by the launcher from its --transaction-idle-s
-LIFETIME_LIMIT_S = 60.0  # MongoDB's transactionLifetimeLimitSeconds
 # How long an ended transaction is remembered (a retried commit answers ok, a command of an
 # aborted one NoSuchTransaction); then its session's entry goes, so they do not pile up.
 RETAIN_S = 300.0
@@ -56,7 +56,6 @@ NO_SUCH_TRANSACTION = 251
 OPERATION_NOT_SUPPORTED_IN_TRANSACTION = 263
 TRANSACTION_COMMITTED = 256
 INTERNAL_ERROR = 1
-OUT_OF_DISK_SPACE = 14031
 _DISK_FULL = "database or disk is full"  # SQLite's message for SQLITE_FULL
 TRANSIENT = "TransientTransactionError"
 
@@ -127,6 +126,10 @@ class _Database:
 class _Scheduler:
     """Which transaction holds each database, and the commands waiting for it."""
 
+    # When a transaction is rolled back (`set_limits`: the launcher's required flags).
+    idle_s: float
+    lifetime_s: float
+
     def __init__(self) -> None:
         self.databases: dict[str, _Database] = {}
         self.transactions: dict[Any, _Transaction] = {}  # by lsid: its latest
@@ -150,7 +153,7 @@ class _Scheduler:
         return request_id, _coded_disk_full(answer)
 
     async def schedule(self, func: Any, msg: Any) -> Any:
-        body = _body(msg)
+        body = command_body(msg)
         if body is None:
             return func(msg)
         handler: NeoSQLiteHandler = func.__self__
@@ -172,12 +175,12 @@ class _Scheduler:
             return await self.in_turn(handler, func, msg, body, lsid)
         if name in _FREE:
             return func(msg)
-        db_name = str(body.get("$db", "test"))
+        db_name = database_name(body)
         state = self.database(db_name)
         if state.holder is None:
             return func(msg)
         if name in _READS:
-            return _on_snapshot(handler, func, msg, db_name)
+            return _on_snapshot(handler, func, msg, body, db_name)
         while state.holder is not None:
             await state.free.wait()
         return func(msg)
@@ -198,9 +201,10 @@ class _Scheduler:
         session.users += 1
         try:
             async with session.turn:
-                if "commitTransaction" in body or "abortTransaction" in body:
-                    return msg["request_id"], self.finish(handler, body, next(iter(body)))
-                return await self.in_transaction(handler, func, msg, body, lsid, session)
+                ending = next(iter(body))
+                if ending in ("commitTransaction", "abortTransaction"):
+                    return msg["request_id"], self.finish(handler, lsid, number, ending)
+                return await self.in_transaction(handler, func, msg, body, lsid, number, session)
         finally:
             session.users -= 1
             if not session.users:
@@ -213,10 +217,10 @@ class _Scheduler:
         msg: Any,
         body: dict[str, Any],
         lsid: Any,
+        number: int,
         session: _Session,
     ) -> Any:
-        db_name = str(body.get("$db", "test"))
-        number = int(body.get("txnNumber", 0))
+        db_name = database_name(body)
         txn = self.transactions.get(lsid)
         if body.get("startTransaction"):
             session.begin = _Begin(number, msg.get("_conn_id"))
@@ -226,11 +230,11 @@ class _Scheduler:
                 given_up, session.begin = session.begin, None
             if txn is None:
                 log.info("transaction %s not begun: %s", number, given_up.why)
-                answer = _no_such_transaction(lsid, number, None)
+                answer = _no_such_transaction(number, None)
                 answer["errmsg"] += f" ({given_up.why} before it began)"
                 return msg["request_id"], answer
         elif txn is None or txn.number != number or txn.state != "open":
-            return msg["request_id"], _no_such_transaction(lsid, number, txn)
+            return msg["request_id"], _no_such_transaction(number, txn)
         elif txn.db_name != db_name:
             self.abort(handler, txn, "it touched a second database")
             return msg["request_id"], _error(
@@ -274,7 +278,7 @@ class _Scheduler:
         state.holder = txn
         state.free = asyncio.Event()
         self.transactions[lsid] = txn
-        asyncio.get_running_loop().call_later(IDLE_LIMIT_S, self.watch, handler, txn)
+        asyncio.get_running_loop().call_later(self.idle_s, self.watch, handler, txn)
         return txn
 
     def watch(self, handler: NeoSQLiteHandler, txn: _Transaction) -> None:
@@ -283,33 +287,34 @@ class _Scheduler:
         if txn.state != "open":
             return
         now = time.monotonic()
-        idle_end = txn.last + IDLE_LIMIT_S
-        life_end = txn.started + LIFETIME_LIMIT_S
+        idle_end = txn.last + self.idle_s
+        life_end = txn.started + self.lifetime_s
         if now >= life_end:
-            self.abort(handler, txn, f"it ran past the limit of {LIFETIME_LIMIT_S:g} s")
+            self.abort(handler, txn, f"it ran past the limit of {self.lifetime_s:g} s")
         elif now >= idle_end:
-            self.abort(handler, txn, f"its client was idle for {IDLE_LIMIT_S:g} s")
+            self.abort(handler, txn, f"its client was idle for {self.idle_s:g} s")
         else:
             delay = min(idle_end, life_end) - now
             asyncio.get_running_loop().call_later(delay, self.watch, handler, txn)
 
-    def finish(self, handler: NeoSQLiteHandler, body: dict[str, Any], name: str) -> dict[str, Any]:
-        lsid = _lsid(body)
-        number = int(body.get("txnNumber", 0))
+    def finish(
+        self, handler: NeoSQLiteHandler, lsid: Any, number: int, name: str
+    ) -> dict[str, Any]:
+        """Commit or abort (`name`) transaction `number` of session `lsid`."""
         txn = self.transactions.get(lsid)
         if txn is None or txn.number != number:
-            return _no_such_transaction(lsid, number, txn)
+            return _no_such_transaction(number, txn)
         if name == "abortTransaction":
             if txn.state == "committed":
                 return _error(TRANSACTION_COMMITTED, "TransactionCommitted", "already committed")
             if txn.state == "aborted":
-                return _no_such_transaction(lsid, number, txn)
+                return _no_such_transaction(number, txn)
             self.abort(handler, txn, "")
             return {"ok": 1}
         if txn.state == "committed":
             return {"ok": 1}  # a commit retried: it is done
         if txn.state == "aborted":
-            return _no_such_transaction(lsid, number, txn)
+            return _no_such_transaction(number, txn)
         return self.commit(handler, txn)
 
     def commit(self, handler: NeoSQLiteHandler, txn: _Transaction) -> dict[str, Any]:
@@ -374,15 +379,6 @@ async def _first(*events: asyncio.Event) -> None:
             wait.cancel()
 
 
-def _body(msg: Any) -> dict[str, Any] | None:
-    if not isinstance(msg, dict):
-        return None
-    for section_type, doc in msg.get("sections") or ():
-        if section_type == "body" and isinstance(doc, dict) and doc:
-            return doc
-    return None
-
-
 def _lsid(body: dict[str, Any]) -> Any:
     lsid = body.get("lsid")
     if not isinstance(lsid, dict) or "id" not in lsid:
@@ -394,7 +390,7 @@ def _error(code: int, code_name: str, message: str) -> dict[str, Any]:
     return {"ok": 0, "code": code, "codeName": code_name, "errmsg": message}
 
 
-def _no_such_transaction(lsid: Any, number: int, txn: _Transaction | None) -> dict[str, Any]:
+def _no_such_transaction(number: int, txn: _Transaction | None) -> dict[str, Any]:
     why = f" (rolled back: {txn.why})" if txn is not None and txn.why else ""
     answer = _error(
         NO_SUCH_TRANSACTION,
@@ -456,13 +452,13 @@ def _close_reader(database: Any) -> None:
         reader.close()
 
 
-def _on_snapshot(handler: NeoSQLiteHandler, func: Any, msg: Any, db_name: str) -> Any:
+def _on_snapshot(
+    handler: NeoSQLiteHandler, func: Any, msg: Any, body: dict[str, Any], db_name: str
+) -> Any:
     """Run a read with the database's read connection in place of its own (commands run one at
     a time on the loop: nothing else sees the swap). Without its session: nx-27017's sessions
     belong to one connection, and a read needs none."""
-    body = _body(msg)
-    if body is not None:
-        body.pop("lsid", None)
+    body.pop("lsid", None)
     database = handler.get_database(db_name)
     reader = _reader(database)
     conns = handler._conns
@@ -478,6 +474,13 @@ def _on_snapshot(handler: NeoSQLiteHandler, func: Any, msg: Any, db_name: str) -
 
 
 SCHEDULER = _Scheduler()
+
+
+def set_limits(idle_s: float, lifetime_s: float) -> None:
+    """Roll back a transaction idle for `idle_s`, or older than `lifetime_s` (the launcher's
+    --transaction-idle-s and --transaction-lifetime-s: dockflow's settings)."""
+    SCHEDULER.idle_s = idle_s
+    SCHEDULER.lifetime_s = lifetime_s
 
 
 class _ScheduledCommands:

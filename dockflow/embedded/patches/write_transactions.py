@@ -9,7 +9,8 @@ document fails alone (its write error), the others are written.
 Fix: a write command runs in one transaction. What a client sees is the same: commands run one
 at a time, a failing document still fails alone (SQLite undoes the statement, not the
 transaction), and the acknowledgement comes after the commit. Commands of a client's own
-transaction (`autocommit: false`) are left to nx-27017's session handling.
+transaction (`autocommit: false`) are left as they are: they run inside the SQLite transaction
+that `transactions` began for it.
 Pinned by tests/embedded/test_server.py `test_the_embedded_server_commits_a_write_command_once`.
 """
 
@@ -18,26 +19,24 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from nx_27017.handler import NeoSQLiteHandler, _msg_db_name
+from nx_27017.handler import NeoSQLiteHandler
 
-from dockflow.embedded.patches import collection_names
+from dockflow.embedded.patches import collection_names, command_body, database_name
 
 _WRITE_COMMANDS = frozenset({"insert", "update", "delete", "findAndModify", "findandmodify"})
 
 
-def _write_command(msg: Any) -> bool:
-    for section_type, doc in msg.get("sections") or ():
-        if section_type == "body" and isinstance(doc, dict) and doc:
-            return next(iter(doc)) in _WRITE_COMMANDS and "autocommit" not in doc
-    return False
+def _write_command(body: dict[str, Any] | None) -> bool:
+    return body is not None and next(iter(body)) in _WRITE_COMMANDS and "autocommit" not in body
 
 
 def _in_one_transaction(method: Any) -> Any:
     @functools.wraps(method)
     def run(self: Any, msg: Any) -> Any:
-        if not isinstance(msg, dict) or not _write_command(msg):
+        body = command_body(msg)
+        if body is None or not _write_command(body):
             return method(self, msg)
-        db_name = _msg_db_name(msg)
+        db_name = database_name(body)
         with self._lock_for(db_name):
             database = self.get_database(db_name)
             connection = database.db
