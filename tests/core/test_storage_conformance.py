@@ -855,7 +855,7 @@ async def test_ne_matches_a_missing_or_null_field_in_every_command(storage: Stor
 async def test_dotted_projections_shape_the_nested_fields_as_mongodb_does(storage: Storage):
     """A projection naming `parent.child` answers the field nested under its parent (each
     element's, through an array of subdocuments), whether it includes or excludes, in find,
-    find_one and find_one_and_update."""
+    find_one, find_one_and_update and an aggregation's $project."""
     await storage.shipments.insert_many(
         [
             {"_id": 1, "fields": {"bolNumber": "B1", "x": 2}, "y": 3},
@@ -905,4 +905,16 @@ async def test_dotted_projections_shape_the_nested_fields_as_mongodb_does(storag
         return_document=ReturnDocument.AFTER,
     )
     assert after == {"_id": 1, "fields": {"bolNumber": "B2"}}
-    # Not an aggregation's $project: nx-27017 compiles that to SQL, keeping `parent.child` flat.
+    projected = await (
+        await storage.shipments.aggregate(
+            [
+                {"$match": {"_id": {"$in": [1, 3]}}},
+                {"$sort": {"_id": 1}},
+                {"$project": {"a.b": 1, "fields.bolNumber": 1}},
+            ]
+        )
+    ).to_list()
+    assert projected == [
+        {"_id": 1, "fields": {"bolNumber": "B2"}},
+        {"_id": 3, "a": [{"b": 1}, {"b": 3}, {}]},
+    ]
