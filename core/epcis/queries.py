@@ -52,7 +52,7 @@ async def bols_of(storage: Storage, shipment_ids: Sequence[Any]) -> dict[Any, st
     found = dict.fromkeys(wanted) | {
         shipment["_id"]: ((shipment.get("fields") or {}).get("bolNumber") or None)
         for shipment in await storage.shipments.find(
-            {"_id": {"$in": wanted}}, {"fields": 1}
+            {"_id": {"$in": wanted}}, {"fields.bolNumber": 1}
         ).to_list()
     }
     return found

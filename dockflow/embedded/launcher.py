@@ -17,6 +17,7 @@ from dockflow.embedded.patches import (
     collection_names,
     date_pages,
     date_queries,
+    dotted_projection,
     exit_on_signal,
     id_order,
     indexed_equality,
@@ -41,6 +42,7 @@ PATCHES = (
     date_pages,  # likewise; its SQL compares dates as date_queries makes it
     logical_grouping,
     ne_missing,  # after date_queries, which wraps the same translator
+    dotted_projection,
     inline_commands,
     collection_names,
     missing_collections,

@@ -850,3 +850,71 @@ async def test_ne_matches_a_missing_or_null_field_in_every_command(storage: Stor
     deleted = await storage.webhook_deliveries.delete_many(not_delivering)
     assert deleted.deleted_count == 3
     assert [d["_id"] for d in await storage.webhook_deliveries.find({}).to_list()] == ["same"]
+
+
+async def test_dotted_projections_shape_the_nested_fields_as_mongodb_does(storage: Storage):
+    """A projection naming `parent.child` answers the field nested under its parent (each
+    element's, through an array of subdocuments), whether it includes or excludes, in find,
+    find_one, find_one_and_update and an aggregation's $project."""
+    await storage.shipments.insert_many(
+        [
+            {"_id": 1, "fields": {"bolNumber": "B1", "x": 2}, "y": 3},
+            {"_id": 2, "a": {"b": {"c": 1, "d": 2}, "e": 3}},
+            {"_id": 3, "a": [{"b": 1, "c": 2}, {"b": 3}, {"c": 4}, 5]},
+        ]
+    )
+    one = storage.shipments.find_one
+    assert await one({"_id": 1}, {"fields.bolNumber": 1}) == {
+        "_id": 1,
+        "fields": {"bolNumber": "B1"},
+    }
+    assert await one({"_id": 1}, {"fields.bolNumber": 1, "fields.x": 1}) == {
+        "_id": 1,
+        "fields": {"bolNumber": "B1", "x": 2},
+    }
+    assert await one({"_id": 1}, {"_id": 0, "fields.bolNumber": 1, "y": 1}) == {
+        "fields": {"bolNumber": "B1"},
+        "y": 3,
+    }
+    assert await one({"_id": 2}, {"a.b.c": 1}) == {"_id": 2, "a": {"b": {"c": 1}}}
+    # A missing child leaves its parent empty; a missing or non-document parent is left out.
+    assert await one({"_id": 1}, {"fields.nope": 1, "nope.x": 1, "y.z": 1}) == {
+        "_id": 1,
+        "fields": {},
+    }
+    # Through an array: each subdocument keeps the child (or nothing); other elements go.
+    assert await one({"_id": 3}, {"a.b": 1}) == {"_id": 3, "a": [{"b": 1}, {"b": 3}, {}]}
+
+    assert await one({"_id": 1}, {"fields.x": 0}) == {
+        "_id": 1,
+        "fields": {"bolNumber": "B1"},
+        "y": 3,
+    }
+    assert await one({"_id": 1}, {"_id": 0, "fields.x": 0, "y": 0}) == {
+        "fields": {"bolNumber": "B1"}
+    }
+    assert await one({"_id": 2}, {"a.b.d": 0, "a.e": 0}) == {"_id": 2, "a": {"b": {"c": 1}}}
+    assert await one({"_id": 3}, {"a.c": 0}) == {"_id": 3, "a": [{"b": 1}, {"b": 3}, {}, 5]}
+
+    found = await storage.shipments.find({}, {"_id": 0, "a.b": 1}).sort("_id", 1).to_list()
+    assert found == [{}, {"a": {"b": {"c": 1, "d": 2}}}, {"a": [{"b": 1}, {"b": 3}, {}]}]
+    after = await storage.shipments.find_one_and_update(
+        {"_id": 1},
+        {"$set": {"fields.bolNumber": "B2"}},
+        projection={"fields.bolNumber": 1},
+        return_document=ReturnDocument.AFTER,
+    )
+    assert after == {"_id": 1, "fields": {"bolNumber": "B2"}}
+    projected = await (
+        await storage.shipments.aggregate(
+            [
+                {"$match": {"_id": {"$in": [1, 3]}}},
+                {"$sort": {"_id": 1}},
+                {"$project": {"a.b": 1, "fields.bolNumber": 1}},
+            ]
+        )
+    ).to_list()
+    assert projected == [
+        {"_id": 1, "fields": {"bolNumber": "B2"}},
+        {"_id": 3, "a": [{"b": 1}, {"b": 3}, {}]},
+    ]
