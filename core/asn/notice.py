@@ -33,6 +33,11 @@ from core.tenancy import gs1_identities
 
 OUTBOUND = "OUTBOUND"
 MAX_PALLETS = 2_000  # a trailer holds a few dozen; past this the shipment is no load
+MAX_READINGS = 4 * MAX_PALLETS  # readings of its pallets, loads and take-offs counted
+MAX_ITEMS = 10_000  # order items of one shipment a notice reads: five lines a pallet
+MAX_ORDERS = 1_000  # orders of one shipment (one document holds at most as many)
+# The rows one notice reads at most: what the GraphQL cost budget charges a `Shipment.asn`.
+NOTICE_READS = MAX_READINGS + MAX_ITEMS + MAX_ORDERS + 4  # and the shipment, site, partner
 # Customer fields (additionalFields) read for references the document has no field of.
 PRO_FIELDS = ("pronumber", "pro")
 SCAC_FIELDS = ("scac", "carrierscac")
@@ -227,20 +232,30 @@ async def build_notice(storage: Storage, shipment: Doc) -> ShipNotice:
     shipment_id = int(shipment["_id"])
     business, facility = shipment["business"], shipment["facility"]
     readings = (
-        await storage.pallets.find({"shipment_id": shipment_id})
-        .limit(4 * MAX_PALLETS + 1)
-        .to_list()
+        await storage.pallets.find({"shipment_id": shipment_id}).limit(MAX_READINGS + 1).to_list()
     )
     loaded = on_trailer(readings)
     if not loaded:  # an ASN of nothing would tell the retailer an empty trailer is coming
         raise Conflict(f"shipment {shipment_id} has no pallet on its trailer: no ASN to send")
-    if len(loaded) > MAX_PALLETS:
+    if len(loaded) > MAX_PALLETS or len(readings) > MAX_READINGS:
         raise Conflict(f"shipment {shipment_id} has more than {MAX_PALLETS} pallets")
-    items = await storage.order_items.find({"shipment_id": shipment_id}).sort("seq").to_list()
-    orders = {
-        str(o["_id"]): str(o["number"])
-        for o in await storage.orders.find({"shipment_id": shipment_id}, {"number": 1}).to_list()
-    }
+    items = (
+        await storage.order_items.find({"shipment_id": shipment_id})
+        .sort("seq")
+        .limit(MAX_ITEMS + 1)
+        .to_list()
+    )
+    found = (
+        await storage.orders.find({"shipment_id": shipment_id}, {"number": 1})
+        .limit(MAX_ORDERS + 1)
+        .to_list()
+    )
+    if len(items) > MAX_ITEMS or len(found) > MAX_ORDERS:
+        raise Conflict(
+            f"shipment {shipment_id} has more than {MAX_ORDERS} orders or {MAX_ITEMS} items: "
+            "more than one ASN holds"
+        )
+    orders = {str(o["_id"]): str(o["number"]) for o in found}
     pallets, missing = [], []
     for index, pallet in enumerate(loaded):
         sscc = sscc_of(pallet)

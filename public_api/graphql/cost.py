@@ -9,7 +9,7 @@ count as given). It is the `first` argument, or the `first` of an input object a
 that is null, the field's default page (`LIST_SIZES`); a list without `first` holds at most
 `LIST_SIZES` items, else is taken to hold `graphql_cost_list_size`. A field that also reads rows
 it does not return (a shipment's LPN progress, a pallet's EPCIS event) is charged those rows
-(`PARENT_LOADS`).
+(`PARENT_LOADS`); so is each ASN, whatever is selected of it (`OBJECT_LOADS`).
 
 30 aliases of `pushMessages(first: 10000)` cost 300,000 and are refused with
 `extensions.code: QUERY_TOO_COSTLY`, a `first` out of its list's bounds (the readers' own,
@@ -51,6 +51,7 @@ from graphql.execution.values import VariableValues, get_argument_values, get_va
 from graphql.type.introspection import SchemaMetaFieldDef, TypeMetaFieldDef, TypeNameMetaFieldDef
 from strawberry.extensions import SchemaExtension
 
+from core.asn import notice as asn_notice
 from core.epcis import queries as epcis_queries
 from core.exceptions import queries as exception_queries
 from core.feed import reader
@@ -94,6 +95,10 @@ PARENT_LOADS: dict[str, tuple[frozenset[str], int]] = {
     ),
     "Pallet": (frozenset({"Pallet.epcisEvent"}), epcis_queries.EVENT_READS),
 }
+
+# Rows read for every object of a type, whatever is selected under it: a shipment's ASN is
+# built whole from its readings, orders and items (`core.asn.notice`), at most this many.
+OBJECT_LOADS: dict[str, int] = {"ShipmentAsn": asn_notice.NOTICE_READS}
 
 
 @dataclass(frozen=True)
@@ -202,7 +207,8 @@ class _Estimator:
                 continue
             under = self.cost(node.selection_set, named, root=False, path=path)
             selected |= under.selected
-            total += size * (1 + under.cost + self._parent_loads(named, under.selected))
+            loads = self._parent_loads(named, under.selected) + OBJECT_LOADS.get(named.name, 0)
+            total += size * (1 + under.cost + loads)
         return _Subtree(total, frozenset(selected))
 
     @staticmethod

@@ -6,7 +6,7 @@ loaders (`public_api.graphql.loaders`), each list cut to its `first`."""
 
 import datetime as dt
 from enum import Enum
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
 import strawberry
 from strawberry.file_uploads import Upload
@@ -14,6 +14,8 @@ from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from core import urls
+from core.asn import notice as asn_notice
+from core.asn import partners
 from core.epcis import queries as epcis_queries
 from core.exceptions import client as exception_client
 from core.exceptions import queries as exception_queries
@@ -29,10 +31,12 @@ from core.reads import shipment_queries
 from core.settings import Settings
 from core.shipments.lifecycle import ShipmentStatus
 from core.storage import Doc
+from public_api.graphql.asn import AsnFormat, ShipmentAsn, asn_of
 from public_api.graphql.context import GraphQLContext, settings_of
 from public_api.graphql.loaders import ReadLoaders
 
 GQLInfo = Info[GraphQLContext, None]
+X12_VERSION = f"One of {', '.join(partners.X12_VERSIONS)}; null: the trading partner's."
 
 
 strawberry.enum(ShipmentStatus)  # core's statuses, as GraphQL names them
@@ -420,6 +424,20 @@ class Shipment:
     ) -> list[ShipmentDocument]:
         docs = await self.loaders.documents.load((self.id, first))
         return [ShipmentDocument.from_doc(d, settings_of(info)) for d in docs]
+
+    @strawberry.field(
+        description="Its advance ship notice (docs/asn.md): the bytes GET "
+        "/shipments/{id}/asn answers. Errors as REST's refusals: NOT_FOUND, reason CONFLICT "
+        "(inbound, or a pallet lacking an SSCC or a PO, each named), reason VALIDATION_FAILED "
+        f"(no trading-partner profile). Charged {asn_notice.NOTICE_READS} rows a shipment."
+    )
+    async def asn(
+        self,
+        info: GQLInfo,
+        format: AsnFormat = AsnFormat.X12_856,
+        x12_version: Annotated[str | None, strawberry.argument(description=X12_VERSION)] = None,
+    ) -> ShipmentAsn:
+        return await asn_of(info.context, self.id, format, x12_version)
 
     @strawberry.field(description="Ids of the shipments linked to this one.")
     async def linked_from(self, info: GQLInfo) -> list[int]:

@@ -15,6 +15,7 @@ from strawberry.types import Info
 from core.auth.crypto import SecretBox
 from core.outbox import client_endpoints
 from core.outbox.webhook_endpoints import MAX_KEEP_PREVIOUS_S, WebhookEndpoint
+from public_api.graphql.asn import AsnFormat
 from public_api.graphql.context import GraphQLContext
 
 GQLInfo = Info[GraphQLContext, None]
@@ -45,12 +46,6 @@ class WebhookEndpointKind(Enum):
     ASN = "ASN"
 
 
-@strawberry.enum(description="The EDI document an ASN endpoint receives.")
-class WebhookAsnFormat(Enum):
-    X12_856 = "x12-856"
-    EDIFACT_DESADV = "edifact-desadv"
-
-
 @strawberry.enum
 class WebhookAuthScheme(Enum):
     NONE = "NONE"
@@ -79,7 +74,7 @@ class WebhookEndpointType:
     url: str = strawberry.field(description="The base URL; routes are added to it.")
     facility_slug: str | None = strawberry.field(description="null: every facility.")
     kind: WebhookEndpointKind
-    asn_format: WebhookAsnFormat | None = strawberry.field(description="ASN endpoints only.")
+    asn_format: AsnFormat | None = strawberry.field(description="ASN endpoints only.")
     events: list[WebhookEvent]
     auth: WebhookAuth
     enabled: bool
@@ -98,7 +93,7 @@ class WebhookEndpointType:
             url=endpoint.base_url,
             facility_slug=endpoint.facility,
             kind=WebhookEndpointKind(endpoint.kind),
-            asn_format=WebhookAsnFormat(endpoint.asn_format) if endpoint.asn_format else None,
+            asn_format=AsnFormat(endpoint.asn_format) if endpoint.asn_format else None,
             events=[WebhookEvent(e) for e in endpoint.events],
             auth=WebhookAuth(
                 scheme=WebhookAuthScheme(kind.upper()),
@@ -148,7 +143,7 @@ class CreateWebhookEndpointInput:
         "EPCIS: PALLET_EVENT and SHIPMENT_COMPLETE, the only ones it takes; ASN: "
         "SHIPMENT_COMPLETE, the only one it takes).",
     )
-    asn_format: WebhookAsnFormat | None = strawberry.field(
+    asn_format: AsnFormat | None = strawberry.field(
         default=None, description="ASN endpoints only; null: X12_856."
     )
     auth: WebhookAuthInput | None = None
@@ -166,7 +161,7 @@ class UpdateWebhookEndpointInput:
         default=None, description="Another kind without events takes that kind's default."
     )
     events: list[WebhookEvent] | None = None
-    asn_format: WebhookAsnFormat | None = strawberry.field(
+    asn_format: AsnFormat | None = strawberry.field(
         default=None, description="ASN endpoints only; null: kept while the kind stays."
     )
     auth: WebhookAuthInput | None = None

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from core.asn import issue, partners
+from core.asn import issue, notice, partners
 from core.auth.access import Principal
 from core.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from core.pallets.ingest import Label, Reading, record_pallets
@@ -254,6 +254,26 @@ async def test_a_trailer_with_no_pallet_on_it_has_no_asn(
 
     with pytest.raises(Conflict, match="no pallet on its trailer"):
         await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
+
+
+@pytest.mark.parametrize(
+    ("bound", "most"), [("MAX_READINGS", 3), ("MAX_ITEMS", 2), ("MAX_ORDERS", 1)]
+)
+async def test_a_shipment_past_what_one_notice_reads_is_refused_not_cut(
+    storage: Storage,
+    settings: Settings,
+    tenant: Tenant,
+    monkeypatch: pytest.MonkeyPatch,
+    bound: str,
+    most: int,
+):
+    # The loaded shipment has 4 readings, 3 order items and 2 orders: each one past its bound.
+    loaded = await load_shipment(storage, settings, tenant)
+    monkeypatch.setattr(notice, bound, most)
+
+    with pytest.raises(Conflict, match="more than"):
+        await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
+    assert await storage.ship_notices.count_documents({}) == 0
 
 
 async def test_no_partner_profile_no_access_and_inbound_are_refused(

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from core.asn import issue
 from core.exceptions import codes
 from core.feed import catalog
 from core.shipments import lifecycle
@@ -23,6 +24,8 @@ CORE_VALUES: dict[str, tuple[str, ...]] = {
     "ExceptionPriority": tuple(p.value for p in codes.ExceptionPriority),
     "ExceptionActorKind": tuple(a.value for a in codes.ExceptionActorKind),
     "MessageType": catalog.MESSAGE_TYPES,
+    # Shipment.asn and the ASN endpoints share it; its name is the one endpoints gave it.
+    "WebhookAsnFormat": tuple(f.name for f in issue.AsnFormat),
 }
 
 
