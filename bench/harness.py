@@ -108,6 +108,7 @@ async def running_server(
             # One client token opens every subscriber of the fan-out benchmarks, all at once.
             "DOCKFLOW_GRAPHQL_MAX_CONNECTIONS_PER_CLIENT": "100000",
             "DOCKFLOW_GRAPHQL_MAX_PENDING_CONNECTIONS": "100000",
+            "DOCKFLOW_GRAPHQL_MAX_PENDING_CONNECTIONS_PER_SOURCE": "100000",
             **(extra_env or {}),
         }
         command_log = Path(tmp) / "commands.bson" if record_commands else None
@@ -191,30 +192,41 @@ async def make_tenant(
     server: Server, docks: int = 8, webhook_url: str | None = None
 ) -> BenchTenant:
     """Create a business, facility, client and one camera per dock through core functions."""
+    return (await make_tenants(server, ["bench"], docks, webhook_url))[0]
+
+
+async def make_tenants(
+    server: Server, businesses: list[str], docks: int = 1, webhook_url: str | None = None
+) -> list[BenchTenant]:
+    """`make_tenant` for each of `businesses` (slugs), on one connection to the database."""
     from core.auth.crypto import SecretBox
     from core.outbox.webhook_endpoints import create_endpoint
 
     settings = server.settings()
     dock_slugs = [f"D{i + 1}" for i in range(docks)]
+    made = []
     async with open_services(settings) as services:
         storage = services.storage
-        await tenants.create_business(storage, "bench", "Bench Co")
-        await tenants.create_facility(
-            storage, "bench", "dc1", docks=dock_slugs,
-            label_fields=[LabelFieldMapping("lpn", "licensePlate"),
-                          LabelFieldMapping("sku", "skus", multiple=True)],
-        )  # fmt: skip
-        client = await tenants.create_client(storage, "bench")
-        token = (await services.tokens.issue(client.entity)).access_token
-        cameras = [
-            (await tenants.create_camera(storage, "bench", "dc1", dock=d)).secret
-            for d in dock_slugs
-        ]
-        if webhook_url:
-            await create_endpoint(storage, SecretBox(settings), "bench", webhook_url)
-    return BenchTenant(
-        "bench", "dc1", dock_slugs, client.entity.client_id, client.secret, token, cameras
-    )
+        for business in businesses:
+            await tenants.create_business(storage, business, f"{business.title()} Co")
+            await tenants.create_facility(
+                storage, business, "dc1", docks=dock_slugs,
+                label_fields=[LabelFieldMapping("lpn", "licensePlate"),
+                              LabelFieldMapping("sku", "skus", multiple=True)],
+            )  # fmt: skip
+            client = await tenants.create_client(storage, business)
+            token = (await services.tokens.issue(client.entity)).access_token
+            cameras = [
+                (await tenants.create_camera(storage, business, "dc1", dock=d)).secret
+                for d in dock_slugs
+            ]
+            if webhook_url:
+                await create_endpoint(storage, SecretBox(settings), business, webhook_url)
+            client_id = client.entity.client_id
+            made.append(
+                BenchTenant(business, "dc1", dock_slugs, client_id, client.secret, token, cameras)
+            )
+    return made
 
 
 def rss_mb(pid: int) -> float:

@@ -179,7 +179,10 @@ async def measure_limit(duration: float, count: int) -> dict[str, Any]:
         try:
             port = int((await process.stdout.readline()).decode())
             base = f"http://127.0.0.1:{port}"
-            async with aiohttp.ClientSession() as session:
+            # No pool limit: the subscribers' sockets must not take every slot the POSTs need
+            # (aiohttp's default pool is 100 connections, the subscribers of 100 businesses).
+            connector = aiohttp.TCPConnector(limit=0)
+            async with aiohttp.ClientSession(connector=connector) as session:
                 subs = [
                     bare_subscriber(session, f"{base}/ws", arrivals.on_subscriber)
                     for _ in range(count)

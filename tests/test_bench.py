@@ -18,10 +18,12 @@ from pymongo import AsyncMongoClient
 pytestmark = pytest.mark.timeout(120)
 
 
-def run_bench(scenario: str, mongodb_url: str | None = None) -> dict[str, str]:
+def run_bench(
+    scenario: str, mongodb_url: str | None = None, options: tuple[str, ...] = ()
+) -> dict[str, str]:
     env = {**os.environ, "DOCKFLOW_MONGODB_URL": mongodb_url} if mongodb_url else None
     result = subprocess.run(
-        [sys.executable, "-m", "dockflow", "bench", scenario, "--size", "tiny"],
+        [sys.executable, "-m", "dockflow", "bench", scenario, "--size", "tiny", *options],
         capture_output=True,
         text=True,
         timeout=110,
@@ -53,6 +55,19 @@ def test_ingest_latency_tiny() -> None:
     assert readings == 200
     assert int(figures["sub_deliveries"]) == readings * subscribers
     assert int(figures["hook_deliveries"]) == readings
+
+
+def test_ingest_latency_with_a_stalled_writer_tiny() -> None:
+    figures = run_bench("ingest-latency", options=("--businesses", "3", "--stall-s", "0.5"))
+    assert set(figures) >= {
+        "others_calm_p99_ms", "others_stall_p99_ms", "others_ratio", "stalled_p99_ms",
+        "limit_sub_p99_ms",
+    }  # fmt: skip
+    # Every reading of both windows reached its business's subscriber, the stalled one's too.
+    for window in ("calm", "stall"):
+        assert int(figures[f"{window}_readings"]) == 300
+        assert int(figures[f"{window}_arrived"]) == 300
+    assert figures["errors"] == "0"
 
 
 def test_intake_tiny() -> None:

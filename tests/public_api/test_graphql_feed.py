@@ -13,6 +13,7 @@ from gql import Client, GraphQLRequest
 from gql.transport.exceptions import TransportQueryError
 from gql.transport.websockets import WebsocketsTransport
 
+from core.settings import Settings
 from core.storage import Storage
 from tests.factories import Tenant
 from tests.public_api.graphql_support import (
@@ -332,3 +333,25 @@ async def test_the_gql_client_subscribes_in_both_protocols(
     assert [m["id"] for m in received] == written.shown_ids
     assert forbidden.value.errors is not None
     assert forbidden.value.errors[0]["extensions"]["code"] == "FORBIDDEN"
+
+
+async def test_a_subscription_without_after_id_starts_for_a_business_nothing_followed(
+    api: TestClient[Any, Any], other_tenant: Tenant, storage: Storage, settings: Settings
+):
+    # globex has published before, so its sequence exists; nothing in the server has read its
+    # feed since (no page, no subscriber): the subscription is the first to ask for it.
+    ws = await WsSession.open(api)
+    await ws.init({"Authorization": f"Bearer {other_tenant.token}"})
+    await ws.subscribe("1", SUBSCRIPTION, {"filter": {"businessSlug": "globex"}})
+    await asyncio.sleep(0.3)  # subscribed before the message commits
+
+    # Written by another process's connection: the server's hub finds it only by following.
+    writer = await Storage.connect(settings.mongodb_url or "", settings.mongodb_db)
+    try:
+        written = await produce(writer, business="globex", facility="hub")
+    finally:
+        await writer.close()
+    message = await ws.next_data("1")
+    await ws.close()
+
+    assert message["data"]["pushMessage"]["id"] == written.shown_ids[0]
