@@ -105,14 +105,14 @@ def _refusal(error: DockflowError) -> str:
 
 def _outgoing(claim: Claim, document: Doc) -> Outgoing:
     """The request of a kept document: the same bytes and `webhook-id` every time."""
-    body = str(document["text"]).encode()
     number = int(document["control_number"])
     format = str(document["format"])
+    body = str(document["text"]).encode(issue.CHARSETS[format])
     digest = hashlib.sha256(body).hexdigest()[:24]
     return Outgoing(
         (claim,),
         body=body,
-        content_type=issue.CONTENT_TYPES[format],
+        content_type=f"{issue.CONTENT_TYPES[format]}; charset={issue.CHARSETS[format]}",
         headers={
             "Dockflow-ASN-Control-Number": str(number),
             "Dockflow-ASN-Purpose": "replace" if document.get("replaces") else "original",

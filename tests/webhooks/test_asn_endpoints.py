@@ -126,7 +126,7 @@ async def test_readings_complete_a_shipment_and_its_asn_reaches_the_asn_endpoint
 
         [sent] = receiver.requests
         assert sent.path == "/asn"
-        assert sent.headers["Content-Type"] == "application/edi-x12"
+        assert sent.headers["Content-Type"] == "application/edi-x12; charset=us-ascii"
         Webhook(created.secret).verify(sent.body, sent.headers, json_parse=False)  # signed
         text = sent.body.decode()
         parse_856(text)
@@ -265,7 +265,7 @@ async def test_an_edifact_endpoint_receives_the_desadv(
     await wait_until(lambda: len(receiver.requests) == 1)
 
     [sent] = receiver.requests
-    assert sent.headers["Content-Type"] == "application/edifact"
+    assert sent.headers["Content-Type"] == "application/edifact; charset=iso-8859-1"
     Webhook(created.secret).verify(sent.body, sent.headers, json_parse=False)
     exchange = parse_desadv(sent.body.decode())
     assert [s.elements[1] for s in exchange.segments if s.tag == "GIN"] == [SSCC_1, SSCC_3]
