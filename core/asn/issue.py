@@ -136,7 +136,7 @@ async def _envelope(
     if not ship_notice.complete:
         return Envelope(PREVIEW_CONTROL_NUMBER, now)
     key = f"{ship_notice.shipment_id}:{kind}"
-    digest = ship_notice.digest()
+    digest = await asyncio.to_thread(ship_notice.digest)
     for _ in range(ISSUE_TRIES):
         stored = await storage.ship_notices.find_one({"_id": key})
         if stored is not None and stored["digest"] == digest:

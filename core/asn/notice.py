@@ -21,9 +21,10 @@ not one.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime
 from typing import Any
@@ -38,7 +39,7 @@ from core.tenancy import gs1_identities
 OUTBOUND = "OUTBOUND"
 MAX_PALLETS = 2_000  # a trailer holds a few dozen; past this the shipment is no load
 MAX_READINGS = 4 * MAX_PALLETS  # loads, take-offs and re-reads of those pallets
-MAX_ITEMS = 20_000  # order items of one shipment read for its notice
+MAX_ITEMS = 50_000  # order items of one shipment read for its notice (25 lines a pallet)
 # Customer fields (additionalFields) read for references the document has no field of.
 PRO_FIELDS = ("pronumber", "pro")
 SCAC_FIELDS = ("scac", "carrierscac")
@@ -254,6 +255,38 @@ async def find_shipment(storage: Storage, principal: Principal, shipment_id: int
     return shipment
 
 
+def _pallet_notices(
+    shipment_id: int, loaded: Sequence[Doc], items: Sequence[Doc], orders: dict[str, str]
+) -> list[PalletNotice]:
+    """Each loaded pallet with its SSCC and contents, or `Conflict` naming each that lacks
+    what an ASN needs."""
+    by_lpn = items_by_lpn(items)
+    pallets, missing = [], []
+    for index, pallet in enumerate(loaded):
+        sscc = sscc_of(pallet)
+        lines = _lines(pallet, by_lpn, orders)
+        what = f"pallet {pallet['_id']} ({', '.join(pallet.get('lpns') or []) or 'no LPN'})"
+        if sscc is None:
+            missing.append(FieldError(f"pallets[{index}]", f"{what} has no SSCC"))
+        elif not lines:
+            missing.append(
+                FieldError(f"pallets[{index}]", f"{what} matches no order item and no PO")
+            )
+        else:
+            pallets.append(
+                PalletNotice(
+                    sscc, pallet["occurred_at"], str(pallet.get("dock") or ""), tuple(lines)
+                )
+            )
+    if missing:
+        raise Conflict(
+            f"shipment {shipment_id} cannot have an ASN yet: "
+            + "; ".join(error.detail for error in missing),
+            errors=missing,
+        )
+    return pallets
+
+
 async def build_notice(storage: Storage, shipment: Doc) -> ShipNotice:
     """The notice of an outbound shipment from its records, or `Conflict` naming each pallet
     that lacks what an ASN needs."""
@@ -283,36 +316,14 @@ async def build_notice(storage: Storage, shipment: Doc) -> ShipNotice:
             f"shipment {shipment_id} has more than {MAX_ITEMS} order items: more than one ASN "
             "is built from"
         )
-    by_lpn = items_by_lpn(items)
     orders = {
         str(o["_id"]): str(o["number"])
         for o in await storage.orders.find({"shipment_id": shipment_id}, {"number": 1})
         .limit(MAX_ITEMS)
         .to_list()
     }
-    pallets, missing = [], []
-    for index, pallet in enumerate(loaded):
-        sscc = sscc_of(pallet)
-        lines = _lines(pallet, by_lpn, orders)
-        what = f"pallet {pallet['_id']} ({', '.join(pallet.get('lpns') or []) or 'no LPN'})"
-        if sscc is None:
-            missing.append(FieldError(f"pallets[{index}]", f"{what} has no SSCC"))
-        elif not lines:
-            missing.append(
-                FieldError(f"pallets[{index}]", f"{what} matches no order item and no PO")
-            )
-        else:
-            pallets.append(
-                PalletNotice(
-                    sscc, pallet["occurred_at"], str(pallet.get("dock") or ""), tuple(lines)
-                )
-            )
-    if missing:
-        raise Conflict(
-            f"shipment {shipment_id} cannot have an ASN yet: "
-            + "; ".join(error.detail for error in missing),
-            errors=missing,
-        )
+    # thousands of pallets and lines are a while of work: not on the event loop
+    pallets = await asyncio.to_thread(_pallet_notices, shipment_id, loaded, items, orders)
     identities = await gs1_identities.identities_of(storage, business, facility)
     facility_doc = await storage.facilities.find_one(
         {"business": business, "slug": facility}, {"name": 1}

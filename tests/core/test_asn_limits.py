@@ -190,7 +190,7 @@ def test_an_edifact_qualifier_not_given_is_a_gln_s_when_the_id_is_one():
     assert (chosen.edifact_sender_qualifier, chosen.edifact_receiver_qualifier) == ("14", "ZZZ")
 
 
-async def test_more_readings_than_a_notice_is_built_from_are_refused_never_cut(
+async def test_more_readings_or_items_than_a_notice_is_built_from_are_refused_never_cut(
     storage: Storage, settings: Settings, tenant: Tenant, monkeypatch: pytest.MonkeyPatch
 ):
     loaded = await load_shipment(storage, settings, tenant)  # four readings, one a take-off
@@ -200,6 +200,11 @@ async def test_more_readings_than_a_notice_is_built_from_are_refused_never_cut(
         await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
 
     monkeypatch.setattr(notice, "MAX_READINGS", 4)
+    monkeypatch.setattr(notice, "MAX_ITEMS", 2)  # the shipment's orders hold three items
+    with pytest.raises(PayloadTooLarge, match="more than 2 order items"):
+        await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
+
+    monkeypatch.setattr(notice, "MAX_ITEMS", 3)
     parse_856((await issue.asn_for(storage, loaded.principal, loaded.shipment_id)).text)
 
 
