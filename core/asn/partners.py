@@ -93,6 +93,13 @@ def check_partner(partner: TradingPartner) -> TradingPartner:
             bad(name, f"must be {low}-15 characters" + ("" if low == 1 else " (or empty)"))
         elif set(value) - ID_CHARACTERS:
             bad(name, "may hold letters, digits, spaces and - . ( ) / & , only")
+    for name, id_name in (
+        ("application_sender", "sender_id"),
+        ("application_receiver", "receiver_id"),
+    ):
+        stand_in = getattr(partner, id_name)
+        if not getattr(partner, name) and len(stand_in.strip()) == 1:
+            bad(name, f"GS02/GS03 take 2-15 characters: {id_name} is too short to stand in")
     for name in ("sender_qualifier", "receiver_qualifier"):
         if getattr(partner, name) not in ISA_QUALIFIERS:
             bad(name, "must be an X12 ID qualifier (two characters: ZZ, 01, 08, 12, 14, ...)")

@@ -287,12 +287,12 @@ async def test_no_partner_profile_no_access_and_inbound_are_refused(
 @pytest.mark.parametrize(
     ("values", "field"),
     [
-        ({"sender_id": "", "receiver_id": "R"}, "sender_id"),
-        ({"sender_id": "S" * 16, "receiver_id": "R"}, "sender_id"),
-        ({"sender_id": "S*1", "receiver_id": "R"}, "sender_id"),
-        ({"sender_id": "S", "receiver_id": "R", "usage": "X"}, "usage"),
-        ({"sender_id": "S", "receiver_id": "R", "segment_terminator": "*"}, "separators"),
-        ({"sender_id": "S", "receiver_id": "R", "x12_version": "003040"}, "x12_version"),
+        ({"sender_id": "", "receiver_id": "R1"}, "sender_id"),
+        ({"sender_id": "S" * 16, "receiver_id": "R1"}, "sender_id"),
+        ({"sender_id": "S1*", "receiver_id": "R1"}, "sender_id"),
+        ({"sender_id": "S1", "receiver_id": "R1", "usage": "X"}, "usage"),
+        ({"sender_id": "S1", "receiver_id": "R1", "segment_terminator": "*"}, "separators"),
+        ({"sender_id": "S1", "receiver_id": "R1", "x12_version": "003040"}, "x12_version"),
     ],
 )
 async def test_a_profile_that_cannot_be_sent_is_refused_by_field(

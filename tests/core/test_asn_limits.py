@@ -166,6 +166,7 @@ def test_quantities_a_unit_cannot_carry_or_too_long_are_refused(
         ({"sender_qualifier": "ÄÖ"}, "sender_qualifier"),
         ({"application_sender": "A"}, "application_sender"),
         ({"application_receiver": "R" * 16}, "application_receiver"),
+        ({"sender_id": "A"}, "application_sender"),  # GS02 would be one character
         ({"edifact_sender_qualifier": "14"}, "edifact_sender_qualifier"),  # S is no GLN
         ({"receiver_id": "0614141000028"}, "edifact_receiver_qualifier"),  # check digit wrong
         ({"edifact_receiver_qualifier": "1é"}, "edifact_receiver_qualifier"),
