@@ -320,3 +320,32 @@ async def test_graphql_sets_an_asn_endpoints_format_and_refuses_it_on_another_ki
         "events of a ASN endpoint must be among SHIPMENT_COMPLETE"
         in (events["errors"][0]["message"])
     )
+
+
+async def test_a_kept_document_its_charset_cannot_carry_settles_unsent(
+    storage: Storage,
+    services: Any,
+    settings: Any,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Any,
+    start_worker: StartWorker,
+):
+    created = await make_endpoint(services, tenant, receiver.base_url + "/asn", kind="ASN")
+    endpoint_id = endpoint_of(created).endpoint_id
+    await load_shipment(storage, settings, tenant, partner=False)
+    await start_worker(fast_settings())
+    await wait_until(lambda: all_finished(storage))
+    [done] = await deliveries_of(storage, endpoint_id=endpoint_id)
+    # a document kept before the charset was enforced: a euro sign UNOC cannot carry
+    kept = {"format": "edifact-desadv", "text": "RFF+BM:BOL-€'", "control_number": 5}
+    await storage.webhook_deliveries.update_one(
+        {"_id": done["_id"]}, {"$set": {asn_sends.DOCUMENT_FIELD: {**kept, "shipment_id": 1}}}
+    )
+
+    await deliveries.resend_delivery(storage, done["_id"])
+    await wait_until(lambda: all_finished(storage))
+
+    assert receiver.requests == []
+    [again] = await deliveries_of(storage, endpoint_id=endpoint_id)
+    assert again["not_sent"] == asn_sends.NOT_ENCODABLE
