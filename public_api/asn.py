@@ -2,8 +2,10 @@
 and ``GET /shipments/{id}/proof``: its proof of load as JSON, or as a PDF when asked for
 (``?format=pdf`` or ``Accept: application/pdf``) (docs/asn.md). Translation only:
 authenticate (the same bearer tokens and scopes as the rest of the API), read the parameters,
-answer what `core.asn` made. Another business's shipment is 404; a refusal (a pallet without an
-SSCC, no trading-partner profile) leaves as problem+json through the middleware."""
+answer what `core.asn` made, as bytes in the charset its syntax declares (the DESADV's UNOC is
+ISO 8859-1, X12 ASCII), named in the Content-Type. Another business's shipment is 404; a
+refusal (a pallet without an SSCC, no trading-partner profile, a value its element cannot
+carry) leaves as problem+json through the middleware."""
 
 from __future__ import annotations
 
@@ -47,8 +49,9 @@ async def get_asn(request: web.Request) -> web.Response:
         x12_version=request.query.get("version"),
     )
     return web.Response(
-        text=document.text,
+        body=document.encoded(),
         content_type=document.content_type,
+        charset=document.charset,
         headers={
             "Content-Disposition": f'attachment; filename="{document.filename}"',
             CONTROL_NUMBER_HEADER: str(document.control_number),
@@ -235,8 +238,15 @@ def openapi_operation(problem_ref: dict[str, Any]) -> dict[str, Any]:
                 "description": "Inbound, or a pallet lacks an SSCC or a PO (each named).",
                 "content": problem,
             },
+            "413": {
+                "description": "More readings or order items than one ASN is built from.",
+                "content": problem,
+            },
             "422": {
-                "description": "The business has no trading-partner profile.",
+                "description": (
+                    "No trading-partner profile, or a value its element or the syntax's "
+                    "character set cannot carry (the element and its limit named)."
+                ),
                 "content": problem,
             },
         },

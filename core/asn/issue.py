@@ -4,13 +4,16 @@ A completed shipment's ASN is issued once per format and content: the control nu
 creation time it first got are kept (`ship_notices`), so asking again (a download, a resend)
 gives the same interchange, byte for byte. When what was loaded changed after it was issued (an
 operator's correction), the next ASN takes a new control number and is a replacement (X12
-BSN01 05, DESADV BGM function 5). A shipment still loading gets an ASN marked in progress,
-with a fresh control number each time (never kept: it is a preview, and no two interchanges may
-share a number).
+BSN01 05, DESADV BGM function 5). A shipment still loading gets an ASN marked in progress
+with the fixed control number `PREVIEW_CONTROL_NUMBER` (0): a preview is not sent to the
+partner, so it takes no number of the partner's sequence, and 0 is one the sequence never
+gives (it starts at 1). The document is laid out off the event loop: a large load takes a
+while to write, and other requests should not wait for it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,8 +43,11 @@ EDIFACT_DESADV: Final = AsnFormat.EDIFACT_DESADV.value
 Writer = Callable[[ShipNotice, TradingPartner, Envelope], str]
 WRITERS: dict[str, Writer] = {X12_856: x12.interchange, EDIFACT_DESADV: desadv.interchange}
 CONTENT_TYPES = {X12_856: "application/edi-x12", EDIFACT_DESADV: "application/edifact"}
+# The documents' encodings, as Content-Type charsets (and Python codec names).
+CHARSETS = {X12_856: "us-ascii", EDIFACT_DESADV: desadv.ENCODING}
 EXTENSIONS = {X12_856: "x12", EDIFACT_DESADV: "edi"}
 ISSUE_TRIES = 3  # a racing issuer wins at most twice in a row
+PREVIEW_CONTROL_NUMBER = 0  # every in-progress preview's: never one of the partner's sequence
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,15 @@ class AsnDocument:
     @property
     def content_type(self) -> str:
         return CONTENT_TYPES[self.format]
+
+    @property
+    def charset(self) -> str:
+        """The encoding of the document's bytes: what its syntax declares (UNOC: ISO 8859-1;
+        X12: ASCII, which the writer holds every value to)."""
+        return CHARSETS[self.format]
+
+    def encoded(self) -> bytes:
+        return self.text.encode(self.charset)
 
     @property
     def filename(self) -> str:
@@ -115,7 +130,7 @@ async def asn_of_shipment(
     return AsnDocument(
         shipment_id=ship_notice.shipment_id,
         format=format,
-        text=WRITERS[format](ship_notice, partner, envelope),
+        text=await asyncio.to_thread(WRITERS[format], ship_notice, partner, envelope),
         control_number=envelope.control_number,
         complete=ship_notice.complete,
         replaces=envelope.replaces,
@@ -128,9 +143,9 @@ async def _envelope(
     """The envelope of the notice: kept per shipment and kind once complete (module doc)."""
     business = ship_notice.business
     if not ship_notice.complete:
-        return Envelope(await partners.next_control_number(storage, business), now)
+        return Envelope(PREVIEW_CONTROL_NUMBER, now)
     key = f"{ship_notice.shipment_id}:{kind}"
-    digest = ship_notice.digest()
+    digest = await asyncio.to_thread(ship_notice.digest)
     for _ in range(ISSUE_TRIES):
         stored = await storage.ship_notices.find_one({"_id": key})
         if stored is not None and stored["digest"] == digest:

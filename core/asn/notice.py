@@ -12,11 +12,16 @@ label names.
 
 A notice that cannot be right is refused, never sent half-made: a pallet without an SSCC, or
 with no purchase order to go under, is a `Conflict` naming each such pallet; so is a trailer
-with no pallet on it.
+with no pallet on it. A shipment with more readings or order items than one notice is built
+from is refused (`PayloadTooLarge`), never cut: a cut list of readings could miss the reading
+that took a pallet off. A ship-to GLN given as free text that is not a GLN (13 digits, GS1
+check digit) is left out rather than sent; a carrier code that is not a SCAC (2-4 letters) is
+not one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -25,16 +30,16 @@ from datetime import date, datetime
 from typing import Any
 
 from core.auth.access import Principal, Scope
-from core.epcis.identities import check_sscc
-from core.errors import Conflict, FieldError, NotFound, ValidationFailed
+from core.epcis.identities import check_gln, check_sscc
+from core.errors import Conflict, FieldError, NotFound, PayloadTooLarge, ValidationFailed
 from core.shipments import completion, directions
 from core.storage import Doc, Storage
 from core.tenancy import gs1_identities
 
 OUTBOUND = "OUTBOUND"
 MAX_PALLETS = 2_000  # a trailer holds a few dozen; past this the shipment is no load
-MAX_READINGS = 4 * MAX_PALLETS  # readings of its pallets, loads and take-offs counted
-MAX_ITEMS = 10_000  # order items of one shipment a notice reads: five lines a pallet
+MAX_READINGS = 4 * MAX_PALLETS  # loads, take-offs and re-reads of those pallets
+MAX_ITEMS = 20_000  # order items of one shipment read for its notice (10 lines a pallet)
 MAX_ORDERS = 1_000  # orders of one shipment (one document holds at most as many)
 # The rows one notice reads at most: what the GraphQL cost budget charges a `Shipment.asn`.
 NOTICE_READS = MAX_READINGS + MAX_ITEMS + MAX_ORDERS + 4  # and the shipment, site, partner
@@ -133,10 +138,19 @@ def _iso_date(value: Any) -> date | None:
     return date.fromisoformat(str(value)) if value else None
 
 
-def _lines(pallet: Doc, items: Sequence[Doc], orders: dict[str, str]) -> list[ContentLine]:
+def items_by_lpn(items: Iterable[Doc]) -> dict[str, list[Doc]]:
+    """The order items by the LPN they name, in their order: a pallet finds its own by lookup,
+    not by a scan of every item (pallets x items)."""
+    found: dict[str, list[Doc]] = {}
+    for item in items:
+        if item.get("lpn"):
+            found.setdefault(str(item["lpn"]), []).append(item)
+    return found
+
+
+def _lines(pallet: Doc, items: dict[str, list[Doc]], orders: dict[str, str]) -> list[ContentLine]:
     label = _label(pallet)
-    lpns = set(pallet.get("lpns") or [])
-    mine = [i for i in items if i.get("lpn") in lpns]
+    mine = [i for lpn in dict.fromkeys(pallet.get("lpns") or []) for i in items.get(str(lpn), [])]
     if not mine:
         if not label.get("customerPo"):
             return []
@@ -193,13 +207,31 @@ def _additional(shipment: Doc, names: tuple[str, ...]) -> str | None:
     return None
 
 
+def is_scac(value: str) -> bool:
+    """A Standard Carrier Alpha Code: 2-4 letters A-Z."""
+    return 2 <= len(value) <= 4 and value.isascii() and value.isalpha()
+
+
 def _scac(shipment: Doc) -> str | None:
-    """The carrier's SCAC: a customer field naming it, else a carrier given as 2-4 letters."""
+    """The carrier's SCAC: a customer field naming it, else a carrier given as one; a value
+    that is no SCAC is refused (`ValidationFailed`), a carrier name is simply not one."""
     given = _additional(shipment, SCAC_FIELDS)
-    carrier = (shipment.get("fields") or {}).get("carrier")
-    if given is None and carrier and 2 <= len(carrier) <= 4 and carrier.isalpha():
+    if given is not None and not is_scac(given.strip()):
+        raise ValidationFailed(f"the shipment's SCAC {given[:20]!r} is not 2-4 letters A-Z")
+    carrier = str((shipment.get("fields") or {}).get("carrier") or "")
+    if given is None and is_scac(carrier):
         given = carrier
-    return given.upper() if given else None
+    return given.strip().upper() if given else None
+
+
+def _gln_or_none(value: str | None) -> str | None:
+    """A GLN given as free text, or None when it is not one (13 digits, GS1 check digit)."""
+    if value is None:
+        return None
+    try:
+        return check_gln(value.strip())
+    except ValidationFailed:
+        return None
 
 
 def _references(shipment: Doc) -> References:
@@ -226,40 +258,16 @@ async def find_shipment(storage: Storage, principal: Principal, shipment_id: int
     return shipment
 
 
-async def build_notice(storage: Storage, shipment: Doc) -> ShipNotice:
-    """The notice of an outbound shipment from its records, or `Conflict` naming each pallet
-    that lacks what an ASN needs."""
-    shipment_id = int(shipment["_id"])
-    business, facility = shipment["business"], shipment["facility"]
-    readings = (
-        await storage.pallets.find({"shipment_id": shipment_id}).limit(MAX_READINGS + 1).to_list()
-    )
-    loaded = on_trailer(readings)
-    if not loaded:  # an ASN of nothing would tell the retailer an empty trailer is coming
-        raise Conflict(f"shipment {shipment_id} has no pallet on its trailer: no ASN to send")
-    if len(loaded) > MAX_PALLETS or len(readings) > MAX_READINGS:
-        raise Conflict(f"shipment {shipment_id} has more than {MAX_PALLETS} pallets")
-    items = (
-        await storage.order_items.find({"shipment_id": shipment_id})
-        .sort("seq")
-        .limit(MAX_ITEMS + 1)
-        .to_list()
-    )
-    found = (
-        await storage.orders.find({"shipment_id": shipment_id}, {"number": 1})
-        .limit(MAX_ORDERS + 1)
-        .to_list()
-    )
-    if len(items) > MAX_ITEMS or len(found) > MAX_ORDERS:
-        raise Conflict(
-            f"shipment {shipment_id} has more than {MAX_ORDERS} orders or {MAX_ITEMS} items: "
-            "more than one ASN holds"
-        )
-    orders = {str(o["_id"]): str(o["number"]) for o in found}
+def _pallet_notices(
+    shipment_id: int, loaded: Sequence[Doc], items: Sequence[Doc], orders: dict[str, str]
+) -> list[PalletNotice]:
+    """Each loaded pallet with its SSCC and contents, or `Conflict` naming each that lacks
+    what an ASN needs."""
+    by_lpn = items_by_lpn(items)
     pallets, missing = [], []
     for index, pallet in enumerate(loaded):
         sscc = sscc_of(pallet)
-        lines = _lines(pallet, items, orders)
+        lines = _lines(pallet, by_lpn, orders)
         what = f"pallet {pallet['_id']} ({', '.join(pallet.get('lpns') or []) or 'no LPN'})"
         if sscc is None:
             missing.append(FieldError(f"pallets[{index}]", f"{what} has no SSCC"))
@@ -279,16 +287,61 @@ async def build_notice(storage: Storage, shipment: Doc) -> ShipNotice:
             + "; ".join(error.detail for error in missing),
             errors=missing,
         )
+    return pallets
+
+
+async def build_notice(storage: Storage, shipment: Doc) -> ShipNotice:
+    """The notice of an outbound shipment from its records, or `Conflict` naming each pallet
+    that lacks what an ASN needs."""
+    shipment_id = int(shipment["_id"])
+    business, facility = shipment["business"], shipment["facility"]
+    readings = (
+        await storage.pallets.find({"shipment_id": shipment_id}).limit(MAX_READINGS + 1).to_list()
+    )
+    if len(readings) > MAX_READINGS:
+        raise PayloadTooLarge(
+            f"shipment {shipment_id} has more than {MAX_READINGS} pallet readings: more than "
+            "one ASN is built from"
+        )
+    loaded = on_trailer(readings)
+    if not loaded:  # an ASN of nothing would tell the retailer an empty trailer is coming
+        raise Conflict(f"shipment {shipment_id} has no pallet on its trailer: no ASN to send")
+    if len(loaded) > MAX_PALLETS:
+        raise Conflict(f"shipment {shipment_id} has more than {MAX_PALLETS} pallets")
+    items = (
+        await storage.order_items.find({"shipment_id": shipment_id})
+        .sort("seq")
+        .limit(MAX_ITEMS + 1)
+        .to_list()
+    )
+    if len(items) > MAX_ITEMS:
+        raise PayloadTooLarge(
+            f"shipment {shipment_id} has more than {MAX_ITEMS} order items: more than one ASN "
+            "is built from"
+        )
+    found = (
+        await storage.orders.find({"shipment_id": shipment_id}, {"number": 1})
+        .limit(MAX_ORDERS + 1)
+        .to_list()
+    )
+    if len(found) > MAX_ORDERS:
+        raise PayloadTooLarge(
+            f"shipment {shipment_id} has more than {MAX_ORDERS} orders: more than one ASN is "
+            "built from"
+        )
+    orders = {str(o["_id"]): str(o["number"]) for o in found}
+    # thousands of pallets and lines are a while of work: not on the event loop
+    pallets = await asyncio.to_thread(_pallet_notices, shipment_id, loaded, items, orders)
     identities = await gs1_identities.identities_of(storage, business, facility)
     facility_doc = await storage.facilities.find_one(
         {"business": business, "slug": facility}, {"name": 1}
     )
-    ship_to = _additional(shipment, SHIP_TO_FIELDS) or next(
+    ship_to = _gln_or_none(_additional(shipment, SHIP_TO_FIELDS)) or next(
         (
-            str(f["shipToGln"])
+            gln
             for p in loaded
             for f in p.get("gs1_labels") or []
-            if f.get("shipToGln")
+            if (gln := _gln_or_none(f.get("shipToGln")))
         ),
         None,
     )

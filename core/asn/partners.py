@@ -5,7 +5,11 @@ One profile per business (the retailer its ASNs go to). X12 names both sides by 
 qualifier (ISA05-08; ``ZZ`` mutually defined, ``01`` DUNS, ``12`` phone, ...), says whether
 an interchange is a test (``T``) or production (``P``, ISA15) and which characters separate
 elements, components, repetitions (005010) and segments. EDIFACT names both sides in UNB by an
-ID with its code-list qualifier (``14``: a GLN). Control numbers are unique and increasing per
+ID with its code-list qualifier (``14``: a GLN, which must then be 13 digits with its GS1 check
+digit; ``ZZZ`` mutually defined, the default for an ID that is not a GLN). ISA05/ISA07 are two
+characters from the X12 code list (`ISA_QUALIFIERS`), GS02/GS03 2-15 characters: a profile the
+envelope cannot carry is refused when it is set (admin command, tenants file, API), every
+field named, not when an ASN is sent. Control numbers are unique and increasing per
 business: one database sequence (`Storage.next_ids`), shared by both formats, so no two
 interchanges a partner receives from us carry the same number.
 """
@@ -16,6 +20,7 @@ import string
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
+from core.epcis.identities import check_gln
 from core.errors import BadRequest, FieldError, NotFound, ValidationFailed
 from core.storage import Storage
 
@@ -26,6 +31,12 @@ MAX_CONTROL_NUMBER = 999_999_999  # ISA13 and GS06 have nine digits
 # Characters an ID may hold: X12's basic and extended character set, less every separator
 # dockflow lets a profile choose (checked against the chosen ones as well).
 ID_CHARACTERS = frozenset(string.ascii_letters + string.digits + " -.()/&,")
+# ISA05/ISA07 (interchange ID qualifier): the X12 code list.
+ISA_QUALIFIERS = frozenset(
+    [f"{n:02d}" for n in (1, 2, 3, 4, 7, 8, 9, *range(10, 39))] + ["AM", "NR", "SA", "SN", "ZZ"]
+)
+GLN_QUALIFIER = "14"  # UNB 0007: EAN International (a GLN)
+MUTUALLY_DEFINED = "ZZZ"  # UNB 0007: mutually defined
 
 
 @dataclass(frozen=True)
@@ -71,22 +82,36 @@ def check_partner(partner: TradingPartner) -> TradingPartner:
     def bad(path: str, detail: str) -> None:
         problems.append(FieldError(path, detail))
 
-    for name in ("sender_id", "receiver_id", "application_sender", "application_receiver"):
-        value = getattr(partner, name)
-        required = name in ("sender_id", "receiver_id")
-        if (required and not value.strip()) or len(value) > 15:
-            bad(name, "must be 1-15 characters" if required else "must be at most 15 characters")
-        elif set(value) - ID_CHARACTERS:
-            bad(name, "may hold letters, digits, spaces and - . ( ) / & , only")
-    for name in (
-        "sender_qualifier",
-        "receiver_qualifier",
-        "edifact_sender_qualifier",
-        "edifact_receiver_qualifier",
+    for name, low in (
+        ("sender_id", 1),
+        ("receiver_id", 1),
+        ("application_sender", 2),
+        ("application_receiver", 2),
     ):
         value = getattr(partner, name)
-        if not (1 <= len(value) <= 4 and value.isalnum()):
+        if (low == 1 or value) and not low <= len(value.strip()) <= len(value) <= 15:
+            bad(name, f"must be {low}-15 characters" + ("" if low == 1 else " (or empty)"))
+        elif set(value) - ID_CHARACTERS:
+            bad(name, "may hold letters, digits, spaces and - . ( ) / & , only")
+    for name, id_name in (
+        ("application_sender", "sender_id"),
+        ("application_receiver", "receiver_id"),
+    ):
+        stand_in = getattr(partner, id_name)
+        if not getattr(partner, name) and len(stand_in.strip()) == 1:
+            bad(name, f"GS02/GS03 take 2-15 characters: {id_name} is too short to stand in")
+    for name in ("sender_qualifier", "receiver_qualifier"):
+        if getattr(partner, name) not in ISA_QUALIFIERS:
+            bad(name, "must be an X12 ID qualifier (two characters: ZZ, 01, 08, 12, 14, ...)")
+    for name, id_name in (
+        ("edifact_sender_qualifier", "sender_id"),
+        ("edifact_receiver_qualifier", "receiver_id"),
+    ):
+        value = getattr(partner, name)
+        if not (1 <= len(value) <= 4 and value.isascii() and value.isalnum()):
             bad(name, "must be 1-4 letters or digits")
+        elif value == GLN_QUALIFIER and not _is_gln(getattr(partner, id_name)):
+            bad(name, f"14 names a GLN: {id_name} must be 13 digits with a GS1 check digit")
     if partner.usage not in USAGES:
         bad("usage", "must be T (test) or P (production)")
     if partner.x12_version not in X12_VERSIONS:
@@ -106,13 +131,29 @@ def check_partner(partner: TradingPartner) -> TradingPartner:
     return partner
 
 
+def _is_gln(value: str) -> bool:
+    try:
+        check_gln(value)
+    except ValidationFailed:
+        return False
+    return True
+
+
 def partner_from(values: dict[str, Any]) -> TradingPartner:
-    """A profile from stored or given values (unknown names refused)."""
+    """A profile from stored or given values (unknown names refused). An EDIFACT qualifier not
+    given is 14 for an ID that is a GLN, else ZZZ (mutually defined)."""
     unknown = sorted(set(values) - PROFILE_FIELDS)
     if unknown:
         raise ValidationFailed(f"unknown trading-partner field(s): {', '.join(unknown)}")
+    given = {k: str(v) for k, v in values.items()}
+    for qualifier, id_name in (
+        ("edifact_sender_qualifier", "sender_id"),
+        ("edifact_receiver_qualifier", "receiver_id"),
+    ):
+        if qualifier not in given and id_name in given:
+            given[qualifier] = GLN_QUALIFIER if _is_gln(given[id_name]) else MUTUALLY_DEFINED
     try:
-        partner = TradingPartner(**{k: str(v) for k, v in values.items()})
+        partner = TradingPartner(**given)
     except TypeError:
         raise ValidationFailed(
             "a trading-partner profile needs sender_id and receiver_id"

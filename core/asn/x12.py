@@ -8,7 +8,10 @@ set), GE01 and IEA01 (one of each) counted. Versions 004010 and 005010 differ in
 only (ISA11 is the repetition separator from 005010 on, ISA12 00401 or 00501).
 
 X12 has no escape character: a value holding one of the profile's separators cannot be sent,
-and is refused (`ValidationFailed` naming the value) rather than written malformed.
+and is refused (`ValidationFailed` naming the value) rather than written malformed. Every data
+value is held to its element's limits and X12's character set (`core.asn.elements`). A pallet
+carrying lines of two purchase orders is refused (`Conflict`): S-O-T-I lists a tare under one
+order, and repeating its SSCC under each would tell the partner of pallets that do not exist.
 """
 
 from __future__ import annotations
@@ -17,16 +20,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from core.asn import elements
 from core.asn.notice import ContentLine, ShipNotice
 from core.asn.partners import TradingPartner
-from core.errors import ValidationFailed
+from core.errors import Conflict, ValidationFailed
 
 # The intake contract's units as X12 unit-of-measure codes (element 355).
 UNITS = {"PALLET": "PL", "CASE": "CA", "UNIT": "EA"}
 PURPOSE_ORIGINAL = "00"
 PURPOSE_REPLACE = "05"
 STRUCTURE = "0001"  # BSN05: Shipment, Order, Packaging, Item
-MAX_TEXT = 80  # an identifier element of 856 takes at most 48 (LIN) or 80 (REF02) characters
+SN102_DIGITS = 10
 
 
 @dataclass(frozen=True)
@@ -36,13 +40,6 @@ class Envelope:
     control_number: int
     created_at: datetime
     replaces: bool = False
-
-
-def quantity_text(quantity: float) -> str:
-    """An X12 decimal (R): no exponent, no trailing zeros."""
-    if float(quantity).is_integer():
-        return str(int(quantity))
-    return f"{quantity:f}".rstrip("0").rstrip(".")
 
 
 def gtin_qualifier(gtin: str) -> str:
@@ -55,26 +52,29 @@ class _Writer:
         self.partner = partner
         self.segments: list[str] = []
 
-    def add(self, *elements: str | None) -> None:
-        values = [e or "" for e in elements]
-        for value in values[1:]:
+    def add(self, *fields: str | None) -> None:
+        """A segment; each value held to its element's limits (`core.asn.elements`)."""
+        values = [e or "" for e in fields]
+        tag = values[0]
+        for position, value in enumerate(values[1:], start=1):
             used = set(value) & set(self.partner.separators)
             if used:
                 raise ValidationFailed(
-                    f"{values[0]} value {value!r} holds the separator {sorted(used)[0]!r} of "
-                    "the trading-partner profile: X12 cannot carry it"
+                    f"{tag}{position:02d} value {value!r} holds the separator "
+                    f"{sorted(used)[0]!r} of the trading-partner profile: X12 cannot carry it"
                 )
-            if len(value) > MAX_TEXT:
-                raise ValidationFailed(f"{values[0]} value {value[:20]!r}… is too long for X12")
+            name = f"{tag}{position:02d}"
+            if value and name in elements.X12_LIMITS[self.partner.x12_version]:
+                values[position] = elements.x12(self.partner.x12_version, name, value)
+            elif value:
+                elements.x12_characters(name, value)
         while len(values) > 1 and values[-1] == "":
             values.pop()
         self.segments.append(self.partner.element_separator.join(values))
 
     def free(self, text: str, limit: int) -> str:
-        """Free text (a name, a description) made sendable: separators become spaces."""
-        for separator in self.partner.separators:
-            text = text.replace(separator, " ")
-        return text[:limit].strip()
+        """Free text (a name, a description) made sendable (`elements.free_text`)."""
+        return elements.free_text(text, limit, elements.X12_CHARACTERS, self.partner.separators)
 
 
 def _line(writer: _Writer, line: ContentLine) -> None:
@@ -88,7 +88,8 @@ def _line(writer: _Writer, line: ContentLine) -> None:
     if not ids:
         ids = ["VN", line.order_number or line.purchase_order]
     writer.add("LIN", "", *ids)
-    writer.add("SN1", "", quantity_text(line.quantity), UNITS.get(line.unit, "EA"))
+    quantity = elements.quantity("SN102", line.quantity, SN102_DIGITS)
+    writer.add("SN1", "", quantity, UNITS.get(line.unit, "EA"))
     if line.description:
         writer.add("PID", "F", "", "", "", writer.free(line.description, 80))
     if line.expiry:
@@ -116,6 +117,20 @@ def _shipment_level(writer: _Writer, notice: ShipNotice) -> None:
         writer.add("N1", "ST", "", "UL", notice.ship_to_gln)
 
 
+def _refuse_mixed_orders(notice: ShipNotice) -> None:
+    """`Conflict` naming each pallet that carries lines of more than one purchase order."""
+    mixed = [
+        f"{pallet.sscc} ({', '.join(orders)})"
+        for pallet in notice.pallets
+        if len(orders := list(dict.fromkeys(line.purchase_order for line in pallet.lines))) > 1
+    ]
+    if mixed:
+        raise Conflict(
+            "an X12 856 (S-O-T-I) lists each pallet under one purchase order; these carry "
+            f"several: {'; '.join(mixed)}. Send the EDIFACT DESADV, or load one PO per pallet"
+        )
+
+
 def transaction_set(notice: ShipNotice, partner: TradingPartner, envelope: Envelope) -> list[str]:
     """ST through SE of one 856 (segments without terminators)."""
     writer = _Writer(partner)
@@ -140,6 +155,7 @@ def transaction_set(notice: ShipNotice, partner: TradingPartner, envelope: Envel
 
     shipment = level(None, "S")
     _shipment_level(writer, notice)
+    _refuse_mixed_orders(notice)
     for purchase_order in notice.purchase_orders:
         order = level(shipment, "O")
         writer.add("PRF", purchase_order)

@@ -11,7 +11,9 @@ control number, byte for byte), whatever happened to the shipment since. A shipm
 refuses (inbound, no pallet on the trailer, a pallet without an SSCC, no trading-partner
 profile) settles without a request, the refusal recorded on the delivery (`not_sent`): a
 malformed notice is never sent. Nothing is kept for a refusal, so a resend once the cause is
-fixed (a profile added) issues the document then.
+fixed (a profile added) issues the document then. The body is the document's bytes in the
+charset its syntax declares (`issue.CHARSETS`: ISO 8859-1 for the DESADV's UNOC, ASCII for
+X12), named in the Content-Type.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ DOCUMENT_FIELD = "asn_document"
 NOT_A_COMPLETION = "not a shipment completion: an ASN endpoint receives SHIPMENT_COMPLETE only"
 NO_SHIPMENT = "the shipment is no longer stored"
 NOT_COMPLETE = "the shipment is no longer complete: its ASN is sent when it completes again"
+NOT_ENCODABLE = "ASN refused: the kept document holds characters its syntax's charset cannot carry"
 MAX_REASON_CHARS = 2000  # a refusal naming many pallets is cut to this in the log
 
 
@@ -71,7 +74,10 @@ async def _request(storage: Storage, claim: Claim, message: Doc, format: str) ->
             {"_id": claim.delivery_id, "lease_owner": claim.lease_owner},
             {"$set": {DOCUMENT_FIELD: document}},
         )
-    return _outgoing(claim, document)
+    try:
+        return _outgoing(claim, document)
+    except UnicodeEncodeError:  # kept before the charset was enforced: never sent mis-encoded
+        return Outgoing((claim,), nothing_to_send=NOT_ENCODABLE)
 
 
 async def _issue(storage: Storage, claim: Claim, message: Doc, format: str) -> Doc | str:
@@ -105,14 +111,14 @@ def _refusal(error: DockflowError) -> str:
 
 def _outgoing(claim: Claim, document: Doc) -> Outgoing:
     """The request of a kept document: the same bytes and `webhook-id` every time."""
-    body = str(document["text"]).encode()
     number = int(document["control_number"])
     format = str(document["format"])
+    body = str(document["text"]).encode(issue.CHARSETS[format])
     digest = hashlib.sha256(body).hexdigest()[:24]
     return Outgoing(
         (claim,),
         body=body,
-        content_type=issue.CONTENT_TYPES[format],
+        content_type=f"{issue.CONTENT_TYPES[format]}; charset={issue.CHARSETS[format]}",
         headers={
             "Dockflow-ASN-Control-Number": str(number),
             "Dockflow-ASN-Purpose": "replace" if document.get("replaces") else "original",

@@ -11,7 +11,7 @@ import pytest
 
 from core.asn import issue, notice, partners
 from core.auth.access import Principal
-from core.errors import BadRequest, Conflict, NotFound, ValidationFailed
+from core.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, ValidationFailed
 from core.pallets.ingest import Label, Reading, record_pallets
 from core.settings import Settings
 from core.storage import Storage
@@ -151,7 +151,7 @@ async def test_the_desadv_reads_back_with_one_cps_and_gin_per_sscc(
     assert found[unt][1] == [str(unt - unh + 1), "1"]
     assert exchange.control_reference == str(document.control_number)
     assert document.text.splitlines()[-1] == f"UNZ+1+{document.control_number}'"
-    assert exchange.sender == ["DOCKFLOWACME", "14"]
+    assert exchange.sender == ["DOCKFLOWACME", "ZZZ"]  # not a GLN: mutually defined
     assert exchange.extra_header_elements[-1] == "1"  # the profile's usage T: a test
 
 
@@ -197,23 +197,27 @@ async def test_a_correction_after_completion_gives_a_replacement_with_a_new_numb
     assert "BGM+351+SHP-77+9'" in desadv.text  # the first DESADV of it: an original
 
 
-async def test_an_asn_of_a_shipment_still_loading_is_marked_and_never_reuses_a_number(
+async def test_an_asn_of_a_shipment_still_loading_is_marked_and_takes_no_control_number(
     storage: Storage, settings: Settings, tenant: Tenant
 ):
     loaded = await load_shipment(storage, settings, tenant, complete=False)
 
     first = await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
     second = await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
+    desadv = await issue.asn_for(
+        storage, loaded.principal, loaded.shipment_id, issue.EDIFACT_DESADV
+    )
 
     parse_856(first.text)
     assert ["REF", "ZZ", "SHIPMENT IN PROGRESS"] in segments(first.text)
     assert not any(row[:2] == ["DTM", "011"] for row in segments(first.text))
     assert not first.complete
-    assert second.control_number == first.control_number + 1
-    desadv = await issue.asn_for(
-        storage, loaded.principal, loaded.shipment_id, issue.EDIFACT_DESADV
-    )
-    assert "FTX+AAI+++SHIPMENT IN PROGRESS'" in desadv.text
+    # a preview takes the fixed preview number, never one of the partner's sequence
+    assert first.control_number == second.control_number == issue.PREVIEW_CONTROL_NUMBER
+    assert desadv.control_number == issue.PREVIEW_CONTROL_NUMBER
+    parse_desadv(desadv.text)  # D96A: FTX under the consignment's CPS, not in the header
+    assert "CPS+1'\nFTX+AAI+++SHIPMENT IN PROGRESS'" in desadv.text
+    assert await partners.next_control_number(storage, tenant.business) == 1
 
 
 async def test_a_pallet_without_an_sscc_is_refused_by_name(
@@ -271,7 +275,7 @@ async def test_a_shipment_past_what_one_notice_reads_is_refused_not_cut(
     loaded = await load_shipment(storage, settings, tenant)
     monkeypatch.setattr(notice, bound, most)
 
-    with pytest.raises(Conflict, match="more than"):
+    with pytest.raises(PayloadTooLarge, match="more than"):
         await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
     assert await storage.ship_notices.count_documents({}) == 0
 
@@ -303,12 +307,12 @@ async def test_no_partner_profile_no_access_and_inbound_are_refused(
 @pytest.mark.parametrize(
     ("values", "field"),
     [
-        ({"sender_id": "", "receiver_id": "R"}, "sender_id"),
-        ({"sender_id": "S" * 16, "receiver_id": "R"}, "sender_id"),
-        ({"sender_id": "S*1", "receiver_id": "R"}, "sender_id"),
-        ({"sender_id": "S", "receiver_id": "R", "usage": "X"}, "usage"),
-        ({"sender_id": "S", "receiver_id": "R", "segment_terminator": "*"}, "separators"),
-        ({"sender_id": "S", "receiver_id": "R", "x12_version": "003040"}, "x12_version"),
+        ({"sender_id": "", "receiver_id": "R1"}, "sender_id"),
+        ({"sender_id": "S" * 16, "receiver_id": "R1"}, "sender_id"),
+        ({"sender_id": "S1*", "receiver_id": "R1"}, "sender_id"),
+        ({"sender_id": "S1", "receiver_id": "R1", "usage": "X"}, "usage"),
+        ({"sender_id": "S1", "receiver_id": "R1", "segment_terminator": "*"}, "separators"),
+        ({"sender_id": "S1", "receiver_id": "R1", "x12_version": "003040"}, "x12_version"),
     ],
 )
 async def test_a_profile_that_cannot_be_sent_is_refused_by_field(

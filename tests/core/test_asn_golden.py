@@ -54,14 +54,20 @@ NOTICE = ShipNotice(
             LOADED,
             "D1",
             (
-                line("4500001", "SKU-B", "LOT-2", date(2027, 6, 30), 20),
+                line("4500002", "SKU-B", "LOT-2", date(2027, 6, 30), 20),
                 line("4500002", "SKU-C", "LOT-3", date(2027, 7, 31), 10),
             ),
         ),
     ),
     purchase_orders=("4500001", "4500002"),
 )
-PARTNER = TradingPartner(sender_id="DOCKFLOWACME", receiver_id="RETAILER01", usage="P")
+PARTNER = TradingPartner(
+    sender_id="DOCKFLOWACME",
+    receiver_id="RETAILER01",
+    usage="P",
+    edifact_sender_qualifier="ZZZ",
+    edifact_receiver_qualifier="ZZZ",
+)
 ENVELOPE = Envelope(control_number=17, created_at=datetime(2026, 5, 1, 8, 31, tzinfo=UTC))
 
 
@@ -92,7 +98,7 @@ def test_the_desadv_example_is_what_the_writer_writes():
 @pytest.mark.parametrize(
     ("old", "new"),
     [
-        ("SE*36*0017", "SE*35*0017"),  # a wrong segment count
+        ("SE*34*0017", "SE*33*0017"),  # a wrong segment count
         ("GE*1*17", "GE*1*18"),  # control numbers that disagree
         ("MAN*GM*", "MAN*GMX*"),  # an element the grammar refuses
     ],

@@ -16,6 +16,7 @@ from core.asn import partners
 from core.auth.access import Principal
 from core.intake.contract import parse_document
 from core.intake.documents import apply_document
+from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import gs1_identities
 from dockflow.edge.v1 import edge_pb2
@@ -26,8 +27,10 @@ from tests.asn_support import (
     SSCC_1,
     SSCC_2,
     SSCC_3,
+    check_desadv,
     document,
     gs1_label,
+    load_shipment,
     parse_856,
     parse_desadv,
     segments,
@@ -162,6 +165,32 @@ async def test_the_openapi_document_describes_the_asn_operation(api: TestClient[
     assert operation["operationId"] == "getShipmentAsn"
     formats = next(p for p in operation["parameters"] if p["name"] == "format")
     assert formats["schema"]["enum"] == ["x12-856", "edifact-desadv"]
-    assert set(operation["responses"]) == {"200", "400", "401", "404", "409", "422"}
+    assert set(operation["responses"]) == {"200", "400", "401", "404", "409", "413", "422"}
     proof = spec["paths"]["/shipments/{shipment_id}/proof"]["get"]
     assert proof["operationId"] == "getShipmentProof"
+
+
+async def test_the_desadv_goes_out_in_the_charset_its_unb_declares(
+    api: TestClient[Any, Any], storage: Storage, settings: Settings, tenant: Tenant
+):
+    loaded = await load_shipment(storage, settings, tenant)
+    await storage.shipments.update_one(
+        {"_id": loaded.shipment_id}, {"$set": {"fields.bolNumber": "BOL-Ü1"}}
+    )
+    headers = {"Authorization": f"Bearer {tenant.token}"}
+
+    response = await api.get(
+        f"/shipments/{loaded.shipment_id}/asn",
+        params={"format": "edifact-desadv"},
+        headers=headers,
+    )
+    body = await response.read()
+
+    assert response.status == 200, body
+    assert response.headers["Content-Type"] == "application/edifact; charset=iso-8859-1"
+    assert b"UNB+UNOC:3+" in body
+    assert "RFF+BM:BOL-Ü1'".encode("iso-8859-1") in body  # one byte for Ü, not UTF-8's two
+    check_desadv(body)
+    status, text, _ = await asn_of(api, loaded.shipment_id, tenant.token)
+    assert status == 422  # X12 carries printable ASCII only: refused, naming the element
+    assert "REF02" in text

@@ -126,7 +126,7 @@ async def test_readings_complete_a_shipment_and_its_asn_reaches_the_asn_endpoint
 
         [sent] = receiver.requests
         assert sent.path == "/asn"
-        assert sent.headers["Content-Type"] == "application/edi-x12"
+        assert sent.headers["Content-Type"] == "application/edi-x12; charset=us-ascii"
         Webhook(created.secret).verify(sent.body, sent.headers, json_parse=False)  # signed
         text = sent.body.decode()
         parse_856(text)
@@ -265,7 +265,7 @@ async def test_an_edifact_endpoint_receives_the_desadv(
     await wait_until(lambda: len(receiver.requests) == 1)
 
     [sent] = receiver.requests
-    assert sent.headers["Content-Type"] == "application/edifact"
+    assert sent.headers["Content-Type"] == "application/edifact; charset=iso-8859-1"
     Webhook(created.secret).verify(sent.body, sent.headers, json_parse=False)
     exchange = parse_desadv(sent.body.decode())
     assert [s.elements[1] for s in exchange.segments if s.tag == "GIN"] == [SSCC_1, SSCC_3]
@@ -320,3 +320,32 @@ async def test_graphql_sets_an_asn_endpoints_format_and_refuses_it_on_another_ki
         "events of a ASN endpoint must be among SHIPMENT_COMPLETE"
         in (events["errors"][0]["message"])
     )
+
+
+async def test_a_kept_document_its_charset_cannot_carry_settles_unsent(
+    storage: Storage,
+    services: Any,
+    settings: Any,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Any,
+    start_worker: StartWorker,
+):
+    created = await make_endpoint(services, tenant, receiver.base_url + "/asn", kind="ASN")
+    endpoint_id = endpoint_of(created).endpoint_id
+    await load_shipment(storage, settings, tenant, partner=False)
+    await start_worker(fast_settings())
+    await wait_until(lambda: all_finished(storage))
+    [done] = await deliveries_of(storage, endpoint_id=endpoint_id)
+    # a document kept before the charset was enforced: a euro sign UNOC cannot carry
+    kept = {"format": "edifact-desadv", "text": "RFF+BM:BOL-€'", "control_number": 5}
+    await storage.webhook_deliveries.update_one(
+        {"_id": done["_id"]}, {"$set": {asn_sends.DOCUMENT_FIELD: {**kept, "shipment_id": 1}}}
+    )
+
+    await deliveries.resend_delivery(storage, done["_id"])
+    await wait_until(lambda: all_finished(storage))
+
+    assert receiver.requests == []
+    [again] = await deliveries_of(storage, endpoint_id=endpoint_id)
+    assert again["not_sent"] == asn_sends.NOT_ENCODABLE
