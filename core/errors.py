@@ -178,6 +178,12 @@ class FeedSchemaTooNew(ConfigError):
     """The database's push message feed was laid out by a later release than this one."""
 
 
+class FeedUpgradeNeeded(ConfigError):
+    """The database's push message feed still has an earlier release's layout (one global
+    message id sequence): this release refuses to start until the operator, with every process
+    of earlier releases stopped, runs the upgrade (core/feed/ids.py, `upgrade`)."""
+
+
 class SlowConsumer(DockflowError):
     """A subscriber fell further behind than its buffer allows; it resumes from its last id."""
 
