@@ -169,9 +169,12 @@ class MessageIdsFenced(DockflowError):
         self.ids = ids
 
 
-class MessageIdsExhausted(Unavailable):
+class MessageIdsExhausted(DockflowError):
     """A business's message ids reached the bound below GraphQL's `Int` (core/feed/ids.py):
-    its writes are refused (UNAVAILABLE: nothing the caller can change) until it is renumbered."""
+    its writes that publish messages are refused until an operator acts (docs/scale.md). Not
+    UNAVAILABLE: a retry cannot succeed, and a camera retrying forever would burn ids."""
+
+    code = "MESSAGE_IDS_EXHAUSTED"
 
 
 class FeedSchemaTooNew(ConfigError):

@@ -286,8 +286,9 @@ async def reserve(storage: Storage, business: str, count: int) -> IdBlock:
     if last > MAX_ID:
         log.error("feed: message ids exhausted", extra={"business": business, "last": last})
         raise MessageIdsExhausted(
-            f"business {business!r} has used its message ids up to {MAX_ID}; its feed needs a "
-            "new numbering before it can publish again"
+            f"business {business!r} has used its message ids up to {MAX_ID}: it cannot publish "
+            "messages any more, and a retry cannot succeed; an operator must act (dockflow's "
+            "scaling guide: a business out of message ids)"
         )
     return IdBlock(first=feed.key(block.first), count=count)
 

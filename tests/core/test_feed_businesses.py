@@ -203,5 +203,8 @@ async def test_a_business_near_the_graphql_int_bound_is_refused_clearly(storage:
 
     assert public_id(last) == ids.MAX_ID < 2**31 - 1
     assert "'acme'" in refused.value.detail
+    # Named and permanent: not UNAVAILABLE, which a camera would retry forever, each retry
+    # burning an id.
+    assert refused.value.code == "MESSAGE_IDS_EXHAUSTED"
     # Another business is not affected.
     assert [public_id(k) for k in await reserve_message_ids(storage, "globex", 1)] == [1]
