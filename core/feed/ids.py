@@ -300,6 +300,17 @@ async def reserved_through(storage: Storage, businesses: list[str]) -> dict[str,
     return {names[d["_id"]]: int(d["value"]) for d in docs}
 
 
+async def webhook_id(storage: Storage, business: str, key: int) -> str:
+    """The `webhook-id` of every delivery of the message stored under `key`: what a receiver
+    deduplicates by, so unique across businesses (an integrator's one receiver may serve
+    several, whose ids are each their own sequence): `msg_{business}_{id}`. A message of the
+    earlier global layout keeps the webhook-id it was first delivered with, its plain id
+    (unique then, as the sequence was), so a resend of an old delivery is still recognised."""
+    if key <= await ready(storage):
+        return str(key)
+    return f"msg_{business}_{public_id(key)}"
+
+
 def business_key_doc(doc: Doc) -> tuple[str, int]:
     """(business, id) of a stored message: how views that span businesses address it."""
     return str(doc["business"]), public_id(doc["_id"])

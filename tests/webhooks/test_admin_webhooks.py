@@ -26,6 +26,7 @@ from tests.webhooks.conftest import (
     append_pallets,
     deliveries_of,
     make_endpoint,
+    message_webhook_id,
     wait_until,
 )
 
@@ -73,12 +74,13 @@ async def test_list_resend_recover_and_enable_from_the_command_line(
     first = min(listed, key=lambda d: d["message_id"])
     code, out, _ = await admin("resend", first["delivery_id"])
     assert (code, out.strip()) == (0, f"{first['delivery_id']}: queued again (message {ids[0]})")
-    await wait_until(lambda: receiver.ids().count(str(ids[0])) == 2)
+    await wait_until(lambda: receiver.ids().count(message_webhook_id("acme", ids[0])) == 2)
 
     code, out, _ = await admin("recover", endpoint_id, "--since", since.isoformat())
     assert (code, out.strip()) == (0, f"{endpoint_id}: 1 deliveries queued again")
     await wait_until(lambda: all_finished(storage))
-    assert receiver.ids().count(str(ids[1])) == 2  # same webhook-id as its failed attempt
+    resent = receiver.ids().count(message_webhook_id("acme", ids[1]))
+    assert resent == 2  # same webhook-id as its failed attempt
     assert [d["status"] for d in await deliveries_of(storage)] == ["SUCCEEDED"] * 2
 
     code, out, _ = await admin("deliveries")
@@ -179,4 +181,5 @@ async def test_serve_demo_delivers_to_a_local_receiver_without_configuration(
         [message_id] = await append_pallets(storage, demo_tenant, 1)
         # Then the receiver gets it
         await wait_until(lambda: len(receiver.requests) == 1)
-        assert receiver.ids() == [str(message_id)], serve.log_text()
+        expected = message_webhook_id(demo_tenant.business, message_id)
+        assert receiver.ids() == [expected], serve.log_text()
