@@ -311,6 +311,12 @@ async def webhook_id(storage: Storage, business: str, key: int) -> str:
     return f"msg_{business}_{public_id(key)}"
 
 
+def message_ref(business: str, key: int) -> str:
+    """A message as operators, who see several businesses, address it: `acme #42` (ids are
+    per business; the stored key means nothing to a person)."""
+    return f"{business} #{public_id(key)}"
+
+
 def business_key_doc(doc: Doc) -> tuple[str, int]:
     """(business, id) of a stored message: how views that span businesses address it."""
     return str(doc["business"]), public_id(doc["_id"])
