@@ -29,6 +29,7 @@ import grpc
 from aiohttp import web
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from core.feed import ids
 from core.settings import Settings
 from core.storage import Storage
 from dockflow import liveness
@@ -205,7 +206,7 @@ async def verify(storage: Storage, cameras: list[Camera], receiver: HookReceiver
     pallets = await storage.pallets.find({}, {"camera_id": 1, "reading_id": 1}).to_list()
     pallets_by_reading = Counter(f"{p['camera_id']}:{p['reading_id']}" for p in pallets)
     messages = await storage.push_messages.find(
-        {"type": "PALLET_EVENT"}, {"pallet_id": 1}
+        {"type": "PALLET_EVENT"}, {"pallet_id": 1, "business": 1}
     ).to_list()
     messages_by_pallet = Counter(str(m["pallet_id"]) for m in messages)
     lost = 0
@@ -220,8 +221,8 @@ async def verify(storage: Storage, cameras: list[Camera], receiver: HookReceiver
         duplicated += max(0, count - 1)
     undelivered = redelivered = 0
     if receiver is not None:
-        message_ids = {str(m["_id"]) for m in messages}
-        undelivered = len(message_ids - set(receiver.by_id))
+        webhook_ids = {await ids.webhook_id(storage, m["business"], m["_id"]) for m in messages}
+        undelivered = len(webhook_ids - set(receiver.by_id))
         redelivered = sum(n - 1 for n in receiver.by_id.values() if n > 1)
         ids_per_pallet = Counter(receiver.pallet_of.values())
         duplicated += sum(n - 1 for n in ids_per_pallet.values() if n > 1)

@@ -169,13 +169,22 @@ class MessageIdsFenced(DockflowError):
         self.ids = ids
 
 
-class MessageIdsExhausted(Unavailable):
+class MessageIdsExhausted(DockflowError):
     """A business's message ids reached the bound below GraphQL's `Int` (core/feed/ids.py):
-    its writes are refused (UNAVAILABLE: nothing the caller can change) until it is renumbered."""
+    its writes that publish messages are refused until an operator acts (docs/scale.md). Not
+    UNAVAILABLE: a retry cannot succeed, and a camera retrying forever would burn ids."""
+
+    code = "MESSAGE_IDS_EXHAUSTED"
 
 
 class FeedSchemaTooNew(ConfigError):
     """The database's push message feed was laid out by a later release than this one."""
+
+
+class FeedUpgradeNeeded(ConfigError):
+    """The database's push message feed still has an earlier release's layout (one global
+    message id sequence): this release refuses to start until the operator, with every process
+    of earlier releases stopped, runs the upgrade (core/feed/ids.py, `upgrade`)."""
 
 
 class SlowConsumer(DockflowError):

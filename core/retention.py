@@ -10,12 +10,13 @@ serve` process every `retention_sweep_interval_s`; several at once only delete t
 documents). Idempotency keys, operator sessions and test sends expire by their own TTL indexes.
 
 The feed remembers how far it was swept, per business (`retention_marks`, `_id`
-"push_messages:{business}": the highest id and the newest send time deleted; message ids are
-per business). The mark `_id` "push_messages" that earlier releases kept for the one global
-sequence still counts for every business. A `pushMessages` query or a subscription asking for
-messages before that (`afterId` below the mark, `since` before it) is refused with
-`RetentionExceeded`, saying where the retained feed begins, instead of answering a page with a
-hole the consumer cannot see.
+"push_messages:{business}": the highest id and the newest send time deleted; message ids are per
+business). The mark `_id` "push_messages" that earlier releases kept for the one global sequence
+still counts for every business, up to where that sequence ended (a mark above it, written by a
+sweeper of an earlier release left running after the upgrade, counts only up to there). A query
+or a subscription asking for messages before that (`afterId` below the mark, `since` before it)
+is refused with `RetentionExceeded`, saying where the retained feed begins, instead of answering
+a page with a hole the consumer cannot see.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pymongo import ASCENDING
 from pymongo.errors import DuplicateKeyError
 
 from core.errors import RetentionExceeded
-from core.feed.ids import public_id
+from core.feed import ids as message_ids
 from core.running import Periodic
 from core.settings import Settings
 from core.shipments import attachments
@@ -173,7 +174,7 @@ async def _sweep_feed(storage: Storage, cutoff: datetime) -> int:
         marks: dict[str, tuple[int, datetime]] = {}
         for doc in batch:
             through_at = max(doc["sent_at"], marks.get(doc["business"], (0, doc["sent_at"]))[1])
-            marks[doc["business"]] = (public_id(doc["_id"]), through_at)
+            marks[doc["business"]] = (message_ids.public_id(doc["_id"]), through_at)
         for business, (through_id, through_at) in sorted(marks.items()):
             await _raise_mark(storage, business, through_id, through_at)
         ids = [d["_id"] for d in batch]
@@ -216,7 +217,16 @@ async def feed_mark(storage: Storage, business: str) -> FeedMark | None:
     ).to_list()
     if not docs:
         return None
-    return FeedMark(max(int(d["through_id"]) for d in docs), max(d["through_at"] for d in docs))
+    # The global mark covers the old layout's ids, up to `ids_from`. A mark above it was written
+    # by a sweeper of an earlier release left running after the upgrade, from a key of the new
+    # layout (feed number * 2^32 + id), which is no business's id: it counts as swept through
+    # `ids_from` only (what it does say of the old layout), never as every business's place.
+    ids_from = await message_ids.ready(storage)
+    through_ids = [
+        min(int(d["through_id"]), ids_from) if d["_id"] == FEED_MARK else int(d["through_id"])
+        for d in docs
+    ]
+    return FeedMark(max(through_ids), max(d["through_at"] for d in docs))
 
 
 async def check_feed_start(

@@ -17,6 +17,7 @@ from typing import Any
 
 from core.auth.credentials import new_secret
 from core.exceptions.codes import RULE_CODES
+from core.feed import ids as message_ids
 from core.outbox import webhook_endpoints
 from core.services import Services
 from core.shipments import linking
@@ -159,6 +160,13 @@ def register(commands: Any) -> None:
         "--revoke",
         action="store_true",
         help="emergency (a leaked key): refuse every token of the old keys at once",
+    )
+
+    command(
+        "upgrade-feed",
+        _upgrade_feed,
+        "convert the push message feed of an earlier release to per-business message ids "
+        "(stop every process of earlier releases first; idempotent)",
     )
 
     # Commands of their own modules: apply; webhook endpoints and deliveries; backup, restore;
@@ -469,6 +477,18 @@ async def _link_shipment(services: Services, args: argparse.Namespace) -> Output
 async def _unlink_shipment(services: Services, args: argparse.Namespace) -> Output:
     shipment = await linking.link_shipment(services.storage, args.shipment_id, None, source="admin")
     return Output(_link_data(shipment), f"shipment {shipment['_id']} is not linked")
+
+
+async def _upgrade_feed(services: Services, args: argparse.Namespace) -> Output:
+    done = await message_ids.upgrade(services.storage)
+    data = {"converted": done.converted, "ids_from": done.ids_from}
+    if not done.converted:
+        return Output(data, "the push message feed has per-business message ids already")
+    return Output(
+        data,
+        "the push message feed has per-business message ids now; every business's new ids "
+        f"continue above {done.ids_from}. Start this release's processes",
+    )
 
 
 async def _rotate_signing_key(services: Services, args: argparse.Namespace) -> Output:

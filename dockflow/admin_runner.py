@@ -104,7 +104,7 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
 
 
 async def _call(handler: Handler, settings: Settings, args: argparse.Namespace) -> Output:
-    async with runtime.open_services(settings) as services:
+    async with runtime.open_services(settings, check_feed=False) as services:
         return await handler(services, args)
 
 

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from core.auth.crypto import SecretBox
+from core.feed import ids as message_ids
 from core.instants import instant_refusal
 from core.outbox import deliveries, egress_rules, webhook_endpoints
 from core.services import Services
@@ -187,9 +188,11 @@ def _when(value: Any) -> str:
 
 
 def _delivery_data(row: dict[str, Any]) -> dict[str, Any]:
+    """A delivery as the commands show it: its message by (business, id), never the stored key."""
     return {
         "delivery_id": row["_id"],
-        "message_id": row["message_id"],
+        "business": row["business"],
+        "message_id": message_ids.public_id(row["message_id"]),
         "endpoint_id": row["endpoint_id"],
         "event": row["event"],
         "status": row["status"],
@@ -213,7 +216,8 @@ async def list_deliveries(services: Services, args: argparse.Namespace) -> Outpu
     for d in data:
         last = str(d["last_status"]) if d["last_status"] is not None else d["last_error"] or "-"
         lines.append(
-            f"{d['delivery_id']}  {d['message_id']}  {d['endpoint_id']}  {d['event']}  "
+            f"{d['delivery_id']}  {message_ids.message_ref(d['business'], d['message_id'])}  "
+            f"{d['endpoint_id']}  {d['event']}  "
             f"{d['status']}  {d['attempts']}  {d['created_at']}  {last}"
         )
     return Output(data, "\n".join(lines))
@@ -221,7 +225,8 @@ async def list_deliveries(services: Services, args: argparse.Namespace) -> Outpu
 
 async def resend_delivery(services: Services, args: argparse.Namespace) -> Output:
     row = await deliveries.resend_delivery(services.storage, args.delivery_id)
-    return Output(_delivery_data(row), f"{row['_id']}: queued again (message {row['message_id']})")
+    message = message_ids.message_ref(row["business"], row["message_id"])
+    return Output(_delivery_data(row), f"{row['_id']}: queued again (message {message})")
 
 
 async def recover_endpoint(services: Services, args: argparse.Namespace) -> Output:

@@ -35,8 +35,11 @@ PARTS = ("api", "edge", "webhooks")
 
 
 @asynccontextmanager
-async def open_services(settings: Settings) -> AsyncIterator[Services]:
-    """Connect to MongoDB (starting the embedded server when no URL is set) and yield Services."""
+async def open_services(settings: Settings, *, check_feed: bool = True) -> AsyncIterator[Services]:
+    """Connect to MongoDB (starting the embedded server when no URL is set) and yield Services.
+    `check_feed` refuses a database whose feed layout this release does not run on (every
+    serving process); `dockflow admin` commands skip it, so `upgrade-feed`, backups and lists
+    work on such a database (what would publish a message is still refused, at its use)."""
     embedded: EmbeddedMongo | None = None
     url = settings.mongodb_url
     try:
@@ -69,9 +72,11 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         try:
             # A MongoDB must run transactions (a replica set; the embedded servers do).
             storage.require_transactions()
-            # The feed's layout: converted once from an earlier release's, or refused when a
-            # later release wrote it (every process, before it serves anything).
-            await message_ids.ready(storage)
+            # The feed's layout: a new database takes this release's; an earlier release's
+            # (until `dockflow admin upgrade-feed`) or a later one's is refused, before anything
+            # is served.
+            if check_feed:
+                await message_ids.ready(storage)
             yield Services(settings=settings, storage=storage)
         finally:
             await storage.close()

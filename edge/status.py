@@ -45,6 +45,8 @@ GRPC_CODES: dict[str, grpc.StatusCode] = {
     "CREDENTIAL_UNREADABLE": grpc.StatusCode.INTERNAL,
     "SLOW_CONSUMER": grpc.StatusCode.INTERNAL,
     "MESSAGE_IDS_FENCED": grpc.StatusCode.UNAVAILABLE,  # a resend is written under fresh ids
+    # Permanent until an operator acts: a camera must not retry (each retry would burn an id).
+    "MESSAGE_IDS_EXHAUSTED": grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 

@@ -41,8 +41,10 @@ def _headers_schema() -> dict[str, Any]:
             "webhook-id": {
                 "type": "string",
                 "description": (
-                    "The push message's id, the same on every retry: drop a request whose id "
-                    "you have processed. A test send's id starts with `test_`."
+                    "The push message's `msg_{businessSlug}_{id}` (unique across businesses), "
+                    "the same on every retry: drop a request whose id you have processed. A "
+                    "message from before per-business ids has its plain id. A test send's id "
+                    "starts with `test_`."
                 ),
                 "examples": ["1042"],
             },

@@ -84,6 +84,8 @@ HTTP_PROBLEMS: dict[str, tuple[int, str]] = {
     "UNAVAILABLE": (503, "Service Unavailable"),
     "SLOW_CONSUMER": (503, "Subscriber too slow"),
     "MESSAGE_IDS_FENCED": (503, "Service Unavailable"),  # the database stalled again and again
+    # Not 503: no retry helps until an operator acts (docs/scale.md), so no Retry-After.
+    "MESSAGE_IDS_EXHAUSTED": (500, "Message ids exhausted"),
 }
 _UNMAPPED = HTTP_PROBLEMS["INTERNAL"]
 # Seconds a client is asked to wait after a 503 (database unreachable, a transaction past its

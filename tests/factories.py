@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.feed.publish import NewMessage, build_messages, write_messages
 from core.services import Services
+from core.storage import Storage
 from core.tenancy import tenants
 from core.tenancy.tenants import ApiClient, LabelFieldMapping
 
@@ -98,3 +100,15 @@ async def make_tenant(
         tenant.camera_ids[dock] = camera.entity.camera_id
         tenant.camera_tokens[dock] = camera.secret
     return tenant
+
+
+async def feed_of_earlier_release(storage: Storage, by_id: dict[int, str]) -> None:
+    """The push message feed as the release before per-business message ids left it: messages
+    of every business (`by_id`: id -> business) numbered by one global sequence, stored under
+    their id, and that sequence's counter."""
+    for message_id, business in sorted(by_id.items()):
+        payload = pallet_payload(business, "dc1", message_id, sequence=str(message_id))
+        new = NewMessage(business, "dc1", "PALLET_EVENT", payload, shipment_id=1)
+        written = await build_messages(storage, [new], ids=[message_id])
+        await write_messages(storage, written)
+    await storage.counters.insert_one({"_id": "push_messages", "value": max(by_id)})

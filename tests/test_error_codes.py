@@ -62,6 +62,7 @@ SEEN = [
     (errors.CredentialUnreadable, 500, "INTERNAL", grpc.StatusCode.INTERNAL),
     (errors.DatabaseUnavailable, 503, "INTERNAL", grpc.StatusCode.UNAVAILABLE),
     (errors.SlowConsumer, 503, "INTERNAL", grpc.StatusCode.INTERNAL),
+    (errors.MessageIdsExhausted, 500, "INTERNAL", grpc.StatusCode.FAILED_PRECONDITION),
 ]
 
 

@@ -29,8 +29,8 @@ from typing import Any
 
 from core import metrics
 from core.errors import NotFound
+from core.feed import ids as message_ids
 from core.feed import publish
-from core.feed.ids import public_id
 from core.outbox import deliveries, endpoint_kinds
 from core.outbox.deliveries import AttemptResult, Claim
 from core.outbox.endpoint_kinds import Composer, Outgoing
@@ -548,11 +548,10 @@ class WebhookWorker(Running):
     async def attempt(
         self, endpoint: WebhookEndpoint, claim: Claim, body: bytes, caused_by: str | None = None
     ) -> AttemptResult:
-        """One attempt of a delivery: its `webhook-id` is its message id (the one the business
-        sees, unique to the endpoint: an endpoint belongs to one business)."""
-        return await self._sender.send(
-            endpoint, claim.event, str(public_id(claim.message_id)), body, caused_by=caused_by
-        )
+        """One attempt of a delivery: its `webhook-id` names its message, unique across
+        businesses (core/feed/ids.py), the same for every attempt and resend."""
+        webhook_id = await message_ids.webhook_id(self.storage, claim.business, claim.message_id)
+        return await self._sender.send(endpoint, claim.event, webhook_id, body, caused_by=caused_by)
 
     async def _endpoint(self, endpoint_id: str) -> WebhookEndpoint | None:
         cached = self._endpoints.get(endpoint_id)

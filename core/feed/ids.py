@@ -12,16 +12,19 @@ everything that stores, compares or looks up a message id keeps doing so unchang
 `_id` is the cheapest read on every backend), and a business's keys form one contiguous `_id`
 range, which no other business shares.
 
-Earlier releases numbered every business's messages from one global sequence, stored under
-their plain id. The upgrade (`ready`) keeps those documents as they are. It takes over the old
-sequence's counter document, which becomes the feed's layout marker: its `value` turns into a
-sentence, so a process of an earlier release still running can no longer reserve an id
-(MongoDB refuses `$inc` on text) instead of writing messages new processes would not see; the
-counter's last value becomes `ids_from`, where every business's new sequence starts. Every id
-ever reserved globally is at most `ids_from`, so a business's first new id is above every id it
-has, and a consumer's stored `afterId` keeps working: an old message's key (its id, at most
-`ids_from`) sorts below every new key of its business, as its id sorts below the new ids. (Feed
-number 0's keys are below 2^32 too, but above `ids_from`: no clash.)
+Earlier releases numbered every business's messages from one global sequence, stored under their
+plain id. A process of this release refuses such a database at start (`ready`): a process of an
+earlier release still running would misread the new keys, so the conversion is a step of its own
+(`upgrade`, `dockflow admin upgrade-feed`), run with every earlier process stopped; a new
+database takes the new layout at start. The upgrade keeps the stored documents as they are. It
+takes over the old sequence's counter document, which becomes the feed's layout marker: its
+`value` turns into a sentence, so a process of an earlier release still running can no longer
+reserve an id (MongoDB refuses `$inc` on text) instead of writing messages new processes would
+not see; the counter's last value becomes `ids_from`, where every business's new sequence
+starts. Every id ever reserved globally is at most `ids_from`, so a business's first new id is
+above every id it has, and a consumer's stored `afterId` keeps working: an old message's key
+(its id, at most `ids_from`) sorts below every new key of its business, as its id sorts below
+the new ids. (Feed number 0's keys are below 2^32 too, but above `ids_from`: no clash.)
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 
 from pymongo.errors import DuplicateKeyError
 
-from core.errors import FeedSchemaTooNew, MessageIdsExhausted
+from core.errors import FeedSchemaTooNew, FeedUpgradeNeeded, MessageIdsExhausted
 from core.storage import Doc, IdBlock, Storage
 
 log = logging.getLogger(__name__)
@@ -46,7 +49,7 @@ MAX_ID = 2_000_000_000
 MARKER = "push_messages"  # the counter of earlier releases' global sequence, now the marker
 LAYOUT = 2  # the feed layout this release writes: per-business sequences
 NUMBERS = "push_message_businesses"  # hands out feed numbers, one per business
-START_WINDOW = 1000  # ids below the old sequence's end fenced at the upgrade (see `ready`)
+START_WINDOW = 1000  # ids below the old sequence's end fenced at the upgrade (see `_finish`)
 MOVED = (
     "message ids are per business since feed layout 2; a process of an earlier release tried "
     "to reserve one: stop every process of earlier releases (a rolling upgrade across this "
@@ -117,37 +120,109 @@ def _known(storage: Storage) -> _Known:
 
 
 async def ready(storage: Storage) -> int:
-    """Make sure the database has the per-business layout (upgrading it once, from any number of
-    processes at once); returns `ids_from`. Refuses a layout newer than this release knows."""
+    """Check the database's feed layout before this process reads or writes messages; returns
+    `ids_from`. A new database (no message ever numbered) takes the per-business layout here. A
+    database of an earlier release's layout holding messages is refused (`FeedUpgradeNeeded`):
+    the upgrade is never silent, because a process of an earlier release still running beside
+    this one would misread the new keys (a reader sees billions of missing ids, a retention
+    sweeper writes a mark every business would read); `upgrade` is the one step that changes
+    the layout, run by the operator with every earlier process stopped. A layout newer than
+    this release knows is refused too (`FeedSchemaTooNew`)."""
     known = _known(storage)
     if known.ids_from is not None:
         return known.ids_from
     async with known.lock:
         if known.ids_from is None:
-            known.ids_from = await _upgrade(storage)
+            known.ids_from = await _check(storage)
     return known.ids_from
 
 
-async def _upgrade(storage: Storage) -> int:
+async def _check(storage: Storage) -> int:
     for _ in range(10):
         marker = await storage.counters.find_one({"_id": MARKER})
-        if marker is None:  # a new database: nothing of the old layout to keep
-            with contextlib.suppress(DuplicateKeyError):
-                await storage.counters.insert_one(
-                    {"_id": MARKER, "value": MOVED, "layout": LAYOUT, "ids_from": 0, "done": True}
-                )
+        if marker is None or (marker.get("value") == 0 and "layout" not in marker):
+            if await storage.push_messages.find_one({}, {"_id": 1}) is not None:
+                raise FeedUpgradeNeeded(_upgrade_needed(None))
+            await _start_fresh(storage, marker)
             continue
-        layout = int(marker.get("layout", 1))
-        if layout > LAYOUT:
-            raise FeedSchemaTooNew(
-                f"the push message feed in this database has layout {layout}, written by a "
-                f"later release of dockflow; this release knows layout {LAYOUT}: run the later "
-                "release"
+        layout = _layout_of(marker)
+        if layout < LAYOUT:
+            raise FeedUpgradeNeeded(_upgrade_needed(int(marker["value"])))
+        if not marker.get("done"):
+            raise FeedUpgradeNeeded(
+                "the upgrade of the push message feed to per-business message ids did not "
+                "finish: with every dockflow process stopped, run `dockflow admin upgrade-feed` "
+                "again (it continues where it stopped)"
             )
-        if layout == LAYOUT:
+        return int(marker["ids_from"])
+    raise RuntimeError("the push message feed's layout marker keeps changing")  # pragma: no cover
+
+
+def _upgrade_needed(last_id: int | None) -> str:
+    at = f" (its last id is {last_id})" if last_id is not None else ""
+    return (
+        "the push message feed in this database has the layout of an earlier dockflow release: "
+        f"one global message id sequence{at}; this release numbers messages per business and "
+        "does not convert the database by itself. This upgrade is not a rolling one: stop every "
+        "dockflow process of earlier releases (serve, api, edge, webhooks), then run "
+        "`dockflow admin upgrade-feed` once, then start this release's processes"
+    )
+
+
+async def _start_fresh(storage: Storage, marker: Doc | None) -> None:
+    """A database where no message was ever numbered takes the per-business layout at once."""
+    fresh = {"value": MOVED, "layout": LAYOUT, "ids_from": 0, "done": True}
+    if marker is None:
+        with contextlib.suppress(DuplicateKeyError):
+            await storage.counters.insert_one({"_id": MARKER, **fresh})
+    else:  # an earlier release's counter that never counted
+        await storage.counters.update_one({"_id": MARKER, "value": 0}, {"$set": fresh})
+
+
+def _layout_of(marker: Doc) -> int:
+    layout = int(marker.get("layout", 1))
+    if layout > LAYOUT:
+        raise FeedSchemaTooNew(
+            f"the push message feed in this database has layout {layout}, written by a later "
+            f"release of dockflow; this release knows layout {LAYOUT}: run the later release"
+        )
+    return layout
+
+
+@dataclass(frozen=True)
+class Upgraded:
+    """What `upgrade` did: `ids_from` (where every business's new ids start above) and whether
+    this run converted the layout (False: it was converted already)."""
+
+    ids_from: int
+    converted: bool
+
+
+async def upgrade(storage: Storage) -> Upgraded:
+    """Convert the feed to per-business message ids: the one place the layout changes. Run with
+    every process of earlier releases stopped (`dockflow admin upgrade-feed`). Idempotent and
+    safe from several runs at once: the old counter is taken over by a compare-and-set on the
+    value read, and the fencing that finishes the step may run twice."""
+    converted = False
+    for _ in range(10):
+        marker = await storage.counters.find_one({"_id": MARKER})
+        if marker is None or (marker.get("value") == 0 and "layout" not in marker):
+            if await storage.push_messages.find_one({}, {"_id": 1}) is not None:
+                raise FeedUpgradeNeeded(
+                    "push messages are stored but the earlier release's message id counter is "
+                    "missing, so where new ids must start is unknown: restore the database "
+                    "from a backup"
+                )
+            await _start_fresh(storage, marker)
+            converted = True
+            continue
+        if _layout_of(marker) == LAYOUT:
             if not marker.get("done"):
                 await _finish(storage, int(marker["ids_from"]))
-            return int(marker["ids_from"])
+                converted = True
+            ids_from = int(marker["ids_from"])
+            _known(storage).ids_from = ids_from
+            return Upgraded(ids_from, converted)
         # The old global counter: take it over at the value read, unless a writer of an earlier
         # release moved it meanwhile (then read again).
         last = int(marker["value"])
@@ -211,8 +286,9 @@ async def reserve(storage: Storage, business: str, count: int) -> IdBlock:
     if last > MAX_ID:
         log.error("feed: message ids exhausted", extra={"business": business, "last": last})
         raise MessageIdsExhausted(
-            f"business {business!r} has used its message ids up to {MAX_ID}; its feed needs a "
-            "new numbering before it can publish again"
+            f"business {business!r} has used its message ids up to {MAX_ID}: it cannot publish "
+            "messages any more, and a retry cannot succeed; an operator must act (dockflow's "
+            "scaling guide: a business out of message ids)"
         )
     return IdBlock(first=feed.key(block.first), count=count)
 
@@ -222,6 +298,23 @@ async def reserved_through(storage: Storage, businesses: list[str]) -> dict[str,
     names = {sequence_name(b): b for b in businesses}
     docs = await storage.counters.find({"_id": {"$in": sorted(names)}}).to_list()
     return {names[d["_id"]]: int(d["value"]) for d in docs}
+
+
+async def webhook_id(storage: Storage, business: str, key: int) -> str:
+    """The `webhook-id` of every delivery of the message stored under `key`: what a receiver
+    deduplicates by, so unique across businesses (an integrator's one receiver may serve
+    several, whose ids are each their own sequence): `msg_{business}_{id}`. A message of the
+    earlier global layout keeps the webhook-id it was first delivered with, its plain id
+    (unique then, as the sequence was), so a resend of an old delivery is still recognised."""
+    if key <= await ready(storage):
+        return str(key)
+    return f"msg_{business}_{public_id(key)}"
+
+
+def message_ref(business: str, key: int) -> str:
+    """A message as operators, who see several businesses, address it: `acme #42` (ids are
+    per business; the stored key means nothing to a person)."""
+    return f"{business} #{public_id(key)}"
 
 
 def business_key_doc(doc: Doc) -> tuple[str, int]:

@@ -84,7 +84,7 @@ class WrittenMessages:
 
     @property
     def shown_ids(self) -> list[int]:
-        """The ids their business sees (GraphQL `id`, `afterId`, `webhook-id`)."""
+        """The ids their business sees (GraphQL `id`, `afterId`; `webhook-id` names it too)."""
         return [message_ids.public_id(m["_id"]) for m in self.messages]
 
     def extend(self, other: WrittenMessages) -> None:

@@ -2,7 +2,7 @@
 answer at once (`sendTestWebhook`), to try a receiver before real traffic reaches it.
 
 A test send is never a push message: it has no delivery, no retry and no place in the feed. Its
-`webhook-id` starts with ``test_`` (a push message id is a number, so the two never meet) and
+`webhook-id` starts with ``test_`` (a push message's is ``msg_…`` or a number: never met) and
 its sample payload is shaped as the message type's JSON Schema describes, with ids that lead
 nowhere. Each business may send `webhook_test_sends_per_minute`; every send is logged in
 `test_sends` (who, which endpoint, the answer) for a day.

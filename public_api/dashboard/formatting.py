@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from core.feed.ids import public_id
+from core.feed import ids
 
 # Schemes a camera- or customer-supplied URL may have to be rendered as a link.
 LINK_SCHEMES = frozenset({"http", "https"})
@@ -107,8 +107,7 @@ def ago(raw: Any, now: datetime | None = None) -> str:
 def message_ref(doc: Any) -> str:
     """A push message as operators, who see several businesses, address it: business and id
     (ids are per business). `doc`: a message, or anything holding its `message_id`."""
-    key = doc.get("message_id", doc.get("_id"))
-    return f"{doc.get('business', '?')} #{public_id(key)}"
+    return ids.message_ref(doc.get("business", "?"), doc.get("message_id", doc.get("_id")))
 
 
 def number(value: Any) -> str:

@@ -58,7 +58,9 @@ class DeliveryAttempt:
 class WebhookDelivery:
     id: str
     endpoint_id: str
-    message_id: int = strawberry.field(description="Also the webhook-id header.")
+    message_id: int = strawberry.field(
+        description="The push message id (webhook-id msg_{businessSlug}_{id})."
+    )
     event_type: MessageType
     status: DeliveryStatus
     next_attempt_at: dt.datetime | None = strawberry.field(

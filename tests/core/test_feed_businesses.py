@@ -1,5 +1,6 @@
 """A feed per business: each its own ids, watermark and fencing; the upgrade from one global
-sequence keeps every consumer's place; processes of the earlier layout are refused."""
+sequence, a step of its own, keeps every consumer's place; processes of the earlier layout are
+refused."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 from pymongo.errors import OperationFailure
 
-from core.errors import FeedSchemaTooNew, MessageIdsExhausted
+from core.errors import FeedSchemaTooNew, FeedUpgradeNeeded, MessageIdsExhausted
 from core.feed import ids
 from core.feed.hub import FeedHub
 from core.feed.ids import public_id
@@ -24,7 +25,7 @@ from core.feed.publish import (
 from core.feed.reader import feed_filter, list_messages
 from core.settings import Settings
 from core.storage import Doc, Storage
-from tests.factories import pallet_payload
+from tests.factories import feed_of_earlier_release, pallet_payload
 
 SINCE = datetime(2020, 1, 1, tzinfo=UTC)
 
@@ -97,19 +98,13 @@ async def test_a_stalled_writer_of_one_business_holds_back_no_other_business(
     await globex_live.aclose()
 
 
-async def old_layout(storage: Storage, by_id: dict[int, str]) -> None:
-    """The database as the earlier release left it: messages of every business numbered by one
-    global sequence, stored under their id, and that sequence's counter."""
-    for message_id, business in sorted(by_id.items()):
-        written = await build_messages(storage, [message(business, message_id)], ids=[message_id])
-        await write_messages(storage, written)
-    await storage.counters.insert_one({"_id": "push_messages", "value": max(by_id)})
-
-
 async def test_the_upgrade_keeps_every_consumers_place(
     storage: Storage, settings_factory: Callable[..., Settings]
 ):
-    await old_layout(storage, {1: "acme", 2: "globex", 3: "acme", 4: "acme", 5: "globex"})
+    await feed_of_earlier_release(
+        storage, {1: "acme", 2: "globex", 3: "acme", 4: "acme", 5: "globex"}
+    )
+    await ids.upgrade(storage)
     # Each consumer had stored the last id it read: acme's 3, globex's 2.
     hub = FeedHub(storage, settings_factory(feed_poll_interval_s=0.05, feed_gap_grace_s=600))
     await hub.start()
@@ -140,8 +135,8 @@ async def test_the_upgrade_keeps_every_consumers_place(
 async def test_a_process_of_the_earlier_layout_cannot_reserve_ids_after_the_upgrade(
     storage: Storage,
 ):
-    await old_layout(storage, {1: "acme"})
-    await ids.ready(storage)
+    await feed_of_earlier_release(storage, {1: "acme"})
+    await ids.upgrade(storage)
 
     # What an earlier release does to reserve a message id: MongoDB refuses `$inc` on the
     # marker's text; the embedded server matches nothing, which that release reports too.
@@ -151,6 +146,39 @@ async def test_a_process_of_the_earlier_layout_cannot_reserve_ids_after_the_upgr
     assert marker is not None
     assert marker["value"] == ids.MOVED
     assert [public_id(k) for k in await reserve_message_ids(storage, "acme", 1)] == [2]
+
+
+async def test_a_database_of_the_earlier_layout_is_refused_at_start_until_the_operator_upgrades(
+    storage: Storage, settings: Settings
+):
+    await feed_of_earlier_release(storage, {1: "acme", 2: "globex"})
+
+    # No silent conversion: a process of the earlier release may still run beside this one.
+    hub = FeedHub(storage, settings)
+    with pytest.raises(FeedUpgradeNeeded) as refused:
+        await hub.start()
+    assert "stop every dockflow process of earlier releases" in refused.value.detail
+    assert "`dockflow admin upgrade-feed`" in refused.value.detail
+    with pytest.raises(FeedUpgradeNeeded):
+        await reserve_message_ids(storage, "acme", 1)
+    marker = await storage.counters.find_one({"_id": ids.MARKER})
+    assert marker is not None
+    assert marker["value"] == 2
+
+    # The operator's step: two runs at once agree; a later run finds nothing to do.
+    done = await asyncio.gather(ids.upgrade(storage), ids.upgrade(storage))
+    assert {upgraded.ids_from for upgraded in done} == {2}
+    assert await ids.upgrade(storage) == ids.Upgraded(ids_from=2, converted=False)
+    await hub.start()
+    await hub.stop()
+    assert [public_id(k) for k in await reserve_message_ids(storage, "acme", 1)] == [3]
+
+
+async def test_a_new_database_takes_the_per_business_layout_at_start(storage: Storage):
+    assert await ids.ready(storage) == 0
+    marker = await storage.counters.find_one({"_id": ids.MARKER})
+    assert marker is not None
+    assert (marker["layout"], marker["done"]) == (ids.LAYOUT, True)
 
 
 async def test_a_layout_from_a_later_release_is_refused_at_start(
@@ -175,5 +203,8 @@ async def test_a_business_near_the_graphql_int_bound_is_refused_clearly(storage:
 
     assert public_id(last) == ids.MAX_ID < 2**31 - 1
     assert "'acme'" in refused.value.detail
+    # Named and permanent: not UNAVAILABLE, which a camera would retry forever, each retry
+    # burning an id.
+    assert refused.value.code == "MESSAGE_IDS_EXHAUSTED"
     # Another business is not affected.
     assert [public_id(k) for k in await reserve_message_ids(storage, "globex", 1)] == [1]

@@ -15,6 +15,8 @@ from pydantic import ValidationError
 
 from core import retention
 from core.auth.access import Principal
+from core.errors import RetentionExceeded
+from core.feed import ids as message_ids
 from core.feed import publish
 from core.feed.hub import FeedHub
 from core.feed.ids import public_id
@@ -144,6 +146,41 @@ async def test_reading_the_feed_from_before_what_is_kept_is_refused_with_where_i
     assert answer["type"] == "next"  # graphql-transport-ws: the error is the operation's result
     assert answer["payload"]["data"] is None
     assert answer["payload"]["errors"][0]["extensions"]["reason"] == "RETENTION_EXCEEDED"
+
+
+# What a retention sweeper of the release before per-business ids writes when its batch ends on
+# a key of the new layout (feed number 1, id 1): its one global mark, read by every business.
+EARLIER_SWEEPERS_MARK = {"_id": retention.FEED_MARK, "through_id": (1 << 32) + 1}
+
+
+async def test_a_global_mark_from_an_earlier_sweeper_left_running_refuses_no_business(
+    storage: Storage, tenant: Tenant, api: TestClient[Any, Any]
+):
+    sent = await messages_sent(storage, RECENT, 2)
+    await storage.retention_marks.insert_one({**EARLIER_SWEEPERS_MARK, "through_at": OLD})
+
+    variables = {
+        "input": {"businessSlug": "acme", "since": "2000-01-01T00:00:00Z", "afterId": sent[0]}
+    }
+    _, body = await gql(api, PUSH_MESSAGES, variables, token=tenant.token)
+
+    assert "errors" not in body, body
+    assert [m["id"] for m in body["data"]["pushMessages"]] == sent[1:]
+
+
+async def test_a_global_mark_past_the_earlier_sequence_counts_only_up_to_its_end(
+    storage: Storage,
+):
+    # The earlier release's sequence ended at 7; its sweeper, left running after the upgrade,
+    # swept past every old id in key order.
+    await storage.counters.insert_one({"_id": "push_messages", "value": 7})
+    await message_ids.upgrade(storage)
+    await storage.retention_marks.insert_one({**EARLIER_SWEEPERS_MARK, "through_at": OLD})
+
+    await retention.check_feed_start(storage, "acme", since=None, after_id=7)
+    with pytest.raises(RetentionExceeded) as refused:
+        await retention.check_feed_start(storage, "acme", since=None, after_id=6)
+    assert "read on from afterId 7" in refused.value.detail
 
 
 async def test_the_sweeper_runs_by_itself(

@@ -16,7 +16,12 @@ from core.storage import Storage
 from tests.factories import make_tenant
 from tests.processes import free_port
 from tests.reliability.figures import record
-from tests.webhooks.conftest import LoopbackOnlySockets, append_pallets, make_endpoint
+from tests.webhooks.conftest import (
+    LoopbackOnlySockets,
+    append_pallets,
+    make_endpoint,
+    message_webhook_id,
+)
 from webhooks.worker import WebhookWorker
 
 MESSAGES = 60
@@ -61,7 +66,7 @@ async def test_everything_arrives_once_the_customer_recovers(
     assert receiver is not None
     statuses = await storage.webhook_deliveries.distinct("status")
     attempts = await storage.delivery_attempts.count_documents({})
-    expected = {str(i) for i in ids}
+    expected = {message_webhook_id(tenant.business, i) for i in ids}
     assert statuses == ["SUCCEEDED"]
     assert set(receiver.by_id) == expected  # every message, under its own id
     assert len(set(receiver.pallet_of.values())) == MESSAGES  # one id per pallet

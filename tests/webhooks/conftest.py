@@ -17,6 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from core.auth.crypto import SecretBox
+from core.feed.ids import public_id
 from core.feed.publish import NewMessage, append_messages
 from core.outbox import webhook_endpoints
 from core.outbox.webhook_endpoints import WebhookEndpoint, create_endpoint
@@ -177,6 +178,13 @@ async def make_endpoint(
     return await create_endpoint(
         services.storage, SecretBox(services.settings), tenant.business, base_url, **options
     )
+
+
+def message_webhook_id(business: str, key: int) -> str:
+    """The `webhook-id` of the message stored under `key` (of the per-business layout, as every
+    message these tests write): unique across businesses, so a receiver shared by several can
+    deduplicate by it."""
+    return f"msg_{business}_{public_id(key)}"
 
 
 def endpoint_of(created: Created) -> WebhookEndpoint:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from core.feed import ids as message_ids
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -26,6 +27,7 @@ from tests.webhooks.conftest import (
     append_pallets,
     deliveries_of,
     make_endpoint,
+    message_webhook_id,
     wait_until,
 )
 
@@ -54,6 +56,7 @@ async def test_list_resend_recover_and_enable_from_the_command_line(
     created = await make_endpoint(services, tenant, receiver.base_url)
     endpoint_id = created.entity.endpoint_id
     since = datetime.now(UTC)
+    await message_ids.business_feed(storage, "globex")  # acme's keys are then not its ids
     ids = await append_pallets(storage, tenant, 2)
     await start_worker(fast_settings(webhook_retry_schedule_s=(0,)))
     await wait_until(lambda: all_finished(storage))
@@ -61,24 +64,30 @@ async def test_list_resend_recover_and_enable_from_the_command_line(
     code, out, _ = await admin("deliveries", "--status", "DEAD", "--json")
     assert code == 0
     listed = json.loads(out)
-    assert sorted(d["message_id"] for d in listed) == sorted(ids)
+    # Each message by (business, id), never the stored key.
+    assert sorted((d["business"], d["message_id"]) for d in listed) == [("acme", 1), ("acme", 2)]
+    assert min(ids) > 2**32
     assert {(d["status"], d["last_status"], d["endpoint_id"]) for d in listed} == {
         ("DEAD", 500, endpoint_id)
     }
     code, out, _ = await admin("deliveries", "--endpoint", endpoint_id)
     assert code == 0
     assert out.count("DEAD") == 2
+    assert "  acme #1  " in out
+    assert "  acme #2  " in out
+    assert str(ids[0]) not in out
 
     status["answer"] = 200
     first = min(listed, key=lambda d: d["message_id"])
     code, out, _ = await admin("resend", first["delivery_id"])
-    assert (code, out.strip()) == (0, f"{first['delivery_id']}: queued again (message {ids[0]})")
-    await wait_until(lambda: receiver.ids().count(str(ids[0])) == 2)
+    assert (code, out.strip()) == (0, f"{first['delivery_id']}: queued again (message acme #1)")
+    await wait_until(lambda: receiver.ids().count(message_webhook_id("acme", ids[0])) == 2)
 
     code, out, _ = await admin("recover", endpoint_id, "--since", since.isoformat())
     assert (code, out.strip()) == (0, f"{endpoint_id}: 1 deliveries queued again")
     await wait_until(lambda: all_finished(storage))
-    assert receiver.ids().count(str(ids[1])) == 2  # same webhook-id as its failed attempt
+    resent = receiver.ids().count(message_webhook_id("acme", ids[1]))
+    assert resent == 2  # same webhook-id as its failed attempt
     assert [d["status"] for d in await deliveries_of(storage)] == ["SUCCEEDED"] * 2
 
     code, out, _ = await admin("deliveries")
@@ -179,4 +188,5 @@ async def test_serve_demo_delivers_to_a_local_receiver_without_configuration(
         [message_id] = await append_pallets(storage, demo_tenant, 1)
         # Then the receiver gets it
         await wait_until(lambda: len(receiver.requests) == 1)
-        assert receiver.ids() == [str(message_id)], serve.log_text()
+        expected = message_webhook_id(demo_tenant.business, message_id)
+        assert receiver.ids() == [expected], serve.log_text()

@@ -27,6 +27,7 @@ from tests.webhooks.conftest import (
     deliveries_of,
     endpoint_of,
     make_endpoint,
+    message_webhook_id,
     wait_until,
 )
 from tests.webhooks.test_customer_deliveries import TEST_SEND
@@ -241,7 +242,9 @@ async def test_enable_requeues_what_a_410_disabled_and_disable_holds_deliveries(
     assert body["data"]["enableWebhookEndpoint"] == {"requeued": 3, "endpoint": {"enabled": True}}
     await wait_until(lambda: all_finished(storage))
     assert [d["status"] for d in await deliveries_of(storage)] == ["SUCCEEDED"] * 3
-    assert receiver.ids() == [str(ids[0])] + [str(i) for i in ids]
+    assert receiver.ids() == [message_webhook_id("acme", ids[0])] + [
+        message_webhook_id("acme", i) for i in ids
+    ]
 
     _, body = await gql(
         api, DISABLE, {"id": endpoint_id, "reason": "migrating servers"}, token=tenant.token

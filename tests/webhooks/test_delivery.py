@@ -32,6 +32,7 @@ from tests.webhooks.conftest import (
     append_pallets,
     deliveries_of,
     make_endpoint,
+    message_webhook_id,
     pallet_payload,
     wait_until,
 )
@@ -58,7 +59,7 @@ async def test_pallet_event_is_posted_with_verifiable_standard_webhooks_headers(
     assert request.headers["Content-Type"] == "application/json"
     assert request.headers["User-Agent"] == USER_AGENT
     assert USER_AGENT.startswith("dockflow/")
-    assert request.headers["webhook-id"] == str(message_id)
+    assert request.headers["webhook-id"] == message_webhook_id(tenant.business, message_id)
     # The customer's verification, with the secret they were given when the endpoint was made.
     payload = Webhook(created.secret).verify(request.body, request.headers)
     assert payload == pallet_payload(tenant, 0)
@@ -291,7 +292,7 @@ async def test_shipment_complete_body_equals_the_spec_completion_payload(
 
     [request] = receiver.requests
     assert request.path == "/api/shipmentComplete"
-    assert request.webhook_id == str(written.ids[0])
+    assert request.webhook_id == message_webhook_id(tenant.business, written.ids[0])
     body = request.json
     assert set(body) == {"serviceShipmentId", "orders", "url", "dockId", "pallets"}
     for name in ("serviceShipmentId", "orders", "url", "dockId"):
@@ -329,5 +330,5 @@ async def test_a_delivery_whose_message_id_was_fenced_is_removed_and_never_sent(
     await wait_until(lambda: len(receiver.requests) == 1)
     await wait_until(lambda: all_finished(storage))
 
-    assert receiver.ids() == [str(message_id)]
+    assert receiver.ids() == [message_webhook_id("acme", message_id)]
     assert [d["message_id"] for d in await deliveries_of(storage)] == [message_id]

@@ -30,6 +30,7 @@ from tests.webhooks.conftest import (
     deliveries_of,
     endpoint_of,
     make_endpoint,
+    message_webhook_id,
     wait_until,
 )
 
@@ -74,15 +75,20 @@ async def test_exception_changes_go_signed_to_exception_event_of_subscribed_endp
     messages = await storage.push_messages.find({"type": "EXCEPTION"}).sort("_id", 1).to_list()
     assert [m["message"]["status"] for m in messages] == ["OPEN", "RESOLVED"]
     exception_requests = [r for r in receiver.requests if r.path == "/api/exceptionEvent"]
-    assert sorted(r.webhook_id for r in exception_requests) == [str(m["_id"]) for m in messages]
+    assert sorted(r.webhook_id for r in exception_requests) == sorted(
+        message_webhook_id("acme", m["_id"]) for m in messages
+    )
     for request in exception_requests:
         # The customer verifies each with the secret of the subscribed endpoint.
         payload = Webhook(subscribed.secret).verify(request.body, request.headers)
-        [message] = [m for m in messages if str(m["_id"]) == request.webhook_id]
+        [message] = [
+            m for m in messages if message_webhook_id("acme", m["_id"]) == request.webhook_id
+        ]
         assert payload == message["message"]
         assert payload["id"] == record["_id"]
     pallet_requests = [r for r in receiver.requests if r.path == "/api/palletEvent"]
-    assert [r.webhook_id for r in pallet_requests] == [str(pallet_message)] * 3
+    pallet_webhook_id = message_webhook_id("acme", pallet_message)
+    assert [r.webhook_id for r in pallet_requests] == [pallet_webhook_id] * 3
     assert len(receiver.requests) == 5
     deliveries = await deliveries_of(storage, event="EXCEPTION")
     assert {d["endpoint_id"] for d in deliveries} == {endpoint_of(subscribed).endpoint_id}
@@ -120,7 +126,7 @@ async def test_an_exception_a_reading_raises_is_posted_to_exception_event(
         "OPEN",
     )
     assert payload["lpns"] == ["STRAY"]
-    assert request.webhook_id == str(record["history"][0]["message_id"])
+    assert request.webhook_id == message_webhook_id("acme", record["history"][0]["message_id"])
     # The two readings' pallet events went to the other endpoint only.
     assert len([r for r in receiver.requests if r.path == "/api/palletEvent"]) == 2
     assert len(receiver.requests) == 3

@@ -33,6 +33,7 @@ from tests.webhooks.conftest import (
     deliveries_of,
     endpoint_of,
     make_endpoint,
+    message_webhook_id,
     pallet_payload,
     wait_until,
 )
@@ -214,12 +215,12 @@ async def test_a_real_worker_delivers_to_dockflow_listen(
     by_type = {p["messageType"]: p for p in printed}
     pallet = by_type["PALLET_EVENT"]
     assert pallet["route"] == "/api/palletEvent"
-    assert pallet["webhookId"] == str(pallet_id)
+    assert pallet["webhookId"] == message_webhook_id("acme", pallet_id)
     assert pallet["payload"] == pallet_payload(tenant, 0)
     assert pallet["summary"] == "pallet plt_000000 LOADING at dock D1, shipment 1 (SO-1)"
     complete = by_type["SHIPMENT_COMPLETE"]
     assert complete["route"] == "/api/shipmentComplete"
-    assert complete["webhookId"] == str(complete_id)
+    assert complete["webhookId"] == message_webhook_id("acme", complete_id)
     assert complete["payload"] == completion
     assert complete["summary"] == "shipment 1 complete at dock D1: 0 pallet(s), orders SO-1"
 

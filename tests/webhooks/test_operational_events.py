@@ -32,6 +32,7 @@ from tests.webhooks.conftest import (
     append_pallets,
     endpoint_of,
     make_endpoint,
+    message_webhook_id,
     wait_until,
 )
 
@@ -92,7 +93,7 @@ async def test_a_410_disables_the_endpoint_and_the_business_hears_of_it(
     # Delivered once, signed, to the other endpoint subscribed to OPERATIONAL only.
     [request] = [r for r in receiver.requests if r.path.endswith("/api/operationalEvent")]
     assert request.path == "/ops/api/operationalEvent"
-    assert request.webhook_id == str(message["_id"])
+    assert request.webhook_id == message_webhook_id("acme", message["_id"])
     secret = ops.secret
     assert secret is not None
     assert Webhook(secret).verify(request.body, request.headers) == body
@@ -151,7 +152,9 @@ async def test_failing_for_a_day_is_told_once_per_run_then_disabling_is_told(
     assert told_failing["failingSince"] == told_disabled["failingSince"] is not None
     assert told_disabled["reason"].startswith("every delivery failed since")
     ops_requests = [r for r in receiver.requests if r.path.startswith("/ops")]
-    assert sorted(r.webhook_id for r in ops_requests) == [str(m["_id"]) for m in messages]
+    assert sorted(r.webhook_id for r in ops_requests) == sorted(
+        message_webhook_id("acme", m["_id"]) for m in messages
+    )
     assert not [r for r in receiver.requests if r.path == "/gone/api/operationalEvent"]
 
 

@@ -30,6 +30,7 @@ from tests.webhooks.conftest import (
     append_pallets,
     deliveries_of,
     make_endpoint,
+    message_webhook_id,
     pallet_payload,
     wait_until,
 )
@@ -67,7 +68,10 @@ async def test_a_500_is_retried_with_the_same_webhook_id(
     await start_worker(fast_settings())
     await wait_until(lambda: all_finished(storage))
 
-    assert receiver.ids() == [str(message_id), str(message_id)]
+    assert receiver.ids() == [
+        message_webhook_id("acme", message_id),
+        message_webhook_id("acme", message_id),
+    ]
     [delivery] = await deliveries_of(storage)
     assert (delivery["status"], delivery["attempts"]) == ("SUCCEEDED", 2)
     attempts = await attempts_of(storage, delivery["_id"])
@@ -148,7 +152,7 @@ async def test_dead_after_the_last_attempt_and_no_more_requests(
     await wait_until(lambda: all_finished(storage))
     await asyncio.sleep(0.3)  # several poll intervals: nothing else may be sent
 
-    assert receiver.ids() == [str(message_id)] * 4
+    assert receiver.ids() == [message_webhook_id("acme", message_id)] * 4
     [delivery] = await deliveries_of(storage)
     assert (delivery["status"], delivery["attempts"], delivery["last_status"]) == ("DEAD", 4, 500)
     [listed] = await deliveries.list_deliveries(storage, statuses=("DEAD",))
@@ -181,7 +185,7 @@ async def test_retry_after_is_honoured(
     assert (waiting["next_attempt_at"] - first["at"]).total_seconds() >= 1
     await wait_until(lambda: all_finished(storage))
 
-    assert receiver.ids() == [str(waiting["message_id"])] * 2
+    assert receiver.ids() == [message_webhook_id("acme", waiting["message_id"])] * 2
     assert receiver.requests[1].at - receiver.requests[0].at >= 1.0
 
 
@@ -229,7 +233,7 @@ async def test_410_disables_the_endpoint_and_its_waiting_deliveries_until_enable
     await wait_until(lambda: all_finished(storage))
     await asyncio.sleep(0.2)
 
-    assert receiver.ids() == [str(ids[0])]  # nothing more after the 410
+    assert receiver.ids() == [message_webhook_id("acme", ids[0])]  # nothing more after the 410
     endpoint = await storage.webhook_endpoints.find_one({"_id": endpoint_id})
     assert endpoint is not None
     assert not endpoint["enabled"]
@@ -240,7 +244,9 @@ async def test_410_disables_the_endpoint_and_its_waiting_deliveries_until_enable
     await wait_until(lambda: all_finished(storage))
 
     assert requeued == 3
-    assert receiver.ids() == [str(ids[0])] + [str(i) for i in ids]
+    assert receiver.ids() == [message_webhook_id("acme", ids[0])] + [
+        message_webhook_id("acme", i) for i in ids
+    ]
     assert [d["status"] for d in await deliveries_of(storage)] == ["SUCCEEDED"] * 3
 
 
@@ -311,7 +317,7 @@ async def test_resend_delivers_again_with_the_same_webhook_id(
     await wait_until(lambda: len(receiver.requests) == 2)
     await wait_until(lambda: all_finished(storage))
 
-    assert receiver.ids() == [str(message_id)] * 2
+    assert receiver.ids() == [message_webhook_id("acme", message_id)] * 2
     assert receiver.requests[0].body == receiver.requests[1].body
     assert len(await attempts_of(storage, delivery["_id"])) == 2
 
@@ -340,7 +346,7 @@ async def test_recover_requeues_failed_and_dead_deliveries_since_a_time(
     await wait_until(lambda: all_finished(storage))
 
     assert count == 2
-    assert sorted(receiver.ids()[before:]) == sorted(str(i) for i in new_ids)
+    assert sorted(receiver.ids()[before:]) == sorted(message_webhook_id("acme", i) for i in new_ids)
     statuses = {d["message_id"]: d["status"] for d in await deliveries_of(storage)}
     assert statuses == {old_id: "DEAD", new_ids[0]: "SUCCEEDED", new_ids[1]: "SUCCEEDED"}
 
@@ -379,7 +385,7 @@ async def test_a_delivery_claimed_before_its_message_is_written_waits_for_it(
     assert (delivery["status"], delivery["attempts"]) == ("SUCCEEDED", 1)
     # Delivered under its first claim: never handed back to be claimed again.
     assert "push message not visible" not in caplog.text
-    assert receiver.ids() == [str(written.ids[0])]
+    assert receiver.ids() == [message_webhook_id("acme", written.ids[0])]
 
 
 async def test_a_failed_delivery_an_older_release_wrote_is_retried_by_a_new_worker(
@@ -400,6 +406,6 @@ async def test_a_failed_delivery_an_older_release_wrote_is_retried_by_a_new_work
     await start_worker(fast_settings())
     await wait_until(lambda: all_finished(storage))
 
-    assert receiver.ids() == [str(message_id)]
+    assert receiver.ids() == [message_webhook_id("acme", message_id)]
     [delivery] = await deliveries_of(storage)
     assert (delivery["status"], delivery["attempts"]) == ("SUCCEEDED", 2)

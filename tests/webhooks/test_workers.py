@@ -32,6 +32,7 @@ from tests.webhooks.conftest import (
     deliveries_of,
     endpoint_of,
     make_endpoint,
+    message_webhook_id,
     wait_until,
 )
 from webhooks.worker import WebhookWorker
@@ -65,7 +66,7 @@ async def test_two_workers_deliver_many_messages_each_exactly_once(
     await second.stop()
 
     counts = Counter(receiver.ids())
-    assert set(counts) == {str(i) for i in ids}
+    assert set(counts) == {message_webhook_id("acme", i) for i in ids}
     assert max(counts.values()) == 1  # no message twice
     assert first.delivered + second.delivered == MESSAGES
     assert first.delivered > 0
@@ -131,7 +132,9 @@ async def test_a_killed_worker_leaves_nothing_undelivered_after_its_lease(
     held = {r.webhook_id for r in receiver.requests[-receiver.in_flight :]}
     sent_before = len(receiver.requests)
     at_death = await deliveries_of(storage)
-    unrecorded = {str(d["message_id"]) for d in at_death if d["status"] != "SUCCEEDED"}
+    unrecorded = {
+        message_webhook_id("acme", d["message_id"]) for d in at_death if d["status"] != "SUCCEEDED"
+    }
     # The 4 in flight, and any it had claimed ahead and not yet sent (a slower database's claim
     # comes back later, so the count of those depends on the server's speed).
     assert len(held) == 4
@@ -147,7 +150,7 @@ async def test_a_killed_worker_leaves_nothing_undelivered_after_its_lease(
     await wait_until(lambda: all_finished(storage), within=60)
 
     counts = Counter(receiver.ids())
-    assert set(counts) == {str(i) for i in ids}  # every message arrived
+    assert set(counts) == {message_webhook_id("acme", i) for i in ids}  # every message arrived
     assert max(counts.values()) <= 2
     resent = [r.webhook_id for r in receiver.requests[sent_before:]]
     # The survivor sends only what was not recorded as answered when the worker died (writes
