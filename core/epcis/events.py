@@ -66,10 +66,39 @@ VOCABULARIES = {
 @dataclass(frozen=True)
 class Site:
     """What events of one facility's records need besides the records: its GS1 identities and
-    its time zone (the offset each event carries)."""
+    its time zone (the offset each event carries), or the offset itself when it was recorded
+    with the record (`recorded_site`)."""
 
     ids: Identities
     timezone: str
+    offset: str | None = None
+
+
+# The field of a pallet reading (written at ingest) and of a completed shipment (written at
+# completion) that keeps what its event says of the site as it was then: the facility's GLN,
+# the dock's GLN extension and the UTC offset. An event is a function of what was recorded:
+# an operator changing a dock's extension later changes no event already recorded, so the
+# query and the repository the event was sent to keep one eventID. Records stored before
+# this field existed are built from the site as it is now.
+RECORDED_SITE = "epcis_site"
+
+
+def site_record(
+    gln: str | None, extension: str | None, timezone: str, at: datetime
+) -> dict[str, Any]:
+    """What `RECORDED_SITE` holds for a record at `at` (a few short strings)."""
+    return {"gln": gln, "extension": extension, "offset": _offset(_aware(at), timezone)}
+
+
+def recorded_site(record: dict[str, Any], current: Site) -> Site:
+    """The site a record's event is built from: the one recorded with it, else `current`."""
+    kept = record.get(RECORDED_SITE)
+    if not kept:
+        return current
+    dock, extension = record.get("dock"), kept.get("extension")
+    docks = {dock: extension} if dock and extension else {}
+    ids = Identities(current.ids.company_prefix, kept.get("gln"), docks)
+    return Site(ids, current.timezone, kept.get("offset"))
 
 
 def _utc_ms(at: datetime) -> str:
@@ -128,9 +157,11 @@ def pallet_event(
         return None
     labels = pallet.get("gs1_labels") or []
     pos = [*(pallet.get("orders") or []), *(label.get("customerPo") for label in labels)]
+    site = recorded_site(pallet, Site(ids, timezone))
+    ids = site.ids
     return _object_event(
         at=pallet["occurred_at"],
-        site=Site(ids, timezone),
+        site=site,
         epcs=epcs,
         quantities=quantities,
         step=(BIZ_STEPS[pallet["direction"]], IN_PROGRESS),
@@ -152,6 +183,7 @@ def shipment_event(
     if at is None or not epcs:
         return None
     fields = shipment.get("fields") or {}
+    site = recorded_site(shipment, site)
     return _object_event(
         at=at,
         site=site,
@@ -234,7 +266,7 @@ def _object_event(
     event: dict[str, Any] = {
         "type": "ObjectEvent",
         "eventTime": _utc_ms(at),
-        "eventTimeZoneOffset": _offset(at, site.timezone),
+        "eventTimeZoneOffset": site.offset or _offset(at, site.timezone),
     }
     if epcs:  # a pallet known by its contents only has no EPC: no empty list
         event["epcList"] = epcs
@@ -258,11 +290,11 @@ def _object_event(
     return {"eventID": event_hash(event), **event}
 
 
-def with_record_time(event: dict[str, Any], pallet: dict[str, Any]) -> dict[str, Any]:
+def with_record_time(event: dict[str, Any], stored: datetime | None) -> dict[str, Any]:
     """The event as the query answers it: with `recordTime`, the repository's record time,
-    which for us is when the pallet reading was stored (`created_at`, kept on every pallet).
-    Not part of the event hash: the same event recorded twice is still the same event."""
-    stored: datetime | None = pallet.get("created_at")
+    which for us is when dockflow's clock says the record was stored (a pallet reading's
+    `created_at`, a shipment's `recorded_at`: never a camera's clock). Not part of the event
+    hash: the same event recorded twice is still the same event."""
     if stored is None:
         return event
     if stored.tzinfo is None:

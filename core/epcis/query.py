@@ -131,8 +131,11 @@ class Stream:
         return self.fields[query.order_by]
 
 
-# Pallet readings (recorded when stored) and completed shipments (recorded at completion: the
-# time dockflow writes it). At one instant, readings come before completions (reversed DESC).
+# Pallet readings (recorded when stored: `created_at`) and completed shipments (recorded when
+# dockflow wrote the completion: `recorded_at`; their event time is the completing dock
+# event's, a camera's clock, which may lag or lead). Both record times are dockflow's clock, so
+# a consumer polling GE_recordTime misses nothing recorded after its last poll. At one
+# instant, readings come before completions (reversed DESC).
 PALLETS = Stream(
     "pallets",
     {"eventTime": "occurred_at", "recordTime": "created_at"},
@@ -142,7 +145,7 @@ PALLETS = Stream(
 )
 SHIPMENTS = Stream(
     "shipments",
-    {"eventTime": "completed_at", "recordTime": "completed_at"},
+    {"eventTime": "completed_at", "recordTime": "recorded_at"},
     {step: direction for direction, (step, _) in events.COMPLETION_STEPS.items()},
     {direction: disposition for direction, (_, disposition) in events.COMPLETION_STEPS.items()},
     int,
@@ -395,9 +398,9 @@ def _stream_match(
     for name, bounds in asked:
         if bounds:
             match[name] = _within(match.get(name, {}), bounds)
-    if stream is SHIPMENTS:
-        name = stream.fields["eventTime"]
-        match[name] = _within(match.get(name, {}), {"$gte": EPOCH})  # completed ones
+    if stream is SHIPMENTS:  # completed ones (and in recordTime order, recorded ones)
+        for name in dict.fromkeys((stream.fields["eventTime"], stream.field(query))):
+            match[name] = _within(match.get(name, {}), {"$gte": EPOCH})
     return match
 
 
@@ -482,9 +485,11 @@ async def find_events(storage: Storage, principal: Principal, query: EventQuery)
     return EventPage(found, page_token(record, query, stream) if more else None)
 
 
-def _recorded(stream: Stream, record: Doc) -> Doc:
-    """When the record's event was recorded (`events.with_record_time`)."""
-    return record if stream is PALLETS else {"created_at": record.get("completed_at")}
+def _recorded(stream: Stream, record: Doc) -> datetime | None:
+    """When the record's event was recorded (`events.with_record_time`). A shipment completed
+    before dockflow kept `recorded_at` has no record time (and no place in recordTime order)."""
+    recorded: datetime | None = record.get(stream.fields["recordTime"])
+    return recorded
 
 
 async def _shipments_naming(
