@@ -7,7 +7,10 @@ token is limited to some) as `core.epcis.events` makes them: each pallet reading
 completed shipment's (`core.epcis.queries`). They come a page at a time, in the order `orderBy`
 and `orderDirection` ask (event time, oldest first, by default), readings and shipments merged
 in one order. `nextPageToken` is opaque to the caller (the order, the last record's time,
-stream and id), so a page never repeats or skips an event however many arrive meanwhile.
+stream and id), so a page never repeats an event. In eventTime order a record stored after a
+page was given with an eventTime before the token's (a camera's late or buffered reading) is
+behind the pages read: a consumer following new events pages by recordTime (dockflow's own
+clock, docs/epcis.md).
 
 What the database can answer it answers (business, facilities, event and record times, the
 direction a business step or a disposition means, SSCCs); the parameters that name what only

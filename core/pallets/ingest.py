@@ -1226,6 +1226,10 @@ def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
         doc["gs1_labels"] = [facts.as_dict() for facts in item.gs1.facts]
     facility = item.facility  # its EPCIS event says what the site was called when read
     doc[epcis_events.RECORDED_SITE] = epcis_events.site_record(
-        facility.gln, facility.gln_extension(item.dock), facility.timezone, item.occurred_at
+        facility.gln,
+        facility.gln_extension(item.dock),
+        facility.timezone,
+        item.occurred_at,
+        outbound=item.shipment["direction"] == "OUTBOUND",
     )
     return doc
