@@ -89,10 +89,11 @@ class Facility:
     # is on by default), and the confidence below which a mapped label is LOW_CONFIDENCE.
     disabled_checks: frozenset[str] = frozenset()
     confidence_threshold: float = 0.80
-    # GS1 identities as read with the facility (kept by `core.tenancy.gs1_identities`): what
-    # a pallet reading's EPCIS event records of its site at ingest, without another read.
-    gln: str | None = None
-    gln_extensions: tuple[tuple[str, str], ...] = ()
+    # GS1 identities as read with the facility (kept and compared by
+    # `core.tenancy.gs1_identities`, not part of its settings): what a pallet reading's EPCIS
+    # event records of its site at ingest, without another read.
+    gln: str | None = field(default=None, compare=False)
+    gln_extensions: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
     def key(self) -> str:
