@@ -92,3 +92,38 @@ async def test_renaming_a_dock_after_its_events_keeps_their_event_ids(
     assert [e["readPoint"]["id"] for e in answered] == [f"https://id.gs1.org/414/{GLN}/254/1"] * 2
     rebuilt = await queries.pallet_event(storage, stored)
     assert rebuilt == sent[0]
+
+
+async def test_paging_by_record_time_takes_a_late_reading_dated_before_the_page(
+    api: TestClient[Any, Any], storage: Storage, settings: Settings, tenant: Tenant
+):
+    """The docs' advice to a consumer following new events: page by recordTime. A camera's
+    buffered reading dated before the page already read still comes on a later page."""
+    ssccs = [SSCC, "106141412345678908", "106141410000000019"]
+    await post_shipment(storage, tenant, {"SO-1": [*ssccs, UNREAD]})
+    camera = await camera_of(storage, tenant)
+    now = lifecycle.now_ms()
+    early = [
+        (camera, pallet(s, at=now - timedelta(minutes=m)))
+        for s, m in zip(ssccs[:2], (10, 5), strict=True)
+    ]
+    await record_pallets(storage, settings, early)
+    seen: list[str] = []
+    asked = {"orderBy": "recordTime", "perPage": "1"}
+    late_sent = False
+    for _ in range(10):
+        response = await api.get(
+            "/epcis/events", params=asked, headers={"Authorization": f"Bearer {tenant.token}"}
+        )
+        document = await response.json(content_type=None)
+        page = document["epcisBody"]["queryResults"]["resultsBody"]["eventList"]
+        seen += [e["epcList"][0].rsplit("/", 1)[1] for e in page]
+        if not late_sent:  # read by the camera before any reading above, sent only now
+            late = pallet(ssccs[2], at=now - timedelta(minutes=12))
+            await record_pallets(storage, settings, [(camera, late)])
+            late_sent = True
+        if "Link" not in response.headers:
+            break
+        link = response.headers["Link"]
+        asked = {**asked, "nextPageToken": link[: link.index(">")].split("nextPageToken=")[1]}
+    assert sorted(seen) == sorted(ssccs)
