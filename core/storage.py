@@ -119,8 +119,9 @@ INDEXES: dict[str, list[IndexModel]] = {
             ]
         ),
         # the EPCIS event query (core/epcis/query.py): a business's completed shipments in
-        # page order
+        # page order, by event time and by record time
         IndexModel([("business", ASCENDING), ("completed_at", ASCENDING)]),
+        IndexModel([("business", ASCENDING), ("recorded_at", ASCENDING)]),
         # One ad-hoc shipment per dock while it holds the dock (core/shipments/lifecycle.py).
         # Sparse, and the field is removed with $unset, never set to null: MongoDB and SecantusDB
         # skip documents without the field but index a null (nx-27017 skips both; it drops

@@ -5,8 +5,8 @@ Each pallet reading is an `ObjectEvent`: `action` OBSERVE, `bizStep` `loading` o
 facility's UTC offset at that moment, `readPoint` the dock door and `bizLocation` the facility
 (when the facility has a GLN: `core.epcis.identities`), `epcList` the pallet's SSCCs and
 `quantityList` its contents by GTIN and lot when its GS1 label said so, `bizTransactionList`
-its orders' numbers and its labels' customer POs (`po`) and its shipment's bill of lading
-(`bol`), `sourceList` / `destinationList` the facility and a label's ship-to GLN by direction.
+what the business issued (`BT_URN`: an inbound shipment's POs, an outbound one's bill of
+lading), `sourceList` / `destinationList` the facility and a label's ship-to GLN by direction.
 A completed shipment is one ObjectEvent of the SSCCs on the trailer at the end (`departing`,
 `in_transit` outbound; `receiving`, `in_progress` inbound: CBV's `shipping` would exclude
 `loading` and `departing`, which these events already say). A pallet taken off again is the
@@ -37,6 +37,7 @@ from zoneinfo import ZoneInfo
 
 from core.epcis.identities import DIGITAL_LINK_BASE, Identities, check_sscc
 from core.errors import ValidationFailed
+from core.pallets.gs1_labels import CSET82
 
 EPCIS_CONTEXT = "https://ref.gs1.org/standards/epcis/2.0.0/epcis-context.jsonld"
 SCHEMA_VERSION = "2.0"
@@ -49,9 +50,19 @@ COMPLETION_STEPS = {"OUTBOUND": ("departing", "in_transit"), "INBOUND": ("receiv
 PO, BOL = "po", "bol"
 LOCATION = "location"
 # A business transaction without a GS1 key (CBV 2.0, 8.5): ``urn:epcglobal:cbv:bt:{GLN}:{id}``,
-# the GLN of the party that issued the id; dockflow's records know the facility's.
+# the GLN of the party that issued the id. The one party dockflow knows a GLN of is the
+# business (its facility's GLN), so only what the business issues is named: the purchase
+# orders of what it receives (an inbound shipment's orders, the customer PO, AI 400, of a
+# pallet it receives: it is that customer) and the bill of lading of what it ships (it is the
+# shipper). The POs of what it ships are its customers', the BOL of what it receives its
+# supplier's or carrier's: their GLNs are unknown, and no number is put under another party's.
 BT_URN = "urn:epcglobal:cbv:bt:"
 MAX_TRANSACTIONS = 50  # bizTransactions of one event (a pallet's orders and labels are few)
+MAX_BT_CHARS = 80  # an id in a bt URI (an order or BOL number is a few dozen characters)
+# What an id in an EPC-style URI must percent-escape of GS1 character set 82 (EPC TDS, table
+# of URI escaping); any other character outside set 82 makes the id unnamed.
+BT_ESCAPED = frozenset('"%&/<>?')
+BT_PLAIN = "".join(sorted(CSET82 - BT_ESCAPED))
 ERROR_REASONS = ("did_not_occur", "incorrect_data")  # CBV 2.0 error reasons
 # Vocabulary prefixes of the fields whose bare CBV terms the hash writes as web URIs.
 VOCABULARIES = {
@@ -66,10 +77,45 @@ VOCABULARIES = {
 @dataclass(frozen=True)
 class Site:
     """What events of one facility's records need besides the records: its GS1 identities and
-    its time zone (the offset each event carries)."""
+    its time zone (the offset each event carries), or the offset itself when it was recorded
+    with the record (`recorded_site`)."""
 
     ids: Identities
     timezone: str
+    offset: str | None = None
+
+
+# The field of a pallet reading (written at ingest) and of a completed shipment (written at
+# completion) that keeps what its event says of the site as it was then: the facility's GLN,
+# the dock's GLN extension and the UTC offset. An event is a function of what was recorded:
+# an operator changing a dock's extension later changes no event already recorded, so the
+# query and the repository the event was sent to keep one eventID. Records stored before
+# this field existed are built from the site as it is now.
+RECORDED_SITE = "epcis_site"
+
+
+def site_record(
+    gln: str | None,
+    extension: str | None,
+    timezone: str,
+    at: datetime,
+    outbound: bool | None = None,
+) -> dict[str, Any]:
+    """What `RECORDED_SITE` holds for a record at `at` (a few short values); `outbound`, for a
+    pallet reading, whether its shipment ships (whose business transactions it names)."""
+    kept = {"gln": gln, "extension": extension, "offset": _offset(_aware(at), timezone)}
+    return kept if outbound is None else {**kept, "outbound": outbound}
+
+
+def recorded_site(record: dict[str, Any], current: Site) -> Site:
+    """The site a record's event is built from: the one recorded with it, else `current`."""
+    kept = record.get(RECORDED_SITE)
+    if not kept:
+        return current
+    dock, extension = record.get("dock"), kept.get("extension")
+    docks = {dock: extension} if dock and extension else {}
+    ids = Identities(current.ids.company_prefix, kept.get("gln"), docks)
+    return Site(ids, current.timezone, kept.get("offset"))
 
 
 def _utc_ms(at: datetime) -> str:
@@ -96,8 +142,11 @@ def _ssccs(lpns: Sequence[str]) -> list[str]:
 
 
 def _quantities(gs1_labels: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The contents by GTIN (and lot) the pallet's GS1 labels state, with their count."""
-    out = []
+    """The contents by GTIN (and lot) the pallet's GS1 labels state, one element per class,
+    with its count when the labels stating it agree on one. Labels of one pallet describe the
+    same contents: two counts of one class are labels that disagree, not two lots of goods to
+    add up, so that class's count is left out rather than summed or guessed."""
+    counts: dict[str, set[int | None]] = {}
     for label in gs1_labels:
         gtin = label.get("gtin")
         if not gtin:
@@ -105,9 +154,12 @@ def _quantities(gs1_labels: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         epc_class = f"{DIGITAL_LINK_BASE}/01/{gtin}"
         if label.get("lot"):
             epc_class += f"/10/{_path_segment(label['lot'])}"
+        counts.setdefault(epc_class, set()).add(int(label["count"]) if label.get("count") else None)
+    out = []
+    for epc_class, said in counts.items():
         element: dict[str, Any] = {"epcClass": epc_class}
-        if label.get("count"):
-            element["quantity"] = int(label["count"])
+        if len(said) == 1 and (count := next(iter(said))) is not None:
+            element["quantity"] = count
         out.append(element)
     return out
 
@@ -128,14 +180,18 @@ def pallet_event(
         return None
     labels = pallet.get("gs1_labels") or []
     pos = [*(pallet.get("orders") or []), *(label.get("customerPo") for label in labels)]
+    site = recorded_site(pallet, Site(ids, timezone))
+    ships = (pallet.get(RECORDED_SITE) or {}).get("outbound")  # its shipment's direction
+    if ships is None:  # read before it was recorded: a loading is of an outbound shipment
+        ships = pallet["direction"] == "LOADING"
     return _object_event(
         at=pallet["occurred_at"],
-        site=Site(ids, timezone),
+        site=site,
         epcs=epcs,
         quantities=quantities,
         step=(BIZ_STEPS[pallet["direction"]], IN_PROGRESS),
         dock=pallet.get("dock"),
-        transactions=_transactions(ids, pos, bol),
+        transactions=_transactions(site.ids, pos, bol, outbound=ships),
         outbound=pallet["direction"] == "LOADING",
         ship_to=[label.get("shipToGln") for label in labels],
     )
@@ -152,6 +208,7 @@ def shipment_event(
     if at is None or not epcs:
         return None
     fields = shipment.get("fields") or {}
+    site = recorded_site(shipment, site)
     return _object_event(
         at=at,
         site=site,
@@ -159,7 +216,9 @@ def shipment_event(
         quantities=[],
         step=COMPLETION_STEPS[shipment["direction"]],
         dock=shipment.get("dock"),
-        transactions=_transactions(site.ids, orders, fields.get("bolNumber")),
+        transactions=_transactions(
+            site.ids, orders, fields.get("bolNumber"), outbound=shipment["direction"] == "OUTBOUND"
+        ),
         outbound=shipment["direction"] == "OUTBOUND",
         ship_to=[],
     )
@@ -188,32 +247,45 @@ def _aware(at: datetime) -> datetime:
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
-def _transactions(ids: Identities, pos: Iterable[Any], bol: str | None) -> list[dict[str, str]]:
-    """The orders' PO numbers and the bill of lading as business transactions, when the
-    facility has a GLN to qualify them (see `BT_URN`): each number once, at most
-    `MAX_TRANSACTIONS`."""
+def _transactions(
+    ids: Identities, pos: Iterable[Any], bol: str | None, *, outbound: bool
+) -> list[dict[str, str]]:
+    """The business transactions the business issued (see `BT_URN`), when its facility has a
+    GLN to qualify them: an inbound shipment's PO numbers, an outbound one's bill of lading.
+    Each number once, one outside GS1 character set 82 (or longer than `MAX_BT_CHARS`) left
+    out, at most `MAX_TRANSACTIONS`."""
     if ids.facility_gln is None:
         return []
-    wanted = [(PO, str(po)) for po in dict.fromkeys(pos) if po]
-    if bol:
+    wanted = [] if outbound else [(PO, str(po)) for po in dict.fromkeys(pos) if po]
+    if bol and outbound:
         wanted.append((BOL, str(bol)))
+    named = [(kind, bt_id) for kind, number in wanted if (bt_id := _bt_id(number)) is not None]
     return [
-        {"type": kind, "bizTransaction": f"{BT_URN}{ids.facility_gln}:{quote(number, safe='')}"}
-        for kind, number in wanted[:MAX_TRANSACTIONS]
+        {"type": kind, "bizTransaction": f"{BT_URN}{ids.facility_gln}:{bt_id}"}
+        for kind, bt_id in named[:MAX_TRANSACTIONS]
     ]
+
+
+def _bt_id(number: str) -> str | None:
+    """A number as the id of a bt URI: GS1 character set 82, its URI-reserved characters
+    percent-escaped; None for one that is not (a UTF-8 escape would make it another id)."""
+    if not 0 < len(number) <= MAX_BT_CHARS or not set(number) <= CSET82:
+        return None
+    return quote(number, safe=BT_PLAIN)
 
 
 def _places(
     ids: Identities, outbound: bool, ship_to: Iterable[Any]
 ) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """sourceList and destinationList: the facility is where goods leave from (outbound) or
-    arrive at (inbound); a label's ship-to GLN (AI 410) is where they go."""
+    arrive at (inbound); every ship-to GLN (AI 410) its labels state is where they go."""
     here = ids.business_location("digital_link")
-    there = [f"{DIGITAL_LINK_BASE}/414/{gln}" for gln in dict.fromkeys(ship_to) if gln]
+    there = [f"{DIGITAL_LINK_BASE}/414/{gln}" for gln in ship_to if gln]
     sources = [{"type": LOCATION, "source": here}] if here and outbound else []
-    destinations = [{"type": LOCATION, "destination": d} for d in there[:1]]
-    if here and not outbound:
-        destinations = [{"type": LOCATION, "destination": here}]
+    arriving = [here] if here and not outbound else []
+    destinations = [
+        {"type": LOCATION, "destination": d} for d in dict.fromkeys([*arriving, *there])
+    ]
     return sources, destinations
 
 
@@ -234,7 +306,7 @@ def _object_event(
     event: dict[str, Any] = {
         "type": "ObjectEvent",
         "eventTime": _utc_ms(at),
-        "eventTimeZoneOffset": _offset(at, site.timezone),
+        "eventTimeZoneOffset": site.offset or _offset(at, site.timezone),
     }
     if epcs:  # a pallet known by its contents only has no EPC: no empty list
         event["epcList"] = epcs
@@ -258,11 +330,11 @@ def _object_event(
     return {"eventID": event_hash(event), **event}
 
 
-def with_record_time(event: dict[str, Any], pallet: dict[str, Any]) -> dict[str, Any]:
+def with_record_time(event: dict[str, Any], stored: datetime | None) -> dict[str, Any]:
     """The event as the query answers it: with `recordTime`, the repository's record time,
-    which for us is when the pallet reading was stored (`created_at`, kept on every pallet).
-    Not part of the event hash: the same event recorded twice is still the same event."""
-    stored: datetime | None = pallet.get("created_at")
+    which for us is when dockflow's clock says the record was stored (a pallet reading's
+    `created_at`, a shipment's `recorded_at`: never a camera's clock). Not part of the event
+    hash: the same event recorded twice is still the same event."""
     if stored is None:
         return event
     if stored.tzinfo is None:

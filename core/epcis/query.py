@@ -7,7 +7,10 @@ token is limited to some) as `core.epcis.events` makes them: each pallet reading
 completed shipment's (`core.epcis.queries`). They come a page at a time, in the order `orderBy`
 and `orderDirection` ask (event time, oldest first, by default), readings and shipments merged
 in one order. `nextPageToken` is opaque to the caller (the order, the last record's time,
-stream and id), so a page never repeats or skips an event however many arrive meanwhile.
+stream and id), so a page never repeats an event. In eventTime order a record stored after a
+page was given with an eventTime before the token's (a camera's late or buffered reading) is
+behind the pages read: a consumer following new events pages by recordTime (dockflow's own
+clock, docs/epcis.md).
 
 What the database can answer it answers (business, facilities, event and record times, the
 direction a business step or a disposition means, SSCCs); the parameters that name what only
@@ -131,8 +134,11 @@ class Stream:
         return self.fields[query.order_by]
 
 
-# Pallet readings (recorded when stored) and completed shipments (recorded at completion: the
-# time dockflow writes it). At one instant, readings come before completions (reversed DESC).
+# Pallet readings (recorded when stored: `created_at`) and completed shipments (recorded when
+# dockflow wrote the completion: `recorded_at`; their event time is the completing dock
+# event's, a camera's clock, which may lag or lead). Both record times are dockflow's clock, so
+# a consumer polling GE_recordTime misses nothing recorded after its last poll. At one
+# instant, readings come before completions (reversed DESC).
 PALLETS = Stream(
     "pallets",
     {"eventTime": "occurred_at", "recordTime": "created_at"},
@@ -142,7 +148,7 @@ PALLETS = Stream(
 )
 SHIPMENTS = Stream(
     "shipments",
-    {"eventTime": "completed_at", "recordTime": "completed_at"},
+    {"eventTime": "completed_at", "recordTime": "recorded_at"},
     {step: direction for direction, (step, _) in events.COMPLETION_STEPS.items()},
     {direction: disposition for direction, (_, disposition) in events.COMPLETION_STEPS.items()},
     int,
@@ -395,9 +401,9 @@ def _stream_match(
     for name, bounds in asked:
         if bounds:
             match[name] = _within(match.get(name, {}), bounds)
-    if stream is SHIPMENTS:
-        name = stream.fields["eventTime"]
-        match[name] = _within(match.get(name, {}), {"$gte": EPOCH})  # completed ones
+    if stream is SHIPMENTS:  # completed ones (and in recordTime order, recorded ones)
+        for name in dict.fromkeys((stream.fields["eventTime"], stream.field(query))):
+            match[name] = _within(match.get(name, {}), {"$gte": EPOCH})
     return match
 
 
@@ -482,9 +488,11 @@ async def find_events(storage: Storage, principal: Principal, query: EventQuery)
     return EventPage(found, page_token(record, query, stream) if more else None)
 
 
-def _recorded(stream: Stream, record: Doc) -> Doc:
-    """When the record's event was recorded (`events.with_record_time`)."""
-    return record if stream is PALLETS else {"created_at": record.get("completed_at")}
+def _recorded(stream: Stream, record: Doc) -> datetime | None:
+    """When the record's event was recorded (`events.with_record_time`). A shipment completed
+    before dockflow kept `recorded_at` has no record time (and no place in recordTime order)."""
+    recorded: datetime | None = record.get(stream.fields["recordTime"])
+    return recorded
 
 
 async def _shipments_naming(

@@ -32,13 +32,17 @@ it is parsed: a fullwidth or Arabic-Indic digit is no digit of an SSCC.
 A reading names one pallet: GS1 labels naming different SSCCs, or a GS1 SSCC that differs
 from the reading's own `lpn` label, are a problem, and no SSCC of the GS1 labels is taken.
 Within one label the same AI twice with different values is a problem (neither is taken), as
-are AI (01) and AI (02) together. Identical labels (one logistic label read on two sides of a
-pallet) count once.
+are AI (01) and AI (02) together; a Digital Link repeating an AI in its query is held to the
+same rule (its parser would keep the last), and one with a '%' that is no percent-escape is
+refused (it is no URI). Whatever the parser raises on a label is a problem of that label.
+Identical labels (one logistic label read on two sides of a pallet) count once.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
@@ -75,6 +79,11 @@ CSET82 = frozenset(
 # Symbologies whose data are GS1 element strings; a Digital Link URI may come in any 2D code
 # (a plain QR code, ]Q1, most often).
 GS1_DATA_SYMBOLOGIES = GS1Symbology.with_gs1_messages()
+
+# A percent sign that does not start an escape of two hex digits: no URI holds one (RFC 3986
+# section 2.1, which the GS1 Digital Link standard requires of its URIs).
+BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+log = logging.getLogger(__name__)
 
 # The label each fact becomes (see the module docstring).
 SSCC_LABEL = "lpn"
@@ -152,13 +161,31 @@ def is_gs1(facility: Facility | None, name: str) -> bool:
 def parse(content: str) -> LabelFacts:
     """The facts of one label's content, in any of the forms the module docstring lists.
 
+    Whatever the parser raises on a label is that label's problem, never the reading's: biip
+    raises `ParseError` for what it refuses, but also `ValueError`, `EncodeError`, a bare
+    `Exception` and, on input it does not expect (``]`` alone), `IndexError`. This is the one
+    boundary between dockflow and the parser, so every exception is caught here.
+
     Not cached: a reading's labels are read once (`read_labels`, identical ones once), and what
     one label costs is bounded (see the module docstring)."""
+    try:
+        return _parse(content)
+    except Exception as error:  # the label is refused, never the reading
+        log.warning(
+            "GS1 label refused: the parser failed on it: %s: %s", type(error).__name__, error
+        )
+        reason = short(f"the label cannot be read ({type(error).__name__}: {error})")
+        return LabelFacts(problems=(Problem("", reason),))
+
+
+def _parse(content: str) -> LabelFacts:
     text = content.strip()
     if not text:
         return LabelFacts(problems=(Problem("", "the GS1 label is empty"),))
     problems: list[Problem] = []
     if text.startswith("]"):
+        if len(text) < len("]C1"):
+            return LabelFacts(problems=(Problem("", "the symbology identifier is cut short"),))
         try:
             symbology = SymbologyIdentifier.extract(text[:3])
         except biip.ParseError as error:
@@ -209,11 +236,21 @@ def _digital_link(text: str, problems: list[Problem]) -> list[GS1ElementString]:
     except ValueError as error:
         problems.append(Problem("", short(str(error))))
         return []
+    if (bad := BAD_PERCENT.search(text)) is not None:
+        where = f"position {bad.start() + 1}"
+        problems.append(
+            Problem("", f"invalid percent-encoding at {where}: '%' needs two hex digits")
+        )
+        return []
+    pairs = parse_qsl(parts.query, keep_blank_values=True)[:MAX_ELEMENTS]
+    keys = [key for key, _ in pairs if _is_ai(key)]
+    repeated = len(keys) != len(set(keys))  # the parser would keep the last: read each alone
     try:
         if parts.username is not None or parts.password is not None:
             problems.append(Problem("", "a GS1 Digital Link URI carries no user name or password"))
             return []
-        return list(GS1DigitalLinkURI.parse(text).element_strings)
+        if not repeated:
+            return list(GS1DigitalLinkURI.parse(text).element_strings)
     except (biip.ParseError, ValueError) as error:
         if not parts.query:
             problems.append(Problem("", short(str(error))))
@@ -225,7 +262,7 @@ def _digital_link(text: str, problems: list[Problem]) -> list[GS1ElementString]:
         problems.append(Problem("", short(str(error))))
         return []
     in_path = {element.ai.ai for element in elements}
-    for key, value in parse_qsl(parts.query, keep_blank_values=True)[:MAX_ELEMENTS]:
+    for key, value in pairs:
         try:
             one = GS1DigitalLinkURI.parse(path + "?" + urlencode({key: value})).element_strings
         except (biip.ParseError, ValueError) as error:

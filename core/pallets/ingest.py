@@ -49,6 +49,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
 from core import camera_input, metrics, urls
+from core.epcis import events as epcis_events
 from core.errors import DockflowError, Unavailable, ValidationFailed
 from core.exceptions import records, rules
 from core.feed import publish
@@ -1223,4 +1224,12 @@ def _pallet_doc(settings: Settings, item: _Item, now: datetime) -> Doc:
         doc["repeated"] = True
     if item.gs1.facts:  # for GraphQL, pages
         doc["gs1_labels"] = [facts.as_dict() for facts in item.gs1.facts]
+    facility = item.facility  # its EPCIS event says what the site was called when read
+    doc[epcis_events.RECORDED_SITE] = epcis_events.site_record(
+        facility.gln,
+        facility.gln_extension(item.dock),
+        facility.timezone,
+        item.occurred_at,
+        outbound=item.shipment["direction"] == "OUTBOUND",
+    )
     return doc

@@ -23,6 +23,7 @@ from datetime import datetime
 from pymongo import ASCENDING
 
 from core import urls
+from core.epcis import events as epcis_events
 from core.errors import NotFound
 from core.exceptions import records, rules
 from core.feed import publish
@@ -169,9 +170,14 @@ async def complete_shipment(
         message_id = ids[-1]
         fields: Doc = {
             "completed_at": at,
+            "recorded_at": lifecycle.now_ms(),  # dockflow's clock: the event's recordTime
             "completion_reason": reason,
             "completion_message_id": message_id,
         }
+        if site := await find_facility(storage, shipment["business"], shipment["facility"]):
+            fields[epcis_events.RECORDED_SITE] = epcis_events.site_record(
+                site.gln, site.gln_extension(shipment.get("dock") or ""), site.timezone, at
+            )
         if missing:
             short = rules.short_exception(
                 shipment, missing, await shipment_order_numbers(storage, shipment_id)

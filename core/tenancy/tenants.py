@@ -89,6 +89,11 @@ class Facility:
     # is on by default), and the confidence below which a mapped label is LOW_CONFIDENCE.
     disabled_checks: frozenset[str] = frozenset()
     confidence_threshold: float = 0.80
+    # GS1 identities as read with the facility (kept and compared by
+    # `core.tenancy.gs1_identities`, not part of its settings): what a pallet reading's EPCIS
+    # event records of its site at ingest, without another read.
+    gln: str | None = field(default=None, compare=False)
+    gln_extensions: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
     def key(self) -> str:
@@ -105,6 +110,9 @@ class Facility:
         """The camera label name this facility maps to `GS1_FIELD`, if any (worked out once:
         every label of every reading asks)."""
         return next((m.camera_name for m in self.label_fields if m.field == GS1_FIELD), None)
+
+    def gln_extension(self, dock: str) -> str | None:
+        return dict(self.gln_extensions).get(dock)
 
     def checks(self, code: str) -> bool:
         """Whether the facility raises exceptions of this rule."""
@@ -202,6 +210,8 @@ def _facility_from_doc(doc: Doc) -> Facility:
         complete_on_all_lpns=bool(doc.get("complete_on_all_lpns", True)),
         disabled_checks=frozenset(doc.get("disabled_checks", ())),
         confidence_threshold=float(doc.get("confidence_threshold", 0.80)),
+        gln=doc.get("gln") or None,
+        gln_extensions=tuple((e["dock"], e["extension"]) for e in doc.get("gln_extensions") or []),
     )
 
 

@@ -129,23 +129,33 @@ def test_a_pallet_known_by_its_contents_only_has_no_epc_list():
     assert [q["epcClass"] for q in event["quantityList"]] == [f"https://id.gs1.org/01/{GTIN}"]
 
 
-def test_a_pallets_orders_labels_and_bill_of_lading_are_its_transactions_and_places():
+def test_a_pallets_transactions_are_what_the_business_issued_and_its_places():
     event = events.pallet_event(
-        CASES["orders, a customer PO and a ship-to GLN"], IDS, "America/Chicago", bol="BOL 1"
+        CASES["orders, a customer PO and a ship-to GLN"], IDS, "America/Chicago", bol="BOL/1"
+    )
+    received = events.pallet_event(
+        {**CASES["orders, a customer PO and a ship-to GLN"], "direction": "UNLOADING"},
+        IDS,
+        "America/Chicago",
+        bol="BOL/1",
     )
 
     assert event is not None
+    assert received is not None
     bt = f"urn:epcglobal:cbv:bt:{GLN}:"
-    assert event["bizTransactionList"] == [
+    # shipping: the BOL is the business's (the shipper's); the POs are its customer's
+    assert event["bizTransactionList"] == [{"type": "bol", "bizTransaction": f"{bt}BOL%2F1"}]
+    # receiving: the POs are the business's (it is the customer); the BOL is the shipper's.
+    # A number outside GS1 character set 82 ("PO 9/B": a space) names no transaction.
+    assert received["bizTransactionList"] == [
         {"type": "po", "bizTransaction": f"{bt}SO-1"},
-        {"type": "po", "bizTransaction": f"{bt}PO%209%2FB"},
         {"type": "po", "bizTransaction": f"{bt}PO-77"},
-        {"type": "bol", "bizTransaction": f"{bt}BOL%201"},
     ]
     assert event["sourceList"] == [{"type": "location", "source": f"https://id.gs1.org/414/{GLN}"}]
     assert event["destinationList"] == [
         {"type": "location", "destination": "https://id.gs1.org/414/0614141000005"}
     ]
+    assert_valid_event(received)
     without_bol = events.pallet_event(
         CASES["orders, a customer PO and a ship-to GLN"], IDS, "America/Chicago"
     )
@@ -193,7 +203,9 @@ def test_a_completed_shipment_is_one_event_of_what_is_on_the_trailer(
     assert (event["bizStep"], event["disposition"]) == (step, disposition)
     assert event["epcList"] == [f"https://id.gs1.org/00/{SSCC}"]
     assert event["eventTime"] == "2026-05-01T15:30:00.000Z"
-    assert [t["type"] for t in event["bizTransactionList"]] == ["po", "bol"]
+    # the business issues the BOL of what it ships and the POs of what it receives
+    kinds = {"OUTBOUND": ["bol"], "INBOUND": ["po"]}[direction]
+    assert [t["type"] for t in event["bizTransactionList"]] == kinds
     # CBV: `shipping` would also say the loading and departing these events already say
     assert event["bizStep"] != "shipping"
 
@@ -244,3 +256,50 @@ def test_the_document_of_several_events_is_a_valid_epcis_document():
 
     VALIDATOR.validate(document)
     assert len(document["epcisBody"]["eventList"]) == len(CASES)
+
+
+def test_a_number_outside_gs1_character_set_82_is_never_a_transaction():
+    unloaded = pallet(
+        direction="UNLOADING", orders=["PO-Ä1", "\uff30\uff2f1", "PO%41", "P" * 81, "A&B"]
+    )
+    event = events.pallet_event(unloaded, IDS, "UTC")
+
+    assert event is not None
+    # '%' and '&' are set 82 and escaped; 'Ä' and fullwidth letters are not (no UTF-8 escapes)
+    assert [t["bizTransaction"].rsplit(":", 1)[1] for t in event["bizTransactionList"]] == [
+        "PO%2541",
+        "A%26B",
+    ]
+    assert_valid_event(event)
+
+
+def test_every_ship_to_gln_is_a_destination():
+    labels = [
+        {"sscc": SSCC, "shipToGln": "0614141000005"},
+        {"sscc": SSCC, "shipToGln": "0614141000012"},
+    ]
+    event = events.pallet_event(pallet(gs1_labels=labels), IDS, "UTC")
+
+    assert event is not None
+    assert [d["destination"] for d in event["destinationList"]] == [
+        "https://id.gs1.org/414/0614141000005",
+        "https://id.gs1.org/414/0614141000012",
+    ]
+    assert_valid_event(event)
+
+
+def test_labels_disagreeing_on_a_count_give_one_class_without_a_count():
+    labels = [
+        {"gtin": GTIN, "lot": "L1", "count": "24"},
+        {"gtin": GTIN, "lot": "L1", "count": "20"},
+        {"gtin": GTIN, "count": "5"},
+        {"gtin": GTIN, "count": "5"},
+    ]
+    event = events.pallet_event(pallet(gs1_labels=labels), IDS, "UTC")
+
+    assert event is not None
+    assert event["quantityList"] == [
+        {"epcClass": f"https://id.gs1.org/01/{GTIN}/10/L1"},
+        {"epcClass": f"https://id.gs1.org/01/{GTIN}", "quantity": 5},
+    ]
+    assert_valid_event(event)

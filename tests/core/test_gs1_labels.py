@@ -301,3 +301,30 @@ def test_a_digital_link_attribute_is_looked_up_whole_and_other_keys_are_ignored(
     facts = gs1_labels.parse(f"https://id.gs1.org/00/{SSCC}?011=0950600013435&linkType=gs1:pip")
 
     assert (facts.sscc, facts.gtin, facts.problems) == (SSCC, None, ())
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["]", "]\x1d", "]C", "] ", "]\x1d\x1d", "]Q", "]d2", "]C1\x1d", "]e0", "(", "()", ")("],
+)
+def test_content_the_parser_chokes_on_is_a_problem_never_an_exception(content: str):
+    facts = gs1_labels.parse(content)
+    assert facts.problems, facts
+    assert facts.values() == {}
+
+
+def test_a_digital_link_repeating_an_ai_in_its_query_takes_neither_value():
+    facts = gs1_labels.parse(f"https://id.gs1.org/00/{SSCC}?10=A&10=B")
+    assert facts.sscc == SSCC
+    assert facts.lot is None
+    assert [p.ai for p in facts.problems] == ["10"]
+    # the same value twice is one fact, as in element strings
+    assert gs1_labels.parse(f"https://id.gs1.org/00/{SSCC}?10=A&10=A").lot == "A"
+
+
+@pytest.mark.parametrize("query", ["10=%ZZ%", "10=A%2", "10=%G1", "10=A&17=%"])
+def test_a_digital_link_with_invalid_percent_encoding_is_refused(query: str):
+    facts = gs1_labels.parse(f"https://id.gs1.org/00/{SSCC}?{query}")
+    assert facts.lot is None
+    assert facts.problems
+    assert "percent" in facts.problems[0].reason

@@ -90,7 +90,8 @@ async def test_every_parameter_narrows_the_events_as_the_binding_defines(
         "class of a lot": ({"MATCH_epcClass": f"https://id.gs1.org/01/{GTIN}/10/L1"}, every),
         "class of every lot": ({"MATCH_epcClass": f"https://id.gs1.org/01/{GTIN}"}, every),
         "another lot": ({"MATCH_epcClass": f"https://id.gs1.org/01/{GTIN}/10/L2"}, []),
-        "order": ({"EQ_bizTransaction_po": f"{BT}SO-1"}, every),
+        # loadings: the orders are the customer's, never named under the facility's GLN
+        "order": ({"EQ_bizTransaction_po": f"{BT}SO-1"}, []),
         "bill of lading": ({"EQ_bizTransaction_bol": f"{BT}BOL-1,{BT}X"}, every),
         "another order": ({"EQ_bizTransaction_po": f"{BT}SO-2"}, []),
         "order as a BOL": ({"EQ_bizTransaction_bol": f"{BT}SO-1"}, []),
