@@ -35,9 +35,8 @@ from typing import Any
 from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
-from core.epcis.identities import DIGITAL_LINK_BASE, Identities, check_sscc
+from core.epcis.identities import CSET82, DIGITAL_LINK_BASE, Identities, check_sscc
 from core.errors import ValidationFailed
-from core.pallets.gs1_labels import CSET82
 
 EPCIS_CONTEXT = "https://ref.gs1.org/standards/epcis/2.0.0/epcis-context.jsonld"
 SCHEMA_VERSION = "2.0"

@@ -35,6 +35,10 @@ from biip.sscc import Sscc
 from core.errors import ValidationFailed
 
 DIGITAL_LINK_BASE = "https://id.gs1.org"
+# GS1 character set 82 (GS1 General Specifications, figure 7.11-1): what element strings hold.
+CSET82 = frozenset(
+    "!\"%&'()*+,-./0123456789:;<=>?ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
+)
 COMPANY_PREFIX_DIGITS = (6, 12)
 # AI 254 is up to 20 characters of GS1's character set 82; dockflow takes the part that needs
 # no escaping in an EPC URI or a URL path (a door is "12", "D-04", ...).

@@ -56,6 +56,7 @@ from biip.gs1_element_strings import GS1ElementString
 from biip.gs1_messages import GS1Message
 from biip.symbology import GS1Symbology, SymbologyIdentifier
 
+from core.epcis.identities import CSET82
 from core.tenancy.tenants import GS1_FIELD, Facility
 
 # The label name whose value is always GS1 label content (what the proto's `gs1_labels`
@@ -72,10 +73,6 @@ MAX_ELEMENTS = 16
 MAX_PROBLEMS = 5
 MAX_REASON_CHARS = 160
 ELEMENT_WINDOW = 4 + 90 + 1
-# GS1 character set 82 (GS1 General Specifications, figure 7.11-1): what element strings hold.
-CSET82 = frozenset(
-    "!\"%&'()*+,-./0123456789:;<=>?ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
-)
 # Symbologies whose data are GS1 element strings; a Digital Link URI may come in any 2D code
 # (a plain QR code, ]Q1, most often).
 GS1_DATA_SYMBOLOGIES = GS1Symbology.with_gs1_messages()
