@@ -26,11 +26,18 @@ STATE_HEADER = "Dockflow-ASN-State"  # complete, or in-progress for a shipment s
 PURPOSE_HEADER = "Dockflow-ASN-Purpose"  # original, or replace after a correction
 PROOF_FORMATS = {"json": "application/json", "pdf": proof.PDF_CONTENT_TYPE}
 MAX_ACCEPT_RANGES = 32  # media ranges of an Accept header looked at; the rest are ignored
+# The path parameter both operations take, as `shipment_id_of` reads it.
+SHIPMENT_ID_PARAMETER = {
+    "name": "shipment_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
+}
 
 
 def shipment_id_of(request: web.Request) -> int:
     text = request.match_info["shipment_id"]
-    if not text.isdecimal() or len(text) > 18:
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:  # as the pattern says
         raise NotFound(f"shipment {text[:40]!r} not found")
     return int(text)
 
@@ -144,12 +151,7 @@ def proof_operation(problem_ref: dict[str, Any]) -> dict[str, Any]:
         ),
         "tags": ["asn"],
         "parameters": [
-            {
-                "name": "shipment_id",
-                "in": "path",
-                "required": True,
-                "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
-            },
+            SHIPMENT_ID_PARAMETER,
             {
                 "name": "format",
                 "in": "query",
@@ -201,12 +203,7 @@ def openapi_operation(problem_ref: dict[str, Any]) -> dict[str, Any]:
         ),
         "tags": ["asn"],
         "parameters": [
-            {
-                "name": "shipment_id",
-                "in": "path",
-                "required": True,
-                "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
-            },
+            SHIPMENT_ID_PARAMETER,
             {
                 "name": "format",
                 "in": "query",
