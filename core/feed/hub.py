@@ -136,18 +136,26 @@ class FeedHub:
         """The id of `business` up to which its feed is complete (pages end there)."""
         return (await self.line(business)).watermark
 
-    async def line(self, business: str) -> Line:
-        """`business`'s line, met now if the hub did not follow it yet."""
+    async def line(self, business: str, asked_at: float | None = None) -> Line:
+        """`business`'s line, met now if the hub did not follow it yet. `asked_at` (wall clock,
+        now if not given): when the reader asked; what was sent from then on is released."""
+        asked_at = time.time() if asked_at is None else asked_at
         line = self._lines.get(business)
         if line is None:
             async with self._line_lock:
-                line = self._lines.get(business) or await self._meet(business)
+                line = self._lines.get(business) or await self._meet(business, asked_at)
         line.last_used = time.monotonic()
         return line
 
-    async def _meet(self, business: str) -> Line:
+    async def _meet(self, business: str, asked_at: float) -> Line:
         """Start following `business` from its current end; the recent ids still missing below
-        it are gaps (a writer may be committing them)."""
+        it are gaps (a writer may be committing them).
+
+        Meeting takes a few reads, and a subscriber is registered only after them: a message
+        sent after `asked_at` (the reader asked) but committed before the reads is no history
+        to skip but the subscriber's first. Such ids count as gaps too, filled by the next poll
+        and released then. (Sending times are the writers' clocks, to the millisecond.)"""
+        asked_ms = int(asked_at * 1000) / 1000
         feed = await ids.business_feed(self.storage, business)
         reserved = (await ids.reserved_through(self.storage, [business])).get(business, 0)
         mark = await retention.feed_mark(self.storage, business)
@@ -164,6 +172,8 @@ class FeedHub:
             else None
             for d in found
         }
+        asked_for = {i for i, sent in present.items() if sent is not None and sent >= asked_ms}
+        present = {i: sent for i, sent in present.items() if i not in asked_for}
         line = Line(feed, self._fan_out)
         line.last_used = time.monotonic()
         async with self._poll_lock:  # a poll must not see it half begun
@@ -171,6 +181,8 @@ class FeedHub:
             self._lines[business] = line
             self._by_number[feed.number] = line
             self._drop_idle(time.monotonic())
+        if asked_for:
+            self.nudge()
         return line
 
     def _drop_idle(self, now: float) -> None:
@@ -404,9 +416,10 @@ class FeedHub:
         budgets: tuple[BufferBudget, ...] = (),
     ) -> Subscriber:
         """Register a live subscriber from its business's current watermark on."""
+        asked_at = time.time()
         if self._stopped:
             raise FeedStopped("the server is shutting down; reconnect")
-        line = await self.line(selector.business)
+        line = await self.line(selector.business, asked_at)
         subscriber = Subscriber(
             self,
             selector,

@@ -177,3 +177,20 @@ async def test_a_business_near_the_graphql_int_bound_is_refused_clearly(storage:
     assert "'acme'" in refused.value.detail
     # Another business is not affected.
     assert [public_id(k) for k in await reserve_message_ids(storage, "globex", 1)] == [1]
+
+
+async def test_a_subscription_gets_what_is_written_while_its_business_is_being_met(
+    storage: Storage, settings_factory: Callable[..., Settings]
+):
+    # The hub follows none of these businesses: each subscription first meets its business
+    # (database reads), and the message is written meanwhile, after the subscription was asked.
+    async with FeedHub(storage, settings_factory(feed_poll_interval_s=0.05)) as hub:
+        for n in range(5):
+            business = f"met{n}"
+            live = hub.subscribe(feed_filter(business, None))
+            first = asyncio.ensure_future(take(live, 1))
+            await asyncio.sleep(0)  # the subscription is asked for
+            written = await append_messages(storage, [message(business, 1)])
+
+            assert await first == written.shown_ids
+            await live.aclose()
