@@ -4,7 +4,9 @@ One `FeedHub` per process follows the feed with one task and fans messages out t
 from memory (no database query per subscriber). It follows each business a reader asked for (a
 subscriber, a `pushMessages` page) on its own `Line` (`core.feed.lines`): its own watermark,
 gaps and fencing, so a stalled writer of one business never holds back another's messages. A
-business nobody reads for `IDLE_LINE_S` is dropped (and met again on the next read).
+business nobody reads for `IDLE_LINE_S` is dropped (and met again on the next read), and beyond
+`MAX_LINES` the idlest of those without subscribers go first: a hub follows at most its
+subscribed businesses plus `MAX_LINES`.
 
 Polling: one read of the followed businesses' sequence counters says which ids were reserved
 since the last round; one `_id` lookup finds which of them (and of the open gaps) committed.
@@ -60,7 +62,7 @@ POLL_ERROR_BACKOFF_S = 1.0  # pause after a failed poll (database down) before t
 STREAM_AWAIT_MS = 250  # longest a change stream read waits for an event before gaps are checked
 STREAM_RETRY_S = 30.0  # polling after a change stream failed (or none exists), before a retry
 IDLE_LINE_S = 600.0  # a business without subscribers or page reads this long is not followed
-MAX_LINES = 10_000  # businesses one hub follows at once; the idlest goes first beyond it
+MAX_LINES = 10_000  # unsubscribed businesses kept followed; the idlest goes first beyond it
 
 
 class FeedHub:
@@ -180,19 +182,22 @@ class FeedHub:
             line.begin(low, highest, present, time.monotonic())
             self._lines[business] = line
             self._by_number[feed.number] = line
-            self._drop_idle(time.monotonic())
+            self._drop_idle(time.monotonic(), keep=business)
         if asked_for:
             self.nudge()
         return line
 
-    def _drop_idle(self, now: float) -> None:
-        """Stop following businesses nobody reads (beyond `MAX_LINES`, the idlest first)."""
+    def _drop_idle(self, now: float, keep: str | None = None) -> None:
+        """Stop following businesses nobody reads (beyond `MAX_LINES`, the idlest first).
+
+        A line with subscribers is never dropped, nor `keep` (the line just met, whose
+        subscriber is registered only after this): dropped, its subscribers would be offered
+        nothing and then skip what was released while it was gone. So the hub follows at most
+        its subscribed businesses plus `MAX_LINES`."""
         read = {s.selector.business for s in self._subscribers}
-        idle = sorted(
-            (line for b, line in self._lines.items() if b not in read),
-            key=lambda line: line.last_used,
-        )
-        excess = len(self._lines) - MAX_LINES
+        unread = [line for b, line in self._lines.items() if b not in read]
+        idle = sorted((line for line in unread if line.business != keep), key=_last_used)
+        excess = len(unread) - MAX_LINES
         for line in idle:
             if now - line.last_used < IDLE_LINE_S and excess <= 0:
                 break
@@ -536,6 +541,10 @@ def _checked(document: Doc) -> Doc:
     if not publish.is_void(document) and not isinstance(document.get("sent_at"), datetime):
         raise UnfaithfulChangeStream(f"sent_at is {type(document.get('sent_at')).__name__}")
     return document
+
+
+def _last_used(line: Line) -> float:
+    return line.last_used
 
 
 def _routes(selector: FeedFilter) -> list[tuple[str, str | None]]:

@@ -11,6 +11,7 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from core.errors import FeedSchemaTooNew, MessageIdsExhausted
+from core.feed import hub as hub_module
 from core.feed import ids
 from core.feed.hub import FeedHub
 from core.feed.ids import public_id
@@ -194,3 +195,27 @@ async def test_a_subscription_gets_what_is_written_while_its_business_is_being_m
 
             assert await first == written.shown_ids
             await live.aclose()
+
+
+async def test_subscribed_businesses_past_the_line_bound_all_receive(
+    storage: Storage, settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+):
+    # The bound on followed businesses lowered to 1: three subscribed businesses are past it,
+    # and the one a page read met is the only line the hub may drop.
+    monkeypatch.setattr(hub_module, "MAX_LINES", 1)
+    async with FeedHub(storage, settings_factory(feed_poll_interval_s=0.05)) as hub:
+        businesses = ("b1", "b2", "b3")
+        streams = [hub.subscribe(feed_filter(b, None)) for b in businesses]
+        firsts = [asyncio.ensure_future(take(s, 2)) for s in streams]
+        while hub.subscriber_count < len(businesses):
+            await asyncio.sleep(0.01)
+        await hub.watermark_of("paged1")
+        await hub.watermark_of("paged2")
+
+        await append_messages(storage, [message(b, 1) for b in businesses])
+        await append_messages(storage, [message(b, 2) for b in businesses])
+
+        assert [await f for f in firsts] == [[1, 2]] * len(businesses)
+        assert set(hub._lines) == {*businesses, "paged2"}
+        for stream in streams:
+            await stream.aclose()
