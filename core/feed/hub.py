@@ -94,6 +94,7 @@ class FeedHub:
         self._poll_lock = asyncio.Lock()  # one poll at a time, also when called directly
         self.fenced_total = 0  # ids this hub fenced after the grace (their writer stalled)
         self._gaps_seen_gone = 0  # gaps seen by lines dropped since
+        self.nudges = 0  # polls asked for before their interval
 
     @property
     def gaps_seen(self) -> int:
@@ -130,6 +131,7 @@ class FeedHub:
 
     def nudge(self) -> None:
         """Poll now instead of at the next interval."""
+        self.nudges += 1
         self._wake.set()
 
     # -- lines ------------------------------------------------------------------------------
@@ -219,12 +221,15 @@ class FeedHub:
     def _written(self, messages: list[Doc]) -> None:
         """Messages this process has just stored: taken as a poll would take them, without
         reading them back (a BSON round trip makes them what a read gives: dates to the
-        millisecond, aware). A poll runs at once only if something waits for a lower id
-        (another writer's, maybe in flight) or the messages were not handed over."""
+        millisecond, aware). A poll runs at once only if something of a written business waits
+        for a lower id (another writer's, maybe in flight) or nothing was handed over: another
+        business's stall is no reason to read every followed business after each write."""
         options = self.storage.push_messages.codec_options
         stored = [bson.decode(bson.encode(m), codec_options=options) for m in messages]
         self._route(stored, time.monotonic())
-        if not messages or any(line.pending for line in self._lines.values()):
+        written = {ids.number_of(doc["_id"]) for doc in stored}
+        lines = [self._by_number.get(number) for number in written]
+        if not messages or any(line is not None and line.pending for line in lines):
             self.nudge()
 
     # -- following --------------------------------------------------------------------------

@@ -219,3 +219,21 @@ async def test_subscribed_businesses_past_the_line_bound_all_receive(
         assert set(hub._lines) == {*businesses, "paged2"}
         for stream in streams:
             await stream.aclose()
+
+
+async def test_a_write_polls_early_only_for_its_own_business_held_messages(
+    storage: Storage, settings_factory: Callable[..., Settings]
+):
+    # Polls only when asked: what a write asks for is all that moves the hub.
+    async with FeedHub(storage, settings_factory(feed_poll_interval_s=600)) as hub:
+        for business in ("acme", "globex"):
+            await hub.line(business)
+        await build_messages(storage, [message("acme", 1)])  # reserved, its writer stalls
+        await append_messages(storage, [message("acme", 2)])  # held behind acme's id 1
+        assert hub._lines["acme"].pending
+        before = hub.nudges
+
+        await append_messages(storage, [message("globex", 1)])
+        assert hub.nudges == before  # acme's stall is no reason to read every business
+        await append_messages(storage, [message("acme", 3)])
+        assert hub.nudges == before + 1  # acme's own held messages are
