@@ -56,7 +56,14 @@ log = logging.getLogger(__name__)
 
 POLL_BATCH = 1000  # ids of one business a poll looks up; a full batch polls again at once
 LOOKUP_CHUNK = 2000  # keys per `_id $in` read
-START_WINDOW = 1000  # ids below a business's newest that a new line still watches
+START_WINDOW = 1000  # ids below a business's newest that a new line watches, at the least
+# A new line takes ids further below a business's newest than its window as committed long
+# ago, so the window must cover every id that can be reserved but not yet committed: each
+# writer holds at most one batch in flight per business, an ingest batch of `ingest_batch_max`
+# readings takes at most `MESSAGES_PER_READING` ids, and at most `WRITERS_IN_FLIGHT` such
+# batches (edge processes times their concurrent batches) write one business at once.
+MESSAGES_PER_READING = 8  # its pallet event, the exceptions it raises and those it resolves
+WRITERS_IN_FLIGHT = 16
 REPLAY_PAGE = 1000  # messages per database read when a subscription replays from `after_id`
 POLL_ERROR_BACKOFF_S = 1.0  # pause after a failed poll (database down) before trying again
 STREAM_AWAIT_MS = 250  # longest a change stream read waits for an event before gaps are checked
@@ -76,6 +83,7 @@ class FeedHub:
         self._resume_token: Mapping[str, Any] | None = None
         self._stream_retry_at = 0.0  # monotonic time before which the hub polls
         self.gap_grace_s = settings.feed_gap_grace_s
+        self.start_window = start_window(settings)
         self.buffer_limit = settings.feed_subscriber_buffer
         self.buffer_byte_limit = settings.feed_subscriber_buffer_bytes
         self._lines: dict[str, Line] = {}  # by business
@@ -165,11 +173,14 @@ class FeedHub:
         mark = await retention.feed_mark(self.storage, business)
         swept = mark.through_id if mark is not None else 0
         highest = max(reserved, swept, feed.start)
-        low = max(feed.start, swept, highest - START_WINDOW)
+        low = max(feed.start, swept, highest - self.start_window)
         keys = [feed.key(i) for i in range(low + 1, highest + 1)]
-        found = await self.storage.push_messages.find(
-            {"_id": {"$in": keys}}, {"_id": 1, "sent_at": 1}
-        ).to_list()
+        found: list[Doc] = []
+        for at in range(0, len(keys), LOOKUP_CHUNK):
+            chunk = keys[at : at + LOOKUP_CHUNK]
+            found += await self.storage.push_messages.find(
+                {"_id": {"$in": chunk}}, {"_id": 1, "sent_at": 1}
+            ).to_list()
         present = {
             ids.public_id(d["_id"]): d["sent_at"].timestamp()
             if isinstance(d.get("sent_at"), datetime)
@@ -546,6 +557,13 @@ def _checked(document: Doc) -> Doc:
     if not publish.is_void(document) and not isinstance(document.get("sent_at"), datetime):
         raise UnfaithfulChangeStream(f"sent_at is {type(document.get('sent_at')).__name__}")
     return document
+
+
+def start_window(settings: Settings) -> int:
+    """Ids below a business's newest that a new line still watches: at least every id that can
+    be reserved but uncommitted (see `WRITERS_IN_FLIGHT`)."""
+    in_flight = settings.ingest_batch_max * MESSAGES_PER_READING * WRITERS_IN_FLIGHT
+    return max(START_WINDOW, in_flight)
 
 
 def _last_used(line: Line) -> float:

@@ -237,3 +237,23 @@ async def test_a_write_polls_early_only_for_its_own_business_held_messages(
         assert hub.nudges == before  # acme's stall is no reason to read every business
         await append_messages(storage, [message("acme", 3)])
         assert hub.nudges == before + 1  # acme's own held messages are
+
+
+async def test_a_new_line_waits_for_an_id_reserved_far_below_the_newest(
+    storage: Storage, settings_factory: Callable[..., Settings]
+):
+    # A writer reserved acme's id 1 and stalls while other batches commit 1,500 ids above it
+    # (several processes each with a full ingest batch in flight). A hub meeting acme now must
+    # still wait for id 1, not take it as committed long ago.
+    stalled = await build_messages(storage, [message("acme", 0)])
+    await append_messages(storage, [message("acme", n) for n in range(1, 1501)])
+    async with FeedHub(storage, settings_factory(feed_gap_grace_s=600)) as hub:
+        live = hub.subscribe(feed_filter("acme", None))
+        first = asyncio.ensure_future(take(live, 1))
+        while hub.subscriber_count < 1:
+            await asyncio.sleep(0.01)
+
+        await write_messages(storage, stalled)
+
+        assert await first == stalled.shown_ids == [1]
+        await live.aclose()
