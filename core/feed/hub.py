@@ -65,6 +65,7 @@ START_WINDOW = 1000  # ids below a business's newest that a new line watches, at
 MESSAGES_PER_READING = 8  # its pallet event, the exceptions it raises and those it resolves
 WRITERS_IN_FLIGHT = 16
 REPLAY_PAGE = 1000  # messages per database read when a subscription replays from `after_id`
+GAP_REPOLL_S = 0.01  # first wait before polling again for an id found reserved, not committed
 POLL_ERROR_BACKOFF_S = 1.0  # pause after a failed poll (database down) before trying again
 STREAM_AWAIT_MS = 250  # longest a change stream read waits for an event before gaps are checked
 STREAM_RETRY_S = 30.0  # polling after a change stream failed (or none exists), before a retry
@@ -103,6 +104,8 @@ class FeedHub:
         self.fenced_total = 0  # ids this hub fenced after the grace (their writer stalled)
         self._gaps_seen_gone = 0  # gaps seen by lines dropped since
         self.nudges = 0  # polls asked for before their interval
+        self._gap_wait_s = GAP_REPOLL_S  # doubled by each poll that still finds a gap
+        self._in_flight = False  # the last poll found ids reserved but not committed
 
     @property
     def gaps_seen(self) -> int:
@@ -289,6 +292,15 @@ class FeedHub:
             return
         if full:
             return
+        # An id reserved but not yet committed when the poll read it is most often a writer
+        # a few milliseconds from its commit: look again soon (then less and less often, so a
+        # stalled writer costs a few reads) instead of a whole interval later, which held about
+        # one message in two back by an interval when messages came from another process.
+        if self._in_flight:
+            wait_s = min(wait_s, self._gap_wait_s)
+            self._gap_wait_s *= 2
+        else:
+            self._gap_wait_s = GAP_REPOLL_S
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), wait_s)
@@ -350,6 +362,7 @@ class FeedHub:
 
     async def _poll(self) -> bool:
         lines = list(self._lines.values())
+        self._in_flight = False
         if not lines:
             return False
         reserved = await ids.reserved_through(self.storage, [line.business for line in lines])
@@ -377,6 +390,9 @@ class FeedHub:
                 # A whole batch of reserved ids without a commit at its end: its missing ids
                 # are gaps like any other (fenced after the grace unless they commit).
                 line.give_up(last, now)
+        self._in_flight = any(
+            line.gaps or reserved.get(line.business, 0) > line.highest for line in lines
+        )
         await self._fence_expired(now)
         self._drop_idle(now)
         return more

@@ -257,3 +257,29 @@ async def test_a_new_line_waits_for_an_id_reserved_far_below_the_newest(
 
         assert await first == stalled.shown_ids == [1]
         await live.aclose()
+
+
+async def test_an_id_seen_reserved_is_looked_up_again_soon_not_an_interval_later(
+    storage: Storage, settings: Settings, settings_factory: Callable[..., Settings]
+):
+    # Another process's writer (its own connection: this hub is not told of its writes) has
+    # reserved acme's id 1 when the hub polls; the commit follows a moment later. The interval
+    # is far longer than the test: only the hub's own look-again finds it.
+    other = await Storage.connect(settings.mongodb_url, settings.mongodb_db)
+    try:
+        async with FeedHub(storage, settings_factory(feed_poll_interval_s=600)) as hub:
+            live = hub.subscribe(feed_filter("acme", None))
+            first = asyncio.ensure_future(take(live, 1))
+            while hub.subscriber_count < 1:
+                await asyncio.sleep(0.01)
+            pending = await build_messages(other, [message("acme", 1)])
+            hub.nudge()  # the poll loop's round sees id 1 reserved, then waits as it chooses
+            while hub.nudges and not hub._in_flight:
+                await asyncio.sleep(0.01)
+
+            await write_messages(other, pending)
+
+            assert await first == [1]
+            await live.aclose()
+    finally:
+        await other.close()
