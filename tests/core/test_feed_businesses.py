@@ -265,6 +265,7 @@ async def test_an_id_seen_reserved_is_looked_up_again_soon_not_an_interval_later
     # Another process's writer (its own connection: this hub is not told of its writes) has
     # reserved acme's id 1 when the hub polls; the commit follows a moment later. The interval
     # is far longer than the test: only the hub's own look-again finds it.
+    assert settings.mongodb_url is not None
     other = await Storage.connect(settings.mongodb_url, settings.mongodb_db)
     try:
         async with FeedHub(storage, settings_factory(feed_poll_interval_s=600)) as hub:
