@@ -10,7 +10,9 @@ subscribed businesses plus `MAX_LINES`.
 
 Polling: one read of the followed businesses' sequence counters says which ids were reserved
 since the last round; one `_id` lookup finds which of them (and of the open gaps) committed.
-No range scan, on any backend, however many businesses the database holds.
+No range scan, on any backend, however many businesses the database holds. An id found reserved
+but not yet stored is most often a writer about to commit: the hub looks again after
+`GAP_REPOLL_S`, doubling the wait up to the interval.
 
 `list_messages` answers only up to the business's watermark too, so a consumer paging with
 `afterId` never steps over an id that commits later, and `pushMessages` followed by a
