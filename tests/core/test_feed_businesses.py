@@ -225,7 +225,7 @@ async def test_a_write_polls_early_only_for_its_own_business_held_messages(
     storage: Storage, settings_factory: Callable[..., Settings]
 ):
     # Polls only when asked: what a write asks for is all that moves the hub.
-    async with FeedHub(storage, settings_factory(feed_poll_interval_s=600)) as hub:
+    async with FeedHub(storage, polling(settings_factory)) as hub:
         for business in ("acme", "globex"):
             await hub.line(business)
         await build_messages(storage, [message("acme", 1)])  # reserved, its writer stalls
@@ -268,7 +268,7 @@ async def test_an_id_seen_reserved_is_looked_up_again_soon_not_an_interval_later
     assert settings.mongodb_url is not None
     other = await Storage.connect(settings.mongodb_url, settings.mongodb_db)
     try:
-        async with FeedHub(storage, settings_factory(feed_poll_interval_s=600)) as hub:
+        async with FeedHub(storage, polling(settings_factory)) as hub:
             live = hub.subscribe(feed_filter("acme", None))
             first = asyncio.ensure_future(take(live, 1))
             while hub.subscriber_count < 1:
@@ -284,3 +284,8 @@ async def test_an_id_seen_reserved_is_looked_up_again_soon_not_an_interval_later
             await live.aclose()
     finally:
         await other.close()
+
+
+def polling(settings_factory: Callable[..., Settings]) -> Settings:
+    """Polls only when a write or the hub asks (no change stream, an interval beyond the test)."""
+    return settings_factory(feed_poll_interval_s=600, feed_change_stream=False)
