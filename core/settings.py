@@ -143,7 +143,9 @@ class Settings(BaseSettings):
     grpc_max_message_bytes: int = Field(1024 * 1024, ge=1024)
     # Longest a lone reading waits for others to share its database batch.
     ingest_batch_wait_ms: float = Field(5.0, ge=0)
-    ingest_batch_max: int = Field(256, ge=1)
+    # Readings per database batch; bounded, as a feed reader meeting a business watches the
+    # ids a full batch of every writer may hold in flight (core/feed/hub.py: start_window).
+    ingest_batch_max: int = Field(256, ge=1, le=4096)
 
     # Camera ingest: what one reading or dock event may carry. A reading over a limit is
     # REJECTED with the reason and its stream goes on (core/camera_input.py).

@@ -4,11 +4,15 @@ One `FeedHub` per process follows the feed with one task and fans messages out t
 from memory (no database query per subscriber). It follows each business a reader asked for (a
 subscriber, a `pushMessages` page) on its own `Line` (`core.feed.lines`): its own watermark,
 gaps and fencing, so a stalled writer of one business never holds back another's messages. A
-business nobody reads for `IDLE_LINE_S` is dropped (and met again on the next read).
+business nobody reads for `IDLE_LINE_S` is dropped (and met again on the next read), and beyond
+`MAX_LINES` the idlest of those without subscribers go first: a hub follows at most its
+subscribed businesses plus `MAX_LINES`.
 
 Polling: one read of the followed businesses' sequence counters says which ids were reserved
 since the last round; one `_id` lookup finds which of them (and of the open gaps) committed.
-No range scan, on any backend, however many businesses the database holds.
+No range scan, on any backend, however many businesses the database holds. An id found reserved
+but not yet stored is most often a writer about to commit: the hub looks again after
+`GAP_REPOLL_S`, doubling the wait up to the interval.
 
 `list_messages` answers only up to the business's watermark too, so a consumer paging with
 `afterId` never steps over an id that commits later, and `pushMessages` followed by a
@@ -54,13 +58,21 @@ log = logging.getLogger(__name__)
 
 POLL_BATCH = 1000  # ids of one business a poll looks up; a full batch polls again at once
 LOOKUP_CHUNK = 2000  # keys per `_id $in` read
-START_WINDOW = 1000  # ids below a business's newest that a new line still watches
+START_WINDOW = 1000  # ids below a business's newest that a new line watches, at the least
+# A new line takes ids further below a business's newest than its window as committed long
+# ago, so the window must cover every id that can be reserved but not yet committed: each
+# writer holds at most one batch in flight per business, an ingest batch of `ingest_batch_max`
+# readings takes at most `MESSAGES_PER_READING` ids, and at most `WRITERS_IN_FLIGHT` such
+# batches (edge processes times their concurrent batches) write one business at once.
+MESSAGES_PER_READING = 8  # its pallet event, the exceptions it raises and those it resolves
+WRITERS_IN_FLIGHT = 16
 REPLAY_PAGE = 1000  # messages per database read when a subscription replays from `after_id`
+GAP_REPOLL_S = 0.01  # first wait before polling again for an id found reserved, not committed
 POLL_ERROR_BACKOFF_S = 1.0  # pause after a failed poll (database down) before trying again
 STREAM_AWAIT_MS = 250  # longest a change stream read waits for an event before gaps are checked
 STREAM_RETRY_S = 30.0  # polling after a change stream failed (or none exists), before a retry
 IDLE_LINE_S = 600.0  # a business without subscribers or page reads this long is not followed
-MAX_LINES = 10_000  # businesses one hub follows at once; the idlest goes first beyond it
+MAX_LINES = 10_000  # unsubscribed businesses kept followed; the idlest goes first beyond it
 
 
 class FeedHub:
@@ -74,6 +86,7 @@ class FeedHub:
         self._resume_token: Mapping[str, Any] | None = None
         self._stream_retry_at = 0.0  # monotonic time before which the hub polls
         self.gap_grace_s = settings.feed_gap_grace_s
+        self.start_window = start_window(settings)
         self.buffer_limit = settings.feed_subscriber_buffer
         self.buffer_byte_limit = settings.feed_subscriber_buffer_bytes
         self._lines: dict[str, Line] = {}  # by business
@@ -92,6 +105,9 @@ class FeedHub:
         self._poll_lock = asyncio.Lock()  # one poll at a time, also when called directly
         self.fenced_total = 0  # ids this hub fenced after the grace (their writer stalled)
         self._gaps_seen_gone = 0  # gaps seen by lines dropped since
+        self.nudges = 0  # polls asked for before their interval
+        self._gap_wait_s = GAP_REPOLL_S  # doubled by each poll that still finds a gap
+        self._in_flight = False  # the last poll found ids reserved but not committed
 
     @property
     def gaps_seen(self) -> int:
@@ -128,6 +144,7 @@ class FeedHub:
 
     def nudge(self) -> None:
         """Poll now instead of at the next interval."""
+        self.nudges += 1
         self._wake.set()
 
     # -- lines ------------------------------------------------------------------------------
@@ -136,51 +153,69 @@ class FeedHub:
         """The id of `business` up to which its feed is complete (pages end there)."""
         return (await self.line(business)).watermark
 
-    async def line(self, business: str) -> Line:
-        """`business`'s line, met now if the hub did not follow it yet."""
+    async def line(self, business: str, asked_at: float | None = None) -> Line:
+        """`business`'s line, met now if the hub did not follow it yet. `asked_at` (wall clock,
+        now if not given): when the reader asked; what was sent from then on is released."""
+        asked_at = time.time() if asked_at is None else asked_at
         line = self._lines.get(business)
         if line is None:
             async with self._line_lock:
-                line = self._lines.get(business) or await self._meet(business)
+                line = self._lines.get(business) or await self._meet(business, asked_at)
         line.last_used = time.monotonic()
         return line
 
-    async def _meet(self, business: str) -> Line:
+    async def _meet(self, business: str, asked_at: float) -> Line:
         """Start following `business` from its current end; the recent ids still missing below
-        it are gaps (a writer may be committing them)."""
+        it are gaps (a writer may be committing them).
+
+        Meeting takes a few reads, and a subscriber is registered only after them: a message
+        sent after `asked_at` (the reader asked) but committed before the reads is no history
+        to skip but the subscriber's first. Such ids count as gaps too, filled by the next poll
+        and released then. (Sending times are the writers' clocks, to the millisecond.)"""
+        asked_ms = int(asked_at * 1000) / 1000
         feed = await ids.business_feed(self.storage, business)
         reserved = (await ids.reserved_through(self.storage, [business])).get(business, 0)
         mark = await retention.feed_mark(self.storage, business)
         swept = mark.through_id if mark is not None else 0
         highest = max(reserved, swept, feed.start)
-        low = max(feed.start, swept, highest - START_WINDOW)
+        low = max(feed.start, swept, highest - self.start_window)
         keys = [feed.key(i) for i in range(low + 1, highest + 1)]
-        found = await self.storage.push_messages.find(
-            {"_id": {"$in": keys}}, {"_id": 1, "sent_at": 1}
-        ).to_list()
+        found: list[Doc] = []
+        for at in range(0, len(keys), LOOKUP_CHUNK):
+            chunk = keys[at : at + LOOKUP_CHUNK]
+            found += await self.storage.push_messages.find(
+                {"_id": {"$in": chunk}}, {"_id": 1, "sent_at": 1}
+            ).to_list()
         present = {
             ids.public_id(d["_id"]): d["sent_at"].timestamp()
             if isinstance(d.get("sent_at"), datetime)
             else None
             for d in found
         }
+        asked_for = {i for i, sent in present.items() if sent is not None and sent >= asked_ms}
+        present = {i: sent for i, sent in present.items() if i not in asked_for}
         line = Line(feed, self._fan_out)
         line.last_used = time.monotonic()
         async with self._poll_lock:  # a poll must not see it half begun
             line.begin(low, highest, present, time.monotonic())
             self._lines[business] = line
             self._by_number[feed.number] = line
-            self._drop_idle(time.monotonic())
+            self._drop_idle(time.monotonic(), keep=business)
+        if asked_for:
+            self.nudge()
         return line
 
-    def _drop_idle(self, now: float) -> None:
-        """Stop following businesses nobody reads (beyond `MAX_LINES`, the idlest first)."""
+    def _drop_idle(self, now: float, keep: str | None = None) -> None:
+        """Stop following businesses nobody reads (beyond `MAX_LINES`, the idlest first).
+
+        A line with subscribers is never dropped, nor `keep` (the line just met, whose
+        subscriber is registered only after this): dropped, its subscribers would be offered
+        nothing and then skip what was released while it was gone. So the hub follows at most
+        its subscribed businesses plus `MAX_LINES`."""
         read = {s.selector.business for s in self._subscribers}
-        idle = sorted(
-            (line for b, line in self._lines.items() if b not in read),
-            key=lambda line: line.last_used,
-        )
-        excess = len(self._lines) - MAX_LINES
+        unread = [line for b, line in self._lines.items() if b not in read]
+        idle = sorted((line for line in unread if line.business != keep), key=_last_used)
+        excess = len(unread) - MAX_LINES
         for line in idle:
             if now - line.last_used < IDLE_LINE_S and excess <= 0:
                 break
@@ -202,12 +237,15 @@ class FeedHub:
     def _written(self, messages: list[Doc]) -> None:
         """Messages this process has just stored: taken as a poll would take them, without
         reading them back (a BSON round trip makes them what a read gives: dates to the
-        millisecond, aware). A poll runs at once only if something waits for a lower id
-        (another writer's, maybe in flight) or the messages were not handed over."""
+        millisecond, aware). A poll runs at once only if something of a written business waits
+        for a lower id (another writer's, maybe in flight) or nothing was handed over: another
+        business's stall is no reason to read every followed business after each write."""
         options = self.storage.push_messages.codec_options
         stored = [bson.decode(bson.encode(m), codec_options=options) for m in messages]
         self._route(stored, time.monotonic())
-        if not messages or any(line.pending for line in self._lines.values()):
+        written = {ids.number_of(doc["_id"]) for doc in stored}
+        lines = [self._by_number.get(number) for number in written]
+        if not messages or any(line is not None and line.pending for line in lines):
             self.nudge()
 
     # -- following --------------------------------------------------------------------------
@@ -256,6 +294,15 @@ class FeedHub:
             return
         if full:
             return
+        # An id reserved but not yet committed when the poll read it is most often a writer
+        # a few milliseconds from its commit: look again soon (then less and less often, so a
+        # stalled writer costs a few reads) instead of a whole interval later, which held about
+        # one message in two back by an interval when messages came from another process.
+        if self._in_flight:
+            wait_s = min(wait_s, self._gap_wait_s)
+            self._gap_wait_s *= 2
+        else:
+            self._gap_wait_s = GAP_REPOLL_S
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), wait_s)
@@ -317,6 +364,7 @@ class FeedHub:
 
     async def _poll(self) -> bool:
         lines = list(self._lines.values())
+        self._in_flight = False
         if not lines:
             return False
         reserved = await ids.reserved_through(self.storage, [line.business for line in lines])
@@ -344,6 +392,9 @@ class FeedHub:
                 # A whole batch of reserved ids without a commit at its end: its missing ids
                 # are gaps like any other (fenced after the grace unless they commit).
                 line.give_up(last, now)
+        self._in_flight = any(
+            line.gaps or reserved.get(line.business, 0) > line.highest for line in lines
+        )
         await self._fence_expired(now)
         self._drop_idle(now)
         return more
@@ -404,9 +455,10 @@ class FeedHub:
         budgets: tuple[BufferBudget, ...] = (),
     ) -> Subscriber:
         """Register a live subscriber from its business's current watermark on."""
+        asked_at = time.time()
         if self._stopped:
             raise FeedStopped("the server is shutting down; reconnect")
-        line = await self.line(selector.business)
+        line = await self.line(selector.business, asked_at)
         subscriber = Subscriber(
             self,
             selector,
@@ -523,6 +575,17 @@ def _checked(document: Doc) -> Doc:
     if not publish.is_void(document) and not isinstance(document.get("sent_at"), datetime):
         raise UnfaithfulChangeStream(f"sent_at is {type(document.get('sent_at')).__name__}")
     return document
+
+
+def start_window(settings: Settings) -> int:
+    """Ids below a business's newest that a new line still watches: at least every id that can
+    be reserved but uncommitted (see `WRITERS_IN_FLIGHT`)."""
+    in_flight = settings.ingest_batch_max * MESSAGES_PER_READING * WRITERS_IN_FLIGHT
+    return max(START_WINDOW, in_flight)
+
+
+def _last_used(line: Line) -> float:
+    return line.last_used
 
 
 def _routes(selector: FeedFilter) -> list[tuple[str, str | None]]:

@@ -12,6 +12,7 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from core.errors import FeedSchemaTooNew, FeedUpgradeNeeded, MessageIdsExhausted
+from core.feed import hub as hub_module
 from core.feed import ids
 from core.feed.hub import FeedHub
 from core.feed.ids import public_id
@@ -208,3 +209,114 @@ async def test_a_business_near_the_graphql_int_bound_is_refused_clearly(storage:
     assert refused.value.code == "MESSAGE_IDS_EXHAUSTED"
     # Another business is not affected.
     assert [public_id(k) for k in await reserve_message_ids(storage, "globex", 1)] == [1]
+
+
+async def test_a_subscription_gets_what_is_written_while_its_business_is_being_met(
+    storage: Storage, settings_factory: Callable[..., Settings]
+):
+    # The hub follows none of these businesses: each subscription first meets its business
+    # (database reads), and the message is written meanwhile, after the subscription was asked.
+    async with FeedHub(storage, settings_factory(feed_poll_interval_s=0.05)) as hub:
+        for n in range(5):
+            business = f"met{n}"
+            live = hub.subscribe(feed_filter(business, None))
+            first = asyncio.ensure_future(take(live, 1))
+            await asyncio.sleep(0)  # the subscription is asked for
+            written = await append_messages(storage, [message(business, 1)])
+
+            assert await first == written.shown_ids
+            await live.aclose()
+
+
+async def test_subscribed_businesses_past_the_line_bound_all_receive(
+    storage: Storage, settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+):
+    # The bound on followed businesses lowered to 1: three subscribed businesses are past it,
+    # and the one a page read met is the only line the hub may drop.
+    monkeypatch.setattr(hub_module, "MAX_LINES", 1)
+    async with FeedHub(storage, settings_factory(feed_poll_interval_s=0.05)) as hub:
+        businesses = ("b1", "b2", "b3")
+        streams = [hub.subscribe(feed_filter(b, None)) for b in businesses]
+        firsts = [asyncio.ensure_future(take(s, 2)) for s in streams]
+        while hub.subscriber_count < len(businesses):
+            await asyncio.sleep(0.01)
+        await hub.watermark_of("paged1")
+        await hub.watermark_of("paged2")
+
+        await append_messages(storage, [message(b, 1) for b in businesses])
+        await append_messages(storage, [message(b, 2) for b in businesses])
+
+        assert [await f for f in firsts] == [[1, 2]] * len(businesses)
+        assert set(hub._lines) == {*businesses, "paged2"}
+        for stream in streams:
+            await stream.aclose()
+
+
+async def test_a_write_polls_early_only_for_its_own_business_held_messages(
+    storage: Storage, settings_factory: Callable[..., Settings]
+):
+    # Polls only when asked: what a write asks for is all that moves the hub.
+    async with FeedHub(storage, polling(settings_factory)) as hub:
+        for business in ("acme", "globex"):
+            await hub.line(business)
+        await build_messages(storage, [message("acme", 1)])  # reserved, its writer stalls
+        await append_messages(storage, [message("acme", 2)])  # held behind acme's id 1
+        assert hub._lines["acme"].pending
+        before = hub.nudges
+
+        await append_messages(storage, [message("globex", 1)])
+        assert hub.nudges == before  # acme's stall is no reason to read every business
+        await append_messages(storage, [message("acme", 3)])
+        assert hub.nudges == before + 1  # acme's own held messages are
+
+
+async def test_a_new_line_waits_for_an_id_reserved_far_below_the_newest(
+    storage: Storage, settings_factory: Callable[..., Settings]
+):
+    # A writer reserved acme's id 1 and stalls while other batches commit 1,500 ids above it
+    # (several processes each with a full ingest batch in flight). A hub meeting acme now must
+    # still wait for id 1, not take it as committed long ago.
+    stalled = await build_messages(storage, [message("acme", 0)])
+    await append_messages(storage, [message("acme", n) for n in range(1, 1501)])
+    async with FeedHub(storage, settings_factory(feed_gap_grace_s=600)) as hub:
+        live = hub.subscribe(feed_filter("acme", None))
+        first = asyncio.ensure_future(take(live, 1))
+        while hub.subscriber_count < 1:
+            await asyncio.sleep(0.01)
+
+        await write_messages(storage, stalled)
+
+        assert await first == stalled.shown_ids == [1]
+        await live.aclose()
+
+
+async def test_an_id_seen_reserved_is_looked_up_again_soon_not_an_interval_later(
+    storage: Storage, settings: Settings, settings_factory: Callable[..., Settings]
+):
+    # Another process's writer (its own connection: this hub is not told of its writes) has
+    # reserved acme's id 1 when the hub polls; the commit follows a moment later. The interval
+    # is far longer than the test: only the hub's own look-again finds it.
+    assert settings.mongodb_url is not None
+    other = await Storage.connect(settings.mongodb_url, settings.mongodb_db)
+    try:
+        async with FeedHub(storage, polling(settings_factory)) as hub:
+            live = hub.subscribe(feed_filter("acme", None))
+            first = asyncio.ensure_future(take(live, 1))
+            while hub.subscriber_count < 1:
+                await asyncio.sleep(0.01)
+            pending = await build_messages(other, [message("acme", 1)])
+            hub.nudge()  # the poll loop's round sees id 1 reserved, then waits as it chooses
+            while hub.nudges and not hub._in_flight:
+                await asyncio.sleep(0.01)
+
+            await write_messages(other, pending)
+
+            assert await first == [1]
+            await live.aclose()
+    finally:
+        await other.close()
+
+
+def polling(settings_factory: Callable[..., Settings]) -> Settings:
+    """Polls only when a write or the hub asks (no change stream, an interval beyond the test)."""
+    return settings_factory(feed_poll_interval_s=600, feed_change_stream=False)
