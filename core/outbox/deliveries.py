@@ -768,7 +768,9 @@ async def feed_lag(storage: Storage) -> int:
     newest delivered one (0: caught up, or nothing delivered yet); sets the gauge. Ids are per
     business (core/feed/ids.py), so only one business's ids can be subtracted."""
     newest = await storage.push_messages.find_one(
-        {"sent_at": {"$exists": True}}, {"_id": 1, "business": 1}, sort=[("sent_at", -1)]
+        {"sent_at": {"$exists": True}},
+        {"_id": 1, "business": 1},
+        sort=[("sent_at", -1), ("_id", -1)],
     )
     delivered = None
     if newest is not None:
