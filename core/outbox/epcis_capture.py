@@ -130,13 +130,23 @@ async def _events(
         return found, missing
     records = await _records(storage, [m for _, m in to_build])
     built: list[UpdateOne] = []
+    # What the readings' events need besides the readings, read once for them all.
+    sites: dict[tuple[str, str], Any] = {}
+    bols = await epcis_queries.bols_of(
+        storage, [r.get("shipment_id") for (kind, _), r in records.items() if kind == PALLET]
+    )
     for claim, message in to_build:
         record = records.get((message["type"], _record_id(message)))
         if record is None or record.get("business") != claim.business:
             missing[NO_PALLET if message["type"] == PALLET else NO_SHIPMENT].append(claim)
             continue
         if message["type"] == PALLET:
-            event = await epcis_queries.pallet_event(storage, record)
+            where = (record["business"], record["facility"])
+            if where not in sites:
+                sites[where] = await epcis_queries.site_of(storage, *where)
+            event = epcis_queries.event_at(
+                record, sites[where], bols.get(record.get("shipment_id"))
+            )
         else:
             event = await epcis_queries.shipment_event(storage, record)
         if event is None:
