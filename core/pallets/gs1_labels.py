@@ -168,8 +168,9 @@ def parse(content: str) -> LabelFacts:
     try:
         return _parse(content)
     except Exception as error:  # the label is refused, never the reading
-        log.warning(
-            "GS1 label refused: the parser failed on it: %s: %s", type(error).__name__, error
+        log.warning(  # cut short: the text may quote the camera's label
+            "GS1 label refused: the parser failed on it: %s",
+            short(f"{type(error).__name__}: {error}"),
         )
         reason = short(f"the label cannot be read ({type(error).__name__}: {error})")
         return LabelFacts(problems=(Problem("", reason),))
