@@ -36,6 +36,7 @@ HEADERS = {
 }
 # The EPC of the resource route stands in for these (it is MATCH_anyEPC).
 EPC_PARAMETERS = frozenset({"MATCH_epc", "MATCH_anyEPC"})
+MAX_PATH_EPC_CHARS = 256  # the path parameter's maxLength in the OpenAPI document
 
 
 async def get_events(request: web.Request) -> web.Response:
@@ -49,6 +50,8 @@ async def get_epc_events(request: web.Request) -> web.Response:
     if given := sorted(EPC_PARAMETERS & set(params)):
         raise BadRequest(f"query parameter {given[0]!r} is the path's EPC on this route")
     epc = request.match_info["epc"]
+    if "," in epc or len(epc) > MAX_PATH_EPC_CHARS:  # one EPC, as the path promises
+        raise NotFound(f"no EPC {epc[:80]!r}")
     path = EPC_PATH.format(epc=quote(epc, safe=""))
     return await _answer(request, {**params, "MATCH_anyEPC": epc}, path, shown=params)
 
@@ -191,7 +194,7 @@ def operations(problem_ref: dict[str, Any]) -> dict[str, Any]:
             "in": "path",
             "required": True,
             "description": "The SSCC as https://id.gs1.org/00/… or urn:epc:id:sscc:…, URL-encoded.",
-            "schema": {"type": "string", "maxLength": 256},
+            "schema": {"type": "string", "maxLength": MAX_PATH_EPC_CHARS},
         },
     )
     type_parameters = {k: v for k, v in _PARAMETERS.items() if k != "eventType"}

@@ -158,6 +158,11 @@ async def test_the_resource_route_of_one_epc_answers_its_events(
     )
     assert (status, problem["type"]) == (400, "epcisException:QueryParameterException")
     assert "MATCH_epc" in problem["detail"]
+    # The path names one EPC: a list of them, or one past the documented length, is no EPC.
+    two = quote(f"{digital_link},urn:epc:id:sscc:0614141.0000000001", safe="")
+    for path in (f"/epcis/epcs/{two}/events", f"/epcis/epcs/{'9' * 257}/events"):
+        status, problem, _ = await get(api, tenant.token, path)
+        assert (status, problem["type"]) == (404, "epcisException:NoSuchResourceException"), path
 
 
 async def test_errors_are_the_bindings_exceptions_in_problem_json(
