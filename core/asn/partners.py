@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import string
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Literal
+from typing import Any
 
 from core.epcis.identities import check_gln
 from core.errors import BadRequest, FieldError, NotFound, ValidationFailed
 from core.storage import Storage
 
-X12Version = Literal["004010", "005010"]
 X12_VERSIONS: tuple[str, ...] = ("004010", "005010")
 USAGES = ("T", "P")
 MAX_CONTROL_NUMBER = 999_999_999  # ISA13 and GS06 have nine digits

@@ -97,18 +97,6 @@ async def _refusal(
     )
 
 
-async def check_fits(
-    storage: Storage, settings: Settings, business: str, kind: Kind, size: int
-) -> None:
-    """`QuotaExceeded` when `size` more bytes of `kind` do not fit `business`'s quota now.
-    A request that stores several writes checks their sum first, so it is refused whole
-    instead of storing its first writes and failing on a later one (each write is still
-    charged by `charged`, which alone is exact against concurrent requests)."""
-    limit = getattr(settings, SETTINGS[kind])
-    if limit and (await usage(storage, business))[kind] + size > limit:
-        raise await _refusal(storage, business, kind, size, limit)
-
-
 async def _increment(
     storage: Storage, within: Doc, kind: Kind, size: int, session: Session
 ) -> bool:

@@ -33,8 +33,8 @@ class ShipmentAsn:
     content_type: str = strawberry.field(description="application/edi-x12 or application/edifact.")
     control_number: int = strawberry.field(description="The interchange's (ISA13 / UNB 0020).")
     complete: bool = strawberry.field(
-        description="false: the shipment is still loading; the notice is a preview with a "
-        "fresh control number each time."
+        description="false: the shipment is still loading; the notice is a preview under "
+        "control number 0, which no partner's sequence spends."
     )
     replaces: bool = strawberry.field(
         description="A replacement after a correction (BSN01 05 / BGM function 5)."
