@@ -114,23 +114,30 @@ async def asn_of_shipment(
     business has no trading-partner profile."""
     format = check_format(format)
     x12_version = partners.check_version(x12_version)
-    ship_notice = await notice.build_notice(storage, shipment)
-    partner = await partners.get_partner(storage, ship_notice.business)
+    business = str(shipment["business"])
+    partner = await partners.get_partner(storage, business)  # before the notice's reads
     if partner is None:
         raise ValidationFailed(
-            f"business {ship_notice.business!r} has no trading-partner profile: an ASN needs the "
+            f"business {business!r} has no trading-partner profile: an ASN needs the "
             "sender and receiver IDs of its envelope (dockflow admin asn-partner)"
         )
+    ship_notice = await notice.build_notice(storage, shipment)
     if format == X12_856:
         partner = partners.with_version(partner, x12_version)
     version = partner.x12_version if format == X12_856 else "D96A"
-    envelope = await _envelope(
-        storage, ship_notice, f"{format}:{version}", now or datetime.now(UTC)
-    )
+    now = now or datetime.now(UTC)
+    write = WRITERS[format]
+    # Written first under the preview's number: a document the writer refuses (a mixed-PO
+    # pallet, a value past its element's length) draws no control number and records no issue.
+    preview = Envelope(PREVIEW_CONTROL_NUMBER, now)
+    text = await asyncio.to_thread(write, ship_notice, partner, preview)
+    envelope = await _envelope(storage, ship_notice, f"{format}:{version}", now)
+    if envelope != preview:
+        text = await asyncio.to_thread(write, ship_notice, partner, envelope)
     return AsnDocument(
         shipment_id=ship_notice.shipment_id,
         format=format,
-        text=await asyncio.to_thread(WRITERS[format], ship_notice, partner, envelope),
+        text=text,
         control_number=envelope.control_number,
         complete=ship_notice.complete,
         replaces=envelope.replaces,

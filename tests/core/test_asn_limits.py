@@ -231,3 +231,20 @@ async def test_a_free_text_ship_to_that_is_no_gln_is_left_out_and_a_bad_scac_ref
     )
     with pytest.raises(ValidationFailed, match="SCAC 'AB1' is not 2-4 letters"):
         await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
+
+
+async def test_a_document_the_writer_refuses_spends_no_control_number_and_records_no_issue(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    loaded = await load_shipment(storage, settings, tenant)
+    shipment = {"_id": loaded.shipment_id}
+    await storage.shipments.update_one(shipment, {"$set": {"fields.bolNumber": "B" * 31}})
+
+    with pytest.raises(ValidationFailed, match="REF02"):
+        await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
+    assert await storage.ship_notices.count_documents({}) == 0
+
+    await storage.shipments.update_one(shipment, {"$set": {"fields.bolNumber": "BOL-1"}})
+    document = await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
+    assert document.complete
+    assert document.control_number == 1  # the refusal spent none
