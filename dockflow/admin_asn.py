@@ -53,7 +53,7 @@ async def partner_command(services: Services, args: argparse.Namespace) -> Outpu
     current = await partners.get_partner(storage, args.business)
     changed = False
     if given:
-        values = {**(current.as_doc() if current else {}), **given}
+        values = partners.changed_partner(current, given)
         updated = await partners.set_partner(storage, args.business, values)
         changed, current = updated != current, updated
     if current is None:

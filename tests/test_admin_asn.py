@@ -41,6 +41,33 @@ async def test_the_command_sets_changes_shows_and_removes_the_profile(
     assert await partners.get_partner(services.storage, "acme") is None
 
 
+async def test_changing_an_id_rederives_the_qualifier_that_was_derived_from_it(
+    admin: Any, services: Services, tenant: Tenant
+):
+    """The UNB qualifier dockflow chose for a GLN (14) follows the ID when the ID changes to
+    one that is not a GLN; a qualifier the operator chose (1, DUNS) stays theirs."""
+    code, _, err = await admin(
+        "asn-partner", "acme", "--sender-id", "0614141000012", "--receiver-id", "RETAILER"
+    )  # fmt: skip
+    assert code == 0, err
+
+    code, _, err = await admin("asn-partner", "acme", "--sender-id", "ACME")
+
+    assert code == 0, err
+    stored = await partners.get_partner(services.storage, "acme")
+    assert stored is not None
+    assert (stored.sender_id, stored.edifact_sender_qualifier) == ("ACME", "ZZZ")
+    code, _, err = await admin(
+        "asn-partner", "acme", "--edifact-receiver-qualifier", "1", "--receiver-id", "DUNS1"
+    )  # fmt: skip
+    assert code == 0, err
+    code, _, err = await admin("asn-partner", "acme", "--receiver-id", "123456789")
+    assert code == 0, err
+    stored = await partners.get_partner(services.storage, "acme")
+    assert stored is not None
+    assert (stored.receiver_id, stored.edifact_receiver_qualifier) == ("123456789", "1")
+
+
 async def test_a_profile_that_cannot_be_sent_is_refused_with_one_line(
     admin: Any, services: Services, tenant: Tenant
 ):

@@ -138,6 +138,35 @@ def _is_gln(value: str) -> bool:
     return True
 
 
+# Each UNB party's qualifier (0007) and the ID it qualifies.
+_EDIFACT_QUALIFIERS = (
+    ("edifact_sender_qualifier", "sender_id"),
+    ("edifact_receiver_qualifier", "receiver_id"),
+)
+
+
+def _implied_qualifier(party_id: str) -> str:
+    """The UNB qualifier an ID implies when none is chosen: 14 for a GLN, else ZZZ."""
+    return GLN_QUALIFIER if _is_gln(party_id) else MUTUALLY_DEFINED
+
+
+def changed_partner(current: TradingPartner | None, given: dict[str, Any]) -> dict[str, Any]:
+    """The values of `current` with `given` applied field by field. A UNB qualifier the old ID
+    implied (not one an operator chose) is dropped when its ID changes, so it follows the new ID
+    instead of refusing it (a GLN's 14 kept for an ID that is no GLN)."""
+    values = current.as_doc() if current else {}
+    for qualifier, id_name in _EDIFACT_QUALIFIERS:
+        old_id = values.get(id_name)
+        if (
+            id_name in given
+            and qualifier not in given
+            and old_id is not None
+            and values.get(qualifier) == _implied_qualifier(str(old_id))
+        ):
+            del values[qualifier]
+    return {**values, **given}
+
+
 def partner_from(values: dict[str, Any]) -> TradingPartner:
     """A profile from stored or given values (unknown names refused). An EDIFACT qualifier not
     given is 14 for an ID that is a GLN, else ZZZ (mutually defined)."""
@@ -145,12 +174,9 @@ def partner_from(values: dict[str, Any]) -> TradingPartner:
     if unknown:
         raise ValidationFailed(f"unknown trading-partner field(s): {', '.join(unknown)}")
     given = {k: str(v) for k, v in values.items()}
-    for qualifier, id_name in (
-        ("edifact_sender_qualifier", "sender_id"),
-        ("edifact_receiver_qualifier", "receiver_id"),
-    ):
+    for qualifier, id_name in _EDIFACT_QUALIFIERS:
         if qualifier not in given and id_name in given:
-            given[qualifier] = GLN_QUALIFIER if _is_gln(given[id_name]) else MUTUALLY_DEFINED
+            given[qualifier] = _implied_qualifier(given[id_name])
     try:
         partner = TradingPartner(**given)
     except TypeError:
