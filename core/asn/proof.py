@@ -31,7 +31,37 @@ MAX_READINGS = 10_000  # a trailer's readings, repeats and corrections included,
 MAX_EXCEPTIONS = 5_000
 PDF_CONTENT_TYPE = "application/pdf"
 MAX_PDFS_AT_ONCE = 2  # PDFs drawn at once in a process (each a worker thread's CPU)
-_drawing = threading.BoundedSemaphore(MAX_PDFS_AT_ONCE)
+
+
+class _Drawings:
+    """The PDFs being drawn in this process, by business: at most `MAX_PDFS_AT_ONCE` in all
+    and one per business, so one tenant asking for many cannot take every place. Taken on the
+    event loop, given back by the drawing thread (hence the lock)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._businesses: set[str] = set()
+
+    def take(self, business: str) -> None:
+        with self._lock:
+            busy = business in self._businesses
+            full = len(self._businesses) >= MAX_PDFS_AT_ONCE
+            if not (busy or full):
+                self._businesses.add(business)
+                return
+        drawn = (
+            "a proof of load of this business is being drawn"
+            if busy
+            else f"{MAX_PDFS_AT_ONCE} proofs of load are being drawn"
+        )
+        raise RateLimited(f"{drawn}; try again shortly", retry_after_s=5)
+
+    def give_back(self, business: str) -> None:
+        with self._lock:
+            self._businesses.discard(business)
+
+
+DRAWINGS = _Drawings()
 
 
 def _at(value: Any) -> str | None:
@@ -112,10 +142,15 @@ async def proof_for(
 ) -> dict[str, Any]:
     """The proof of load of a shipment in the reader's scope (`Scope.of_principal` for an API
     client, `Scope.of_operator` for the dashboard); another business's is not found."""
+    shipment = await _shipment_in_scope(storage, scope, shipment_id)
+    return await proof_of_shipment(storage, shipment, now)
+
+
+async def _shipment_in_scope(storage: Storage, scope: Scope, shipment_id: int) -> Doc:
     shipment = await storage.shipments.find_one({"_id": shipment_id, **scope.query()})
     if shipment is None:
         raise NotFound(f"shipment {shipment_id} not found")
-    return await proof_of_shipment(storage, shipment, now)
+    return shipment
 
 
 async def proof_of_shipment(
@@ -158,15 +193,18 @@ async def proof_of_shipment(
 async def proof_pdf_for(storage: Storage, scope: Scope, shipment_id: int) -> bytes:
     """The proof of load of a shipment in the reader's scope as a PDF: the same record and
     hash as the JSON. Drawn in a worker thread (a trailer at the limits is thousands of pages
-    of CPU the event loop must not wait for), at most `MAX_PDFS_AT_ONCE` at a time in a
-    process: one more is asked to retry (429) rather than queued behind them."""
-    record = await proof_for(storage, scope, shipment_id)
-    if not _drawing.acquire(blocking=False):
-        raise RateLimited(
-            f"{MAX_PDFS_AT_ONCE} proofs of load are being drawn; try again shortly",
-            retry_after_s=5,
-        )
-    return await asyncio.to_thread(_render_and_release, record)
+    of CPU the event loop must not wait for), one per business and at most `MAX_PDFS_AT_ONCE`
+    at a time in a process: one more is asked to retry (429) before its readings are read,
+    rather than queued behind them."""
+    shipment = await _shipment_in_scope(storage, scope, shipment_id)
+    business = str(shipment["business"])
+    DRAWINGS.take(business)
+    try:
+        record = await proof_of_shipment(storage, shipment)
+    except BaseException:
+        DRAWINGS.give_back(business)
+        raise
+    return await asyncio.to_thread(_render_and_give_back, record, business)
 
 
 def pdf_filename(shipment_id: int) -> str:
@@ -174,7 +212,7 @@ def pdf_filename(shipment_id: int) -> str:
     return f"proof-of-load-{int(shipment_id)}.pdf"
 
 
-def _render_and_release(record: dict[str, Any]) -> bytes:
+def _render_and_give_back(record: dict[str, Any], business: str) -> bytes:
     # Imported on first use: reportlab adds a second to the start of every dockflow process,
     # most of which never draw a PDF.
     from core.asn import proof_pdf
@@ -184,4 +222,4 @@ def _render_and_release(record: dict[str, Any]) -> bytes:
     try:
         return proof_pdf.render(record)
     finally:
-        _drawing.release()
+        DRAWINGS.give_back(business)

@@ -221,3 +221,36 @@ async def test_proof_formats_and_limits_are_refused_with_problem_codes(
     assert await problem("?format=pdf") == (413, "PAYLOAD_TOO_LARGE")
     monkeypatch.setattr(proof, "MAX_READINGS", 4)
     assert (await api.get(path, headers=auth)).status == 200
+
+
+async def test_a_business_draws_one_pdf_at_a_time_and_leaves_the_others_a_place(
+    api: TestClient[Any, Any],
+    services: Services,
+    edge_server: EdgeServer,
+    tenant: Tenant,
+    other_tenant: Tenant,
+    poppler: tuple[str, str],
+):
+    """While one of a business's PDFs is being drawn (its place taken as a drawing takes it),
+    its next is refused with 429 and Retry-After, and another business still gets its own:
+    one tenant asking for many cannot take every place of the process."""
+    ours = await loaded_shipment(services, edge_server, tenant)
+    theirs = await loaded_shipment(services, edge_server, other_tenant)
+    proof.DRAWINGS.take(tenant.business)
+    try:
+        refused = await api.get(
+            f"/shipments/{ours}/proof?format=pdf",
+            headers={"Authorization": f"Bearer {tenant.token}"},
+        )
+        status, content_type, pdf = await get_proof(api, theirs, other_tenant.token, "?format=pdf")
+    finally:
+        proof.DRAWINGS.give_back(tenant.business)
+
+    assert refused.status == 429
+    assert refused.headers["Retry-After"] == "5"
+    assert (await refused.json(content_type=None))["code"] == "RATE_LIMITED"
+    assert (status, content_type) == (200, proof.PDF_CONTENT_TYPE)
+    assert pdf.startswith(b"%PDF-")
+    # the place is given back: the business draws again
+    status, _, _ = await get_proof(api, ours, tenant.token, "?format=pdf")
+    assert status == 200
