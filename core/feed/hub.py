@@ -33,6 +33,7 @@ end, and subscribers resume by `afterId`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -91,7 +92,11 @@ class FeedHub:
         self.buffer_byte_limit = settings.feed_subscriber_buffer_bytes
         self._lines: dict[str, Line] = {}  # by business
         self._by_number: dict[int, Line] = {}  # by feed number (a key's high bits)
-        self._line_lock = asyncio.Lock()
+        # Lines being met, by business: who asks for one meanwhile waits for that meeting,
+        # while other businesses' lines are met at once. `_waiting` counts the readers of each
+        # business waiting for its line; their lines are not dropped (see `_drop_idle`).
+        self._meetings: dict[str, asyncio.Future[Line]] = {}
+        self._waiting: collections.Counter[str] = collections.Counter()
         self._subscribers: set[Subscriber] = set()
         self._client_budgets: dict[str, ClientShare] = {}  # while a subscriber draws on them
         self.client_replays = settings.graphql_client_concurrent_replays
@@ -159,10 +164,26 @@ class FeedHub:
         asked_at = time.time() if asked_at is None else asked_at
         line = self._lines.get(business)
         if line is None:
-            async with self._line_lock:
-                line = self._lines.get(business) or await self._meet(business, asked_at)
+            meeting = self._meetings.get(business)
+            if meeting is None:
+                meeting = asyncio.ensure_future(self._meet(business, asked_at))
+                self._meetings[business] = meeting
+                meeting.add_done_callback(lambda done: self._met(business, done))
+            self._waiting[business] += 1
+            try:
+                # Shielded: a reader that gives up does not stop the meeting others wait for.
+                line = await asyncio.shield(meeting)
+            finally:
+                self._waiting[business] -= 1
+                if not self._waiting[business]:
+                    del self._waiting[business]
         line.last_used = time.monotonic()
         return line
+
+    def _met(self, business: str, meeting: asyncio.Future[Line]) -> None:
+        del self._meetings[business]
+        if not meeting.cancelled():
+            meeting.exception()  # retrieved: each waiter has it raised already
 
     async def _meet(self, business: str, asked_at: float) -> Line:
         """Start following `business` from its current end; the recent ids still missing below
@@ -200,21 +221,23 @@ class FeedHub:
             line.begin(low, highest, present, time.monotonic())
             self._lines[business] = line
             self._by_number[feed.number] = line
-            self._drop_idle(time.monotonic(), keep=business)
+            self._drop_idle(time.monotonic())
         if asked_for:
             self.nudge()
         return line
 
-    def _drop_idle(self, now: float, keep: str | None = None) -> None:
+    def _drop_idle(self, now: float) -> None:
         """Stop following businesses nobody reads (beyond `MAX_LINES`, the idlest first).
 
-        A line with subscribers is never dropped, nor `keep` (the line just met, whose
-        subscriber is registered only after this): dropped, its subscribers would be offered
-        nothing and then skip what was released while it was gone. So the hub follows at most
-        its subscribed businesses plus `MAX_LINES`."""
+        A line with subscribers is never dropped, nor one a reader waits for (a line just
+        met, whose subscriber is registered only once its reader has it): dropped, its
+        subscribers would be offered nothing and then skip what was released while it was
+        gone. So the hub follows at most its subscribed businesses plus `MAX_LINES`."""
         read = {s.selector.business for s in self._subscribers}
         unread = [line for b, line in self._lines.items() if b not in read]
-        idle = sorted((line for line in unread if line.business != keep), key=_last_used)
+        idle = sorted(
+            (line for line in unread if line.business not in self._waiting), key=_last_used
+        )
         excess = len(unread) - MAX_LINES
         for line in idle:
             if now - line.last_used < IDLE_LINE_S and excess <= 0:

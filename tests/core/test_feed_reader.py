@@ -350,7 +350,7 @@ async def test_messages_written_in_this_process_are_released_without_reading_the
         await hub.poll()
         stream = hub.subscribe(feed_filter("acme", None))
         first = asyncio.ensure_future(anext(stream))
-        await asyncio.sleep(0.05)  # subscribed
+        await until(lambda: hub.subscriber_count == 1)  # subscribed: its business met
 
         finds.on = True
         await append_messages(monitored, [message(n=1), message(n=2)])
