@@ -10,6 +10,7 @@ must pass tests/core/test_storage_conformance.py and tests/embedded first.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 
@@ -78,10 +79,32 @@ def _own_arguments() -> None:
     sys.argv[1:] = [*rest, "--host", known.host, "--port", str(known.port)]
 
 
-def main() -> None:
-    # nx-27017 logs every command at INFO: keep its log to warnings so it costs nothing.
-    logging.basicConfig(level=logging.WARNING)
+class _CancelledConnections(logging.Filter):
+    """Drops asyncio's report of a connection cancelled at a stop: Python 3.11's streams ask a
+    cancelled client task for its exception and log the CancelledError as an unhandled one,
+    a traceback per connection open at every stop (3.12 checks for a cancelled task first)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, asyncio.CancelledError)
+
+
+def _quiet_logging() -> None:
+    """The server's log (its output, which the supervisor appends to the engine's log file)
+    holds warnings and errors an operator can act on, each once with its time."""
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # nx-27017 logs every command at INFO: kept to warnings, the log costs nothing.
     logging.getLogger("nx_27017").setLevel(logging.WARNING)
+    # neosqlite warns on every aggregation it answers in Python rather than in SQL (a batched
+    # read's `$in`, say): the same result, a line per read that no one can act on.
+    logging.getLogger("neosqlite").setLevel(logging.ERROR)
+    logging.getLogger("asyncio").addFilter(_CancelledConnections())
+
+
+def main() -> None:
+    _quiet_logging()
     _own_arguments()
     apply_patches()
     from nx_27017.nx_27017 import main as nx_main

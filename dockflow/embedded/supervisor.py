@@ -118,7 +118,9 @@ class _Nx27017(_Engine):
             "--data-dir", str(data_dir),
             "--host", "127.0.0.1",
             "--port", str(port),
-            "--log-file", str(log_path),
+            # Its own log handler would write each line a second time: its output goes to
+            # `log_path` already (`_spawn`).
+            "--log-file", os.devnull,
             "--pid-file", str(data_dir / "nx-27017.pid"),
             "--transaction-idle-s", f"{limits.idle_s:g}",
             "--transaction-lifetime-s", f"{limits.lifetime_s:g}",

@@ -19,6 +19,7 @@ from pymongo import UpdateOne, WriteConcern
 from pymongo.errors import BulkWriteError
 
 from core.errors import DatabaseUnavailable
+from core.reads.batched import first_of_each
 from core.storage import Storage
 from dockflow.embedded.patches.exit_on_signal import exit_on_signal
 from dockflow.embedded.supervisor import (
@@ -468,3 +469,29 @@ async def test_a_start_right_after_the_owner_was_killed_waits_for_its_server_to_
         await server.stop()
 
     assert found == {"_id": "acme"}
+
+
+async def test_the_embedded_server_log_holds_only_what_an_operator_can_act_on(tmp_path: Path):
+    """A batched read and a stop with clients connected leave the nx-27017 log empty: neosqlite
+    warned (twice, once per handler) on every aggregation it answers in Python, with the same
+    result, and each connection open at a stop left an asyncio ERROR traceback (Python 3.11's
+    streams look up a cancelled handler task's exception)."""
+    server = EmbeddedMongo(tmp_path, engine="nx-27017")
+    url = await server.start()
+    try:
+        stores = [await Storage.connect(url, f"log{n}") for n in range(3)]
+        await stores[0].pallets.insert_many(
+            [{"_id": f"p{n}", "shipment_id": n % 3, "seq": n} for n in range(9)]
+        )
+        found = await first_of_each(
+            stores[0].pallets, "shipment_id", [0, 1, 2], 2, [("seq", 1), ("_id", 1)]
+        )
+        assert [len(found[n]) for n in range(3)] == [2, 2, 2]
+        await asyncio.gather(*(s.businesses.count_documents({}) for s in stores))
+    finally:
+        await server.stop()  # the clients still connected
+    for store in stores:
+        await store.close()
+
+    [log] = await asyncio.to_thread(lambda: list(tmp_path.rglob("nx-27017.log")))
+    assert await asyncio.to_thread(log.read_text) == ""
