@@ -18,15 +18,15 @@ from core.outbox.webhook_endpoints import create_endpoint
 from core.services import Services
 from core.settings import Settings
 from edge.server import EdgeServer
-from tests.browser.conftest import CHROMIUM_ARGS, OUTPUT_DIR
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import (
+from tests.support.browser import CHROMIUM_ARGS, OUTPUT_DIR
+from tests.support.dashboard import (
     OPERATOR_PASSWORD,
     make_operator,
     make_shipment,
     reading,
     send_readings,
 )
+from tests.support.factories import Tenant
 from webhooks.worker import WebhookWorker
 
 pytestmark = pytest.mark.browser

@@ -22,8 +22,7 @@ from core.storage import Storage
 from core.tenancy.tenants import Operator
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import (
+from tests.support.dashboard import (
     logged_in,
     make_operator,
     make_shipment,
@@ -31,6 +30,7 @@ from tests.public_api.dashboard_support import (
     reading,
     send_readings,
 )
+from tests.support.factories import Tenant
 from webhooks.worker import WebhookWorker
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[Any, Any]]]

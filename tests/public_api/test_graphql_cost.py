@@ -22,10 +22,10 @@ from core.storage import Storage
 from edge.server import EdgeServer
 from public_api.graphql import cost
 from public_api.graphql.schema import build_schema
-from tests.edge.documents import post_shipment
-from tests.edge.helpers import reading, stream
-from tests.factories import Tenant
-from tests.public_api.graphql_support import gql, watched_api
+from tests.support.camera import reading, stream
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
+from tests.support.graphql import gql, watched_api
 
 ALIASES = 30
 RESOLVER_COLLECTIONS = (

@@ -16,9 +16,9 @@ from core.shipments import linking
 from core.storage import Storage
 from core.tenancy import tenants
 from public_api.app import create_app
-from tests.edge.documents import post_shipment
-from tests.factories import Tenant
-from tests.public_api.graphql_support import gql
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
+from tests.support.graphql import gql
 
 LINK = """
 mutation Link($input: UpdateShipmentInput!) {

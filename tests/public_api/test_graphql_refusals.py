@@ -23,9 +23,9 @@ from core.storage import Storage
 from core.tenancy import quotas
 from public_api.app import create_app
 from public_api.graphql.views import FEED_HUB
-from tests.edge.documents import post_shipment
-from tests.factories import Tenant
-from tests.public_api.graphql_support import (
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
+from tests.support.graphql import (
     GRAPHQL,
     LEGACY_WS,
     SINCE,

@@ -20,11 +20,11 @@ from core.storage import Storage
 from edge.server import EdgeServer
 from public_api.app import create_app
 from public_api.xml_documents import document_to_xml
-from tests.edge.documents import post_shipment
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import logged_in, make_operator, reading, send_readings
-from tests.public_api.graphql_support import GRAPHQL
-from tests.webhooks.conftest import (
+from tests.support.dashboard import logged_in, make_operator, reading, send_readings
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
+from tests.support.graphql import GRAPHQL
+from tests.support.outbox import (
     FAST,
     LoopbackOnlySockets,
     append_pallets,

@@ -21,11 +21,10 @@ from core.outbox.webhook_endpoints import delete_endpoint
 from core.services import Services
 from core.settings import Settings
 from core.storage import Doc, Storage
-from tests import backends
-from tests.factories import Tenant
-from tests.webhooks.conftest import (
-    Received,
-    Receiver,
+from tests.support import backends
+from tests.support.customer_server import Received, Receiver
+from tests.support.factories import Tenant
+from tests.support.outbox import (
     StartWorker,
     all_finished,
     append_pallets,
