@@ -48,8 +48,12 @@ class Receiver:
     requests: list[Received] = field(default_factory=list)
     logins: list[dict[str, Any]] = field(default_factory=list)
     respond: Responder = answer_ok
-    # Token login: what /login answers; `tokens_issued` counts logins.
+    # Token login: what /login answers (`login_answer` of the login's number, or the whole
+    # answer from `respond_login` when set); `logins` holds each login's body.
     login_answer: Callable[[int], dict[str, Any]] = lambda n: {"access_token": f"tok{n}"}
+    respond_login: Callable[[web.Request], Awaitable[web.StreamResponse]] | None = None
+    # Requests to any other path (where a redirect would lead): answered 404.
+    elsewhere: list[str] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
 
@@ -67,6 +71,7 @@ class Receiver:
             # Endpoints whose URL has a path (several endpoints on one receiver).
             app.router.add_post("/{prefix}" + route, self._hook)
         app.router.add_post("/login", self._login)
+        app.router.add_route("*", "/{tail:.*}", self._elsewhere)
         return app
 
     async def _hook(self, request: web.Request) -> web.StreamResponse:
@@ -83,7 +88,13 @@ class Receiver:
 
     async def _login(self, request: web.Request) -> web.StreamResponse:
         self.logins.append(await request.json())
+        if self.respond_login is not None:
+            return await self.respond_login(request)
         return web.json_response(self.login_answer(len(self.logins)))
+
+    async def _elsewhere(self, request: web.Request) -> web.StreamResponse:
+        self.elsewhere.append(request.path)
+        raise web.HTTPNotFound()
 
     def ids(self) -> list[str]:
         return [r.webhook_id for r in self.requests]

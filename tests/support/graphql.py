@@ -10,13 +10,13 @@ from typing import Any
 
 from aiohttp import ClientWebSocketResponse, WSMsgType, web
 from aiohttp.test_utils import TestClient
-from pymongo import AsyncMongoClient, monitoring
 
 from core.feed.publish import NewMessage, WrittenMessages, append_messages
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from public_api.app import create_app
+from tests.support.command_log import CommandLog, logged_storage
 from tests.support.factories import pallet_payload
 
 GRAPHQL = "/public_graphql"
@@ -58,57 +58,30 @@ async def gql(
     return response.status, await response.json(content_type=None)
 
 
-class DatabaseReads(monitoring.CommandListener):
-    """The reads (find, aggregate, count) a database client sends: collection and filter."""
-
-    COMMANDS = ("find", "aggregate", "count")
-
-    def __init__(self) -> None:
-        self.reads: list[tuple[str, dict[str, Any]]] = []
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if event.command_name in self.COMMANDS:
-            command = event.command
-            collection = str(command.get(event.command_name))
-            self.reads.append(
-                (collection, dict(command.get("filter") or command.get("query") or {}))
-            )
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
-
-    def of(self, *collections: str) -> list[str]:
-        """The collections among `collections` read so far, once per read, in order; the feed
-        hub's own reads of `push_messages` (every business's, by id) are left out."""
-        return [
-            name
-            for name, query in self.reads
-            if name in collections and (name != "push_messages" or "business" in query)
-        ]
+def api_reads(log: CommandLog, *collections: str) -> list[str]:
+    """The collections among `collections` the API read (find, aggregate, count), once per read,
+    in order; the feed hub's own reads of `push_messages` (every business's, by id) are left
+    out."""
+    return [
+        read.collection
+        for read in log.reads(*collections)
+        if read.collection != "push_messages" or "business" in read.filter
+    ]
 
 
 @contextlib.asynccontextmanager
 async def watched_api(
     aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
     settings: Settings,
-) -> AsyncIterator[tuple[TestClient[Any, Any], DatabaseReads]]:
-    """The real API on a free port whose own database client reports every read it sends."""
-    reads = DatabaseReads()
-    client: AsyncMongoClient[Any] = AsyncMongoClient(
-        settings.mongodb_url, tz_aware=True, event_listeners=[reads]
-    )
-    try:
-        services = Services(settings=settings, storage=Storage(client, settings.mongodb_db))
-        api = await aiohttp_client(create_app(services))
+) -> AsyncIterator[tuple[TestClient[Any, Any], CommandLog]]:
+    """The real API on a free port whose own database client logs every command it sends."""
+    log = CommandLog()
+    async with logged_storage(settings, log) as storage:
+        api = await aiohttp_client(create_app(Services(settings=settings, storage=storage)))
         try:
-            yield api, reads
+            yield api, log
         finally:
             await api.close()  # the app (and its feed poller) stops before its database client
-    finally:
-        await client.close()
 
 
 async def produce(

@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from pymongo import AsyncMongoClient, monitoring
 
 from core.errors import MessageIdsFenced, SlowConsumer, ValidationFailed
 from core.feed.hub import FeedHub
@@ -25,6 +24,7 @@ from core.feed.publish import (
 from core.feed.reader import feed_filter, list_messages
 from core.settings import Settings
 from core.storage import Doc, Storage
+from tests.support.command_log import CommandLog, logged_storage
 from tests.support.factories import pallet_payload
 
 SINCE = datetime(2020, 1, 1, tzinfo=UTC)
@@ -319,47 +319,26 @@ async def test_each_subscriber_gets_its_businesss_and_facilities_messages_once(
     assert hub.subscriber_count == 0
 
 
-class FindLog(monitoring.CommandListener):
-    """The collections a client read from (finds), while `on`."""
-
-    def __init__(self) -> None:
-        self.on = False
-        self.finds: list[str] = []
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if self.on and event.command_name == "find":
-            self.finds.append(str(event.command["find"]))
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
-
-
 async def test_messages_written_in_this_process_are_released_without_reading_them_back(
     storage: Storage, settings_factory: Callable[..., Settings]
 ):
     settings = settings_factory(feed_poll_interval_s=60)  # no poll during the test
-    finds = FindLog()
-    client: AsyncMongoClient[Doc] = AsyncMongoClient(
-        settings.mongodb_url, tz_aware=True, event_listeners=[finds]
-    )
-    monitored = Storage(client, settings.mongodb_db)  # the process's storage: hub and writer
-    async with FeedHub(monitored, settings) as hub:
+    log = CommandLog(recording=False)
+    # The process's storage: hub and writer.
+    async with logged_storage(settings, log) as monitored, FeedHub(monitored, settings) as hub:
         await hub.poll()
         stream = hub.subscribe(feed_filter("acme", None))
         first = asyncio.ensure_future(anext(stream))
         await asyncio.sleep(0.05)  # subscribed
 
-        finds.on = True
+        log.recording = True
         await append_messages(monitored, [message(n=1), message(n=2)])
         received = [await asyncio.wait_for(first, 5), await anext(stream)]
-        finds.on = False
+        log.recording = False
         await stream.aclose()
-    await client.close()
 
-    assert "push_messages" not in finds.finds
+    assert log.of("insert", "push_messages")  # the log saw the writes
+    assert log.of("find", "push_messages") == []
     stored = await storage.push_messages.find({}).sort("_id", 1).to_list()
     assert received == stored  # as a reader gets them: dates to the millisecond, aware
 

@@ -9,32 +9,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bson import json_util
-from pymongo import AsyncMongoClient, monitoring
 
 from core.auth.access import Principal
 from core.outbox.delivery_log import DeliveryFilter, list_for_client
 from core.settings import Settings
 from core.storage import Doc, Storage
 from tests.support import backends
+from tests.support.command_log import CommandLog, logged_storage
 
 
-class DeliveryFinds(monitoring.CommandListener):
-    """The finds sent to webhook_deliveries: (filter, sort, limit)."""
-
-    def __init__(self) -> None:
-        self.finds: list[tuple[Doc, Doc, int]] = []
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        command = event.command
-        if event.command_name == "find" and command.get("find") == "webhook_deliveries":
-            sort = dict(command.get("sort") or {})
-            self.finds.append((dict(command.get("filter") or {}), sort, command.get("limit", 0)))
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
+def _sorted_pages(log: CommandLog) -> list[tuple[Doc, Doc]]:
+    """The sorted finds sent to webhook_deliveries (the pages): (filter, sort)."""
+    finds = log.of("find", "webhook_deliveries")
+    return [(find.filter, dict(find.body["sort"])) for find in finds if find.body.get("sort")]
 
 
 async def _fill(storage: Storage) -> None:
@@ -62,25 +49,19 @@ async def test_a_delivery_page_is_read_by_an_index_led_by_the_business(
     # Without one, every page was a scan of every tenant's deliveries and a sort of them all.
     await storage.ensure_indexes()
     await _fill(storage)
-    listener = DeliveryFinds()
-    client: AsyncMongoClient[Doc] = AsyncMongoClient(
-        settings.mongodb_url, tz_aware=True, event_listeners=[listener]
-    )
+    log = CommandLog()
     acme = Principal("client", "acme")
     since = datetime.now(UTC) - timedelta(seconds=100)
-    try:
-        reading = Storage(client, settings.mongodb_db)
+    async with logged_storage(settings, log) as reading:
         first = await list_for_client(reading, acme, DeliveryFilter(first=10))
         after = first[-1].delivery["_id"]
         await list_for_client(reading, acme, DeliveryFilter(first=10, after_id=after))
         await list_for_client(reading, acme, DeliveryFilter(status="FAILED", since=since))
-    finally:
-        await client.close()
 
-    page, after_page, filtered = [f for f in listener.finds if f[1]]  # the sorted pages
+    page, after_page, filtered = _sorted_pages(log)
     assert [d.delivery["message_id"] for d in first] == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
     assert all(d.delivery["business"] == "acme" for d in first)
-    for query, sort, _ in (page, after_page):
+    for query, sort in (page, after_page):
         plan = await storage.webhook_deliveries.find(query).sort(list(sort.items())).explain()
         assert backends.reads_by_index_led_by(plan, "business"), (query, _winning(plan))
     # A filtered page (status, since) reads by it too where the planner weighs the sort
@@ -113,17 +94,13 @@ for query, sort in json_util.loads(sys.argv[1]):
 async def test_every_delivery_page_is_read_in_its_order_from_the_index(
     settings: Settings, storage: Storage
 ):
-    listener = DeliveryFinds()
-    client: AsyncMongoClient[Doc] = AsyncMongoClient(
-        settings.mongodb_url, tz_aware=True, event_listeners=[listener]
-    )
+    log = CommandLog()
     acme = Principal("client", "acme", facilities=frozenset({"dc1"}))
     await storage.webhook_endpoints.insert_one(
         {"_id": "whe_acme0", "business": "acme", "facility": "dc1", "base_url": "https://a.example"}
     )
     since = datetime.now(UTC) - timedelta(days=1)
-    try:
-        reading = Storage(client, settings.mongodb_db)
+    async with logged_storage(settings, log) as reading:
         for wanted in (
             DeliveryFilter(),
             DeliveryFilter(status="FAILED", since=since),
@@ -131,9 +108,7 @@ async def test_every_delivery_page_is_read_in_its_order_from_the_index(
             DeliveryFilter(endpoint_id="whe_acme0", since=since),
         ):
             await list_for_client(reading, acme, wanted)
-    finally:
-        await client.close()
-    pages = [(query, sort) for query, sort, _ in listener.finds if sort]
+    pages = _sorted_pages(log)
 
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-c", SQL_PLANS, json_util.dumps(pages), stdout=asyncio.subprocess.PIPE

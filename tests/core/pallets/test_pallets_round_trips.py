@@ -9,84 +9,70 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from pymongo import AsyncMongoClient, monitoring
 
 from core.auth.crypto import SecretBox
 from core.outbox.webhook_endpoints import create_endpoint
 from core.pallets.ingest import position_filter, record_pallets
 from core.services import Services
 from core.settings import Settings
-from core.storage import Doc, Storage
+from core.storage import Storage
 from tests.support import backends
+from tests.support.command_log import Command, CommandLog, logged_storage
 from tests.support.documents import post_shipment
 from tests.support.factories import Tenant
 from tests.support.pallets import camera_of, pallet
 
 
-class RoundTrips(monitoring.CommandListener):
+def round_trip_waves(commands: list[Command]) -> list[list[str]]:
     """`waves[n]`: the commands `n` answered round trips deep (1 + the deepest answered before
     each started); their number is the round trips the batch waits for."""
-
-    def __init__(self) -> None:
-        self.counting = False
-        self.depth_of: dict[int, int] = {}  # in flight: request id -> its depth
-        self.answered_depth = 0  # the deepest command answered so far
-        self.waves: list[list[str]] = []
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if not self.counting:
-            return
-        depth = self.answered_depth + 1
-        self.depth_of[event.request_id] = depth
-        if depth > len(self.waves):
-            self.waves.append([])
-        self.waves[depth - 1].append(
-            f"{event.command_name} {event.command.get(event.command_name)}"
-        )
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        self.answered(event.request_id)
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        self.answered(event.request_id)
-
-    def answered(self, request_id: int) -> None:
-        depth = self.depth_of.pop(request_id, 0)
-        self.answered_depth = max(self.answered_depth, depth)
+    events = sorted(
+        [(c.started, c) for c in commands]
+        + [(c.answered, c) for c in commands if c.answered is not None]
+    )
+    depth_of: dict[int, int] = {}  # by the command's start: its depth
+    answered_depth = 0  # the deepest command answered so far
+    found: list[list[str]] = []
+    for order, command in events:
+        if order == command.started:
+            depth_of[command.started] = depth = answered_depth + 1
+            if depth > len(found):
+                found.append([])
+            found[depth - 1].append(str(command))
+        else:
+            answered_depth = max(answered_depth, depth_of[command.started])
+    return found
 
 
 @pytest.fixture
-async def counted(settings: Settings) -> AsyncIterator[tuple[Storage, RoundTrips]]:
-    """The test's database through a client whose commands are counted."""
-    listener = RoundTrips()
-    client: AsyncMongoClient[Doc] = AsyncMongoClient(
-        settings.mongodb_url, tz_aware=True, event_listeners=[listener]
-    )
-    yield Storage(client, settings.mongodb_db), listener
-    await client.close()
+async def counted(settings: Settings) -> AsyncIterator[tuple[Storage, CommandLog]]:
+    """The test's database through a client whose commands are logged (when recording)."""
+    log = CommandLog(recording=False)
+    async with logged_storage(settings, log) as storage:
+        yield storage, log
 
 
 async def round_trips_of_one_reading(
-    storage: Storage, settings: Settings, tenant: Tenant, listener: RoundTrips, lpn: str
+    storage: Storage, settings: Settings, tenant: Tenant, log: CommandLog, lpn: str
 ) -> list[list[str]]:
     camera = await camera_of(storage, tenant, "D1")
     # Warm up: a shipment at the dock has arrived, the pool holds enough connections.
     for n in range(3):
         await record_pallets(storage, settings, [(camera, pallet(f"WARM-{n}"))])
-    listener.counting = True
+    log.recording = True
     [result] = await record_pallets(storage, settings, [(camera, pallet(lpn))])
-    listener.counting = False
+    log.recording = False
     assert result.status == "ACCEPTED"
-    return listener.waves
+    return round_trip_waves(log.commands)
 
 
 async def test_a_pallet_at_a_dock_is_stored_in_nine_round_trips(
-    counted: tuple[Storage, RoundTrips], settings: Settings, services: Services, tenant: Tenant
+    counted: tuple[Storage, CommandLog], settings: Settings, services: Services, tenant: Tenant
 ):
-    storage, listener = counted
+    storage, log = counted
     await create_endpoint(storage, SecretBox(settings), tenant.business, "https://a.example")
 
-    waves = await round_trips_of_one_reading(storage, settings, tenant, listener, "NEW-LPN")
+    waves = await round_trips_of_one_reading(storage, settings, tenant, log, "NEW-LPN")
 
     # Reads (facility, claims, pallets, endpoints); matching (LPN items, the dock's shipment,
     # message ids); the shipment's items; pallet, delivery, message; the claim; the commit; the
@@ -98,15 +84,15 @@ async def test_a_pallet_at_a_dock_is_stored_in_nine_round_trips(
 
 
 async def test_a_pallet_of_an_order_adds_only_the_order_lookups(
-    counted: tuple[Storage, RoundTrips], settings: Settings, services: Services, tenant: Tenant
+    counted: tuple[Storage, CommandLog], settings: Settings, services: Services, tenant: Tenant
 ):
-    storage, listener = counted
+    storage, log = counted
     shipment_id = await post_shipment(storage, tenant, {"SO-1": ["LPN-1", "LPN-2", "LPN-3"]})
     camera = await camera_of(storage, tenant, "D1")
     [first] = await record_pallets(storage, settings, [(camera, pallet("LPN-1"))])
     assert first.shipment_id == shipment_id  # arrived; its order is IN_PROGRESS
 
-    waves = await round_trips_of_one_reading(storage, settings, tenant, listener, "LPN-2")
+    waves = await round_trips_of_one_reading(storage, settings, tenant, log, "LPN-2")
 
     # As above, plus the LPN's shipment, the order numbers and the shipment's pallets for its
     # completion check; no delivery (no endpoint), no order status update (it is started: 12
@@ -135,41 +121,17 @@ async def test_a_pallets_last_reading_on_its_shipment_is_looked_up_by_an_index(s
     assert len(await storage.pallets.find(lookup).to_list()) == 25
 
 
-class PositionLookups(monitoring.CommandListener):
-    """The commands that look pallets up by position."""
-
-    def __init__(self) -> None:
-        self.seen = 0
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        command = event.command
-        if event.command_name == "find" and command.get("find") == "pallets":
-            self.seen += "position" in (command.get("filter") or {})
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
-
-
 async def test_a_batch_over_many_shipments_looks_positions_up_once(
     settings: Settings, services: Services, tenant: Tenant
 ):
     # One query per shipment was one per dock a batch names (a camera may name any dock of its
     # facility): 256 concurrent queries for a batch across 256 docks.
-    listener = PositionLookups()
-    client: AsyncMongoClient[Doc] = AsyncMongoClient(
-        settings.mongodb_url, tz_aware=True, event_listeners=[listener]
-    )
-    try:
-        storage = Storage(client, settings.mongodb_db)
+    log = CommandLog()
+    async with logged_storage(settings, log) as storage:
         camera = await camera_of(storage, tenant, "D1")
         batch = [(camera, pallet(f"SPREAD-{dock}", dock=dock)) for dock in tenant.docks]
 
         results = await record_pallets(storage, settings, batch)
-    finally:
-        await client.close()
 
     assert len({r.shipment_id for r in results}) == len(tenant.docks) > 1
-    assert listener.seen == 1
+    assert len(log.of("find", "pallets", where=lambda c: "position" in c.filter)) == 1
