@@ -59,7 +59,7 @@ LANE = env -u DOCKFLOW_MONGODB_URL DOCKFLOW_EMBEDDED_ENGINE=$(1) $(BIN)/pytest $
 # A half is the folders of LANE_HALF; the other part is every test outside them.
 # LANE_JOBS= runs the parts one after the other.
 LANE_JOBS ?= -j4 -O
-LANE_HALF := tests/public_api tests/reliability tests/ops tests/embedded
+LANE_HALF := tests/public_api tests/reliability tests/ops tests/dockflow/embedded
 
 test: lint browser
 	$(MAKE) --no-print-directory $(LANE_JOBS) test-nx-half test-nx-rest test-secantusdb-half \

@@ -3,8 +3,9 @@
 Only the portable subset of MongoDB is used (docs/decisions.md, D2): no ``$push`` of sub-documents,
 no ``arrayFilters``, no ``$lookup``, no ``$setOnInsert``, no partial indexes. Child records (order
 items, pallets, messages, deliveries) are their own documents; creation is insert + unique index +
-``DuplicateKeyError``; joins happen in Python. ``tests/core/test_storage_conformance.py`` runs
-every operation the repositories use against the backend in use.
+``DuplicateKeyError``; joins happen in Python.
+``tests/core/storage/test_storage_conformance.py`` runs every operation the repositories use
+against the backend in use.
 
 Every supported server runs multi-document transactions (a replica-set member or mongos:
 production's MongoDB, SecantusDB, the embedded nx-27017 with dockflow/embedded/patches/

@@ -1,7 +1,8 @@
 """Regenerate the Python gRPC code from `protos/` (``make proto``).
 
 The generated modules are committed under ``dockflow/edge/v1`` so that the import path matches
-the proto package (``dockflow.edge.v1``); ``tests/test_proto_current.py`` fails when they are stale.
+the proto package (``dockflow.edge.v1``); ``tests/dockflow/test_proto_current.py``
+fails when they are stale.
 """
 
 from __future__ import annotations

@@ -20,12 +20,12 @@ from core.storage import Storage
 from dockflow.embedded.supervisor import EmbeddedMongo
 from edge.server import EdgeServer
 from public_api.app import create_app
-from tests import backends
-from tests.admin_support import Admin, admin_runner
-from tests.catalog_check import check_messages
-from tests.factories import Tenant, make_tenant
+from tests.support import backends
+from tests.support.admin import Admin, admin_runner
+from tests.support.catalog_check import check_messages
+from tests.support.factories import Tenant, make_tenant
 
-# Fixtures date readings and dock events on fixed days (tests/edge/helpers.py): this suite, and
+# Fixtures date readings and dock events on fixed days (tests/support/camera.py): this suite, and
 # the dockflow processes it starts, accept camera clocks years old. The production limit is
 # tested with its default (tests/edge/test_camera_clock.py).
 os.environ["DOCKFLOW_INGEST_MAX_AGE_DAYS"] = "3650"
@@ -123,7 +123,7 @@ def api_with(
 
 @pytest.fixture
 def admin(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Admin:
-    """``dockflow admin`` in-process on this test's database (tests/admin_support.py)."""
+    """``dockflow admin`` in-process on this test's database (tests/support/admin.py)."""
     return admin_runner(settings, monkeypatch)
 
 

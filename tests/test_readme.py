@@ -21,7 +21,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from tests.processes import DemoServer, free_port, newcomer_environment
+from tests.support.processes import DemoServer, free_port, newcomer_environment
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("## Quick start", "## Demo walkthrough")

@@ -44,7 +44,7 @@ class ExceptionActorKind(StrEnum):
 
 
 # The same values as literal types, for signatures that take plain strings (checked equal to the
-# enums by tests/core/test_exception_codes.py).
+# enums by tests/core/exceptions/test_exception_codes.py).
 Code = Literal[
     "MISLOAD",
     "UNEXPECTED_PALLET",

@@ -4,7 +4,7 @@ Started by `dockflow.embedded.supervisor` as ``python -m dockflow.embedded.launc
 are nx-27017's). Each fix is a module of `dockflow.embedded.patches`, applied in the order below
 (later ones build on earlier ones); each says what it fixes and which test pins it. They replace
 private methods of the exact nx-27017 and neosqlite versions pinned in pyproject.toml: an upgrade
-must pass tests/core/test_storage_conformance.py and tests/embedded first.
+must pass tests/core/storage/test_storage_conformance.py and tests/dockflow/embedded first.
 """
 
 from __future__ import annotations

@@ -3,7 +3,6 @@ at it. The tests skip, saying why, when Debian's Chromium is not installed."""
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -14,19 +13,7 @@ from aiohttp import web
 from core.services import Services
 from core.settings import Settings
 from public_api.app import create_app
-
-CHROMIUM = Path(os.environ.get("DOCKFLOW_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-OUTPUT_DIR = Path(__file__).resolve().parents[2] / "test-output"
+from tests.support.browser import CHROMIUM
 
 
 @pytest.fixture

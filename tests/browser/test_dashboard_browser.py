@@ -18,50 +18,19 @@ from core.outbox.webhook_endpoints import create_endpoint
 from core.services import Services
 from core.settings import Settings
 from edge.server import EdgeServer
-from tests.browser.conftest import CHROMIUM_ARGS, OUTPUT_DIR
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import (
+from tests.support.browser import CHROMIUM_ARGS, OUTPUT_DIR
+from tests.support.customer_server import Received, Receiver, running_receiver
+from tests.support.dashboard import (
     OPERATOR_PASSWORD,
     make_operator,
     make_shipment,
     reading,
     send_readings,
 )
+from tests.support.factories import Tenant
 from webhooks.worker import WebhookWorker
 
 pytestmark = pytest.mark.browser
-
-
-class Receiver:
-    """The customer's webhook server: fails each event's first request, accepts the rest."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, Any]] = []
-        self.seen_paths: set[str] = set()
-        self.base_url = ""
-        self._runner: web.AppRunner | None = None
-
-    async def handle(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        self.requests.append((request.path, body))
-        if request.path not in self.seen_paths:
-            self.seen_paths.add(request.path)
-            return web.Response(status=500, text="try again")
-        return web.json_response({"ok": True})
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_post("/api/{event}", self.handle)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = self._runner.addresses[0][:2]
-        self.base_url = f"http://{host}:{port}"
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
 
 @pytest.fixture
@@ -77,10 +46,17 @@ def settings(settings: Settings, settings_factory: Callable[..., Settings]) -> S
 
 @pytest.fixture
 async def receiver() -> AsyncIterator[Receiver]:
-    server = Receiver()
-    await server.start()
-    yield server
-    await server.stop()
+    """The customer's webhook server: fails each event's first request, accepts the rest."""
+    failed: set[str] = set()
+
+    async def fail_each_event_once(request: web.Request, received: Received) -> web.StreamResponse:
+        if received.path not in failed:
+            failed.add(received.path)
+            return web.Response(status=500, text="try again")
+        return web.json_response({"ok": True})
+
+    async with running_receiver(fail_each_event_once) as customer:
+        yield customer
 
 
 async def wait_for(condition: Any, what: str, limit_s: float = 30.0) -> None:
@@ -158,7 +134,7 @@ async def test_dock_lead_follows_a_pallet_link_and_completes_the_shipment(
         assert sorted(p["licensePlate"] for p in payload["pallets"]) == ["LPN-1", "LPN-3"]
 
         async def completion_delivered() -> bool:
-            return any(path == "/api/shipmentComplete" for path, _ in receiver.requests[1:])
+            return any(r.path == "/api/shipmentComplete" for r in receiver.requests[1:])
 
         await wait_for(completion_delivered, "the completion webhook")
 

@@ -11,14 +11,14 @@ from playwright.async_api import async_playwright, expect
 
 from core.exceptions import records
 from core.services import Services
-from tests.browser.conftest import CHROMIUM_ARGS, OUTPUT_DIR
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import (
+from tests.support.browser import CHROMIUM_ARGS, OUTPUT_DIR
+from tests.support.dashboard import (
     OPERATOR_PASSWORD,
     make_operator,
     make_shipment,
     raise_exception,
 )
+from tests.support.factories import Tenant
 
 pytestmark = pytest.mark.browser
 

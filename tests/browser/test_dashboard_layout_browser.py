@@ -13,15 +13,15 @@ from playwright.async_api import Page, async_playwright, expect
 
 from core.services import Services
 from edge.server import EdgeServer
-from tests.browser.conftest import CHROMIUM_ARGS, OUTPUT_DIR
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import (
+from tests.support.browser import CHROMIUM_ARGS, OUTPUT_DIR
+from tests.support.dashboard import (
     OPERATOR_PASSWORD,
     make_operator,
     make_shipment,
     reading,
     send_readings,
 )
+from tests.support.factories import Tenant
 
 pytestmark = pytest.mark.browser
 

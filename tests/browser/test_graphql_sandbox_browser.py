@@ -12,8 +12,8 @@ from playwright.async_api import Page, Request, Response, async_playwright, expe
 from core.services import Services
 from core.settings import Settings
 from dockflow import demo
-from tests.browser.conftest import CHROMIUM_ARGS, OUTPUT_DIR
-from tests.factories import make_tenant
+from tests.support.browser import CHROMIUM_ARGS, OUTPUT_DIR
+from tests.support.factories import make_tenant
 
 pytestmark = pytest.mark.browser
 

@@ -1,8 +1,8 @@
 """The exceptions a reading raised travel back to the dock in its ack (`ReadingAck.exceptions`).
 
-The rules that raise them are core's (tests/core/test_exception_rules.py); here: the field
-mapping of the ack, acks with and without exceptions over a real edge, that a camera built from
-the contract before the field still reads new acks, and what `dockflow simulate` prints.
+The rules that raise them are core's (tests/core/exceptions/test_exception_rules.py); here: the
+field mapping of the ack, acks with and without exceptions over a real edge, that a camera built
+from the contract before the field still reads new acks, and what `dockflow simulate` prints.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from core.tenancy import tenants
 from dockflow.edge.v1 import edge_pb2
 from dockflow.simulate import MAX_EXCEPTION_LINES, SimulateReport
 from edge import convert
-from tests.edge.documents import post_shipment
-from tests.edge.helpers import reading, stream, stub
-from tests.factories import Tenant
+from tests.support.camera import reading, stream, stub
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
 
 PREVIOUS_PROTO = Path(__file__).parent / "protos" / "edge_before_exceptions.proto"
 MISLOAD = Raised(

@@ -13,9 +13,9 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
-from tests.edge.helpers import BASE_TIME, dock_event, reading, stub
-from tests.factories import make_tenant
-from tests.processes import DockflowProcess
+from tests.support.camera import BASE_TIME, dock_event, reading, stub
+from tests.support.factories import make_tenant
+from tests.support.processes import DockflowProcess
 
 DOCKS = tuple(f"D{n}" for n in range(1, 7))
 ROUNDS = 10  # each round opens a shipment at every dock through both processes, then closes it

@@ -21,7 +21,7 @@ from core.tenancy import tenants
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 from edge.auth import CameraCache
 from edge.server import EdgeServer
-from tests.factories import Tenant, make_tenant
+from tests.support.factories import Tenant, make_tenant
 
 PALLET_INGEST = "dockflow.edge.v1.PalletIngest"
 

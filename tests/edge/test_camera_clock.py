@@ -15,8 +15,8 @@ from core.settings import Settings
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
 from public_api.dashboard import formatting
-from tests.edge.helpers import dock_event, reading, stream, stub
-from tests.factories import Tenant
+from tests.support.camera import dock_event, reading, stream, stub
+from tests.support.factories import Tenant
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
 from dockflow.embedded.supervisor import EmbeddedMongo
 from edge.server import EdgeServer
-from tests import backends
-from tests.core.test_pallets_crash import assert_pallets_and_messages_pair_up
-from tests.edge.helpers import reading, stream, stub
-from tests.factories import make_tenant
+from tests.support import backends
+from tests.support.camera import reading, stream, stub
+from tests.support.factories import make_tenant
+from tests.support.pallets import assert_pallets_and_messages_pair_up
 
 TOTAL = 1500
 
@@ -93,7 +93,7 @@ async def test_stopping_the_database_mid_stream_then_resending_repairs_everythin
                 assert (ack.pallet_id, ack.message_id) == (first.pallet_id, first.message_id)
         assert await storage.pallets.count_documents({}) == TOTAL
         # (how many pallets the outage left without their claim varies from run to run; the
-        # deterministic cut-offs are in tests/core/test_pallets_crash.py)
+        # deterministic cut-offs are in tests/core/pallets/test_pallets_crash.py)
         assert 0 <= half_written <= TOTAL - len(acked)
         await assert_pallets_and_messages_pair_up(storage, endpoints=0)
         await storage.close()

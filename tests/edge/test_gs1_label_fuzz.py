@@ -10,9 +10,9 @@ import pytest
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.edge.documents import post_shipment
-from tests.edge.helpers import reading, stream
-from tests.factories import Tenant
+from tests.support.camera import reading, stream
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
 
 SSCC = "106141411234567897"
 # What a hostile review found crashing the parser or slipping through it.

@@ -13,9 +13,9 @@ from core.outbox.webhook_endpoints import create_endpoint
 from core.services import Services
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
-from tests.edge.documents import post_shipment
-from tests.edge.helpers import BASE_TIME, dock_event, reading, stream, stub
-from tests.factories import Tenant, make_tenant
+from tests.support.camera import BASE_TIME, dock_event, reading, stream, stub
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant, make_tenant
 
 
 async def test_readings_for_document_lpns_are_accepted_and_messages_match_the_spec(

@@ -13,9 +13,9 @@ import pytest
 from core.storage import Storage
 from edge.server import EdgeServer
 from public_api.xml_documents import document_to_xml
-from tests.edge.documents import post_shipment
-from tests.edge.helpers import reading, stream
-from tests.factories import Tenant
+from tests.support.camera import reading, stream
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
 
 
 async def _simulate(*args: str) -> tuple[int, str, str]:

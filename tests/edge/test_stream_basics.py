@@ -10,8 +10,8 @@ import pytest
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.edge.helpers import reading, stream, stub
-from tests.factories import Tenant
+from tests.support.camera import reading, stream, stub
+from tests.support.factories import Tenant
 
 
 async def test_adhoc_pallets_are_accepted_with_ids_and_join_one_shipment(

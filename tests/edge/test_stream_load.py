@@ -14,8 +14,8 @@ from core.settings import Settings
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.edge.helpers import reading, stream, stub
-from tests.factories import Tenant
+from tests.support.camera import reading, stream, stub
+from tests.support.factories import Tenant
 
 
 async def test_message_ids_are_unique_across_8_streams_and_increasing_within_each(

@@ -17,8 +17,8 @@ from pymongo import AsyncMongoClient
 from core.storage import Storage
 from core.tenancy import tenants
 from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir, nx_database_file
-from tests.backends import ENGINE, only_on_nx_27017
-from tests.processes import DemoServer, run_dockflow
+from tests.support.backends import ENGINE, only_on_nx_27017
+from tests.support.processes import DemoServer, run_dockflow
 
 SECRET_KEY = "YmFja3VwLXRlc3Qta2V5LTAxMjM0NTY3ODlhYmNkZWY="  # base64 of 32 bytes
 

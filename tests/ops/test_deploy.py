@@ -20,7 +20,7 @@ import yaml
 from core.errors import ConfigError
 from core.settings import Settings, load_settings
 from core.storage import Storage
-from tests.processes import DockflowProcess
+from tests.support.processes import DockflowProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "deploy" / "compose.yaml"

@@ -4,7 +4,6 @@ health NOT_SERVING) while the process still drains (`shutdown_delay_s`)."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 from collections import Counter
 from pathlib import Path
@@ -12,42 +11,15 @@ from pathlib import Path
 import aiohttp
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from prometheus_client.parser import text_string_to_metric_families
 
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
-from tests.edge.helpers import reading, stub
-from tests.factories import make_tenant
-from tests.processes import DockflowProcess
-
-# Long enough that the 503 is seen before the process exits; the test never waits it out
-# idly, it polls until the answer changes.
-SHUTDOWN_DELAY_S = "10"
-
-
-async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
-    async with session.get(url) as response:
-        return response.status, await response.text()
-
-
-def _samples(exposition: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    """Parse the exposition with prometheus_client's parser: name -> labels -> value."""
-    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for family in text_string_to_metric_families(exposition):
-        for sample in family.samples:
-            labels = tuple(sorted(sample.labels.items()))
-            samples.setdefault(sample.name, {})[labels] = sample.value
-    return samples
-
-
-async def _readiness_until_503(session: aiohttp.ClientSession, ops_url: str) -> tuple[int, str]:
-    while True:
-        status, body = await _get(session, f"{ops_url}/readyz")
-        if status != 200:
-            return status, body
-        await asyncio.sleep(0.05)
+from tests.support.camera import reading, stub
+from tests.support.factories import make_tenant
+from tests.support.ops_port import SHUTDOWN_DELAY_S, get, metric_samples, readiness_until_503
+from tests.support.processes import DockflowProcess
 
 
 async def test_edge_serves_health_metrics_and_turns_unready_at_shutdown(
@@ -60,8 +32,8 @@ async def test_edge_serves_health_metrics_and_turns_unready_at_shutdown(
     async with edge, aiohttp.ClientSession() as session:
         assert edge.ops_url, edge.log_text()
         # Given a running edge, its ops port answers liveness and readiness
-        assert (await _get(session, f"{edge.ops_url}/healthz"))[0] == 200
-        assert (await _get(session, f"{edge.ops_url}/readyz"))[0] == 200
+        assert (await get(session, f"{edge.ops_url}/healthz"))[0] == 200
+        assert (await get(session, f"{edge.ops_url}/readyz"))[0] == 200
         async with grpc.aio.insecure_channel(edge.grpc_target) as channel:
             # When a camera reads one pallet twice (the second raises an exception)
             for reading_id in ("first", "again"):
@@ -71,9 +43,9 @@ async def test_edge_serves_health_metrics_and_turns_unready_at_shutdown(
                 )
                 assert ack.status == edge_pb2.ACCEPTED
             # then /metrics parses and counts the readings, the batches and the exceptions
-            status, exposition = await _get(session, f"{edge.ops_url}/metrics")
+            status, exposition = await get(session, f"{edge.ops_url}/metrics")
             assert status == 200
-            samples = _samples(exposition)
+            samples = metric_samples(exposition)
             assert samples["dockflow_readings_total"][(("status", "ACCEPTED"),)] == 2
             assert sum(samples["dockflow_reading_batch_size_count"].values()) >= 1
             assert sum(samples["dockflow_reading_batch_size_sum"].values()) == 2
@@ -92,9 +64,9 @@ async def test_edge_serves_health_metrics_and_turns_unready_at_shutdown(
             serving = await health.Check(health_pb2.HealthCheckRequest(service=""))
             assert serving.status == health_pb2.HealthCheckResponse.SERVING
             edge.signal(signal.SIGTERM)
-            status, body = await _readiness_until_503(session, edge.ops_url)
+            status, body = await readiness_until_503(session, edge.ops_url)
             assert (status, "shutting down" in body) == (503, True)
             answer = await health.Check(health_pb2.HealthCheckRequest(service=""))
             assert answer.status == health_pb2.HealthCheckResponse.NOT_SERVING
             # and liveness still answers: the process is up, only leaving
-            assert (await _get(session, f"{edge.ops_url}/healthz"))[0] == 200
+            assert (await get(session, f"{edge.ops_url}/healthz"))[0] == 200

@@ -17,10 +17,10 @@ from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import tenants
 from edge.server import EdgeServer
-from tests.asn_support import PARTNER, SSCC_1, SSCC_3, load_shipment, parse_856, segments
-from tests.edge.helpers import reading, stream
-from tests.factories import Tenant
-from tests.public_api.graphql_support import gql
+from tests.support.asn import PARTNER, SSCC_1, SSCC_3, load_shipment, parse_856, segments
+from tests.support.camera import reading, stream
+from tests.support.factories import Tenant
+from tests.support.graphql import gql
 
 ASN = """
 query Asn($id: Int!, $format: WebhookAsnFormat! = X12_856, $version: String) {

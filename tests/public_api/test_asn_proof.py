@@ -22,9 +22,9 @@ from core.storage import Storage
 from core.tenancy.tenants import Operator
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.asn_support import SSCC_1, SSCC_2, SSCC_3, document, gs1_label
-from tests.edge.helpers import reading, stream
-from tests.factories import Tenant
+from tests.support.asn import SSCC_1, SSCC_2, SSCC_3, document, gs1_label
+from tests.support.camera import reading, stream
+from tests.support.factories import Tenant
 
 
 def gs1_reading(sscc: str, direction: int = edge_pb2.LOADING) -> edge_pb2.PalletReading:

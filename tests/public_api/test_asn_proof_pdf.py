@@ -30,10 +30,10 @@ from core.services import Services
 from core.tenancy.tenants import Operator
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.asn_support import SSCC_1, SSCC_2, SSCC_3, document, gs1_label
-from tests.edge.helpers import reading, stream
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import logged_in, make_operator
+from tests.support.asn import SSCC_1, SSCC_2, SSCC_3, document, gs1_label
+from tests.support.camera import reading, stream
+from tests.support.dashboard import logged_in, make_operator
+from tests.support.factories import Tenant
 
 RESOLUTION = "Put back on the dock: not this trailer's."
 

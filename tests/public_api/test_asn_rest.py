@@ -21,7 +21,7 @@ from core.storage import Storage
 from core.tenancy import gs1_identities
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.asn_support import (
+from tests.support.asn import (
     FACILITY_GLN,
     PARTNER,
     SSCC_1,
@@ -35,8 +35,8 @@ from tests.asn_support import (
     parse_desadv,
     segments,
 )
-from tests.edge.helpers import reading, stream
-from tests.factories import Tenant
+from tests.support.camera import reading, stream
+from tests.support.factories import Tenant
 
 
 def gs1_reading(sscc: str, direction: int = edge_pb2.LOADING) -> edge_pb2.PalletReading:

@@ -16,7 +16,7 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from public_api.app import create_app
-from tests.factories import Tenant
+from tests.support.factories import Tenant
 
 Client = TestClient[Any, Any]
 ClientFactory = Callable[[web.Application], Awaitable[Client]]

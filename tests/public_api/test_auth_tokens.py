@@ -25,7 +25,7 @@ from core.errors import Unauthenticated
 from core.services import Services
 from core.settings import Settings
 from core.tenancy import tenants
-from tests.factories import Tenant
+from tests.support.factories import Tenant
 
 ISSUER = "http://testserver"
 AUDIENCE = "http://testserver/public_graphql"

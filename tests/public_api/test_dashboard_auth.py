@@ -16,8 +16,7 @@ from core.settings import Settings
 from core.storage import Storage
 from edge.server import EdgeServer
 from public_api.app import create_app
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import (
+from tests.support.dashboard import (
     OPERATOR_PASSWORD,
     csrf_from,
     logged_in,
@@ -28,6 +27,7 @@ from tests.public_api.dashboard_support import (
     reading,
     send_readings,
 )
+from tests.support.factories import Tenant
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[Any, Any]]]
 

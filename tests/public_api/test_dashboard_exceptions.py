@@ -17,8 +17,7 @@ from core.exceptions import records
 from core.services import Services
 from core.storage import Doc
 from edge.server import EdgeServer
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import (
+from tests.support.dashboard import (
     logged_in,
     make_operator,
     make_shipment,
@@ -27,6 +26,7 @@ from tests.public_api.dashboard_support import (
     reading,
     send_readings,
 )
+from tests.support.factories import Tenant
 
 _ROW = re.compile(r'<tr class="exception-row" data-exception="(exc_[0-9a-f]+)">')
 _NAV_COUNT = re.compile(r'id="nav-open-exceptions"[^>]*>([0-9,]+)<')

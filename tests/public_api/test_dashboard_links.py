@@ -8,8 +8,8 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from core.services import Services
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import logged_in, make_operator, make_shipment, page_csrf
+from tests.support.dashboard import logged_in, make_operator, make_shipment, page_csrf
+from tests.support.factories import Tenant
 
 
 async def linked_to(services: Services, shipment_id: int) -> int | None:

@@ -22,8 +22,8 @@ from core.storage import Storage
 from core.tenancy.tenants import Operator
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import (
+from tests.support.customer_server import answers, running_receiver
+from tests.support.dashboard import (
     logged_in,
     make_operator,
     make_shipment,
@@ -31,6 +31,7 @@ from tests.public_api.dashboard_support import (
     reading,
     send_readings,
 )
+from tests.support.factories import Tenant
 from webhooks.worker import WebhookWorker
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[Any, Any]]]
@@ -200,17 +201,9 @@ def settings(settings_factory: Callable[..., Settings]) -> Settings:
 
 @pytest.fixture
 async def failing_receiver() -> AsyncIterator[str]:
-    async def refuse(request: web.Request) -> web.Response:
-        return web.Response(status=503, text="down for maintenance")
-
-    app = web.Application()
-    app.router.add_post("/api/{event}", refuse)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    yield f"http://{host}:{port}"
-    await runner.cleanup()
+    """A customer's server answering every webhook 503."""
+    async with running_receiver(answers(then=503)) as customer:
+        yield customer.base_url
 
 
 async def deliver_until_dead(services: Services, count: int) -> None:

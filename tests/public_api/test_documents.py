@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient
 from core.services import Services
 from core.storage import Doc, Storage
 from core.tenancy import tenants
-from tests.factories import Tenant
+from tests.support.factories import Tenant
 
 BASE = {"business": "acme", "facility": "dc1", "direction": "OUTBOUND"}
 L1 = {"lpn": "L1", "sku": "S1", "quantity": 1, "quantityUnit": "CASE"}

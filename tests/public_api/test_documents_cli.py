@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient
 from core.services import Services
 from dockflow.cli import main
 from public_api.xml_documents import document_to_xml
-from tests.factories import Tenant
+from tests.support.factories import Tenant
 
 DOCUMENT = {
     "business": "acme",

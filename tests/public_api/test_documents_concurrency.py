@@ -15,7 +15,7 @@ from core.intake import documents
 from core.services import Services
 from core.settings import Settings
 from core.storage import Session, Storage
-from tests.factories import Tenant
+from tests.support.factories import Tenant
 
 BASE = {"business": "acme", "facility": "dc1", "direction": "OUTBOUND"}
 ITEMS = [

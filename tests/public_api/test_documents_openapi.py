@@ -10,7 +10,7 @@ from openapi_spec_validator import OpenAPIV31SpecValidator
 
 from core.intake.contract import parse_document
 from public_api.xml_documents import document_from_xml
-from tests.factories import Tenant
+from tests.support.factories import Tenant
 
 STRATEGIES = {"overwrite", "append", "merge", "delete", "multiOrder"}
 

@@ -10,7 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from prometheus_client import REGISTRY
 
-from tests.factories import Tenant
+from tests.support.factories import Tenant
 
 PROBLEM = "application/problem+json"
 VALID = {

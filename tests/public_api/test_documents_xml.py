@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 from core.services import Services
 from core.tenancy import tenants
 from public_api.xml_documents import document_to_xml
-from tests.factories import Tenant
+from tests.support.factories import Tenant
 
 BASE = {"business": "acme", "facility": "dc1", "direction": "OUTBOUND"}
 L1 = {"lpn": "L1", "sku": "S1", "quantity": 1, "quantityUnit": "CASE"}

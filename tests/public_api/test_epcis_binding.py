@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient
 
 from core.epcis import query
 from public_api import epcis
-from tests.factories import Tenant
+from tests.support.factories import Tenant
 
 BINDING = json.loads(
     (Path(__file__).parents[1] / "vendor" / "epcis" / "EPCIS-REST-Binding-openapi.json").read_text()

@@ -16,11 +16,11 @@ from core.storage import Storage
 from core.tenancy import gs1_identities
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.edge.documents import post_shipment
-from tests.edge.helpers import BASE_TIME, reading, stream, timestamp
-from tests.epcis_support import VALIDATOR, assert_valid_event
-from tests.factories import Tenant
-from tests.public_api.graphql_support import gql
+from tests.support.camera import BASE_TIME, reading, stream, timestamp
+from tests.support.documents import post_shipment
+from tests.support.epcis import VALIDATOR, assert_valid_event
+from tests.support.factories import Tenant
+from tests.support.graphql import gql
 
 GLN = "0614141123452"
 SSCCS = ["106141411234567897", "006141410000000012", "106141412345678908"]

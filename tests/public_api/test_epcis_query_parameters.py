@@ -18,10 +18,10 @@ from core.storage import Storage
 from core.tenancy import gs1_identities
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.edge.documents import post_shipment
-from tests.edge.helpers import reading, stream
-from tests.epcis_support import VALIDATOR, assert_valid_event
-from tests.factories import Tenant
+from tests.support.camera import reading, stream
+from tests.support.documents import post_shipment
+from tests.support.epcis import VALIDATOR, assert_valid_event
+from tests.support.factories import Tenant
 
 GLN = "0614141123452"
 SSCCS = ["106141411234567897", "006141410000000012", "106141412345678908"]

@@ -17,10 +17,10 @@ from core.settings import Settings
 from core.shipments import completion
 from core.storage import Storage
 from core.tenancy import gs1_identities
-from tests.core.pallet_helpers import START, camera_of, pallet
-from tests.edge.documents import post_shipment
-from tests.epcis_support import VALIDATOR, assert_valid_event
-from tests.factories import Tenant
+from tests.support.documents import post_shipment
+from tests.support.epcis import VALIDATOR, assert_valid_event
+from tests.support.factories import Tenant
+from tests.support.pallets import START, camera_of, pallet
 
 GLN = "0614141123452"
 OUT = ["106141411234567897", "006141410000000012"]

@@ -24,8 +24,8 @@ from core.pallets.ingest import FIXED_FIELDS
 from core.settings import Settings
 from core.storage import Storage
 from public_api.catalog import build_asyncapi
-from tests.catalog_check import schema_violations, validator
-from tests.factories import pallet_payload
+from tests.support.catalog_check import schema_violations, validator
+from tests.support.factories import pallet_payload
 
 ASYNCAPI_SCHEMA = Path(__file__).parent.parent / "vendor" / "asyncapi" / "3.0.0.json"
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,10 +21,10 @@ from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import tenants
 from edge.server import EdgeServer
-from tests.edge.documents import post_shipment
-from tests.edge.helpers import reading, stream
-from tests.factories import Tenant
-from tests.public_api.graphql_support import (
+from tests.support.camera import reading, stream
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
+from tests.support.graphql import (
     PUSH_MESSAGES,
     SINCE,
     SUBSCRIPTION,

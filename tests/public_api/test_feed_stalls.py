@@ -19,9 +19,8 @@ from core.outbox.webhook_endpoints import create_endpoint
 from core.pallets.ingest import plan_batch
 from core.settings import Settings
 from core.storage import Storage
-from tests.core.pallet_helpers import camera_of, pallet
-from tests.factories import Tenant
-from tests.public_api.graphql_support import (
+from tests.support.factories import Tenant
+from tests.support.graphql import (
     PUSH_MESSAGES,
     SINCE,
     SUBSCRIPTION,
@@ -30,6 +29,7 @@ from tests.public_api.graphql_support import (
     gql,
     produce,
 )
+from tests.support.pallets import camera_of, pallet
 
 STALL_S = 60  # how long the writer sleeps between its reservation and its commit
 OTHER_EVERY_S = 3  # other writers commit a message this often meanwhile

@@ -22,9 +22,9 @@ from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
 from public_api.app import create_app
 from public_api.graphql.views import FEED_HUB
-from tests.edge.helpers import reading, stream
-from tests.factories import Tenant, pallet_payload
-from tests.public_api.graphql_support import (
+from tests.support.camera import reading, stream
+from tests.support.factories import Tenant, pallet_payload
+from tests.support.graphql import (
     LEGACY_WS,
     PUSH_MESSAGES,
     SINCE,

@@ -18,8 +18,8 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from public_api.app import create_app
-from tests.factories import Tenant, pallet_payload
-from tests.public_api.graphql_support import produce
+from tests.support.factories import Tenant, pallet_payload
+from tests.support.graphql import produce
 
 REPO = Path(__file__).resolve().parents[2]
 

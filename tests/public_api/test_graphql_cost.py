@@ -22,10 +22,10 @@ from core.storage import Storage
 from edge.server import EdgeServer
 from public_api.graphql import cost
 from public_api.graphql.schema import build_schema
-from tests.edge.documents import post_shipment
-from tests.edge.helpers import reading, stream
-from tests.factories import Tenant
-from tests.public_api.graphql_support import gql, watched_api
+from tests.support.camera import reading, stream
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
+from tests.support.graphql import api_reads, gql, watched_api
 
 ALIASES = 30
 RESOLVER_COLLECTIONS = (
@@ -91,9 +91,9 @@ async def test_page_sizes_are_counted_as_execution_coerces_them(
     variables: dict[str, Any],
     cost: int,
 ):
-    async with watched_api(aiohttp_client, settings) as (api, reads):
+    async with watched_api(aiohttp_client, settings) as (api, log):
         status, body = await gql(api, query, variables, token=tenant.token)
-        read = reads.of(*RESOLVER_COLLECTIONS)
+        read = api_reads(log, *RESOLVER_COLLECTIONS)
 
     assert status == 200
     assert body.get("data") is None, "nothing was executed"
@@ -114,9 +114,9 @@ async def test_webhook_deliveries_count_with_their_default_page(
         "{" + " ".join(f"a{i}: webhookDeliveries(filter: {{}}) {{ id }}" for i in range(30)) + "}"
     )
 
-    async with watched_api(aiohttp_client, settings) as (api, reads):
+    async with watched_api(aiohttp_client, settings) as (api, log):
         _, body = await gql(api, query, token=tenant.token)
-        read = reads.of(*RESOLVER_COLLECTIONS)
+        read = api_reads(log, *RESOLVER_COLLECTIONS)
 
     assert body.get("data") is None
     [error] = body["errors"]
@@ -132,9 +132,9 @@ async def test_a_page_within_the_budget_runs_with_its_coerced_size(
 ):
     query = "query Q($n: Int) { " + MESSAGES + " { id } }"
 
-    async with watched_api(aiohttp_client, settings) as (api, reads):
+    async with watched_api(aiohttp_client, settings) as (api, log):
         status, body = await gql(api, query, {"n": 5.0}, token=tenant.token)
-        read = reads.of("push_messages")
+        read = api_reads(log, "push_messages")
 
     assert status == 200
     assert body == {"data": {"pushMessages": []}}
@@ -191,18 +191,18 @@ async def test_a_page_of_shipments_reads_each_kind_of_child_once_whatever_its_si
             _, made = await gql(api, CREATE_EXCEPTION, {"input": new}, token=tenant.token)
             assert "errors" not in made, made
 
-    async with watched_api(aiohttp_client, settings) as (watched, reads):
+    async with watched_api(aiohttp_client, settings) as (watched, log):
         _, ids_only = await gql(
             watched, '{ shipments(filter: {businessSlug: "acme"}) { id } }', token=tenant.token
         )
-        lazily = reads.of(*CHILD_COLLECTIONS)
-        reads.reads.clear()
+        lazily = api_reads(log, *CHILD_COLLECTIONS)
+        log.clear()
         _, page = await gql(watched, EVERYTHING, {"first": shipments}, token=tenant.token)
-        for_the_page = sorted(reads.of(*CHILD_COLLECTIONS))
-        reads.reads.clear()
+        for_the_page = sorted(api_reads(log, *CHILD_COLLECTIONS))
+        log.clear()
         _, one = await gql(watched, EVERYTHING, {"first": 1}, token=tenant.token)
         assert len(one["data"]["shipments"]) == 1
-        for_one = sorted(reads.of(*CHILD_COLLECTIONS))
+        for_one = sorted(api_reads(log, *CHILD_COLLECTIONS))
 
     assert [s["id"] for s in ids_only["data"]["shipments"]] == ids[::-1]
     assert lazily == [], "nothing but the shipments is read when nothing else is selected"
@@ -272,12 +272,12 @@ async def test_a_page_of_pallets_reads_its_facility_and_bills_of_lading_once_for
     async with grpc.aio.insecure_channel(edge_server.address) as channel:
         await stream(channel, tenant.camera_metadata("D1"), [reading(x) for x in ssccs])
 
-    async with watched_api(aiohttp_client, settings) as (watched, reads):
+    async with watched_api(aiohttp_client, settings) as (watched, log):
         _, without = await gql(watched, EPCIS_EVENTS.replace("epcisEvent", ""), token=tenant.token)
-        plain = reads.of("facilities", "businesses", "shipments")
-        reads.reads.clear()
+        plain = api_reads(log, "facilities", "businesses", "shipments")
+        log.clear()
         _, page = await gql(watched, EPCIS_EVENTS, token=tenant.token)
-        with_events = reads.of("facilities", "businesses", "shipments")
+        with_events = api_reads(log, "facilities", "businesses", "shipments")
 
     assert "errors" not in without, without
     assert "errors" not in page, page
@@ -335,9 +335,9 @@ async def test_a_page_past_its_lists_most_is_refused_before_anything_is_read(
     most = shipment_queries.PAGES["pallets"][-1]
     query = '{ shipments(filter: {businessSlug: "acme", first: 1}) { pallets(first: %d) { id } } }'
 
-    async with watched_api(aiohttp_client, settings) as (api, reads):
+    async with watched_api(aiohttp_client, settings) as (api, log):
         _, body = await gql(api, query % (most + 1), token=tenant.token)
-        read = reads.of(*RESOLVER_COLLECTIONS)
+        read = api_reads(log, *RESOLVER_COLLECTIONS)
 
     assert body.get("data") is None
     [error] = body["errors"]

@@ -12,8 +12,8 @@ from core.asn import issue
 from core.exceptions import codes
 from core.feed import catalog
 from core.shipments import lifecycle
-from tests.factories import Tenant
-from tests.public_api.graphql_support import gql
+from tests.support.factories import Tenant
+from tests.support.graphql import gql
 
 ENUM_VALUES = "query Values($name: String!) { __type(name: $name) { enumValues { name } } }"
 

@@ -15,8 +15,8 @@ from gql.transport.websockets import WebsocketsTransport
 
 from core.settings import Settings
 from core.storage import Storage
-from tests.factories import Tenant
-from tests.public_api.graphql_support import (
+from tests.support.factories import Tenant
+from tests.support.graphql import (
     GRAPHQL,
     LEGACY_WS,
     PUSH_MESSAGES,

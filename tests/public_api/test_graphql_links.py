@@ -8,17 +8,16 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient
-from pymongo import AsyncMongoClient, monitoring
 
 from core.services import Services
 from core.settings import Settings
 from core.shipments import linking
-from core.storage import Storage
 from core.tenancy import tenants
 from public_api.app import create_app
-from tests.edge.documents import post_shipment
-from tests.factories import Tenant
-from tests.public_api.graphql_support import gql
+from tests.support.command_log import CommandLog, logged_storage
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
+from tests.support.graphql import gql
 
 LINK = """
 mutation Link($input: UpdateShipmentInput!) {
@@ -137,23 +136,6 @@ async def test_link_refusals_carry_their_codes_and_change_nothing(
     assert await storage.shipments.find().sort("_id", 1).to_list() == before
 
 
-class ShipmentFinds(monitoring.CommandListener):
-    """Counts the `find` commands sent to the shipments collection."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if event.command_name == "find" and event.command.get("find") == "shipments":
-            self.count += 1
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
-
-
 async def test_linked_from_of_a_page_of_shipments_costs_one_query(
     aiohttp_client: Callable[[web.Application], Awaitable[TestClient[Any, Any]]],
     settings: Settings,
@@ -168,22 +150,17 @@ async def test_linked_from_of_a_page_of_shipments_costs_one_query(
     for linked in ids[1:3]:
         await linking.link_shipment(storage, linked, ids[0], source="admin")
     await linking.link_shipment(storage, ids[4], ids[3], source="admin")
-    finds = ShipmentFinds()
-    client: AsyncMongoClient[Any] = AsyncMongoClient(
-        settings.mongodb_url, tz_aware=True, event_listeners=[finds]
-    )
-    try:
-        monitored = Services(settings=settings, storage=Storage(client, settings.mongodb_db))
+    log = CommandLog()
+    async with logged_storage(settings, log) as monitored_storage:
+        monitored = Services(settings=settings, storage=monitored_storage)
         api = await aiohttp_client(create_app(monitored))
         _, without = await gql(
             api, '{ shipments(filter: {businessSlug: "acme"}) { id } }', token=tenant.token
         )
-        finds_without = finds.count
+        finds_without = len(log.of("find", "shipments"))
         _, listed = await gql(api, LINKS, {"business": "acme"}, token=tenant.token)
-        finds_with = finds.count - finds_without
+        finds_with = len(log.of("find", "shipments")) - finds_without
         await api.close()  # the app (and its feed poller) stops before its database client
-    finally:
-        await client.close()
 
     assert len(without["data"]["shipments"]) == 6
     linked_from = {s["id"]: s["linkedFrom"] for s in listed["data"]["shipments"]}

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
-from pymongo import AsyncMongoClient, monitoring
 
 from core.services import Services
 from core.settings import Settings
@@ -23,15 +22,17 @@ from core.storage import Storage
 from core.tenancy import quotas
 from public_api.app import create_app
 from public_api.graphql.views import FEED_HUB
-from tests.edge.documents import post_shipment
-from tests.factories import Tenant
-from tests.public_api.graphql_support import (
+from tests.support.command_log import Command, CommandLog, logged_storage, most_at_once
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
+from tests.support.graphql import (
     GRAPHQL,
     LEGACY_WS,
     SINCE,
     SUBSCRIPTION,
     TRANSPORT_WS,
     WsSession,
+    api_reads,
     gql,
     produce,
     watched_api,
@@ -121,9 +122,9 @@ async def test_a_nested_page_below_one_item_is_refused_before_its_parents_are_re
         f"{{ id pallets(first: {first}) {{ id }} }} }}"
     )
 
-    async with watched_api(aiohttp_client, settings) as (api, reads):
+    async with watched_api(aiohttp_client, settings) as (api, log):
         _, body = await gql(api, query, token=tenant.token)
-        read = reads.of("shipments", "pallets")
+        read = api_reads(log, "shipments", "pallets")
 
     assert body.get("data") is None
     [error] = body["errors"]
@@ -382,33 +383,13 @@ async def test_subscriptions_that_never_read_are_bounded_together_and_closed_100
 # --- Replays ------------------------------------------------------------------------------------
 
 
-class ReplayReads(monitoring.CommandListener):
-    """Replay page reads of push_messages (by id range, of one business) in flight: the most at
-    once, and how many ended."""
-
-    def __init__(self) -> None:
-        self.in_flight: set[int] = set()
-        self.most = 0
-        self.done = 0
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        command = event.command
-        query = command.get("filter") or {}
-        replay = "business" in query and "$gt" in (query.get("_id") or {})
-        if event.command_name == "find" and command.get("find") == "push_messages" and replay:
-            self.in_flight.add(event.request_id)
-            self.most = max(self.most, len(self.in_flight))
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        self._end(event.request_id)
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        self._end(event.request_id)
-
-    def _end(self, request_id: int) -> None:
-        if request_id in self.in_flight:
-            self.in_flight.discard(request_id)
-            self.done += 1
+def _replay_reads(log: CommandLog) -> list[Command]:
+    """Replay page reads of push_messages: by id range, of one business."""
+    return log.of(
+        "find",
+        "push_messages",
+        where=lambda c: "business" in c.filter and "$gt" in (c.filter.get("_id") or {}),
+    )
 
 
 async def test_replays_of_one_client_read_the_backlog_a_few_pages_at_a_time(
@@ -419,27 +400,25 @@ async def test_replays_of_one_client_read_the_backlog_a_few_pages_at_a_time(
 ):
     settings = settings_factory(graphql_client_concurrent_replays=2)
     await produce(storage, count=1500)
-    reads = ReplayReads()
-    client: AsyncMongoClient[Any] = AsyncMongoClient(
-        settings.mongodb_url, tz_aware=True, event_listeners=[reads]
-    )
-    services = Services(settings=settings, storage=Storage(client, settings.mongodb_db))
-    api = await aiohttp_client(create_app(services))
-    try:
-        ws = await WsSession.open(api, TRANSPORT_WS)
-        await ws.init({"Authorization": f"Bearer {tenant.token}"})
-        subscriptions = [str(i) for i in range(8)]
-        for op_id in subscriptions:  # each from the start of the backlog
-            filter = {"businessSlug": "acme", "afterId": 0}
-            await ws.subscribe(op_id, SUBSCRIPTION, {"filter": filter})
-        while reads.done < len(subscriptions):  # every replay read its first page
-            await asyncio.sleep(0.05)
-        await ws.close()
-    finally:
-        await api.close()
-        await client.close()
+    log = CommandLog()
+    async with logged_storage(settings, log) as monitored:
+        api = await aiohttp_client(create_app(Services(settings=settings, storage=monitored)))
+        try:
+            ws = await WsSession.open(api, TRANSPORT_WS)
+            await ws.init({"Authorization": f"Bearer {tenant.token}"})
+            subscriptions = [str(i) for i in range(8)]
+            for op_id in subscriptions:  # each from the start of the backlog
+                filter = {"businessSlug": "acme", "afterId": 0}
+                await ws.subscribe(op_id, SUBSCRIPTION, {"filter": filter})
+            # Until every replay read its first page.
+            while sum(c.answered is not None for c in _replay_reads(log)) < len(subscriptions):
+                await asyncio.sleep(0.05)
+            await ws.close()
+        finally:
+            await api.close()
 
-    assert 1 <= reads.most <= 2, reads.most  # 6 of the 8 at once before
+    most = most_at_once(_replay_reads(log))
+    assert 1 <= most <= 2, most  # 6 of the 8 at once before
 
 
 # --- Answers ------------------------------------------------------------------------------------

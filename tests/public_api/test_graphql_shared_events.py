@@ -12,8 +12,8 @@ from aiohttp.test_utils import TestClient
 from core.storage import Storage
 from public_api.graphql.shared_events import SharedData, SharedResults, encode_frame
 from public_api.graphql.views import FEED_HUB, GRAPHQL_VIEW
-from tests.factories import Tenant
-from tests.public_api.graphql_support import (
+from tests.support.factories import Tenant
+from tests.support.graphql import (
     LEGACY_WS,
     SUBSCRIPTION,
     TRANSPORT_WS,

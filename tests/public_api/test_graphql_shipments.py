@@ -16,13 +16,14 @@ from aiohttp.test_utils import TestClient
 from core.settings import Settings
 from core.storage import Storage
 from edge.server import EdgeServer
-from tests.edge.documents import post_shipment
-from tests.edge.helpers import reading, stream
-from tests.factories import Tenant
-from tests.public_api.graphql_support import (
+from tests.support.camera import reading, stream
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
+from tests.support.graphql import (
     GRAPHQL,
     PUSH_MESSAGES,
     SINCE,
+    api_reads,
     gql,
     multipart_upload,
     watched_api,
@@ -205,12 +206,12 @@ async def test_shipment_reads_are_batched_not_one_query_per_item(
         )
     await read_pallets(edge_server, tenant, [f"L0-0-{i}" for i in range(4)])
 
-    async with watched_api(aiohttp_client, settings) as (api, reads):
+    async with watched_api(aiohttp_client, settings) as (api, log):
         _, six = await gql(api, PAGE_OF_EVERYTHING, {"first": 6}, token=tenant.token)
-        finds_for_six = sorted(reads.of(*SHIPMENT_COLLECTIONS))
-        reads.reads.clear()
+        finds_for_six = sorted(api_reads(log, *SHIPMENT_COLLECTIONS))
+        log.clear()
         _, one = await gql(api, PAGE_OF_EVERYTHING, {"first": 1}, token=tenant.token)
-        finds_for_one = sorted(reads.of(*SHIPMENT_COLLECTIONS))
+        finds_for_one = sorted(api_reads(log, *SHIPMENT_COLLECTIONS))
 
     assert "errors" not in six, six
     assert "errors" not in one, one

@@ -12,9 +12,8 @@ import pytest
 
 from core.services import Services
 from core.settings import Settings
-from tests.factories import make_tenant
-from tests.processes import DockflowProcess
-from tests.public_api.graphql_support import (
+from tests.support.factories import make_tenant
+from tests.support.graphql import (
     GRAPHQL,
     LEGACY_WS,
     SINCE,
@@ -22,6 +21,7 @@ from tests.public_api.graphql_support import (
     TRANSPORT_WS,
     WsSession,
 )
+from tests.support.processes import DockflowProcess
 
 GOING_AWAY = 1001  # RFC 6455: the server is going down
 

@@ -16,12 +16,12 @@ from core.storage import Storage
 from core.tenancy import gs1_identities
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.edge.documents import post_shipment
-from tests.edge.helpers import reading, stream
-from tests.epcis_support import assert_valid_event
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import logged_in, make_operator
-from tests.public_api.graphql_support import PUSH_MESSAGES, SINCE, gql
+from tests.support.camera import reading, stream
+from tests.support.dashboard import logged_in, make_operator
+from tests.support.documents import post_shipment
+from tests.support.epcis import assert_valid_event
+from tests.support.factories import Tenant
+from tests.support.graphql import PUSH_MESSAGES, SINCE, gql
 
 SSCC = "106141411234567897"  # the GS1 General Specifications' example SSCC
 BAD_SSCC = "106141411234567898"  # its check digit is 7

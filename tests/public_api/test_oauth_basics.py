@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from core.services import Services
-from tests.factories import Tenant
+from tests.support.factories import Tenant
 
 GRAPHQL_URL = "http://testserver/public_graphql"
 

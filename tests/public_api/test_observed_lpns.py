@@ -19,11 +19,11 @@ from core.reads import dashboard_queries
 from core.services import Services
 from core.storage import Storage
 from core.tenancy.tenants import Operator
-from tests.core.pallet_helpers import START, camera_of
-from tests.edge.documents import post_shipment
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import logged_in, make_operator
-from tests.public_api.graphql_support import gql
+from tests.support.dashboard import logged_in, make_operator
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
+from tests.support.graphql import gql
+from tests.support.pallets import START, camera_of
 
 LPNS = """
 query One($id: Int!) {
@@ -168,7 +168,7 @@ async def session_loop() -> asyncio.AbstractEventLoop:
     return asyncio.get_running_loop()
 
 
-# A plain (sync) test driving the session loop itself, as tests/core/test_intake_property.py.
+# A plain (sync) test driving the session loop itself, as tests/core/intake/test_intake_property.py.
 # 43 examples of several batches each: more than the default 120 s on a slower server.
 @pytest.mark.timeout(360)
 @settings(

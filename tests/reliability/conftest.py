@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.soak import SOAK_ENV, HookReceiver, hook_receiver
-from tests.reliability.serve_process import ServeProcess
+from tests.support.serve_process import ServeProcess
 
 
 @pytest.fixture

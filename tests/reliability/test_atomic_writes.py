@@ -17,8 +17,8 @@ import pytest
 from bench.soak import SOAK_ENV, Camera, HookReceiver, make_readings, wait_until
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
-from tests.reliability.provision import ServeTenant, provision
-from tests.reliability.serve_process import ServeProcess
+from tests.support.provision import ServeTenant, provision
+from tests.support.serve_process import ServeProcess
 
 pytestmark = pytest.mark.timeout(300)  # real processes on a slower, transactional database
 

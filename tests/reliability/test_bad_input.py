@@ -16,10 +16,10 @@ from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
 from public_api.graphql.views import FEED_HUB
-from tests.edge.helpers import reading, stub, timestamp
-from tests.factories import Tenant
-from tests.public_api.graphql_support import TRANSPORT_WS, WsSession
-from tests.reliability.figures import record
+from tests.support.camera import reading, stub, timestamp
+from tests.support.factories import Tenant
+from tests.support.figures import record
+from tests.support.graphql import TRANSPORT_WS, WsSession
 
 WRITTEN = ("shipments", "orders", "order_items", "pallets", "push_messages", "readings")
 

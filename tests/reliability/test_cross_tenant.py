@@ -14,11 +14,11 @@ from aiohttp.test_utils import TestClient
 from core.services import Services
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.edge.helpers import dock_event, reading, stub
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import logged_in, make_operator, page_csrf
-from tests.public_api.graphql_support import SINCE, SUBSCRIPTION, TRANSPORT_WS, WsSession
-from tests.webhooks.conftest import make_endpoint
+from tests.support.camera import dock_event, reading, stub
+from tests.support.dashboard import logged_in, make_operator, page_csrf
+from tests.support.factories import Tenant
+from tests.support.graphql import SINCE, SUBSCRIPTION, TRANSPORT_WS, WsSession
+from tests.support.outbox import make_endpoint
 
 REFUSED_CODES = {"FORBIDDEN", "NOT_FOUND"}
 

@@ -13,15 +13,15 @@ from bench.soak import HookReceiver, deliveries_settled, hook_receiver, wait_unt
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from tests.factories import make_tenant
-from tests.processes import free_port
-from tests.reliability.figures import record
-from tests.webhooks.conftest import (
+from tests.support.factories import make_tenant
+from tests.support.figures import record
+from tests.support.outbox import (
     LoopbackOnlySockets,
     append_pallets,
     make_endpoint,
     message_webhook_id,
 )
+from tests.support.processes import free_port
 from webhooks.worker import WebhookWorker
 
 MESSAGES = 60

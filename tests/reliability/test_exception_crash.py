@@ -16,8 +16,8 @@ from bench.soak import HookReceiver, wait_until
 from core.feed import publish
 from core.storage import Storage
 from dockflow.runtime import open_services
-from tests.reliability.provision import ServeTenant, provision, settings_of
-from tests.reliability.serve_process import ServeProcess
+from tests.support.provision import ServeTenant, provision, settings_of
+from tests.support.serve_process import ServeProcess
 
 CLIENTS = 32
 CREATE = """mutation($input: CreateExceptionInput!) { createException(input: $input) { id } }"""

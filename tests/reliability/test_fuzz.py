@@ -23,11 +23,11 @@ from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
 from public_api.problems import http_problem
 from public_api.xml_documents import document_from_xml
-from tests.edge.helpers import stub
-from tests.factories import Tenant
-from tests.reliability.figures import record
-from tests.reliability.provision import provision
-from tests.reliability.serve_process import ServeProcess
+from tests.support.camera import stub
+from tests.support.factories import Tenant
+from tests.support.figures import record
+from tests.support.provision import provision
+from tests.support.serve_process import ServeProcess
 
 EXAMPLES = 40  # per operation: a bounded run for the suite (the CLI can run more)
 FUZZ = hypothesis.settings(

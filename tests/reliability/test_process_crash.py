@@ -12,9 +12,9 @@ import grpc
 
 from bench.soak import Camera, HookReceiver, deliveries_settled, make_readings, verify, wait_until
 from dockflow.runtime import open_services
-from tests.reliability.figures import record
-from tests.reliability.provision import provision, settings_of
-from tests.reliability.serve_process import ServeProcess, wait_for_exit
+from tests.support.figures import record
+from tests.support.provision import provision, settings_of
+from tests.support.serve_process import ServeProcess, wait_for_exit
 
 CAMERAS = 8
 PER_CAMERA = 120

@@ -13,10 +13,10 @@ from aiohttp.test_utils import TestClient
 from core.auth.crypto import SecretBox
 from core.outbox.webhook_endpoints import create_endpoint
 from core.services import Services
-from tests.edge.documents import post_shipment
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import logged_in, make_operator, page_csrf
-from tests.public_api.graphql_support import gql
+from tests.support.dashboard import logged_in, make_operator, page_csrf
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
+from tests.support.graphql import gql
 
 LINK = """
 mutation Link($input: UpdateShipmentInput!) {

@@ -15,9 +15,9 @@ import pytest
 
 from bench.soak import Camera, HookReceiver, deliveries_settled, make_readings, wait_until
 from dockflow.runtime import open_services
-from tests.reliability.figures import record
-from tests.reliability.provision import OPERATOR_PASSWORD, provision, settings_of
-from tests.reliability.serve_process import ServeProcess
+from tests.support.figures import record
+from tests.support.provision import OPERATOR_PASSWORD, provision, settings_of
+from tests.support.serve_process import ServeProcess
 
 WRONG_SECRET = "dfs_wrong-secret-3b9d7e1f0a"
 WRONG_PASSWORD = "wrong-Pa55word-c0ffee"

@@ -19,8 +19,9 @@ from core.settings import Settings
 from core.storage import Storage
 from public_api.app import create_app
 from public_api.graphql.views import FEED_HUB
-from tests.factories import Tenant, make_tenant, pallet_payload
-from tests.public_api.graphql_support import (
+from tests.support.factories import Tenant, make_tenant, pallet_payload
+from tests.support.figures import record
+from tests.support.graphql import (
     PUSH_MESSAGES,
     SINCE,
     SUBSCRIPTION,
@@ -28,7 +29,6 @@ from tests.public_api.graphql_support import (
     WsSession,
     gql,
 )
-from tests.reliability.figures import record
 
 BUFFER = 50  # the subscriber buffer for this test (the default is 10,000 messages)
 BATCH = 20  # below the buffer: a client that reads keeps up; only one that stops falls behind

@@ -19,15 +19,10 @@ from core.outbox import egress_rules, webhook_endpoints, webhook_urls
 from core.services import Services
 from core.storage import Storage
 from core.tenancy import tenants
-from tests.factories import Tenant
-from tests.public_api.graphql_support import WsSession, gql
-from tests.webhooks.conftest import (
-    Receiver,
-    append_pallets,
-    deliveries_of,
-    endpoint_of,
-    make_endpoint,
-)
+from tests.support.customer_server import Receiver
+from tests.support.factories import Tenant
+from tests.support.graphql import WsSession, gql
+from tests.support.outbox import append_pallets, deliveries_of, endpoint_of, make_endpoint
 
 ENDPOINT = "id url createdBy auth { scheme username loginUrl }"
 UPDATE = f"""
@@ -386,7 +381,7 @@ mutation C($input: CreateWebhookEndpointInput!) {
 """
 
 
-# A plain (sync) test driving the session loop itself, as tests/core/test_intake_property.py.
+# A plain (sync) test driving the session loop itself, as tests/core/intake/test_intake_property.py.
 @settings(
     max_examples=40,
     deadline=None,

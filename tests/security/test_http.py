@@ -29,8 +29,8 @@ from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import tenants
 from public_api.graphql.shared_events import SharedResults
-from tests.factories import Tenant, make_tenant, pallet_payload
-from tests.public_api.graphql_support import (
+from tests.support.factories import Tenant, make_tenant, pallet_payload
+from tests.support.graphql import (
     GRAPHQL,
     LEGACY_WS,
     SUBSCRIPTION,

@@ -19,8 +19,8 @@ from core.tenancy import tenants
 from core.tenancy.tenants import Camera, LabelFieldMapping
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.edge.helpers import dock_event, reading, stream, stub
-from tests.factories import Tenant, make_tenant
+from tests.support.camera import dock_event, reading, stream, stub
+from tests.support.factories import Tenant, make_tenant
 
 
 @pytest.fixture

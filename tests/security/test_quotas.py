@@ -18,9 +18,9 @@ from core.settings import Settings
 from core.shipments import completion
 from core.storage import Storage
 from core.tenancy import quotas
-from tests.edge.documents import post_shipment
-from tests.factories import Tenant
-from tests.public_api.graphql_support import GRAPHQL, gql, multipart_upload
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
+from tests.support.graphql import GRAPHQL, gql, multipart_upload
 
 API = Callable[..., Awaitable[TestClient[Any, Any]]]
 PROBLEM = "application/problem+json"

@@ -18,10 +18,10 @@ from core.settings import Settings
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.edge.helpers import reading, stream
-from tests.factories import Tenant
-from tests.public_api.graphql_support import GRAPHQL, LEGACY_WS, TRANSPORT_WS, WsSession, gql
-from tests.webhooks.conftest import LoopbackOnlySockets
+from tests.support.camera import reading, stream
+from tests.support.factories import Tenant
+from tests.support.graphql import GRAPHQL, LEGACY_WS, TRANSPORT_WS, WsSession, gql
+from tests.support.outbox import LoopbackOnlySockets
 from webhooks import egress, transport
 
 ALIASES = 30

@@ -35,8 +35,8 @@ from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import provisioning, tenants
 from public_api.app import create_app
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import OPERATOR_PASSWORD, csrf_from, make_operator
+from tests.support.dashboard import OPERATOR_PASSWORD, csrf_from, make_operator
+from tests.support.factories import Tenant
 
 Client = TestClient[Any, Any]
 ClientFactory = Callable[[web.Application], Awaitable[Client]]

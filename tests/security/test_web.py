@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from core.outbox import egress_rules
 from core.services import Services
@@ -20,11 +20,12 @@ from core.storage import Storage
 from edge.server import EdgeServer
 from public_api.app import create_app
 from public_api.xml_documents import document_to_xml
-from tests.edge.documents import post_shipment
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import logged_in, make_operator, reading, send_readings
-from tests.public_api.graphql_support import GRAPHQL
-from tests.webhooks.conftest import (
+from tests.support.customer_server import Received, Receiver, running_receiver
+from tests.support.dashboard import logged_in, make_operator, reading, send_readings
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
+from tests.support.graphql import GRAPHQL
+from tests.support.outbox import (
     FAST,
     LoopbackOnlySockets,
     append_pallets,
@@ -99,49 +100,6 @@ async def test_translated_private_targets_get_no_connection_attempt(
 # --- customer servers: redirects and answers read with a cap --------------------------------
 
 
-class Customer:
-    """A customer's server: a webhook route and a token login route whose answers a test sets."""
-
-    def __init__(self) -> None:
-        self.hooks: list[str] = []
-        self.elsewhere: list[str] = []
-        self.login: Callable[[web.Request], Awaitable[web.StreamResponse]] = _login_ok
-        self.hook: Callable[[web.Request], Awaitable[web.StreamResponse]] = _hook_ok
-        self.server: TestServer | None = None
-
-    @property
-    def base_url(self) -> str:
-        assert self.server is not None
-        return f"http://127.0.0.1:{self.server.port}"
-
-    def app(self) -> web.Application:
-        app = web.Application()
-
-        async def hook(request: web.Request) -> web.StreamResponse:
-            self.hooks.append(request.headers.get("Authorization", ""))
-            return await self.hook(request)
-
-        async def elsewhere(request: web.Request) -> web.StreamResponse:
-            self.elsewhere.append(request.path)
-            return web.json_response({})
-
-        async def login(request: web.Request) -> web.StreamResponse:
-            return await self.login(request)
-
-        app.router.add_post("/api/palletEvent", hook)
-        app.router.add_post("/login", login)
-        app.router.add_route("*", "/internal/{tail:.*}", elsewhere)
-        return app
-
-
-async def _login_ok(request: web.Request) -> web.StreamResponse:
-    return web.json_response({"jwt": "tok"})
-
-
-async def _hook_ok(request: web.Request) -> web.StreamResponse:
-    return web.json_response({"ok": True})
-
-
 async def _endless(request: web.Request) -> web.StreamResponse:
     """An answer that never ends (chunked, no length): only a reader's cap stops it."""
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -152,13 +110,9 @@ async def _endless(request: web.Request) -> web.StreamResponse:
 
 
 @pytest.fixture
-async def customer() -> AsyncIterator[Customer]:
-    recv = Customer()
-    server = TestServer(recv.app(), host="127.0.0.1", port=0)
-    await server.start_server()
-    recv.server = server
-    yield recv
-    await server.close()
+async def customer() -> AsyncIterator[Receiver]:
+    async with running_receiver() as receiver:
+        yield receiver
 
 
 @pytest.fixture
@@ -188,7 +142,7 @@ async def _attempted(storage: Storage) -> bool:
     return await storage.delivery_attempts.count_documents({}) > 0
 
 
-def _token_auth(customer: Customer) -> dict[str, Any]:
+def _token_auth(customer: Receiver) -> dict[str, Any]:
     return {
         "auth_kind": "token",
         "username": "hook-user",
@@ -233,13 +187,13 @@ async def test_customer_login_answers_are_read_with_a_cap(
     services: Services,
     storage: Storage,
     tenant: Tenant,
-    customer: Customer,
+    customer: Receiver,
     settings_factory: Callable[..., Settings],
     worker_on: Callable[[Settings], Awaitable[None]],
     login: Callable[[web.Request], Awaitable[web.StreamResponse]],
     error: str,
 ):
-    customer.login = login
+    customer.respond_login = login
     await make_endpoint(services, tenant, customer.base_url, **_token_auth(customer))
     await append_pallets(storage, tenant, 1)
 
@@ -248,18 +202,18 @@ async def test_customer_login_answers_are_read_with_a_cap(
 
     assert attempt["error"].startswith(error)
     assert attempt.get("status_code") is None
-    assert customer.hooks == []  # no webhook is sent without a usable token
+    assert customer.requests == []  # no webhook is sent without a usable token
 
 
 async def test_a_webhook_answer_is_read_up_to_its_cap(
     services: Services,
     storage: Storage,
     tenant: Tenant,
-    customer: Customer,
+    customer: Receiver,
     settings_factory: Callable[..., Settings],
     worker_on: Callable[[Settings], Awaitable[None]],
 ):
-    customer.hook = _endless
+    customer.respond = lambda request, received: _endless(request)
     await make_endpoint(services, tenant, customer.base_url)
     await append_pallets(storage, tenant, 1)
 
@@ -274,14 +228,14 @@ async def test_a_redirect_is_a_failed_attempt_and_is_not_followed(
     services: Services,
     storage: Storage,
     tenant: Tenant,
-    customer: Customer,
+    customer: Receiver,
     settings_factory: Callable[..., Settings],
     worker_on: Callable[[Settings], Awaitable[None]],
 ):
-    async def bounce(request: web.Request) -> web.StreamResponse:
+    async def bounce(request: web.Request, received: Received) -> web.StreamResponse:
         raise web.HTTPTemporaryRedirect(f"{customer.base_url}/internal/metadata")
 
-    customer.hook = bounce
+    customer.respond = bounce
     await make_endpoint(services, tenant, customer.base_url)
     await append_pallets(storage, tenant, 1)
 

@@ -16,12 +16,10 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from dockflow import demo
-from tests.admin_support import Admin, admin_runner
-from tests.factories import Tenant
-from tests.processes import DockflowProcess
-from tests.webhooks.conftest import (
-    Received,
-    Receiver,
+from tests.support.admin import Admin, admin_runner
+from tests.support.customer_server import Received, Receiver
+from tests.support.factories import Tenant
+from tests.support.outbox import (
     StartWorker,
     all_finished,
     append_pallets,
@@ -30,6 +28,7 @@ from tests.webhooks.conftest import (
     message_webhook_id,
     wait_until,
 )
+from tests.support.processes import DockflowProcess
 
 
 @pytest.fixture

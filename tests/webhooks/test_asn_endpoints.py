@@ -26,7 +26,7 @@ from core.storage import Storage
 from core.tenancy import gs1_identities
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.asn_support import (
+from tests.support.asn import (
     FACILITY_GLN,
     PARTNER,
     SSCC_1,
@@ -39,12 +39,11 @@ from tests.asn_support import (
     parse_desadv,
     segments,
 )
-from tests.core.pallet_helpers import START, camera_of
-from tests.edge.helpers import reading, stream
-from tests.factories import Tenant
-from tests.public_api.graphql_support import gql
-from tests.webhooks.conftest import (
-    Receiver,
+from tests.support.camera import reading, stream
+from tests.support.customer_server import Receiver
+from tests.support.factories import Tenant
+from tests.support.graphql import gql
+from tests.support.outbox import (
     StartWorker,
     all_finished,
     deliveries_of,
@@ -52,6 +51,7 @@ from tests.webhooks.conftest import (
     make_endpoint,
     wait_until,
 )
+from tests.support.pallets import START, camera_of
 
 CREATE = """
 mutation Create($input: CreateWebhookEndpointInput!) {

@@ -17,12 +17,11 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import tenants
-from tests.catalog_check import validator
-from tests.factories import Tenant
-from tests.public_api.graphql_support import gql
-from tests.webhooks.conftest import (
-    Received,
-    Receiver,
+from tests.support.catalog_check import validator
+from tests.support.customer_server import Received, Receiver
+from tests.support.factories import Tenant
+from tests.support.graphql import TEST_SEND, gql
+from tests.support.outbox import (
     StartWorker,
     all_finished,
     append_pallets,
@@ -32,13 +31,6 @@ from tests.webhooks.conftest import (
     wait_until,
 )
 
-TEST_SEND = """
-mutation Test($id: String!, $type: MessageType!) {
-  sendTestWebhook(endpointId: $id, eventType: $type) {
-    webhookId url eventType succeeded statusCode durationMs error answerSnippet
-  }
-}
-"""
 DELIVERIES = """
 query Log($filter: WebhookDeliveryFilter!) {
   webhookDeliveries(filter: $filter) {

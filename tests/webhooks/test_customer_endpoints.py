@@ -17,10 +17,10 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import tenants
-from tests.factories import Tenant
-from tests.public_api.graphql_support import gql
-from tests.webhooks.conftest import (
-    Receiver,
+from tests.support.customer_server import Receiver, answers
+from tests.support.factories import Tenant
+from tests.support.graphql import TEST_SEND, gql
+from tests.support.outbox import (
     StartWorker,
     all_finished,
     append_pallets,
@@ -30,8 +30,6 @@ from tests.webhooks.conftest import (
     message_webhook_id,
     wait_until,
 )
-from tests.webhooks.test_customer_deliveries import TEST_SEND
-from tests.webhooks.test_retries import answers
 
 ENDPOINT_FIELDS = """
 id url facilitySlug events enabled disabledReason failingSince createdAt createdBy

@@ -23,10 +23,9 @@ from core.feed.publish import (
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage, insert_ignoring_duplicates
-from tests.factories import Tenant
-from tests.webhooks.conftest import (
-    Received,
-    Receiver,
+from tests.support.customer_server import Received, Receiver
+from tests.support.factories import Tenant
+from tests.support.outbox import (
     StartWorker,
     all_finished,
     append_pallets,

@@ -14,9 +14,9 @@ from core.outbox.deliveries import resend_delivery
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from tests.factories import Tenant, feed_of_earlier_release, make_tenant
-from tests.webhooks.conftest import (
-    Receiver,
+from tests.support.customer_server import Receiver
+from tests.support.factories import Tenant, feed_of_earlier_release, make_tenant
+from tests.support.outbox import (
     StartWorker,
     all_finished,
     deliveries_of,

@@ -14,10 +14,10 @@ import pytest
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from tests.factories import Tenant
-from tests.webhooks.conftest import (
+from tests.support.customer_server import Receiver
+from tests.support.factories import Tenant
+from tests.support.outbox import (
     LoopbackOnlySockets,
-    Receiver,
     StartWorker,
     all_finished,
     append_pallets,

@@ -26,14 +26,13 @@ from core.storage import Storage
 from core.tenancy import gs1_identities
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.edge.documents import post_shipment
-from tests.edge.helpers import reading, stream
-from tests.epcis_support import VALIDATOR, recomputed_event_id
-from tests.factories import Tenant
-from tests.public_api.graphql_support import PUSH_MESSAGES, SINCE, gql
-from tests.webhooks.conftest import (
-    Received,
-    Receiver,
+from tests.support.camera import reading, stream
+from tests.support.customer_server import Received, Receiver
+from tests.support.documents import post_shipment
+from tests.support.epcis import VALIDATOR, recomputed_event_id
+from tests.support.factories import Tenant
+from tests.support.graphql import PUSH_MESSAGES, SINCE, gql
+from tests.support.outbox import (
     StartWorker,
     all_finished,
     append_pallets,

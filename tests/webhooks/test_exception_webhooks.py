@@ -19,11 +19,11 @@ from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import provisioning
 from edge.server import EdgeServer
-from tests.edge.documents import post_shipment
-from tests.edge.helpers import reading, stream
-from tests.factories import Tenant
-from tests.webhooks.conftest import (
-    Receiver,
+from tests.support.camera import reading, stream
+from tests.support.customer_server import Receiver
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
+from tests.support.outbox import (
     StartWorker,
     all_finished,
     append_pallets,

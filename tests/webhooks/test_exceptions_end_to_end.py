@@ -19,17 +19,12 @@ from core.settings import Settings
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.edge.helpers import dock_event, reading, stream, stub
-from tests.factories import Tenant
-from tests.public_api.dashboard_support import logged_in, make_operator
-from tests.public_api.graphql_support import PUSH_MESSAGES, SINCE, gql
-from tests.webhooks.conftest import (
-    Receiver,
-    StartWorker,
-    all_finished,
-    make_endpoint,
-    wait_until,
-)
+from tests.support.camera import dock_event, reading, stream, stub
+from tests.support.customer_server import Receiver
+from tests.support.dashboard import logged_in, make_operator
+from tests.support.factories import Tenant
+from tests.support.graphql import PUSH_MESSAGES, SINCE, gql
+from tests.support.outbox import StartWorker, all_finished, make_endpoint, wait_until
 
 LOADING, UNLOADING = edge_pb2.LOADING, edge_pb2.UNLOADING
 

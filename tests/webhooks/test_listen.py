@@ -26,8 +26,8 @@ from core.settings import Settings
 from core.storage import Storage
 from dockflow import cli
 from dockflow.listen import SECRET_ENV, Listener
-from tests.factories import Tenant
-from tests.webhooks.conftest import (
+from tests.support.factories import Tenant
+from tests.support.outbox import (
     StartWorker,
     append_pallets,
     deliveries_of,

@@ -22,11 +22,10 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import tenants
-from tests.factories import Tenant
-from tests.public_api.graphql_support import PUSH_MESSAGES, SUBSCRIPTION, WsSession, gql
-from tests.webhooks.conftest import (
-    Received,
-    Receiver,
+from tests.support.customer_server import Received, Receiver
+from tests.support.factories import Tenant
+from tests.support.graphql import PUSH_MESSAGES, SUBSCRIPTION, WsSession, gql
+from tests.support.outbox import (
     StartWorker,
     all_finished,
     append_pallets,

@@ -15,17 +15,17 @@ from core.outbox import deliveries
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from tests.factories import Tenant
-from tests.ops.test_ops_port import SHUTDOWN_DELAY_S, _get, _readiness_until_503, _samples
-from tests.processes import DockflowProcess
-from tests.webhooks.conftest import (
-    Receiver,
+from tests.support.customer_server import Receiver
+from tests.support.factories import Tenant
+from tests.support.ops_port import SHUTDOWN_DELAY_S, get, metric_samples, readiness_until_503
+from tests.support.outbox import (
     StartWorker,
     all_finished,
     append_pallets,
     make_endpoint,
     wait_until,
 )
+from tests.support.processes import DockflowProcess
 
 
 async def test_webhooks_serves_health_metrics_and_turns_unready_at_shutdown(
@@ -47,8 +47,8 @@ async def test_webhooks_serves_health_metrics_and_turns_unready_at_shutdown(
     async with worker, aiohttp.ClientSession() as session:
         assert worker.ops_url, worker.log_text()
         # Given a running worker, its ops port answers liveness and readiness
-        assert (await _get(session, f"{worker.ops_url}/healthz"))[0] == 200
-        assert (await _get(session, f"{worker.ops_url}/readyz"))[0] == 200
+        assert (await get(session, f"{worker.ops_url}/healthz"))[0] == 200
+        assert (await get(session, f"{worker.ops_url}/readyz"))[0] == 200
         # When one message is delivered
         await append_pallets(storage, tenant, 1)
         await wait_until(lambda: len(receiver.requests) == 1)
@@ -56,8 +56,8 @@ async def test_webhooks_serves_health_metrics_and_turns_unready_at_shutdown(
 
         # then /metrics parses and counts the delivery as a success
         async def counted() -> bool:
-            _, exposition = await _get(session, f"{worker.ops_url}/metrics")
-            attempts = _samples(exposition).get("dockflow_webhook_attempts_total", {})
+            _, exposition = await get(session, f"{worker.ops_url}/metrics")
+            attempts = metric_samples(exposition).get("dockflow_webhook_attempts_total", {})
             return any(
                 dict(labels)["outcome"] == "success" and value == 1
                 for labels, value in attempts.items()
@@ -67,9 +67,9 @@ async def test_webhooks_serves_health_metrics_and_turns_unready_at_shutdown(
 
         # When the process gets SIGTERM, readiness answers 503 while it is still running
         worker.signal(signal.SIGTERM)
-        status, body = await _readiness_until_503(session, worker.ops_url)
+        status, body = await readiness_until_503(session, worker.ops_url)
         assert (status, "shutting down" in body) == (503, True)
-        assert (await _get(session, f"{worker.ops_url}/healthz"))[0] == 200
+        assert (await get(session, f"{worker.ops_url}/healthz"))[0] == 200
 
 
 async def test_feed_lag_counts_the_messages_committed_after_the_newest_delivered(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -21,10 +21,9 @@ from core.outbox import deliveries
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage, insert_ignoring_duplicates
-from tests.factories import Tenant
-from tests.webhooks.conftest import (
-    Received,
-    Receiver,
+from tests.support.customer_server import Received, Receiver, answers
+from tests.support.factories import Tenant
+from tests.support.outbox import (
     StartWorker,
     all_finished,
     append_pallets,
@@ -34,17 +33,6 @@ from tests.webhooks.conftest import (
     pallet_payload,
     wait_until,
 )
-
-
-def answers(*statuses: int, then: int = 200) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """A responder answering the given statuses in turn, then `then` forever."""
-    queue = list(statuses)
-
-    async def respond(request: web.Request, received: Received) -> web.StreamResponse:
-        status = queue.pop(0) if queue else then
-        return web.Response(status=status, text=f"answer {status}")
-
-    return respond
 
 
 async def attempts_of(storage: Storage, delivery_id: str) -> list[dict]:

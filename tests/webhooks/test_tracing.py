@@ -25,10 +25,11 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from edge.server import EdgeServer
-from tests.edge.helpers import reading, stream
-from tests.factories import Tenant
-from tests.public_api.graphql_support import SUBSCRIPTION, WsSession
-from tests.webhooks.conftest import Receiver, StartWorker, all_finished, make_endpoint, wait_until
+from tests.support.camera import reading, stream
+from tests.support.customer_server import Receiver
+from tests.support.factories import Tenant
+from tests.support.graphql import SUBSCRIPTION, WsSession
+from tests.support.outbox import StartWorker, all_finished, make_endpoint, wait_until
 
 # A caller's trace: version 00, trace id, parent span id, sampled.
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

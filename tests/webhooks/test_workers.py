@@ -15,17 +15,16 @@ from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import generate_latest
-from pymongo import AsyncMongoClient, monitoring
 
 from core.outbox.webhook_endpoints import delete_endpoint
 from core.services import Services
 from core.settings import Settings
-from core.storage import Doc, Storage
-from tests import backends
-from tests.factories import Tenant
-from tests.webhooks.conftest import (
-    Received,
-    Receiver,
+from core.storage import Storage
+from tests.support import backends
+from tests.support.command_log import CommandLog, logged_storage
+from tests.support.customer_server import Received, Receiver
+from tests.support.factories import Tenant
+from tests.support.outbox import (
     StartWorker,
     all_finished,
     append_pallets,
@@ -232,32 +231,21 @@ async def test_stop_hands_back_unfinished_deliveries_and_is_idempotent(
     assert await storage.webhook_deliveries.count_documents({"status": "SUCCEEDED"}) == 5
 
 
-class ClaimsAndRecords(monitoring.CommandListener):
-    """When the worker looked for deliveries to claim for any endpoint (no endpoint excluded),
-    and when each success was recorded (its delivery updated to SUCCEEDED)."""
+def _open_claims(log: CommandLog) -> list[float]:
+    """When the worker looked for deliveries to claim for any endpoint (no endpoint excluded)."""
+    finds = log.of("find", "webhook_deliveries", where=lambda c: "endpoint_id" not in c.filter)
+    return [c.started_at for c in finds]
 
-    def __init__(self) -> None:
-        self.open_claims: list[float] = []
-        self.recorded: list[float] = []
-        self._records: set[int] = set()
 
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        command = event.command
-        name = event.command_name
-        excluding = "endpoint_id" in command.get("filter", {})
-        if name == "find" and command["find"] == "webhook_deliveries" and not excluding:
-            self.open_claims.append(time.monotonic())
-        if name == "update" and command["update"] == "webhook_deliveries":
-            changes = command["updates"][0]["u"].get("$set", {})
-            if changes.get("status") == "SUCCEEDED":
-                self._records.add(event.request_id)
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        if event.request_id in self._records:
-            self.recorded.append(time.monotonic())
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
+def _successes_recorded(log: CommandLog) -> list[float]:
+    """When each success was recorded (its delivery updated to SUCCEEDED)."""
+    return [
+        c.answered_at
+        for c in log.of("update", "webhook_deliveries")
+        if c.succeeded
+        and c.answered_at is not None
+        and c.body["updates"][0]["u"].get("$set", {}).get("status") == "SUCCEEDED"
+    ]
 
 
 async def test_a_success_frees_its_endpoint_slot_before_it_is_recorded(
@@ -273,25 +261,20 @@ async def test_a_success_frees_its_endpoint_slot_before_it_is_recorded(
     await make_endpoint(services, tenant, receiver.base_url)
     await append_pallets(storage, tenant, 8)
     settings = fast_settings(webhook_endpoint_concurrency=1, webhook_endpoint_rate_per_s=0)
-    commands = ClaimsAndRecords()
-    client: AsyncMongoClient[Doc] = AsyncMongoClient(
-        settings.mongodb_url, tz_aware=True, event_listeners=[commands]
-    )
-    try:
-        monitored = Services(settings=settings, storage=Storage(client, settings.mongodb_db))
-        async with WebhookWorker(monitored):
+    log = CommandLog()
+    async with logged_storage(settings, log) as monitored:
+        async with WebhookWorker(Services(settings=settings, storage=monitored)):
             await wait_until(lambda: all_finished(storage))
-    finally:
-        await client.close()
 
     assert receiver.max_in_flight == 1  # the limit still holds for requests
-    assert len(commands.recorded) >= 1
+    open_claims, recorded_at = _open_claims(log), _successes_recorded(log)
+    assert len(recorded_at) >= 1
     # Between a request's arrival and the record of its success, the next claim was under way.
     claimed_meanwhile = []
     for request in receiver.requests:
-        recorded = next(at for at in commands.recorded if at > request.at)
-        claimed_meanwhile.append(any(request.at < c < recorded for c in commands.open_claims))
-    assert any(claimed_meanwhile), (commands.open_claims, commands.recorded)
+        recorded = next(at for at in recorded_at if at > request.at)
+        claimed_meanwhile.append(any(request.at < c < recorded for c in open_claims))
+    assert any(claimed_meanwhile), (open_claims, recorded_at)
     assert await storage.delivery_attempts.count_documents({}) == 8
 
 

@@ -10,7 +10,7 @@ take the version back: `write_transactions` and `transactions` forget the list t
 and with it neosqlite's collection objects, each of which stands for a table it created: one
 whose creation was rolled back would take writes into a table that is not there (an upsert
 answered and stored nothing; a count failed "no such table").
-Pinned by tests/core/test_storage_conformance.py
+Pinned by tests/core/storage/test_storage_conformance.py
 `test_collections_created_and_dropped_are_seen_by_the_next_command`: it pins that the kept list
 is never stale (it passes without the patch too; the saving is measured by `dockflow bench`).
 """

@@ -9,9 +9,9 @@ MongoDB: answers the range and the sort from indexes and stops at the limit.
 Fix: when the query has a limit and is made only of equalities and comparisons (what the date
 processor's SQL tier translates whole), the cursor runs it with its ORDER BY and LIMIT in one
 statement. Anything else (`$in`, `$nin`, `$or`, ...) keeps the processor's path.
-Pinned by tests/core/test_storage_conformance.py
+Pinned by tests/core/storage/test_storage_conformance.py
 `test_date_range_pages_match_a_full_read` (results, on every lane) and
-tests/embedded/test_server.py `test_a_limited_date_query_reads_only_its_page` (the reads).
+tests/dockflow/embedded/test_server.py `test_a_limited_date_query_reads_only_its_page` (the reads).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ delivery due 300 ms from now was due already.
 MongoDB: BSON dates compare to the millisecond; `$in` on an indexed field uses the index.
 Fix: an `$in` of scalars on an indexed field runs as one indexed `$eq` query per value, a `$nin`
 on one filters what the rest of the query found, and dates compare with millisecond `strftime`.
-Pinned by tests/core/test_storage_conformance.py
+Pinned by tests/core/storage/test_storage_conformance.py
 `test_date_comparisons_with_in_keep_milliseconds_and_sort` (fails without it);
 `test_update_many_with_in_and_range` checks an update through the same processor. The speed of
 the `$in` split has no test: `dockflow bench webhooks` measures it.

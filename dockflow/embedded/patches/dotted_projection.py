@@ -16,7 +16,7 @@ its paths in one walk over the document; any other projection (expressions, `$sl
 `$project` names a dotted path is left to the Python tier, which projects with the fixed
 method; every other pipeline keeps its SQL tier. Neither neosqlite nor nx-27017 has a setting
 or hook for projections, so the method and the tiers' "can run it" checks are wrapped.
-Pinned by tests/core/test_storage_conformance.py
+Pinned by tests/core/storage/test_storage_conformance.py
 `test_dotted_projections_shape_the_nested_fields_as_mongodb_does` (fails without it).
 """
 

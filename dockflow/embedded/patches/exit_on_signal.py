@@ -6,9 +6,9 @@ commands run on the event loop (`inline_commands`), that can be inside a finaliz
 dockflow, whose parent-death signal is a SIGTERM.
 MongoDB: `mongod` shuts down on SIGTERM whatever it is doing.
 Fix: the exit is raised from a loop callback instead.
-Pinned by tests/embedded/test_server.py
+Pinned by tests/dockflow/embedded/test_server.py
 `test_a_termination_signal_ends_the_embedded_server_even_inside_a_finalizer` (the handler
-itself), and by tests/test_serve.py and tests/reliability/test_process_crash.py (no server
+itself), and by tests/dockflow/test_serve.py and tests/reliability/test_process_crash.py (no server
 outlives dockflow).
 """
 

@@ -7,7 +7,7 @@ MongoDB: compares within one type, numbers by value, and orders numbers before s
 range never matches a string `_id`.
 Fix: a number range on `_id` casts the column and keeps to numeric ids; a sort on `_id` puts
 numbers first, by value, then strings.
-Pinned by tests/core/test_storage_conformance.py
+Pinned by tests/core/storage/test_storage_conformance.py
 `test_id_number_range_and_sort_across_digit_counts` (fails without it);
 `test_integer_id_ranges_beside_equality_filters_compare_as_numbers` checks the feed's paging
 query beside it.

@@ -6,11 +6,12 @@ MongoDB: answers `{f: v}` from an index on `f` (a multikey index covers the arra
 Fix: the fields of dockflow's indexes hold single values, never arrays (the promise stated at
 `core.storage.INDEXES`), so there `{f: v}` means `{f: {$eq: v}}`, which uses the index. Other
 fields keep neosqlite's reading.
-Pinned by tests/embedded/test_server.py
+Pinned by tests/dockflow/embedded/test_server.py
 `test_equality_on_an_indexed_field_is_answered_by_the_index` (the query plan), and by
-tests/core/test_storage_conformance.py `test_batch_claim_update_many_in_ids_while_status_matches`
-(equality on indexed fields finds what MongoDB finds) and
-`test_array_field_matches_element_and_in` (an unindexed array field still matches an element).
+tests/core/storage/test_storage_conformance.py
+`test_batch_claim_update_many_in_ids_while_status_matches` (equality on indexed fields finds
+what MongoDB finds) and `test_array_field_matches_element_and_in` (an unindexed array field
+still matches an element).
 """
 
 from __future__ import annotations

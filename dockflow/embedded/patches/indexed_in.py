@@ -7,9 +7,10 @@ MongoDB: answers `$in` from an index on `f` (a multikey index covers the array c
 Fix: on the fields of dockflow's indexes, which hold single values, never arrays (the promise
 stated at `core.storage.INDEXES`), that EXISTS becomes `json_extract(data, '$.f') IN (...)`,
 which the index answers. `$nin`, and an `$in` naming null, keep neosqlite's reading.
-Pinned by tests/embedded/test_server.py `test_in_on_an_indexed_field_is_answered_by_the_index`
-(the query plan) and tests/core/test_storage_conformance.py `test_in_on_indexed_fields_matches_
-what_mongodb_matches` (results, on every lane).
+Pinned by tests/dockflow/embedded/test_server.py
+`test_in_on_an_indexed_field_is_answered_by_the_index` (the query plan) and
+tests/core/storage/test_storage_conformance.py
+`test_in_on_indexed_fields_matches_what_mongodb_matches` (results, on every lane).
 """
 
 from __future__ import annotations

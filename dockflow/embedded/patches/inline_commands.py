@@ -9,7 +9,7 @@ embedded server has one SQLite connection per database, so a thread per command 
 hand-overs.
 Fix: the commands of one database run one at a time in any case, and none of them waits on
 another, so they run inline on the loop.
-Pinned by tests/embedded/test_server.py
+Pinned by tests/dockflow/embedded/test_server.py
 `test_the_embedded_server_runs_commands_without_a_thread_each`.
 """
 

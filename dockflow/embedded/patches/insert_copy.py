@@ -9,7 +9,7 @@ MongoDB: nothing to compare; an insert stores what it is sent.
 Fix: the same insert without the deep copy (the converted copy is what is serialised; the
 caller's document is not changed but for the `_id` neosqlite adds when there is none, as
 before), serialised refusing NaN and infinities, so that its JSON is valid without asking.
-Pinned by tests/core/test_storage_conformance.py
+Pinned by tests/core/storage/test_storage_conformance.py
 `test_nested_documents_round_trip_as_inserted` (every lane) and
 `test_a_nan_is_refused_and_nothing_is_stored`; `dockflow bench ingest` measures it.
 """

@@ -8,7 +8,7 @@ every business's documents at `t` matched. A page of `GET /epcis/events` (a keys
 dates) handed one tenant another's pallets.
 MongoDB: a query's top-level conditions are one conjunction; `$or` is one of them.
 Fix: the SQL of a logical operator is put in parentheses.
-Pinned by tests/core/test_storage_conformance.py
+Pinned by tests/core/storage/test_storage_conformance.py
 `test_an_or_over_dates_stays_within_the_other_conditions` (fails without it).
 """
 

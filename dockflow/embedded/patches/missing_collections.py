@@ -11,7 +11,7 @@ Fix: those three commands on a collection that is not in the database's list ans
 before nx-27017 sees them (a `$lookup` from a missing collection yields nothing either). An
 aggregation with a stage that yields documents from elsewhere or writes (`$unionWith`,
 `$documents`, `$out`, `$merge`, a change stream, search indexes) is left to nx-27017.
-Pinned by tests/embedded/test_transactions.py
+Pinned by tests/dockflow/embedded/test_transactions.py
 `test_reads_of_a_missing_collection_answer_empty_while_a_transaction_holds_the_database`.
 """
 

@@ -8,7 +8,7 @@ document without a status, and `count_documents` disagreed with `find` (whose bu
 MongoDB: `$ne` matches every document whose field is not equal to the value, missing and null
 included.
 Fix: the translator's `!=` for `$ne` is `IS NOT`, as the find builder has it.
-Pinned by tests/core/test_storage_conformance.py
+Pinned by tests/core/storage/test_storage_conformance.py
 `test_ne_matches_a_missing_or_null_field_in_every_command` (fails without it).
 """
 

@@ -23,8 +23,8 @@ writers of a few documents) or older than its lifetime (`embedded_transaction_li
 the idle limit alone never ends a transaction whose client keeps talking), or whose client's
 connection closed, is rolled back, and its later commands answer NoSuchTransaction. `hello`
 answers as the primary of a one-member replica set.
-Pinned by tests/embedded/test_transactions.py, run on both lanes (SecantusDB has transactions of
-its own: the same tests pin MongoDB's behaviour).
+Pinned by tests/dockflow/embedded/test_transactions.py, run on both lanes (SecantusDB has
+transactions of its own: the same tests pin MongoDB's behaviour).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ SQLite values: a datetime became text (it read back as a string and stopped matc
 ranges: `next_attempt_at <= now` claims matched nothing), a bool became 0/1.
 MongoDB: an update stores the BSON type it was given, as an insert does.
 Fix: updates carrying either go to neosqlite's Python tier, which encodes them as inserts do.
-Pinned by tests/core/test_storage_conformance.py
+Pinned by tests/core/storage/test_storage_conformance.py
 `test_set_datetime_round_trips_as_datetime_and_matches_ranges` and
 `test_booleans_set_by_update_still_match_boolean_queries`.
 """

@@ -11,7 +11,8 @@ at a time, a failing document still fails alone (SQLite undoes the statement, no
 transaction), and the acknowledgement comes after the commit. Commands of a client's own
 transaction (`autocommit: false`) are left as they are: they run inside the SQLite transaction
 that `transactions` began for it.
-Pinned by tests/embedded/test_server.py `test_the_embedded_server_commits_a_write_command_once`.
+Pinned by tests/dockflow/embedded/test_server.py
+`test_the_embedded_server_commits_a_write_command_once`.
 """
 
 from __future__ import annotations
