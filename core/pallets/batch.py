@@ -372,15 +372,17 @@ def _validate(
         try:
             if facility is None:
                 raise ValidationFailed(f"facility {camera.business}/{camera.facility} not found")
-            item = _validated(settings, camera, facility, reading, now)
-            item.index, item.key, item.pallet_id = index, keys[index], pallet_ids[index]
+            item = _validated(
+                settings, camera, facility, reading, now,
+                index=index, key=keys[index], pallet_id=pallet_ids[index],
+            )  # fmt: skip
         except DockflowError as error:
             plan.results[index] = ReadingResult(
                 reading.reading_id, "REJECTED", error=rejection(error)
             )
             continue
-        if keys[index] in first_by_key:
-            followers.append((index, first_by_key[keys[index]]))
+        if item.key in first_by_key:
+            followers.append((index, first_by_key[item.key]))
             continue
         first_by_key[item.key] = item
         items.append(item)
@@ -388,10 +390,18 @@ def _validate(
 
 
 def _validated(
-    settings: Settings, camera: Camera, facility: Facility, reading: Reading, now: datetime
+    settings: Settings,
+    camera: Camera,
+    facility: Facility,
+    reading: Reading,
+    now: datetime,
+    *,
+    index: int,
+    key: str,
+    pallet_id: str,
 ) -> ReadingInBatch:
-    """A valid reading read once for what matching and its pallet take from it (the caller
-    sets its place in the batch), or a typed error."""
+    """A valid reading read once for what matching and its pallet take from it (at its place
+    in the batch), or a typed error."""
     dock = validate_reading(settings, camera, facility, reading, now)
     # Read once, here: the labels added after it are facts, never GS1 content again
     # (a facility mapping `lpn=gs1` would read the SSCC added as `lpn` as a label).
@@ -402,11 +412,11 @@ def _validated(
     fields = check_storable(facility, reading)
     assert reading.occurred_at is not None
     return ReadingInBatch(
-        index=0,
+        index=index,
         camera=camera,
         reading=reading,
-        key="",
-        pallet_id="",
+        key=key,
+        pallet_id=pallet_id,
         facility=facility,
         gs1=gs1,
         dock=dock,
