@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from core.exceptions.records import Raised
 from core.feed.ids import public_id
 from core.pallets.gs1_labels import GS1_LABEL
-from core.pallets.ingest import Label, Reading, ReadingResult
+from core.pallets.readings import Label, Reading, ReadingResult
 from core.shipments.dock_events import DockEventInput, DockEventResult
 from dockflow.edge.v1 import edge_pb2
 

@@ -27,7 +27,8 @@ from opentelemetry.trace import Link, Span, SpanKind
 from core import tracing
 from core.batcher import Batcher, Ticket
 from core.errors import RateLimited, Unauthenticated
-from core.pallets.ingest import Reading, ReadingResult, record_pallets
+from core.pallets.batch import record_pallets
+from core.pallets.readings import Reading, ReadingResult
 from core.services import Services
 from core.shipments import dock_events
 from core.tenancy.tenants import Camera, authenticate_camera

@@ -1,13 +1,13 @@
 """The rules that raise exceptions from a reading and from a completion (docs/exceptions.md).
 
 Each rule is a pure function of what matching found (`ReadingFacts`) and the facility's
-settings; `core.pallets.ingest` gathers the facts, gives each draft its message id and stores
-the records with the pallet, and `core.shipments.completion` raises SHORT.
+settings. `core.pallets.matching` gathers the facts; `core.exceptions.reading_plan` folds the
+drafts of a batch into what it raises and resolves, and `core.shipments.completion` raises SHORT.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
@@ -35,6 +35,8 @@ class ReadingFacts:
     """What one reading is, and what matching found for it."""
 
     pallet_id: str
+    reading_id: str
+    facility: Facility  # where it was read: its checks switch rules on and off
     dock: str
     direction: str
     occurred_at: datetime
@@ -42,6 +44,12 @@ class ReadingFacts:
     labels: Sequence[LabelRead]
     shipment: dict[str, Any]  # the shipment the pallet is recorded on
     orders: list[str]
+    # The direction of the readings this one reverses (the opposite of its own): an open
+    # MISLOAD observed so at its dock, of one of its LPNs, is taken off by it.
+    reverses: str = ""
+    # Read against the direction of an open shipment expecting its LPN: perhaps a misloaded
+    # pallet taken off again (the open misloads at its dock are looked up for it).
+    may_take_off: bool = False
     # MISLOAD: the open shipment expecting a read LPN at another dock, and its orders.
     misload_of: dict[str, Any] | None = None
     # UNEXPECTED_PALLET: read LPNs no order item of an open shipment names; whether the
@@ -72,6 +80,28 @@ class Draft:
     @property
     def priority(self) -> str:
         return PRIORITIES[self.code]
+
+
+def repeated_readings(
+    readings: Sequence[tuple[str | None, str]], last: Mapping[str, tuple[str, bool]]
+) -> list[tuple[bool, bool]]:
+    """DUPLICATE_PALLET's runs of repeats. Per reading (the key of its pallet on its shipment,
+    None without an LPN: nothing identifies the pallet; and its direction), in the order
+    dockflow received them: whether it went the way its pallet's last reading went, and whether
+    it raises, which only the first of a run does (a camera reading one pallet over and over
+    raises one, not one per reading). `last` is the stored newest reading of each key (its
+    direction, whether it was a repeat); the batch's earlier readings follow it."""
+    latest = dict(last)
+    runs: list[tuple[bool, bool]] = []
+    for key, direction in readings:
+        if key is None:
+            runs.append((False, False))
+            continue
+        last_direction, last_repeated = latest.get(key, ("", False))
+        repeated = last_direction == direction
+        runs.append((repeated, repeated and not last_repeated))
+        latest[key] = (direction, repeated)
+    return runs
 
 
 def reading_exceptions(facility: Facility, facts: ReadingFacts) -> list[Draft]:

@@ -1,12 +1,13 @@
 """The event catalog: a JSON Schema (2020-12) for the payload of every message type, the `message`
 of a push message and the body of its webhook (docs/decisions.md, D11).
 
-The schemas are the wire contract of the builders they describe: `core.pallets.ingest`
-(`_pallet_doc`, with the label fields of `label_fields`), `core.shipments.completion`
-(`build_completion_payload`), `core.exceptions.records` (`payload`). The test suite checks every
-message it writes against them (tests/support/catalog_check.py), so a payload that changes
-shape without its schema fails the suite. ENDPOINT_DISABLED and ENDPOINT_FAILING are the operational
-events (`core.outbox.notices`), which endpoints subscribed to OPERATIONAL receive.
+The schemas are the wire contract of the builders they describe: `core.pallets.documents`
+(`pallet_doc`, with the label fields of `core.pallets.readings.label_fields`),
+`core.shipments.completion` (`build_completion_payload`), `core.exceptions.records` (`payload`).
+The test suite checks every message it writes against them (tests/support/catalog_check.py), so a
+payload that changes shape without its schema fails the suite. ENDPOINT_DISABLED and
+ENDPOINT_FAILING are the operational events (`core.outbox.notices`), which endpoints subscribed
+to OPERATIONAL receive.
 
 Fixed shapes refuse unknown fields (`additionalProperties: false`), so the suite notices a field
 added without its schema; customers should still accept fields added later.

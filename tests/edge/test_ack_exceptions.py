@@ -16,7 +16,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from grpc_tools import protoc
 
 from core.exceptions.records import Raised
-from core.pallets.ingest import ReadingResult
+from core.pallets.readings import ReadingResult
 from core.storage import Storage
 from core.tenancy import tenants
 from dockflow.edge.v1 import edge_pb2

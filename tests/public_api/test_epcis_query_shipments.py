@@ -12,7 +12,7 @@ from urllib.parse import quote
 from aiohttp.test_utils import TestClient
 
 from core.epcis import queries
-from core.pallets.ingest import record_pallets
+from core.pallets.batch import record_pallets
 from core.settings import Settings
 from core.shipments import completion
 from core.storage import Storage

@@ -20,7 +20,7 @@ from core.errors import NotFound
 from core.feed import catalog
 from core.feed.publish import MessageType, NewMessage, append_messages
 from core.outbox.webhook_endpoints import ROUTES
-from core.pallets.ingest import FIXED_FIELDS
+from core.pallets.readings import FIXED_FIELDS
 from core.settings import Settings
 from core.storage import Storage
 from public_api.catalog import build_asyncapi

@@ -16,7 +16,7 @@ from core.auth.crypto import SecretBox
 from core.feed import publish
 from core.feed.ids import public_id
 from core.outbox.webhook_endpoints import create_endpoint
-from core.pallets.ingest import plan_batch
+from core.pallets.batch import plan_batch
 from core.settings import Settings
 from core.storage import Storage
 from tests.support.factories import Tenant

@@ -14,7 +14,8 @@ from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from core.pallets.ingest import Label, Reading, record_pallets
+from core.pallets.batch import record_pallets
+from core.pallets.readings import Label, Reading
 from core.reads import dashboard_queries
 from core.services import Services
 from core.storage import Storage

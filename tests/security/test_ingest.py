@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 import grpc
 import pytest
 
-from core.pallets.ingest import Label, Reading, record_pallets
+from core.pallets.batch import record_pallets
+from core.pallets.readings import Label, Reading
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage

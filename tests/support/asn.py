@@ -21,7 +21,8 @@ from core.asn.notice import ContentLine, PalletNotice, References, ShipNotice
 from core.auth.access import Principal
 from core.intake.contract import parse_document
 from core.intake.documents import apply_document
-from core.pallets.ingest import Label, Reading, record_pallets
+from core.pallets.batch import record_pallets
+from core.pallets.readings import Label, Reading
 from core.settings import Settings
 from core.shipments import completion
 from core.storage import Storage

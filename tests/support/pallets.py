@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from datetime import UTC, datetime, timedelta
 
-from core.pallets.ingest import Label, Reading
+from core.pallets.readings import Label, Reading
 from core.storage import Storage
 from core.tenancy import tenants
 from core.tenancy.tenants import Camera

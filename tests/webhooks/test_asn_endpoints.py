@@ -20,7 +20,8 @@ from core.auth.access import Principal
 from core.intake.contract import parse_document
 from core.intake.documents import apply_document
 from core.outbox import asn_sends, deliveries
-from core.pallets.ingest import Label, Reading, record_pallets
+from core.pallets.batch import record_pallets
+from core.pallets.readings import Label, Reading
 from core.shipments import completion
 from core.storage import Storage
 from core.tenancy import gs1_identities

@@ -12,7 +12,8 @@ import pytest
 from core.asn import issue, notice, partners
 from core.auth.access import Principal
 from core.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, ValidationFailed
-from core.pallets.ingest import Label, Reading, record_pallets
+from core.pallets.batch import record_pallets
+from core.pallets.readings import Label, Reading
 from core.settings import Settings
 from core.storage import Storage
 from tests.support.asn import (

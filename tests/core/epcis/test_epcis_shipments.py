@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from core.epcis import queries
-from core.pallets.ingest import record_pallets
+from core.pallets.batch import record_pallets
 from core.settings import Settings
 from core.shipments import completion
 from core.storage import Storage

@@ -10,14 +10,8 @@ import pytest
 from core.auth.crypto import SecretBox
 from core.exceptions import records
 from core.outbox.webhook_endpoints import create_endpoint
-from core.pallets.ingest import (
-    BatchPlan,
-    Label,
-    Reading,
-    ReadingResult,
-    plan_batch,
-    record_pallets,
-)
+from core.pallets.batch import BatchPlan, plan_batch, record_pallets
+from core.pallets.readings import Label, Reading, ReadingResult
 from core.settings import Settings
 from core.shipments import completion
 from core.storage import Doc, Session, Storage

@@ -20,7 +20,7 @@ from core.errors import (
 )
 from core.intake import documents
 from core.intake.contract import parse_document
-from core.pallets.ingest import record_pallets
+from core.pallets.batch import record_pallets
 from core.services import Services
 from core.shipments import eligibility, linking
 from core.storage import Doc, Storage

@@ -11,7 +11,7 @@ import pytest
 
 from core.pallets import gs1_labels
 from core.pallets.gs1_labels import LabelFacts, Problem
-from core.pallets.ingest import Label
+from core.pallets.readings import Label
 from core.tenancy.tenants import Facility, LabelFieldMapping
 
 SSCC = "106141411234567897"

@@ -13,7 +13,8 @@ from core.auth.access import Principal
 from core.intake.contract import parse_document
 from core.intake.documents import apply_document
 from core.pallets import gs1_labels
-from core.pallets.ingest import Label, Reading, ReadingResult, record_pallets
+from core.pallets.batch import record_pallets
+from core.pallets.readings import Label, Reading, ReadingResult
 from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import tenants

@@ -8,7 +8,7 @@ import pytest
 
 from core.auth.crypto import SecretBox
 from core.outbox.webhook_endpoints import create_endpoint
-from core.pallets.ingest import plan_batch, record_pallets
+from core.pallets.batch import plan_batch, record_pallets
 from core.settings import Settings
 from core.storage import Session, Storage
 from tests.support.factories import Tenant

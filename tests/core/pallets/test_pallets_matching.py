@@ -6,7 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.pallets.ingest import OrderItems, record_pallets
+from core.pallets.batch import record_pallets
+from core.pallets.matching import OrderItems
 from core.settings import Settings
 from core.storage import Storage
 from tests.support.documents import post_shipment

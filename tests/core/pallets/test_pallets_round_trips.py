@@ -12,7 +12,8 @@ import pytest
 
 from core.auth.crypto import SecretBox
 from core.outbox.webhook_endpoints import create_endpoint
-from core.pallets.ingest import position_filter, record_pallets
+from core.pallets.batch import record_pallets
+from core.pallets.matching import position_filter
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage

@@ -20,7 +20,7 @@ from core.feed import ids as message_ids
 from core.feed import publish
 from core.feed.hub import FeedHub
 from core.feed.ids import public_id
-from core.pallets.ingest import record_pallets
+from core.pallets.batch import record_pallets
 from core.settings import Settings
 from core.shipments import attachments, completion
 from core.storage import Storage

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from core.auth.access import Principal
-from core.pallets.ingest import record_pallets
+from core.pallets.batch import record_pallets
 from core.settings import Settings
 from core.shipments import completion, lifecycle, scheduling
 from core.storage import Storage

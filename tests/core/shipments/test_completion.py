@@ -11,7 +11,7 @@ from core.auth.crypto import SecretBox
 from core.errors import NotFound
 from core.feed import publish
 from core.outbox.webhook_endpoints import create_endpoint
-from core.pallets.ingest import record_pallets
+from core.pallets.batch import record_pallets
 from core.services import Services
 from core.settings import Settings
 from core.shipments import completion, dock_events
