@@ -19,9 +19,9 @@ from core.settings import Settings
 from core.storage import Storage
 from dockflow.embedded.supervisor import EmbeddedMongo
 from edge.server import EdgeServer
-from public_api.app import create_app
 from tests import backends
 from tests.admin_support import Admin, admin_runner
+from tests.api_support import create_app
 from tests.catalog_check import check_messages
 from tests.factories import Tenant, make_tenant
 

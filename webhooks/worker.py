@@ -34,6 +34,7 @@ from core.feed import publish
 from core.outbox import deliveries, endpoint_kinds
 from core.outbox.deliveries import AttemptResult, Claim
 from core.outbox.endpoint_kinds import Composer, Outgoing
+from core.outbox.sending import encode_payload
 from core.outbox.webhook_endpoints import (
     WebhookEndpoint,
     get_endpoint,
@@ -43,7 +44,7 @@ from core.running import Running
 from core.services import Services
 from core.storage import Doc
 from webhooks import egress
-from webhooks.sender import Sender, encode_payload
+from webhooks.sender import Sender
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from core.services import Services
 from core.settings import Settings
-from public_api.app import create_app
+from tests.api_support import create_app
 
 CHROMIUM = Path(os.environ.get("DOCKFLOW_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [

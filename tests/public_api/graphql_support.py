@@ -16,7 +16,7 @@ from core.feed.publish import NewMessage, WrittenMessages, append_messages
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from public_api.app import create_app
+from tests.api_support import create_app
 from tests.factories import pallet_payload
 
 GRAPHQL = "/public_graphql"

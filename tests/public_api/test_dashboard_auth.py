@@ -15,7 +15,7 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from edge.server import EdgeServer
-from public_api.app import create_app
+from tests.api_support import create_app
 from tests.factories import Tenant
 from tests.public_api.dashboard_support import (
     OPERATOR_PASSWORD,

@@ -17,7 +17,7 @@ from core.feed.publish import NewMessage, build_messages, write_messages
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from public_api.app import create_app
+from tests.api_support import create_app
 from tests.factories import Tenant, pallet_payload
 from tests.public_api.graphql_support import produce
 

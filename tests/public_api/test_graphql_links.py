@@ -15,7 +15,7 @@ from core.settings import Settings
 from core.shipments import linking
 from core.storage import Storage
 from core.tenancy import tenants
-from public_api.app import create_app
+from tests.api_support import create_app
 from tests.edge.documents import post_shipment
 from tests.factories import Tenant
 from tests.public_api.graphql_support import gql

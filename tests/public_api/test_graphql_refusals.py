@@ -21,8 +21,8 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import quotas
-from public_api.app import create_app
-from public_api.graphql.views import FEED_HUB
+from public_api.keys import FEED_HUB
+from tests.api_support import create_app
 from tests.edge.documents import post_shipment
 from tests.factories import Tenant
 from tests.public_api.graphql_support import (

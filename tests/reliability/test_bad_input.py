@@ -15,7 +15,7 @@ from core.services import Services
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from public_api.graphql.views import FEED_HUB
+from public_api.keys import FEED_HUB
 from tests.edge.helpers import reading, stub, timestamp
 from tests.factories import Tenant
 from tests.public_api.graphql_support import TRANSPORT_WS, WsSession

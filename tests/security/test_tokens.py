@@ -34,7 +34,7 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import provisioning, tenants
-from public_api.app import create_app
+from tests.api_support import create_app
 from tests.factories import Tenant
 from tests.public_api.dashboard_support import OPERATOR_PASSWORD, csrf_from, make_operator
 

@@ -18,8 +18,8 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from edge.server import EdgeServer
-from public_api.app import create_app
 from public_api.xml_documents import document_to_xml
+from tests.api_support import create_app
 from tests.edge.documents import post_shipment
 from tests.factories import Tenant
 from tests.public_api.dashboard_support import logged_in, make_operator, reading, send_readings
