@@ -208,18 +208,7 @@ async def claim_pending(
         query, sort=[("message_id", 1)], limit=limit
     ).to_list()
     more = len(found) >= limit
-    candidates: list[Doc] = []
-    by_endpoint: Counter[str] = Counter()
-    by_business: Counter[str] = Counter()
-    for doc in found:
-        endpoint_id, business = doc["endpoint_id"], doc.get("business", "")
-        if room is not None and by_endpoint[endpoint_id] >= room(endpoint_id):
-            continue
-        if business_room is not None and by_business[business] >= business_room(business):
-            continue
-        by_endpoint[endpoint_id] += 1
-        by_business[business] += 1
-        candidates.append(doc)
+    candidates = _within_room(found, room, business_room)
     if not candidates:
         return ClaimBatch([], False, {})
     owner = new_lease_owner(worker_id)
@@ -254,6 +243,28 @@ async def claim_pending(
     # `attempts` 0 from its creation or a requeue), so the candidates are what was claimed.
     claims = [claim_of(doc, owner, lease_until, now) for doc in candidates]
     return ClaimBatch(claims, more, messages)
+
+
+def _within_room(
+    found: list[Doc],
+    room: Callable[[str], int] | None,
+    business_room: Callable[[str], int] | None,
+) -> list[Doc]:
+    """The deliveries of `found` a batch may take, in their order: at most `room(endpoint_id)`
+    of one endpoint and `business_room(business)` of one business (None: no bound)."""
+    candidates: list[Doc] = []
+    by_endpoint: Counter[str] = Counter()
+    by_business: Counter[str] = Counter()
+    for doc in found:
+        endpoint_id, business = doc["endpoint_id"], doc.get("business", "")
+        if room is not None and by_endpoint[endpoint_id] >= room(endpoint_id):
+            continue
+        if business_room is not None and by_business[business] >= business_room(business):
+            continue
+        by_endpoint[endpoint_id] += 1
+        by_business[business] += 1
+        candidates.append(doc)
+    return candidates
 
 
 async def release(storage: Storage, claim: Claim, delay_s: float = 0.0, error: str = "") -> None:
