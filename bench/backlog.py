@@ -28,7 +28,7 @@ from typing import Any
 from core.auth.access import Principal, Scope
 from core.exceptions.queries import ExceptionFilter, find_exceptions, open_count
 from core.feed.reader import list_messages
-from core.outbox import deliveries, delivery_log
+from core.outbox import claiming, deliveries, delivery_log, delivery_stats
 from core.outbox.due import schedule
 from core.storage import Storage
 from dockflow.embedded.supervisor import EmbeddedMongo
@@ -108,7 +108,7 @@ async def _median_ms(run: Callable[[], Awaitable[Any]], runs: int) -> float:
 
 async def _measure(storage: Storage, runs: int) -> dict[str, float]:
     async def retry_claim() -> None:
-        claim, _ = await deliveries.claim_due(storage, "bench", 60, retries=True)
+        claim, _ = await claiming.claim_due(storage, "bench", 60, retries=True)
         assert claim is not None
         await storage.webhook_deliveries.update_one(
             {"_id": claim.delivery_id}, {"$set": {"status": deliveries.FAILED}}
@@ -118,10 +118,10 @@ async def _measure(storage: Storage, runs: int) -> dict[str, float]:
     b = Scope(frozenset(["b"]))
     queries: dict[str, Callable[[], Awaitable[Any]]] = {
         "retry claim": retry_claim,
-        "retry claim, the dead endpoint busy": lambda: deliveries.claim_due(
+        "retry claim, the dead endpoint busy": lambda: claiming.claim_due(
             storage, "bench", 60, retries=True, exclude_endpoints=[DEAD]
         ),
-        "queue gauges": lambda: deliveries.queue_stats(storage, [DEAD]),
+        "queue gauges": lambda: delivery_stats.queue_stats(storage, [DEAD]),
         "pushMessages(since:) page": lambda: list_messages(storage, "b", None, since, first=100),
         "open exceptions count": lambda: open_count(storage, b),
         "exceptions page": lambda: find_exceptions(storage, b, ExceptionFilter(first=100)),

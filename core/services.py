@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 from core.auth.credentials import configure_password_work
 from core.auth.tokens import TokenService
-from core.feed.hub import FeedHub
 from core.settings import Settings
 from core.storage import Storage
 
@@ -18,9 +17,6 @@ class Services:
     settings: Settings
     storage: Storage
     tokens: TokenService = field(init=False)
-    # The process's feed follower, shared by every HTTP app over these services: started by
-    # the first app that needs it (public_api/graphql/views.py), None until then.
-    feed_hub: FeedHub | None = field(default=None, init=False)
     # Set at the start of a graceful shutdown, before anything drains: readiness answers 503
     # from then on, so load balancers stop sending work while requests in flight finish.
     draining: bool = field(default=False, init=False)

@@ -188,7 +188,7 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("sent_at", ASCENDING)]),
     ],
     "webhook_deliveries": [
-        # claims (core/outbox/deliveries.py): new deliveries in message id order, retries in
+        # claims (core/outbox/claiming.py): new deliveries in message id order, retries in
         # the order they fell due (core/outbox/due.py)
         IndexModel([("status", ASCENDING), ("message_id", ASCENDING)]),
         IndexModel([("status", ASCENDING), ("due_ms", ASCENDING)]),

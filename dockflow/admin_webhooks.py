@@ -13,7 +13,7 @@ from typing import Any
 from core.auth.crypto import SecretBox
 from core.feed import ids as message_ids
 from core.instants import instant_refusal
-from core.outbox import deliveries, egress_rules, webhook_endpoints
+from core.outbox import deliveries, egress_rules, requeue, webhook_endpoints
 from core.services import Services
 from core.settings import Settings
 from dockflow import server_record
@@ -205,7 +205,7 @@ def _delivery_data(row: dict[str, Any]) -> dict[str, Any]:
 
 async def list_deliveries(services: Services, args: argparse.Namespace) -> Output:
     statuses = tuple(args.status or (deliveries.FAILED, deliveries.DEAD))
-    rows = await deliveries.list_deliveries(
+    rows = await requeue.list_deliveries(
         services.storage, statuses=statuses, endpoint_id=args.endpoint, limit=args.limit
     )
     data = [_delivery_data(r) for r in rows]
@@ -224,13 +224,13 @@ async def list_deliveries(services: Services, args: argparse.Namespace) -> Outpu
 
 
 async def resend_delivery(services: Services, args: argparse.Namespace) -> Output:
-    row = await deliveries.resend_delivery(services.storage, args.delivery_id)
+    row = await requeue.resend_delivery(services.storage, args.delivery_id)
     message = message_ids.message_ref(row["business"], row["message_id"])
     return Output(_delivery_data(row), f"{row['_id']}: queued again (message {message})")
 
 
 async def recover_endpoint(services: Services, args: argparse.Namespace) -> Output:
-    count = await deliveries.recover_endpoint(services.storage, args.endpoint, args.since)
+    count = await requeue.recover_endpoint(services.storage, args.endpoint, args.since)
     return Output(
         {"endpoint_id": args.endpoint, "requeued": count},
         f"{args.endpoint}: {count} deliveries queued again",
@@ -238,7 +238,7 @@ async def recover_endpoint(services: Services, args: argparse.Namespace) -> Outp
 
 
 async def enable_endpoint(services: Services, args: argparse.Namespace) -> Output:
-    count = await deliveries.enable_endpoint(services.storage, args.endpoint)
+    count = await requeue.enable_endpoint(services.storage, args.endpoint)
     return Output(
         {"endpoint_id": args.endpoint, "enabled": True, "requeued": count},
         f"{args.endpoint}: enabled; {count} deliveries queued again",
@@ -246,7 +246,7 @@ async def enable_endpoint(services: Services, args: argparse.Namespace) -> Outpu
 
 
 async def disable_endpoint(services: Services, args: argparse.Namespace) -> Output:
-    count = await deliveries.disable_endpoint(services.storage, args.endpoint, args.reason)
+    count = await requeue.disable_endpoint(services.storage, args.endpoint, args.reason)
     return Output(
         {"endpoint_id": args.endpoint, "enabled": False, "disabled": count},
         f"{args.endpoint}: disabled; {count} waiting deliveries held as DISABLED",

@@ -1,4 +1,5 @@
-"""Process wiring: open the services, start the chosen listeners, stop them all in order."""
+"""Process wiring: open the services, make the parts the API shares (`ApiParts`), start the
+chosen listeners, stop them all in order."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from pymongo.uri_parser import parse_uri
 from core import tracing
 from core.errors import DatabaseUnavailable
 from core.feed import ids as message_ids
+from core.feed.hub import FeedHub
 from core.files import ensure_private_dir
 from core.retention import RetentionSweeper
+from core.running import Running
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -27,6 +30,7 @@ from dockflow.embedded.supervisor import EmbeddedMongo, TransactionLimits
 from dockflow.heap import HeapFreezer
 from edge.server import EdgeServer
 from public_api.server import HttpServer, OpsServer
+from webhooks.sender import Sender
 from webhooks.worker import WebhookWorker
 
 log = logging.getLogger(__name__)
@@ -86,6 +90,30 @@ async def open_services(settings: Settings, *, check_feed: bool = True) -> Async
             atexit.unregister(embedded.stop_now)
 
 
+class ApiParts(Running):
+    """What the HTTP API shares across its requests, one of each per process: the feed hub that
+    follows new push messages for GraphQL subscriptions, and the sender that posts test sends
+    (`sendTestWebhook`) with its own connection pool. Started before the API serves and
+    stopped after its drain, so no request finds them stopped."""
+
+    def __init__(self, services: Services) -> None:
+        self.feed_hub = FeedHub(services.storage, services.settings)
+        self.test_sender = Sender(services.settings)
+
+    async def start(self) -> None:
+        await self.feed_hub.start()
+        try:
+            await self.test_sender.open()
+        except BaseException:
+            await self.feed_hub.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Idempotent: both parts' stops are."""
+        await self.test_sender.close()
+        await self.feed_hub.stop()
+
+
 def _unreachable(url: str, error: ConnectionFailure) -> str:
     """The start-up message for a MongoDB URL that answers no connection (no password in it)."""
     hosts = ", ".join(f"{host}:{port}" for host, port in parse_uri(url)["nodelist"])
@@ -136,7 +164,16 @@ async def serve(
                 edge = await stack.enter_async_context(EdgeServer(services))
                 addresses["grpc"] = edge.address
             if "api" in parts:
-                http = await stack.enter_async_context(HttpServer(services, listener=listener))
+                # Entered before the server, stopped after its drain.
+                shared = await stack.enter_async_context(ApiParts(services))
+                http = await stack.enter_async_context(
+                    HttpServer(
+                        services,
+                        feed_hub=shared.feed_hub,
+                        test_sender=shared.test_sender,
+                        listener=listener,
+                    )
+                )
                 addresses["http"] = http.address
             if "webhooks" in parts and settings.webhooks_enabled:
                 await stack.enter_async_context(WebhookWorker(services))

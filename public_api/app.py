@@ -4,16 +4,23 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from core.feed.hub import FeedHub
+from core.outbox.sending import EndpointSender
 from core.services import Services
 from public_api import asn, auth, catalog, documents, epcis, graphql, health, oauth, openapi
 from public_api.body_limits import body_limit_middleware
 from public_api.dashboard import setup as setup_dashboard
-from public_api.keys import SERVICES, SETTINGS
+from public_api.keys import FEED_HUB, SERVICES, SETTINGS, TEST_SENDER
 from public_api.problems import problem_middleware
 
 
-def create_app(services: Services) -> web.Application:
-    """Build the HTTP application over the given services (the caller owns their lifecycle)."""
+def create_app(
+    services: Services, *, feed_hub: FeedHub, test_sender: EndpointSender
+) -> web.Application:
+    """Build the HTTP application over the given services and the process's shared parts: the
+    feed hub behind subscriptions and the sender of test sends. The caller owns the lifecycle
+    of all of them (`dockflow/runtime.py`: `ApiParts`), started before the app serves and
+    stopped after it."""
     settings = services.settings
     app = web.Application(
         middlewares=[problem_middleware, body_limit_middleware],
@@ -22,6 +29,8 @@ def create_app(services: Services) -> web.Application:
     )
     app[SERVICES] = services
     app[SETTINGS] = settings
+    app[FEED_HUB] = feed_hub
+    app[TEST_SENDER] = test_sender
     health.setup(app, with_metrics=not settings.metrics_on_ops_port)
     oauth.setup(app)
     auth.setup(app)

@@ -10,6 +10,8 @@ import ssl
 from aiohttp import web
 
 from core.errors import ConfigError
+from core.feed.hub import FeedHub
+from core.outbox.sending import EndpointSender
 from core.running import Running
 from core.services import Services
 from core.settings import Settings
@@ -27,8 +29,8 @@ def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
     return context
 
 
-class HttpServer(Running):
-    """Owns the aiohttp runner. `start()` binds; `stop()` drains; usable as `async with`."""
+class AppServer(Running):
+    """Owns an aiohttp runner. `start()` binds; `stop()` drains; usable as `async with`."""
 
     def __init__(
         self,
@@ -52,7 +54,7 @@ class HttpServer(Running):
     port_setting = "DOCKFLOW_HTTP_PORT"
 
     def _create_app(self) -> web.Application:
-        return create_app(self.services)
+        raise NotImplementedError
 
     def _ssl_context(self) -> ssl.SSLContext | None:
         return _ssl_context(self.services.settings)
@@ -111,7 +113,30 @@ class HttpServer(Running):
         log.info(f"{self.name} stopped")
 
 
-class OpsServer(HttpServer):
+class HttpServer(AppServer):
+    """The HTTP API (REST, GraphQL, dashboard) over the services and the process's shared parts
+    (the feed hub, the test sends' sender), which its owner starts before it and stops after
+    it (`dockflow/runtime.py`)."""
+
+    def __init__(
+        self,
+        services: Services,
+        host: str | None = None,
+        port: int | None = None,
+        *,
+        feed_hub: FeedHub,
+        test_sender: EndpointSender,
+        listener: socket.socket | None = None,
+    ):
+        super().__init__(services, host, port, listener=listener)
+        self.feed_hub = feed_hub
+        self.test_sender = test_sender
+
+    def _create_app(self) -> web.Application:
+        return create_app(self.services, feed_hub=self.feed_hub, test_sender=self.test_sender)
+
+
+class OpsServer(AppServer):
     """The ops listener: /healthz, /readyz, /metrics on `ops_port`, plain HTTP (an internal
     port for probes and Prometheus)."""
 

@@ -19,9 +19,9 @@ from core.settings import Settings
 from core.storage import Storage
 from dockflow.embedded.supervisor import EmbeddedMongo
 from edge.server import EdgeServer
-from public_api.app import create_app
 from tests.support import backends
 from tests.support.admin import Admin, admin_runner
+from tests.support.api import create_app
 from tests.support.catalog_check import check_messages
 from tests.support.factories import Tenant, make_tenant
 

@@ -1,18 +1,18 @@
 """One POST to a customer's endpoint, as every webhook goes out: authenticated (none, basic, or
 token with one login retry on a 401), signed (Standard Webhooks, one signature per active
 secret), through the egress rules, with its answer read up to a limit. The outbox worker sends
-deliveries with it and the API sends test sends (`sendTestWebhook`) with it; each owns one
-(`open()` / `close()`): one connection pool and one token cache.
+deliveries with it; test sends (`core.outbox.test_sends`) go out through another, which
+`dockflow/runtime.py` makes for the API (`core.outbox.sending.EndpointSender` is what core
+asks of it). Each is opened and closed by its owner (`open()` / `close()`): one connection
+pool and one token cache.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from importlib import metadata
-from typing import Any
 
 import aiohttp
 from opentelemetry.trace import SpanKind
@@ -35,17 +35,6 @@ def _version() -> str:
 
 
 USER_AGENT = f"dockflow/{_version()}"
-
-
-def encode_payload(payload: Mapping[str, Any]) -> bytes:
-    """The request body: the payload as compact UTF-8 JSON (the exact bytes that are signed)."""
-
-    def default(value: Any) -> Any:
-        if isinstance(value, datetime | date):
-            return value.isoformat()
-        raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=default).encode()
 
 
 class _Channel:

@@ -1,11 +1,11 @@
 """The outbox worker: claims due deliveries, POSTs them to customers, records every attempt.
 
 Run any number of workers against one database. Each claims new deliveries in batches (as
-many as it has free slots, `core.outbox.deliveries.claim_pending`) and due retries one at a time,
+many as it has free slots, `core.outbox.claiming.claim_pending`) and due retries one at a time,
 only for endpoints below their concurrency and rate limits in this worker, so one slow customer
 holds at most `webhook_endpoint_concurrency` of its `webhook_max_in_flight` slots. A batch's
 messages are read with one query, and successful attempts are recorded together by one flusher task
-(`core.outbox.deliveries.record_successes`).
+(`core.outbox.attempts.record_successes`).
 
 A delivery holds a slot of `webhook_max_in_flight` from its claim until its attempt is
 recorded, and a slot of its endpoint's concurrency while its request is open — and, after a
@@ -31,9 +31,10 @@ from core import metrics
 from core.errors import NotFound
 from core.feed import ids as message_ids
 from core.feed import publish
-from core.outbox import deliveries, endpoint_kinds
+from core.outbox import attempts, claiming, deliveries, delivery_stats, endpoint_kinds
 from core.outbox.deliveries import AttemptResult, Claim
 from core.outbox.endpoint_kinds import Composer, Outgoing
+from core.outbox.sending import encode_payload
 from core.outbox.webhook_endpoints import (
     WebhookEndpoint,
     get_endpoint,
@@ -43,7 +44,7 @@ from core.running import Running
 from core.services import Services
 from core.storage import Doc
 from webhooks import egress
-from webhooks.sender import Sender, encode_payload
+from webhooks.sender import Sender
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ log = logging.getLogger(__name__)
 _ENDPOINT_CACHE_S = 5.0
 # Queue depth and oldest-pending gauges are refreshed this often.
 _STATS_INTERVAL_S = 15.0
-# A delivery whose push message is still not visible (`deliveries.message_when_written`) is
+# A delivery whose push message is still not visible (`claiming.message_when_written`) is
 # handed back and tried again after this many seconds.
 _MESSAGE_WAIT_S = 1.0
 
@@ -183,7 +184,7 @@ class WebhookWorker(Running):
             await self._flush()
         for claim in (c for claims in unfinished.values() for c in claims):
             with contextlib.suppress(Exception):  # the lease expires anyway
-                await deliveries.release(self.storage, claim)
+                await claiming.release(self.storage, claim)
         await self._sender.close()
         self._stopped.set()
         log.info("webhook worker stopped", extra={"worker_id": self.worker_id})
@@ -210,7 +211,7 @@ class WebhookWorker(Running):
         while not self._stopping and len(self._tasks) < self.settings.webhook_max_in_flight:
             # Due retries are looked for once per poll interval, or on while they keep coming.
             if time.monotonic() >= self._retries_due_check:
-                claim = await deliveries.claim_next(
+                claim = await claiming.claim_next(
                     self.storage,
                     self.settings,
                     self.worker_id,
@@ -222,7 +223,7 @@ class WebhookWorker(Running):
                     interval = self.settings.webhook_poll_interval_s
                     self._retries_due_check = time.monotonic() + interval
                 else:
-                    message = await deliveries.load_message(self.storage, claim.message_id)
+                    message = await claiming.load_message(self.storage, claim.message_id)
                     self._spawn((claim,), {claim.message_id: message} if message else {})
                     continue
             busy, at_share = self._busy(), self._at_share()
@@ -234,7 +235,7 @@ class WebhookWorker(Running):
                 if same == busy + at_share and time.monotonic() < until:
                     return
             free = self.settings.webhook_max_in_flight - len(self._tasks)
-            batch = await deliveries.claim_pending(
+            batch = await claiming.claim_pending(
                 self.storage,
                 self.worker_id,
                 self.settings.webhook_lease_s,
@@ -344,7 +345,7 @@ class WebhookWorker(Running):
             endpoint = await self._endpoint(claims[0].endpoint_id)
             if endpoint is None or not endpoint.enabled:
                 for claim in claims:
-                    await deliveries.mark_disabled(self.storage, claim)
+                    await claiming.mark_disabled(self.storage, claim)
                 return
             composer = endpoint_kinds.composer_of(endpoint.kind)
             if composer is not None:
@@ -363,16 +364,16 @@ class WebhookWorker(Running):
         claimed."""
         try:
             if message is None:
-                message = await deliveries.message_when_written(self.storage, claim.message_id)
+                message = await claiming.message_when_written(self.storage, claim.message_id)
             if message is None:
                 log.warning(
                     "push message not visible; delivery handed back",
                     extra={"delivery_id": claim.delivery_id, "message_id": claim.message_id},
                 )
-                await deliveries.message_missing(self.storage, claim, _MESSAGE_WAIT_S)
+                await claiming.message_missing(self.storage, claim, _MESSAGE_WAIT_S)
                 return
             if publish.is_void(message):
-                await deliveries.drop_fenced(self.storage, claim)
+                await claiming.drop_fenced(self.storage, claim)
                 return
             body = encode_payload(message["message"])
             result = await self.attempt(endpoint, claim, body, caused_by=message.get("trace"))
@@ -381,7 +382,7 @@ class WebhookWorker(Running):
                 await self._record_success(claim, result)
                 status = deliveries.SUCCEEDED
             else:
-                status = await deliveries.record_attempt(self.storage, self.settings, claim, result)
+                status = await attempts.record_attempt(self.storage, self.settings, claim, result)
         except Exception:  # the lease runs out and another attempt follows
             log.exception("webhook delivery failed", extra={"delivery_id": claim.delivery_id})
             return
@@ -423,11 +424,11 @@ class WebhookWorker(Running):
         for claim in claims:
             message = messages.get(claim.message_id)
             if message is None:
-                message = await deliveries.message_when_written(self.storage, claim.message_id)
+                message = await claiming.message_when_written(self.storage, claim.message_id)
             if message is None:
-                await deliveries.message_missing(self.storage, claim, _MESSAGE_WAIT_S)
+                await claiming.message_missing(self.storage, claim, _MESSAGE_WAIT_S)
             elif publish.is_void(message):
-                await deliveries.drop_fenced(self.storage, claim)
+                await claiming.drop_fenced(self.storage, claim)
             else:
                 ready[claim.message_id] = (claim, message)
         requests = await composer(self.storage, list(ready.values()), limit)
@@ -435,7 +436,7 @@ class WebhookWorker(Running):
             request = requests.pop(0)
             if request.nothing_to_send:
                 reason = request.nothing_to_send
-                await deliveries.settle_unsent(self.storage, request.claims, reason)
+                await attempts.settle_unsent(self.storage, request.claims, reason)
                 continue
             first = ready[request.claims[0].message_id]
             result = await self._send_composed(endpoint, request, first[1].get("trace"))
@@ -468,7 +469,7 @@ class WebhookWorker(Running):
         concurrency), up to `limit` in all; this task holds their slots too."""
         if len(claims) >= limit or self._stopping:
             return claims, messages
-        more = await deliveries.claim_pending(
+        more = await claiming.claim_pending(
             self.storage,
             self.worker_id,
             self.settings.webhook_lease_s,
@@ -510,7 +511,7 @@ class WebhookWorker(Running):
                 self._counted(claim, result, deliveries.SUCCEEDED)
             return
         for claim in request.claims:
-            status = await deliveries.record_attempt(self.storage, self.settings, claim, result)
+            status = await attempts.record_attempt(self.storage, self.settings, claim, result)
             self._counted(claim, result, status)
 
     async def _record_success(self, claim: Claim, result: AttemptResult) -> None:
@@ -535,7 +536,7 @@ class WebhookWorker(Running):
         if not batch:
             return
         try:
-            await deliveries.record_successes(self.storage, [(c, r) for c, r, _ in batch])
+            await attempts.record_successes(self.storage, [(c, r) for c, r, _ in batch])
         except Exception as exc:
             for _, _, done in batch:
                 if not done.done():
@@ -584,12 +585,12 @@ class WebhookWorker(Running):
     async def _stats_loop(self) -> None:
         while True:
             try:
-                if given := await deliveries.backfill_due(self.storage):
+                if given := await claiming.backfill_due(self.storage):
                     log.info("gave %d waiting deliveries their due time", given)
                 endpoints = await list_endpoints(self.storage)
                 metrics.forget_endpoints({e.endpoint_id for e in endpoints})
-                await deliveries.queue_stats(self.storage, [e.endpoint_id for e in endpoints])
-                await deliveries.feed_lag(self.storage)
+                await delivery_stats.queue_stats(self.storage, [e.endpoint_id for e in endpoints])
+                await delivery_stats.feed_lag(self.storage)
             except Exception:
                 log.exception("refreshing webhook queue metrics failed")
             await asyncio.sleep(_STATS_INTERVAL_S)

@@ -25,7 +25,7 @@ from core.asn import issue, notice
 from core.errors import Conflict, DockflowError, NotFound, ValidationFailed
 from core.outbox import endpoint_kinds
 from core.outbox.deliveries import Claim
-from core.outbox.endpoint_kinds import Outgoing
+from core.outbox.endpoint_kinds import Outgoing, WebhookEndpointKind
 from core.storage import Doc, Storage
 
 # The field of a delivery that holds its document once issued (see the module's doc).
@@ -54,7 +54,7 @@ async def compose(
 async def _format_of(storage: Storage, endpoint_id: str) -> str:
     doc = await storage.webhook_endpoints.find_one({"_id": endpoint_id}, {"asn_format": 1})
     found = (doc or {}).get("asn_format")
-    return endpoint_kinds.asn_format_of(endpoint_kinds.ASN, found) or issue.X12_856
+    return endpoint_kinds.asn_format_of(WebhookEndpointKind.ASN, found) or issue.X12_856
 
 
 async def _request(storage: Storage, claim: Claim, message: Doc, format: str) -> Outgoing:

@@ -23,7 +23,7 @@ from pymongo.errors import DuplicateKeyError
 from core.auth.access import Principal, client_may_see
 from core.auth.crypto import SecretBox
 from core.errors import Forbidden, ValidationFailed
-from core.outbox import deliveries, endpoint_kinds, per_minute, webhook_endpoints, webhook_urls
+from core.outbox import endpoint_kinds, per_minute, requeue, webhook_endpoints, webhook_urls
 from core.outbox.webhook_endpoints import EndpointOptions, WebhookEndpoint, endpoint_from_doc
 from core.settings import Settings
 from core.storage import Storage
@@ -258,7 +258,7 @@ async def enable_for_client(
     With disables, at most `webhook_endpoint_switches_per_minute` a business."""
     await endpoint_for_client(storage, principal, endpoint_id)
     await _count_switch(storage, settings, principal)
-    requeued = await deliveries.enable_endpoint(storage, endpoint_id)
+    requeued = await requeue.enable_endpoint(storage, endpoint_id)
     return await webhook_endpoints.get_endpoint(storage, endpoint_id), requeued
 
 
@@ -273,7 +273,7 @@ async def disable_for_client(
     if len(text) > MAX_REASON_CHARS:
         raise ValidationFailed(f"reason is longer than {MAX_REASON_CHARS} characters")
     await _count_switch(storage, settings, principal)
-    await deliveries.disable_endpoint(storage, endpoint_id, text)
+    await requeue.disable_endpoint(storage, endpoint_id, text)
     return await webhook_endpoints.get_endpoint(storage, endpoint_id)
 
 

@@ -16,7 +16,7 @@ from pymongo import ASCENDING
 
 from core.auth.access import Principal
 from core.errors import Forbidden, ValidationFailed
-from core.outbox import deliveries, per_minute
+from core.outbox import deliveries, per_minute, requeue
 from core.outbox.client_endpoints import endpoint_for_client
 from core.settings import Settings
 from core.storage import Doc, Storage
@@ -152,7 +152,7 @@ async def resend_for_client(
     with recoveries, at most `webhook_redeliveries_per_minute` a business."""
     await delivery_for_client(storage, principal, delivery_id)
     await _count_redelivery(storage, settings, principal)
-    doc = await deliveries.resend_delivery(storage, delivery_id)
+    doc = await requeue.resend_delivery(storage, delivery_id)
     attempts = await _attempts_of(storage, [delivery_id])
     return DeliveryView(doc, attempts.get(delivery_id, []))
 
@@ -164,7 +164,7 @@ async def recover_for_client(
     created at or after `since`; returns how many. Counted as one redelivery."""
     await endpoint_for_client(storage, principal, endpoint_id)
     await _count_redelivery(storage, settings, principal)
-    return await deliveries.recover_endpoint(storage, endpoint_id, since)
+    return await requeue.recover_endpoint(storage, endpoint_id, since)
 
 
 async def _count_redelivery(storage: Storage, settings: Settings, principal: Principal) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from core.errors import ValidationFailed
@@ -29,9 +30,13 @@ from core.storage import Doc, Storage
 if TYPE_CHECKING:  # deliveries reach the endpoint rules through the feed: no import cycle
     from core.outbox.deliveries import Claim
 
-WEBHOOK = "WEBHOOK"
-EPCIS = "EPCIS"
-ASN = "ASN"
+
+class WebhookEndpointKind(StrEnum):
+    """The kinds of endpoint there are, by name (GraphQL's `WebhookEndpointKind` wraps it)."""
+
+    WEBHOOK = "WEBHOOK"
+    EPCIS = "EPCIS"
+    ASN = "ASN"
 
 
 @dataclass(frozen=True)
@@ -50,19 +55,24 @@ class EndpointKind:
 
 
 KINDS: dict[str, EndpointKind] = {
-    WEBHOOK: EndpointKind(
-        WEBHOOK, None, None, None, 1, "dockflow's JSON messages, one POST per message"
+    WebhookEndpointKind.WEBHOOK: EndpointKind(
+        WebhookEndpointKind.WEBHOOK,
+        None,
+        None,
+        None,
+        1,
+        "dockflow's JSON messages, one POST per message",
     ),
-    EPCIS: EndpointKind(
-        EPCIS,
+    WebhookEndpointKind.EPCIS: EndpointKind(
+        WebhookEndpointKind.EPCIS,
         ("PALLET_EVENT", "SHIPMENT_COMPLETE"),
         ("PALLET_EVENT", "SHIPMENT_COMPLETE"),
         "/capture",
         100,
         "EPCIS 2.0 EPCISDocuments to an EPCIS repository's capture interface",
     ),
-    ASN: EndpointKind(
-        ASN,
+    WebhookEndpointKind.ASN: EndpointKind(
+        WebhookEndpointKind.ASN,
         ("SHIPMENT_COMPLETE",),
         ("SHIPMENT_COMPLETE",),
         "",
@@ -70,7 +80,7 @@ KINDS: dict[str, EndpointKind] = {
         "the advance ship notice (X12 856 or EDIFACT DESADV) of each completed shipment",
     ),
 }
-DEFAULT = WEBHOOK
+DEFAULT = WebhookEndpointKind.WEBHOOK
 
 
 def kind_named(name: str) -> EndpointKind:
@@ -87,7 +97,7 @@ def asn_format_of(kind: str, value: str | None) -> str | None:
     # Imported here: core.asn reads shipments, whose completion writes to the outbox.
     from core.asn import issue
 
-    if kind != ASN:
+    if kind != WebhookEndpointKind.ASN:
         if value:
             raise ValidationFailed(f"an ASN format is set on ASN endpoints only (not {kind})")
         return None
@@ -133,5 +143,5 @@ def _register() -> None:
     # the tenancy), which the endpoint rules themselves never need.
     from core.outbox import asn_sends, epcis_capture
 
-    COMPOSERS[EPCIS] = epcis_capture.compose
-    COMPOSERS[ASN] = asn_sends.compose
+    COMPOSERS[WebhookEndpointKind.EPCIS] = epcis_capture.compose
+    COMPOSERS[WebhookEndpointKind.ASN] = asn_sends.compose

@@ -26,7 +26,7 @@ from pymongo import UpdateOne
 from core.epcis import events as epcis_events
 from core.epcis import queries as epcis_queries
 from core.outbox.deliveries import Claim
-from core.outbox.endpoint_kinds import EPCIS, KINDS, Outgoing
+from core.outbox.endpoint_kinds import KINDS, Outgoing, WebhookEndpointKind
 from core.storage import Doc, Storage
 
 CONTENT_TYPE = "application/ld+json"
@@ -40,7 +40,7 @@ CAPTURE_HEADERS = {
 }
 # The most events one document carries: a shipment's readings claimed together go out in
 # documents of at most this many (a repository's lower GS1-EPCIS-Capture-Limit wins).
-MAX_EVENTS_PER_DOCUMENT = KINDS[EPCIS].max_items
+MAX_EVENTS_PER_DOCUMENT = KINDS[WebhookEndpointKind.EPCIS].max_items
 # The field of a delivery that holds its event once built (null: it has none; see `compose`).
 EVENT_FIELD = "epcis_event"
 NO_EVENT = "the pallet reading names no SSCC and no GTIN: it has no EPCIS event"

@@ -6,19 +6,28 @@ A test send is never a push message: it has no delivery, no retry and no place i
 its sample payload is shaped as the message type's JSON Schema describes, with ids that lead
 nowhere. Each business may send `webhook_test_sends_per_minute`; every send is logged in
 `test_sends` (who, which endpoint, the answer) for a day.
+
+`send_test` is the use case; the POST is made by the process's `sending.EndpointSender` (the
+webhook transport's sender, made by `dockflow/runtime.py`), so a test send goes out exactly as a
+delivery does: authenticated, signed, through the egress rules.
 """
 
 from __future__ import annotations
 
 import secrets
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from core import urls
+from core.auth.access import Principal
 from core.errors import ValidationFailed
 from core.feed import catalog
 from core.feed.publish import iso_utc
-from core.outbox import endpoint_kinds, per_minute
+from core.outbox import client_endpoints, per_minute
+from core.outbox.deliveries import AttemptResult
+from core.outbox.endpoint_kinds import WebhookEndpointKind
+from core.outbox.sending import EndpointSender, encode_payload
 from core.settings import Settings
 from core.storage import Doc, Storage
 
@@ -108,13 +117,13 @@ async def begin(
     message_type: str,
     by: str,
     now: datetime,
-    kind: str = endpoint_kinds.WEBHOOK,
+    kind: str,
 ) -> str:
     """Count a test send against the business's minute and log it; returns its id.
     `RateLimited` past `webhook_test_sends_per_minute` (one counter per business and minute,
     taken atomically, so any number of API processes together send no more). A sample is one
     of our JSON messages: an endpoint of another kind (`kind`, its endpoint's) is refused."""
-    if kind != endpoint_kinds.WEBHOOK:
+    if kind != WebhookEndpointKind.WEBHOOK:
         raise ValidationFailed(
             f"test sends post sample JSON messages; endpoint {endpoint_id} is of kind {kind}, "
             "which takes only its own documents"
@@ -147,3 +156,61 @@ async def a_facility_of(storage: Storage, business: str) -> str:
     facility; empty when it has none yet)."""
     doc = await storage.facilities.find_one({"business": business}, {"slug": 1}, sort=[("_id", 1)])
     return str(doc["slug"]) if doc else ""
+
+
+@dataclass(frozen=True)
+class SentSample:
+    """What one test send did: its id (`webhook-id`), the URL it went to, what came back."""
+
+    test_id: str
+    url: str
+    result: AttemptResult
+
+
+async def send_test(
+    storage: Storage,
+    settings: Settings,
+    sender: EndpointSender,
+    principal: Principal,
+    endpoint_id: str,
+    message_type: str,
+) -> SentSample:
+    """POST a sample `message_type` to one of the client's endpoints and log the answer.
+    FORBIDDEN for an endpoint the client may not manage, `RateLimited` past the business's
+    minute, ValidationFailed for an endpoint of another kind than WEBHOOK."""
+    endpoint = await client_endpoints.endpoint_for_client(storage, principal, endpoint_id)
+    now = datetime.now(UTC)
+    test_id = await begin(
+        storage,
+        settings,
+        business=principal.business,
+        endpoint_id=endpoint.endpoint_id,
+        message_type=message_type,
+        by=principal.subject,
+        now=now,
+        kind=endpoint.kind,
+    )
+    facility = endpoint.facility or await a_facility_of(storage, principal.business)
+    payload = sample(
+        settings,
+        message_type,
+        business=principal.business,
+        facility=facility,
+        endpoint_id=endpoint.endpoint_id,
+        endpoint_url=endpoint.base_url,
+        test_id=test_id,
+        now=now,
+    )
+    result = await sender.send(endpoint, message_type, test_id, encode_payload(payload))
+    await finish(storage, test_id, _outcome(result))
+    return SentSample(test_id, endpoint.route(message_type), result)
+
+
+def _outcome(result: AttemptResult) -> Doc:
+    """The answer as the log keeps it."""
+    return {
+        "status_code": result.status_code,
+        "duration_ms": round(result.duration_s * 1000, 1),
+        "error": result.error,
+        "response_snippet": result.response_snippet,
+    }

@@ -1,5 +1,5 @@
 """The operator dashboard: server-rendered pages every message `url` links to."""
 
-from public_api.dashboard.views import setup
+from public_api.dashboard.app import setup
 
 __all__ = ["setup"]

@@ -48,7 +48,6 @@ from strawberry.types.unset import UnsetType
 
 from core.auth.tokens import bearer_token
 from core.errors import BadRequest, DockflowError, PayloadTooLarge, Unauthenticated
-from core.feed.hub import FeedHub
 from core.services import Services
 from core.settings import Settings
 from core.shipments import attachments
@@ -71,9 +70,7 @@ from public_api.graphql.context import (
 from public_api.graphql.errors import error_extensions
 from public_api.graphql.schema import build_schema
 from public_api.graphql.shared_events import encode_frame
-from public_api.graphql.webhook_deliveries import TEST_SENDER
-from public_api.keys import SERVICES
-from webhooks.sender import Sender
+from public_api.keys import FEED_HUB, SERVICES
 
 PATH = "/public_graphql"
 SDL_PATH = f"{PATH}/schema.graphql"  # the schema in SDL, for code generators (no token needed)
@@ -84,7 +81,6 @@ DOCUMENTS_PATH = "/shipment-documents/{document_id}"
 STATIC_PATH = "/static/graphiql"
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static" / "graphiql"
 log = logging.getLogger(__name__)
-FEED_HUB = web.AppKey("feed_hub", FeedHub)
 
 
 def _refused(error: DockflowError, status: int | None = None) -> web.Response:
@@ -507,36 +503,6 @@ async def schema_sdl(request: web.Request) -> web.Response:
     )
 
 
-async def _feed_hub_context(app: web.Application) -> AsyncIterator[None]:
-    """One FeedHub per process (per Services): started by the first app, stopped by it."""
-    services = app[SERVICES]
-    shared = services.feed_hub
-    if shared is not None:
-        app[FEED_HUB] = shared
-        yield
-        return
-    hub = FeedHub(services.storage, services.settings)
-    await hub.start()
-    services.feed_hub = hub
-    app[FEED_HUB] = hub
-    try:
-        yield
-    finally:
-        await hub.stop()
-        services.feed_hub = None
-
-
-async def _test_sender_context(app: web.Application) -> AsyncIterator[None]:
-    """The connection pool of test sends (`sendTestWebhook`), this app's own."""
-    sender = Sender(app[SERVICES].settings)
-    await sender.open()
-    app[TEST_SENDER] = sender
-    try:
-        yield
-    finally:
-        await sender.close()
-
-
 async def _close_websockets(app: web.Application) -> None:
     await app[GRAPHQL_VIEW].close_websockets()
 
@@ -547,12 +513,11 @@ async def _connections_context(app: web.Application) -> AsyncIterator[None]:
 
 
 def setup(app: web.Application) -> None:
-    """Add /public_graphql, its SDL, the sandbox's assets, the document downloads and the feed
-    hub."""
+    """Add /public_graphql, its SDL, the sandbox's assets and the document downloads. The feed
+    hub and the test sends' sender are the process's (`FEED_HUB`, `TEST_SENDER`), given to
+    the app by whoever runs it."""
     app[GRAPHQL_VIEW] = DockflowGraphQLView(app[SERVICES])
-    app.cleanup_ctx.append(_feed_hub_context)
     app.cleanup_ctx.append(_connections_context)
-    app.cleanup_ctx.append(_test_sender_context)
     # Shutdown handlers run before the server waits for its requests in flight.
     app.on_shutdown.append(_close_websockets)
     own_body_limit(app, PATH)  # multipart uploads: `max_upload_bytes` (`_body_limit`)

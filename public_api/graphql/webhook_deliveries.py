@@ -1,7 +1,8 @@
 """GraphQL types and resolvers for a customer's own webhook deliveries and test sends
 (`webhookDeliveries`, `resendWebhookDelivery`, `recoverWebhookDeliveries`, `sendTestWebhook`).
-The rules are in `core.outbox.delivery_log` and `core.outbox.test_sends`; the POST is
-`webhooks.sender.Sender`'s, as for every delivery."""
+The rules and the test send's use case are in `core.outbox.delivery_log` and
+`core.outbox.test_sends`; the POST is made by the sender `dockflow/runtime.py` gives the app
+(`TEST_SENDER`), as every delivery is made."""
 
 from __future__ import annotations
 
@@ -9,19 +10,16 @@ import datetime as dt
 from enum import Enum
 
 import strawberry
-from aiohttp import web
 from strawberry.types import Info
 
 from core.feed import ids
-from core.outbox import client_endpoints, delivery_log, test_sends
-from core.outbox.deliveries import AttemptResult
+from core.outbox import delivery_log, test_sends
 from core.storage import Doc
 from public_api.graphql.context import GraphQLContext
 from public_api.graphql.message_types import MessageType
-from webhooks.sender import Sender, encode_payload
+from public_api.keys import TEST_SENDER
 
 GQLInfo = Info[GraphQLContext, None]
-TEST_SENDER = web.AppKey("test_sender", Sender)
 
 
 @strawberry.enum(description="PENDING includes a delivery being sent right now.")
@@ -157,38 +155,18 @@ async def send_test_webhook(
     info: GQLInfo, endpoint_id: str, event_type: MessageType
 ) -> TestWebhookResult:
     context = info.context
-    storage = context.services.storage
-    settings = context.services.settings
-    principal = context.require_principal()
-    endpoint = await client_endpoints.endpoint_for_client(storage, principal, endpoint_id)
-    now = dt.datetime.now(dt.UTC)
-    test_id = await test_sends.begin(
-        storage,
-        settings,
-        business=principal.business,
-        endpoint_id=endpoint.endpoint_id,
-        message_type=event_type.value,
-        by=principal.subject,
-        now=now,
-        kind=endpoint.kind,
-    )
-    facility = endpoint.facility or await test_sends.a_facility_of(storage, principal.business)
-    payload = test_sends.sample(
-        settings,
+    sent = await test_sends.send_test(
+        context.services.storage,
+        context.services.settings,
+        context.request.app[TEST_SENDER],
+        context.require_principal(),
+        endpoint_id,
         event_type.value,
-        business=principal.business,
-        facility=facility,
-        endpoint_id=endpoint.endpoint_id,
-        endpoint_url=endpoint.base_url,
-        test_id=test_id,
-        now=now,
     )
-    sender = context.request.app[TEST_SENDER]
-    result = await sender.send(endpoint, event_type.value, test_id, encode_payload(payload))
-    await test_sends.finish(storage, test_id, _outcome(result))
+    result = sent.result
     return TestWebhookResult(
-        webhook_id=test_id,
-        url=endpoint.route(event_type.value),
+        webhook_id=sent.test_id,
+        url=sent.url,
         event_type=event_type,
         succeeded=result.ok,
         status_code=result.status_code,
@@ -196,12 +174,3 @@ async def send_test_webhook(
         error=result.error or None,
         answer_snippet=result.response_snippet,
     )
-
-
-def _outcome(result: AttemptResult) -> Doc:
-    return {
-        "status_code": result.status_code,
-        "duration_ms": round(result.duration_s * 1000, 1),
-        "error": result.error,
-        "response_snippet": result.response_snippet,
-    }

@@ -14,6 +14,7 @@ from strawberry.types import Info
 
 from core.auth.crypto import SecretBox
 from core.outbox import client_endpoints
+from core.outbox.endpoint_kinds import WebhookEndpointKind
 from core.outbox.webhook_endpoints import MAX_KEEP_PREVIOUS_S, WebhookEndpoint
 from public_api.graphql.asn import AsnFormat
 from public_api.graphql.context import GraphQLContext
@@ -33,17 +34,15 @@ class WebhookEvent(Enum):
     OPERATIONAL = "OPERATIONAL"
 
 
-@strawberry.enum(
+# Core's kinds, as GraphQL names them.
+strawberry.enum(
+    WebhookEndpointKind,
     description="What an endpoint receives. WEBHOOK: dockflow's JSON messages, POSTed to "
     "the route of each event. EPCIS: the EPCIS 2.0 events of the business's pallet readings, "
     "as EPCISDocuments POSTed to {url}/capture (an EPCIS repository's capture interface). "
     "ASN: the advance ship notice of each completed outbound shipment, an EDI document "
-    "POSTed to {url} as it is (asnFormat says which)."
+    "POSTed to {url} as it is (asnFormat says which).",
 )
-class WebhookEndpointKind(Enum):
-    WEBHOOK = "WEBHOOK"
-    EPCIS = "EPCIS"
-    ASN = "ASN"
 
 
 @strawberry.enum

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from core.services import Services
 from core.settings import Settings
-from public_api.app import create_app
+from tests.support.api import create_app
 from tests.support.browser import CHROMIUM
 
 

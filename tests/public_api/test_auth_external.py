@@ -24,7 +24,7 @@ from core.errors import Unauthenticated
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from public_api.app import create_app
+from tests.support.api import create_app
 from tests.support.factories import Tenant
 
 IDP = "https://idp.example.com/realms/acme/"

@@ -15,7 +15,7 @@ from core.auth.throttle import ThrottlePolicy
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from public_api.app import create_app
+from tests.support.api import create_app
 from tests.support.factories import Tenant
 
 Client = TestClient[Any, Any]

@@ -15,7 +15,7 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from edge.server import EdgeServer
-from public_api.app import create_app
+from tests.support.api import create_app
 from tests.support.dashboard import (
     OPERATOR_PASSWORD,
     csrf_from,

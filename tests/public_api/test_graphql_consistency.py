@@ -20,8 +20,8 @@ from core.settings import Settings
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from public_api.app import create_app
-from public_api.graphql.views import FEED_HUB
+from public_api.keys import FEED_HUB
+from tests.support.api import create_app
 from tests.support.camera import reading, stream
 from tests.support.factories import Tenant, pallet_payload
 from tests.support.graphql import (

@@ -17,7 +17,7 @@ from core.feed.publish import NewMessage, build_messages, write_messages
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from public_api.app import create_app
+from tests.support.api import create_app
 from tests.support.factories import Tenant, pallet_payload
 from tests.support.graphql import produce
 

@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient
 from core.asn import issue
 from core.exceptions import codes
 from core.feed import catalog
+from core.outbox import endpoint_kinds
 from core.shipments import lifecycle
 from tests.support.factories import Tenant
 from tests.support.graphql import gql
@@ -26,6 +27,7 @@ CORE_VALUES: dict[str, tuple[str, ...]] = {
     "MessageType": catalog.MESSAGE_TYPES,
     # Shipment.asn and the ASN endpoints share it; its name is the one endpoints gave it.
     "WebhookAsnFormat": tuple(f.name for f in issue.AsnFormat),
+    "WebhookEndpointKind": tuple(endpoint_kinds.KINDS),
 }
 
 

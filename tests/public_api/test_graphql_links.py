@@ -13,7 +13,7 @@ from core.services import Services
 from core.settings import Settings
 from core.shipments import linking
 from core.tenancy import tenants
-from public_api.app import create_app
+from tests.support.api import create_app
 from tests.support.command_log import CommandLog, logged_storage
 from tests.support.documents import post_shipment
 from tests.support.factories import Tenant

@@ -20,8 +20,8 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import quotas
-from public_api.app import create_app
-from public_api.graphql.views import FEED_HUB
+from public_api.keys import FEED_HUB
+from tests.support.api import create_app
 from tests.support.command_log import Command, CommandLog, logged_storage, most_at_once
 from tests.support.documents import post_shipment
 from tests.support.factories import Tenant

@@ -11,7 +11,8 @@ from aiohttp.test_utils import TestClient
 
 from core.storage import Storage
 from public_api.graphql.shared_events import SharedData, SharedResults, encode_frame
-from public_api.graphql.views import FEED_HUB, GRAPHQL_VIEW
+from public_api.graphql.views import GRAPHQL_VIEW
+from public_api.keys import FEED_HUB
 from tests.support.factories import Tenant
 from tests.support.graphql import (
     LEGACY_WS,

@@ -12,8 +12,8 @@ from aiohttp.test_utils import TestClient
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from public_api.app import create_app
 from public_api.health import create_ops_app
+from tests.support.api import create_app
 
 Client = Callable[[web.Application], Awaitable[TestClient[Any, Any]]]
 

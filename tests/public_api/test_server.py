@@ -6,13 +6,24 @@ import aiohttp
 import pytest
 
 from core.services import Services
+from dockflow.runtime import ApiParts
 from public_api.server import HttpServer
 
 
 async def test_the_http_server_answers_until_stopped_and_a_second_stop_is_a_no_op(
     services: Services,
 ):
-    async with HttpServer(services, host="127.0.0.1", port=0) as server:
+    parts = ApiParts(services)
+    async with (
+        parts,
+        HttpServer(
+            services,
+            host="127.0.0.1",
+            port=0,
+            feed_hub=parts.feed_hub,
+            test_sender=parts.test_sender,
+        ) as server,
+    ):
         url = f"http://{server.address}/healthz"
         async with aiohttp.ClientSession() as session, session.get(url) as response:
             assert server.port > 0

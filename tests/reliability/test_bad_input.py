@@ -15,7 +15,7 @@ from core.services import Services
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from public_api.graphql.views import FEED_HUB
+from public_api.keys import FEED_HUB
 from tests.support.camera import reading, stub, timestamp
 from tests.support.factories import Tenant
 from tests.support.figures import record

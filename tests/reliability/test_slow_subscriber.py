@@ -17,8 +17,8 @@ from core.feed.publish import NewMessage, append_messages
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from public_api.app import create_app
-from public_api.graphql.views import FEED_HUB
+from public_api.keys import FEED_HUB
+from tests.support.api import create_app
 from tests.support.factories import Tenant, make_tenant, pallet_payload
 from tests.support.figures import record
 from tests.support.graphql import (

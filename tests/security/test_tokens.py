@@ -34,7 +34,7 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from core.tenancy import provisioning, tenants
-from public_api.app import create_app
+from tests.support.api import create_app
 from tests.support.dashboard import OPERATOR_PASSWORD, csrf_from, make_operator
 from tests.support.factories import Tenant
 

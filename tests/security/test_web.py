@@ -18,8 +18,8 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from edge.server import EdgeServer
-from public_api.app import create_app
 from public_api.xml_documents import document_to_xml
+from tests.support.api import create_app
 from tests.support.customer_server import Received, Receiver, running_receiver
 from tests.support.dashboard import logged_in, make_operator, reading, send_readings
 from tests.support.documents import post_shipment

@@ -15,7 +15,7 @@ from core.feed.publish import NewMessage, WrittenMessages, append_messages
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from public_api.app import create_app
+from tests.support.api import create_app
 from tests.support.command_log import CommandLog, logged_storage
 from tests.support.factories import pallet_payload
 

@@ -19,7 +19,7 @@ from core.asn import partners
 from core.auth.access import Principal
 from core.intake.contract import parse_document
 from core.intake.documents import apply_document
-from core.outbox import asn_sends, deliveries
+from core.outbox import asn_sends, requeue
 from core.pallets.batch import record_pallets
 from core.pallets.readings import Label, Reading
 from core.shipments import completion
@@ -168,7 +168,7 @@ async def test_readings_complete_a_shipment_and_its_asn_reaches_the_asn_endpoint
         assert man_ssccs(await response.text()) == [SSCC_1]
 
         # a resend from the delivery log repeats what was sent, byte for byte
-        await deliveries.resend_delivery(storage, done["_id"])
+        await requeue.resend_delivery(storage, done["_id"])
         await wait_until(lambda: len(receiver.requests) == 2)
         await wait_until(lambda: all_finished(storage))
         again = receiver.requests[1]
@@ -205,7 +205,7 @@ async def test_a_shipment_the_asn_refuses_settles_unsent_and_a_resend_sends_it_o
 
     # the operator adds the profile and resends from the delivery log: the ASN goes now
     await partners.set_partner(storage, tenant.business, PARTNER)
-    await deliveries.resend_delivery(storage, done["_id"])
+    await requeue.resend_delivery(storage, done["_id"])
     await wait_until(lambda: len(receiver.requests) == 1)
     await wait_until(lambda: all_finished(storage))
     parse_856(receiver.requests[0].body.decode())
@@ -344,7 +344,7 @@ async def test_a_kept_document_its_charset_cannot_carry_settles_unsent(
         {"_id": done["_id"]}, {"$set": {asn_sends.DOCUMENT_FIELD: {**kept, "shipment_id": 1}}}
     )
 
-    await deliveries.resend_delivery(storage, done["_id"])
+    await requeue.resend_delivery(storage, done["_id"])
     await wait_until(lambda: all_finished(storage))
 
     assert receiver.requests == []

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from core.feed import ids as message_ids
 from core.feed.ids import public_id
 from core.feed.publish import NewMessage, append_messages
-from core.outbox.deliveries import resend_delivery
+from core.outbox.requeue import resend_delivery
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage

@@ -20,7 +20,7 @@ from standardwebhooks.webhooks import Webhook
 
 from core.auth.crypto import SecretBox
 from core.feed.publish import NewMessage, append_messages
-from core.outbox import deliveries, epcis_capture, test_sends
+from core.outbox import epcis_capture, requeue, test_sends
 from core.outbox.webhook_endpoints import update_endpoint
 from core.storage import Storage
 from core.tenancy import gs1_identities
@@ -162,7 +162,7 @@ async def test_a_cameras_readings_reach_the_customers_epcis_repository_as_one_do
 
         # a resend from the delivery log repeats the very event, the shipment's too
         for n, delivery in ((1, done[1]), (2, done[2])):
-            await deliveries.resend_delivery(storage, delivery["_id"])
+            await requeue.resend_delivery(storage, delivery["_id"])
             await wait_until(lambda n=n: len(receiver.requests) == n + 1)
             await wait_until(lambda: all_finished(storage))
             [again] = event_list(receiver.requests[n])

@@ -20,6 +20,7 @@ from standardwebhooks.webhooks import Webhook
 
 from core.auth.crypto import SecretBox, new_signing_secret
 from core.feed.publish import NewMessage, append_messages
+from core.outbox.sending import encode_payload
 from core.outbox.webhook_endpoints import update_endpoint
 from core.services import Services
 from core.settings import Settings
@@ -38,7 +39,6 @@ from tests.support.outbox import (
     wait_until,
 )
 from webhooks import signing
-from webhooks.sender import encode_payload
 
 LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 WAIT_S = 60.0  # bound on reading the child's output (two shared cores), not a timing assertion

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient
 from standardwebhooks.webhooks import Webhook
 
 from core.feed import catalog, publish
-from core.outbox import deliveries, notices
+from core.outbox import attempts, notices, requeue
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -166,7 +166,7 @@ async def test_a_new_run_of_failures_is_told_again_after_a_success(
     start = datetime.now(UTC) - 3 * day
 
     async def failure(at: datetime) -> None:
-        await deliveries.note_failure(storage, settings, endpoint_id, at)
+        await attempts.note_failure(storage, settings, endpoint_id, at)
 
     await failure(start)
     await failure(start + day / 2)  # not yet a day
@@ -210,8 +210,8 @@ async def test_disabled_by_hand_is_told_once_and_enabling_clears_it(
     assert stored is not None
     assert stored["disabled_reason"] == "still down"
 
-    await deliveries.enable_endpoint(storage, endpoint_id)
-    await deliveries.disable_endpoint(storage, endpoint_id, "again")
+    await requeue.enable_endpoint(storage, endpoint_id)
+    await requeue.disable_endpoint(storage, endpoint_id, "again")
     assert [m["message"]["reason"] for m in await operational(storage)] == [
         "maintenance window",
         "again",
@@ -233,8 +233,8 @@ async def test_an_endpoint_of_one_facility_is_told_to_that_facility_only(
     dc2_ops = await make_endpoint(
         services, tenant, "https://ops2.example.com", facility="dc2", events=("OPERATIONAL",)
     )
-    await deliveries.disable_endpoint(storage, endpoint_of(dc2_hook).endpoint_id, "by hand")
-    await deliveries.disable_endpoint(storage, endpoint_of(whole).endpoint_id, "by hand")
+    await requeue.disable_endpoint(storage, endpoint_of(dc2_hook).endpoint_id, "by hand")
+    await requeue.disable_endpoint(storage, endpoint_of(whole).endpoint_id, "by hand")
 
     about_dc2, about_all = await operational(storage)
     assert (about_dc2["facility"], about_all["facility"]) == ("dc2", None)
@@ -267,7 +267,7 @@ async def test_a_subscriber_of_the_business_gets_an_operational_event_once(
     await ws.subscribe("s", SUBSCRIPTION, {"filter": {"businessSlug": "acme"}})
     await asyncio.sleep(0.5)  # registered before the first commit
 
-    await deliveries.disable_endpoint(storage, endpoint_of(created).endpoint_id, "by hand")
+    await requeue.disable_endpoint(storage, endpoint_of(created).endpoint_id, "by hand")
     [pallet] = await append_pallets(storage, tenant, 1)
 
     first = (await ws.next_data("s"))["data"]["pushMessage"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 from prometheus_client import REGISTRY
 
-from core.outbox import deliveries
+from core.outbox import delivery_stats
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -86,8 +86,8 @@ async def test_feed_lag_counts_the_messages_committed_after_the_newest_delivered
     worker = await start_worker(fast_settings())
     await wait_until(lambda: all_finished(storage))
     await worker.stop()
-    assert await deliveries.feed_lag(storage) == 0
+    assert await delivery_stats.feed_lag(storage) == 0
     # When three more are committed, the lag is three, on the gauge too
     await append_pallets(storage, tenant, 3, start=1)
-    assert await deliveries.feed_lag(storage) == 3
+    assert await delivery_stats.feed_lag(storage) == 3
     assert REGISTRY.get_sample_value("dockflow_feed_lag_messages") == 3

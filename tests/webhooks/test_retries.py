@@ -17,7 +17,7 @@ from core.feed.publish import (
     build_messages,
     write_messages,
 )
-from core.outbox import deliveries
+from core.outbox import requeue
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage, insert_ignoring_duplicates
@@ -143,7 +143,7 @@ async def test_dead_after_the_last_attempt_and_no_more_requests(
     assert receiver.ids() == [message_webhook_id("acme", message_id)] * 4
     [delivery] = await deliveries_of(storage)
     assert (delivery["status"], delivery["attempts"], delivery["last_status"]) == ("DEAD", 4, 500)
-    [listed] = await deliveries.list_deliveries(storage, statuses=("DEAD",))
+    [listed] = await requeue.list_deliveries(storage, statuses=("DEAD",))
     assert listed["_id"] == delivery["_id"]
 
 
@@ -228,7 +228,7 @@ async def test_410_disables_the_endpoint_and_its_waiting_deliveries_until_enable
     assert "410" in endpoint["disabled_reason"]
     assert [d["status"] for d in await deliveries_of(storage)] == ["DISABLED"] * 3
 
-    requeued = await deliveries.enable_endpoint(storage, endpoint_id)
+    requeued = await requeue.enable_endpoint(storage, endpoint_id)
     await wait_until(lambda: all_finished(storage))
 
     assert requeued == 3
@@ -300,7 +300,7 @@ async def test_resend_delivers_again_with_the_same_webhook_id(
     await wait_until(lambda: all_finished(storage))
     [delivery] = await deliveries_of(storage)
 
-    resent = await deliveries.resend_delivery(storage, delivery["_id"])
+    resent = await requeue.resend_delivery(storage, delivery["_id"])
     assert resent["status"] == "PENDING"
     await wait_until(lambda: len(receiver.requests) == 2)
     await wait_until(lambda: all_finished(storage))
@@ -330,7 +330,7 @@ async def test_recover_requeues_failed_and_dead_deliveries_since_a_time(
     before = len(receiver.requests)
 
     receiver.respond = answers(then=200)
-    count = await deliveries.recover_endpoint(storage, created.entity.endpoint_id, since)
+    count = await requeue.recover_endpoint(storage, created.entity.endpoint_id, since)
     await wait_until(lambda: all_finished(storage))
 
     assert count == 2

@@ -25,6 +25,7 @@ from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from edge.server import EdgeServer
+from public_api.keys import FEED_HUB
 from tests.support.camera import reading, stream
 from tests.support.customer_server import Receiver
 from tests.support.factories import Tenant
@@ -84,9 +85,7 @@ async def test_one_reading_is_one_trace_from_the_camera_to_the_customer(
     ws = await WsSession.open(api)
     await ws.init({"Authorization": f"Bearer {tenant.token}"})
     await ws.subscribe("s", SUBSCRIPTION, {"filter": {"businessSlug": "acme"}})
-    await wait_until(
-        lambda: services.feed_hub is not None and services.feed_hub.subscriber_count > 0
-    )
+    await wait_until(lambda: api.app[FEED_HUB].subscriber_count > 0)
 
     async with grpc.aio.insecure_channel(edge_server.address) as channel:
         metadata = (*tenant.camera_metadata("D1"), ("traceparent", CALLER))

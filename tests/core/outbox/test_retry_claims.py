@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from core.outbox import deliveries
+from core.outbox import claiming, deliveries
 from core.outbox.due import schedule
 from core.storage import Storage
 
@@ -29,7 +29,7 @@ def delivery(
 
 
 async def claimed(storage: Storage, **options: Any) -> str | None:
-    claim, _ = await deliveries.claim_due(storage, "w1", 60, retries=True, **options)
+    claim, _ = await claiming.claim_due(storage, "w1", 60, retries=True, **options)
     return claim.delivery_id if claim else None
 
 
@@ -74,7 +74,7 @@ async def test_a_delivery_written_without_a_due_time_is_given_one_and_retried(st
     await storage.webhook_deliveries.insert_one(older)
     assert await claimed(storage) is None
 
-    assert await deliveries.backfill_due(storage) == 1
-    assert await deliveries.backfill_due(storage) == 0
+    assert await claiming.backfill_due(storage) == 1
+    assert await claiming.backfill_due(storage) == 0
 
     assert await claimed(storage) == "old"

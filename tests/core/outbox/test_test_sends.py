@@ -10,6 +10,7 @@ import pytest
 from core.errors import RateLimited
 from core.feed import catalog
 from core.outbox import test_sends
+from core.outbox.endpoint_kinds import WebhookEndpointKind
 from core.settings import Settings
 from core.storage import Storage
 from tests.support.catalog_check import validator
@@ -45,6 +46,7 @@ async def begin(storage: Storage, settings: Settings, business: str, now: dateti
         message_type="PALLET_EVENT",
         by="client",
         now=now,
+        kind=WebhookEndpointKind.WEBHOOK,
     )
 
 

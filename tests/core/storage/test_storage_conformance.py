@@ -197,7 +197,7 @@ async def test_numbers_set_by_update_compare_as_numbers(storage: Storage):
 
 
 async def test_null_matches_a_missing_field_and_ne_null_does_not(storage: Storage):
-    # core/outbox/deliveries.py: the endpoint's failure clock starts only when it is not running.
+    # core/outbox/attempts.py: the endpoint's failure clock starts only when it is not running.
     # (the embedded server matches a missing field with a bare $ne null; add $exists)
     await storage.webhook_endpoints.insert_one({"_id": "e"})
     unset = await storage.webhook_endpoints.update_one(
@@ -223,7 +223,7 @@ async def test_null_matches_a_missing_field_and_ne_null_does_not(storage: Storag
 
 
 async def test_update_many_with_in_and_range(storage: Storage):
-    # core/outbox/deliveries.py: recover re-queues every failed/dead delivery since a time.
+    # core/outbox/requeue.py: recover re-queues every failed/dead delivery since a time.
     now = datetime.now(UTC)
     await storage.webhook_deliveries.insert_many(
         [
@@ -510,7 +510,7 @@ async def test_lock_documents_conditional_delete_on_owner_and_datetime(storage: 
 
 
 async def test_batch_claim_update_many_in_ids_while_status_matches(storage: Storage):
-    # core/outbox/deliveries.py claim_pending: candidates by a sorted, limited find; one update_many
+    # core/outbox/claiming.py claim_pending: candidates by a sorted, limited find; one update_many
     # leases those still PENDING under one token; a find by ids + token says which were won.
     await storage.webhook_deliveries.insert_many(
         [
@@ -547,7 +547,7 @@ async def test_batch_claim_update_many_in_ids_while_status_matches(storage: Stor
 
 
 async def test_bulk_update_one_unordered_only_where_the_claim_holds(storage: Storage):
-    # core/outbox/deliveries.py record_successes: one bulk_write of UpdateOne per finished claim,
+    # core/outbox/attempts.py record_successes: one bulk_write of UpdateOne per finished claim,
     # each conditional on its lease token; a lost claim is left alone. Then one update_many stops
     # the failure clock of every endpoint concerned.
     await storage.webhook_deliveries.insert_many(
