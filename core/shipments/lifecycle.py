@@ -60,6 +60,9 @@ AT_DOCK_STATUSES = ["DOOR_ASSIGNED", "LOADING", "UNLOADING"]
 # An order is CREATED by intake and IN_PROGRESS from its first pallet on.
 ORDER_STATUS_NEW = "CREATED"
 ORDER_STATUS_STARTED = "IN_PROGRESS"
+# A shipment's number of orders, kept by intake (the only writer of orders) in the transaction
+# that creates or moves them, so a document knows the shipment's orders without reading them.
+ORDER_COUNT = "order_count"
 # Shipments planned for a door; TRAILER_ARRIVED there moves the oldest one to DOOR_ASSIGNED.
 PLANNED_STATUSES = ["NEW", "SCHEDULED", "AT_FACILITY"]
 # Readings and events further ahead of the server clock than this are refused (camera clocks).
@@ -172,6 +175,7 @@ def new_shipment(
         "completion_reason": None,
         "completion_message_id": None,
         "fields": fields or {},
+        ORDER_COUNT: 0,
         "created_at": at,
         "updated_at": at,
     }
