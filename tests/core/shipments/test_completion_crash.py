@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from bench.soak import SOAK_ENV, hook_receiver, wait_until
 from core.feed import publish
@@ -18,7 +19,9 @@ from dockflow.runtime import open_services
 from tests.reliability.provision import ServeTenant, provision, settings_of
 from tests.reliability.serve_process import ServeProcess
 
-SHIPMENTS = 160
+pytestmark = pytest.mark.timeout(300)  # real processes, restarted, on a shared machine
+
+SHIPMENTS = 96
 CLIENTS = 32
 COMPLETE = "mutation($id: Int!) { completeShipment(id: $id) { id status } }"
 
