@@ -7,10 +7,10 @@ customer or an operator (`create_exception`). Its status goes OPEN -> ACKNOWLEDG
 
 Exactly once: a rule's exception id is derived from what raised it (`exception_id`), and each
 history entry holds the id of the message it publishes, reserved before the entry is written.
-A reading's exceptions travel inside its pallet document (`raised`), so the repair of a
-half-written batch rebuilds them, and their messages, under the same ids. A status change is a
-compare-and-set on the status it starts from: of two racing changes one wins, the other is
-told the exception moved.
+A reading's exceptions travel inside its pallet document (`raised`) and are stored with it in
+the batch's transaction; a completion's SHORT exception commits with the completion. A status
+change is a compare-and-set on the status it starts from: of two racing changes one wins, the
+other is told the exception moved.
 """
 
 from __future__ import annotations
@@ -331,42 +331,13 @@ def count_raised(stored: Iterable[Doc]) -> None:
         metrics.EXCEPTIONS.labels(record["code"]).inc()
 
 
-def _renumbered(storage: Storage, record_id: str) -> publish.Renumbered:
-    async def update(renumbered: dict[int, int]) -> None:
-        await renumber_history(storage, {record_id: renumbered})
-
-    return update
-
-
 async def renumber_history(storage: Storage, by_record: Mapping[str, Mapping[int, int]]) -> None:
     """Messages of exceptions got fresh ids (a feed reader fenced the reserved ones): their
-    history entries take them."""
+    history entries take them. For a pallet batch written step by step outside a transaction
+    (`core.pallets.ingest.BatchPlan.writes` without a session, as tests stall a writer)."""
     for record_id, renumbered in by_record.items():
         for old_id, new_id in renumbered.items():
             await storage.exceptions.update_one(
                 {"_id": record_id, "history.message_id": old_id},
                 {"$set": {"history.$.message_id": new_id}},
             )
-
-
-async def publish_missing(storage: Storage, settings: Settings, records: Iterable[Doc]) -> int:
-    """Write the messages of history entries that have none; returns how many were written.
-    For records stored apart from their message (the SHORT exception a completion holds, stored
-    again after a crash: `core.shipments.completion`). An id a feed reader fenced meanwhile (it
-    holds a void) is missing too: its message goes out under a fresh id, which the entry takes."""
-    wanted = {int(h["message_id"]): r for r in records for h in r["history"]}
-    if not wanted:
-        return 0
-    found = await storage.push_messages.find(
-        {"_id": {"$in": sorted(wanted)}}, {"_id": 1, publish.VOID: 1}
-    ).to_list()
-    missing = sorted(set(wanted) - {int(m["_id"]) for m in found if not publish.is_void(m)})
-    for message_id in missing:
-        record = wanted[message_id]
-        written = await publish.build_messages(
-            storage, [message(settings, state_at(record, message_id))], ids=[message_id]
-        )
-        await publish.write_messages(
-            storage, written, on_renumber=_renumbered(storage, record["_id"])
-        )
-    return len(missing)

@@ -369,10 +369,10 @@ async def _nothing_stored(renumbered: dict[int, int]) -> None:
     """The caller keeps no message ids: a renumbering needs no update."""
 
 
-async def _give_up(storage: Storage, message_id: int) -> None:
-    """Void an id its writer will not use (best effort: readers fence it after the grace)."""
+async def _give_up(storage: Storage, ids: Sequence[int]) -> None:
+    """Void ids their writer will not use (best effort: readers fence them after the grace)."""
     with contextlib.suppress(PyMongoError):
-        await fence_ids(storage, [message_id])
+        await fence_ids(storage, ids)
 
 
 async def write_with_message(
@@ -381,29 +381,45 @@ async def write_with_message(
     *,
     business: str,
 ) -> T:
-    """Run `build(message_id, session)` in a transaction with a message id reserved from
-    `business`'s sequence (the business of the message it may publish), then
-    announce its messages. A feed reader that fenced the id while the transaction stalled
-    aborts it (the id's void refuses the message): a fresh id, and again. A `build` that found
-    nothing to publish (its messages are empty) has its id voided at once, so that no reader
-    waits out the grace for it."""
+    """`write_with_messages` with one message id, given to `build` alone."""
+
+    async def build_one(ids: list[int], session: Session) -> tuple[T, WrittenMessages]:
+        return await build(ids[0], session)
+
+    return await write_with_messages(storage, build_one, business=business, count=1)
+
+
+async def write_with_messages(
+    storage: Storage,
+    build: Callable[[list[int], Session], Coroutine[Any, Any, tuple[T, WrittenMessages]]],
+    *,
+    business: str,
+    count: int,
+) -> T:
+    """Run `build(ids, session)` in a transaction with `count` consecutive message ids reserved
+    from `business`'s sequence (the business of the messages it may publish), then announce its
+    messages. A feed reader that fenced an id while the transaction stalled aborts it (the id's
+    void refuses the message): fresh ids, and again. The ids `build` published nothing under
+    (all of them when it found nothing to publish) are voided at once, so that no reader waits
+    out the grace for them."""
     for _ in range(MAX_RENUMBERS + 1):
-        [message_id] = await reserve_message_ids(storage, business, 1)
+        ids = list(await reserve_message_ids(storage, business, count))
         try:
-            result, written = await storage.in_transaction(functools.partial(build, message_id))
+            result, written = await storage.in_transaction(functools.partial(build, ids))
         except PyMongoError:
-            if await fenced_among(storage, [message_id]):
+            if await fenced_among(storage, ids):
                 continue
-            await _give_up(storage, message_id)  # rolled back: nothing holds the id
+            await _give_up(storage, ids)  # rolled back: nothing holds the ids
             raise
         except Exception:
             # `build` refused (a conflict, a missing record) before it wrote anything: a
             # refusal must not hold every reader of the feed back for the grace.
-            await _give_up(storage, message_id)
+            await _give_up(storage, ids)
             raise
-        if not written.messages:
-            await fence_ids(storage, [message_id])
-        else:
+        unused = sorted(set(ids) - set(written.ids))
+        if unused:
+            await fence_ids(storage, unused)
+        if written.messages:
             announce(storage, written.messages)
         return result
-    raise MessageIdsFenced([message_id])
+    raise MessageIdsFenced(ids)

@@ -17,9 +17,11 @@ skips the numbers it reserved.
 Round trips are what the embedded database limits (one command at a time), so the response is
 built from what the plan read and the writes wrote: only intake writes order items and moves
 orders, and only under the order's and the shipment's locks, so the shipment's orders and the
-items of the document's orders are known without reading them back. The facility is read only
-when the document names a dock or creates the shipment (facilities are never deleted: the one
-holding an existing shipment exists).
+items of the document's orders are known without reading them back. The named shipment is read
+by the command that writes the document's shipment fields to it (the transaction undoes them if
+the document is refused), and its stored `order_count` spares reading its orders when the
+document names all of them. The facility is read only when the document names a dock or creates
+the shipment (facilities are never deleted: the one holding an existing shipment exists).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from core.intake.contract import (
     effective_strategy,
 )
 from core.shipments.eligibility import ELIGIBLE, is_eligible, shipment_key
-from core.shipments.lifecycle import ORDER_STATUS_NEW, new_shipment
+from core.shipments.lifecycle import ORDER_COUNT, ORDER_STATUS_NEW, new_shipment
 from core.storage import Doc, Session, Storage, together
 from core.tenancy import tenants
 
@@ -231,6 +233,9 @@ class _Plan:
     dock: str | None
     orders: list[_OrderPlan]
     now: datetime
+    # Whether the document's fields or dock changed the named shipment (written by the plan's
+    # first command: `_touch_named_shipment`).
+    shipment_changed: bool = False
     created: list[ChangeEntry] = field(default_factory=list)
     updated: list[ChangeEntry] = field(default_factory=list)
     removed: list[ChangeEntry] = field(default_factory=list)
@@ -269,18 +274,14 @@ async def _plan(
         "facility": document.facility,
         "direction": document.direction,
     }
-    named = await storage.shipments.find_one(
-        {**scope, "number": document.shipment_reference, **ELIGIBLE},
-        sort=[("_id", DESCENDING)],
-        session=session,
-    )
+    now = datetime.now(UTC)
+    named = await _touch_named_shipment(storage, document, scope, now, session)
     if named is None or document.dock_slug is not None:
         # Facilities are never deleted: the one holding the named shipment exists, and only a
         # dock named, or a shipment to create, needs it read.
         await _check_facility(storage, document)
     named_id = None if named is None else named["_id"]
-    # One read for every order's candidates (newest first), one for the named shipment's
-    # orders (the response lists them all).
+    # One read for every order's candidates (newest first).
     numbered = await (
         storage.orders.find(
             {**scope, "number": {"$in": [o.order_number for o in orders]}}, session=session
@@ -288,18 +289,12 @@ async def _plan(
         .sort("created_seq", DESCENDING)
         .to_list()
     )
-    shipment_orders: list[Doc] = []
-    if named_id is not None:
-        shipment_orders = await (
-            storage.orders.find({"shipment_id": named_id}, session=session)
-            .sort("created_seq", 1)
-            .to_list()
-        )
     candidates = [[o for o in numbered if o["number"] == order.order_number] for order in orders]
     found = [await _eligible_order(storage, c, named_id, session) for c in candidates]
     items = await together(
         session, *(_items_of(storage, None if e is None else e["_id"], session) for e in found)
     )
+    shipment_orders = await _orders_on(storage, named, found, session)
     plan = _Plan(
         business=document.business,
         facility=document.facility,
@@ -310,7 +305,8 @@ async def _plan(
         shipment_fields=_shipment_fields(document),
         dock=document.dock_slug,
         orders=[],
-        now=datetime.now(UTC),
+        now=now,
+        shipment_changed=named is not None and _changes_shipment(named, document),
     )
     problems = _Problems()
     for prefix, order, existing, current in zip(paths, orders, found, items, strict=True):
@@ -321,6 +317,49 @@ async def _plan(
         plan.orders.append(order_plan)
     problems.raise_if_any()
     return plan
+
+
+async def _touch_named_shipment(
+    storage: Storage, document: IntakeDocument, scope: Doc, now: datetime, session: Session
+) -> Doc | None:
+    """The shipment the document names (the newest eligible one of its number), as it was
+    before the document's shipment fields and dock were written to it, in the same command (a
+    rejected document's transaction undoes them). None when there is none (it is created)."""
+    values = {f"fields.{name}": value for name, value in _shipment_fields(document).items()}
+    if document.dock_slug is not None:
+        values["dock"] = document.dock_slug
+    return await storage.shipments.find_one_and_update(
+        {**scope, "number": document.shipment_reference, **ELIGIBLE},
+        {"$set": {**values, "updated_at": now}},
+        sort=[("_id", DESCENDING)],
+        return_document=ReturnDocument.BEFORE,
+        session=session,
+    )
+
+
+def _changes_shipment(shipment: Doc, document: IntakeDocument) -> bool:
+    """Whether the document's shipment fields or dock change the shipment as it was."""
+    fields = shipment.get("fields") or {}
+    if any(fields.get(name) != value for name, value in _shipment_fields(document).items()):
+        return True
+    return document.dock_slug is not None and document.dock_slug != shipment.get("dock")
+
+
+async def _orders_on(
+    storage: Storage, shipment: Doc | None, found: list[Doc | None], session: Session
+) -> list[Doc]:
+    """The orders on `shipment`, oldest first: those the document names when its stored
+    `order_count` says they are all of them (no read), else read."""
+    if shipment is None:
+        return []
+    named = {o["_id"]: o for o in found if o is not None and o["shipment_id"] == shipment["_id"]}
+    if shipment.get(ORDER_COUNT) == len(named):
+        return sorted(named.values(), key=lambda o: int(o.get("created_seq", 0)))
+    return await (
+        storage.orders.find({"shipment_id": shipment["_id"]}, session=session)
+        .sort("created_seq", 1)
+        .to_list()
+    )
 
 
 async def _items_of(storage: Storage, order_id: str | None, session: Session) -> list[Doc]:
@@ -478,23 +517,24 @@ async def _execute(storage: Storage, plan: _Plan, session: Session) -> tuple[int
     now = plan.now
     scope = {"business": plan.business, "facility": plan.facility, "direction": plan.direction}
     shipment_ref = plan.shipment_number
+    # Every order the document brings onto its shipment (created, or moved from another).
+    added = len([o for o in plan.orders if o.existing is None])
+    added += len({o.existing["_id"] for o in plan.orders if o.existing and o.moves_from})
     if plan.shipment is None:
         shipment_id = await storage.next_id("shipments")
-        await storage.shipments.insert_one(
-            new_shipment(
-                shipment_id,
-                business=plan.business,
-                facility=plan.facility,
-                direction=plan.direction,
-                number=plan.shipment_number,
-                status=SHIPMENT_STATUS_NEW,
-                dock=plan.dock,
-                at=now,
-                source=HISTORY_SOURCE,
-                fields=plan.shipment_fields,
-            ),
-            session=session,
+        created = new_shipment(
+            shipment_id,
+            business=plan.business,
+            facility=plan.facility,
+            direction=plan.direction,
+            number=plan.shipment_number,
+            status=SHIPMENT_STATUS_NEW,
+            dock=plan.dock,
+            at=now,
+            source=HISTORY_SOURCE,
+            fields=plan.shipment_fields,
         )
+        await storage.shipments.insert_one({**created, ORDER_COUNT: added}, session=session)
         plan.created.append(
             ChangeEntry(type="SHIPMENT", id=str(shipment_id), reference=shipment_ref)
         )
@@ -502,9 +542,8 @@ async def _execute(storage: Storage, plan: _Plan, session: Session) -> tuple[int
         status = SHIPMENT_STATUS_NEW
     else:
         shipment_id = plan.shipment["_id"]
-        shipment_changed, status = await _update_shipment(
-            storage, plan.shipment, plan, now, session
-        )
+        shipment_changed, status = plan.shipment_changed, str(plan.shipment["status"])
+        await _count_orders_added(storage, plan, added, session)
 
     item_created: list[ChangeEntry] = []
     item_updated: list[ChangeEntry] = []
@@ -553,9 +592,18 @@ async def _execute(storage: Storage, plan: _Plan, session: Session) -> tuple[int
             shipment_changed = True
 
     for left in sorted(left_shipments - {shipment_id}):
+        gone = len({o.existing["_id"] for o in plan.orders if o.existing and o.moves_from == left})
         old = await storage.shipments.find_one_and_update(
-            {"_id": left}, {"$set": {"updated_at": now}}, session=session
+            {"_id": left},
+            {"$set": {"updated_at": now}, "$inc": {ORDER_COUNT: -gone}},
+            session=session,
         )
+        if old is not None and ORDER_COUNT not in old:
+            # Stored before shipments counted their orders: the count the $inc started is
+            # wrong, and its absence makes the next document read the orders.
+            await storage.shipments.update_one(
+                {"_id": left}, {"$unset": {ORDER_COUNT: ""}}, session=session
+            )
         if old is not None:
             plan.updated.append(
                 ChangeEntry(type="SHIPMENT", id=str(left), reference=old.get("number") or "")
@@ -570,25 +618,19 @@ async def _execute(storage: Storage, plan: _Plan, session: Session) -> tuple[int
     return shipment_id, status
 
 
-async def _update_shipment(
-    storage: Storage, shipment: Doc, plan: _Plan, now: datetime, session: Session
-) -> tuple[bool, str]:
-    """Apply the document's shipment fields; returns whether something changed and the
-    shipment's status after the update (read by the update itself)."""
-    update: Doc = {}
-    fields = {**(shipment.get("fields") or {}), **plan.shipment_fields}
-    if fields != (shipment.get("fields") or {}):
-        update["fields"] = fields
-    if plan.dock is not None and plan.dock != shipment.get("dock"):
-        update["dock"] = plan.dock
-    after = await storage.shipments.find_one_and_update(
-        {"_id": shipment["_id"]},
-        {"$set": {**update, "updated_at": now}},
-        {"status": 1},
-        return_document=ReturnDocument.AFTER,
-        session=session,
-    )
-    return bool(update), str((after or shipment)["status"])
+async def _count_orders_added(storage: Storage, plan: _Plan, added: int, session: Session) -> None:
+    """Keep the named shipment's `order_count` with the orders the document brought onto it.
+    A shipment stored before shipments counted their orders takes its count now: the plan read
+    all its orders (`_orders_on`)."""
+    assert plan.shipment is not None
+    if ORDER_COUNT not in plan.shipment:
+        count = len(plan.shipment_orders) + added
+        update: Doc = {"$set": {ORDER_COUNT: count}}
+    elif added:
+        update = {"$inc": {ORDER_COUNT: added}}
+    else:
+        return
+    await storage.shipments.update_one({"_id": plan.shipment["_id"]}, update, session=session)
 
 
 async def _write_items(

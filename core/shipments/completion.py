@@ -5,12 +5,13 @@ Triggers (the first one wins): DOOR_CLOSED or TRAILER_DEPARTED at the shipment's
 facility's `complete_on_all_lpns` is on (`check_all_lpns_observed`, run after each pallet batch),
 or an explicit request (`complete_shipment`, used by GraphQL and the dashboard).
 
-Exactly once: a message id is reserved, then one compare-and-set on ``completed_at: None`` stores
-the completion together with that id (`completion_message_id`). Only the writer whose update
-matched writes the message; a racing trigger finds ``completed_at`` set and writes nothing. If
-the process dies between the two writes, the next `complete_shipment` call for the shipment
-(any trigger) finds the message missing and writes it under the stored id — so the message
-exists at most once, and at least once after any later completion call.
+One unit of work (`publish.write_with_messages`): the shipment's completion (holding its
+message id, `completion_message_id`), its orders' COMPLETED status, the SHORT exception when
+expected LPNs are missing, that exception's message and the completion message commit together
+or not at all. Exactly once: the unit reads the shipment inside its transaction and completes it
+only when ``completed_at`` is unset; of two racing triggers the later one conflicts with the
+first, runs again, finds the shipment completed and writes nothing. A call on a completed
+shipment answers the completion stored.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from core.exceptions import records, rules
 from core.feed import publish
 from core.settings import Settings
 from core.shipments import directions, lifecycle, observed
-from core.storage import Doc, Storage, insert_ignoring_duplicates
+from core.storage import Doc, Session, Storage, together
 from core.tenancy.tenants import Facility, find_facility
 
 REQUESTED = "REQUESTED"
@@ -74,28 +75,35 @@ def net_pallets(pallets: Iterable[Doc], expected: str | None = None) -> list[Doc
     return [p for p in ordered if id(p) in kept]
 
 
-async def shipment_order_numbers(storage: Storage, shipment_id: int) -> list[str]:
+async def shipment_order_numbers(
+    storage: Storage, shipment_id: int, session: Session = None
+) -> list[str]:
     orders = (
-        await storage.orders.find({"shipment_id": shipment_id}, {"number": 1, "created_seq": 1})
+        await storage.orders.find(
+            {"shipment_id": shipment_id}, {"number": 1, "created_seq": 1}, session=session
+        )
         .sort("created_seq", ASCENDING)
         .to_list()
     )
     return [str(o["number"]) for o in orders]
 
 
-async def build_completion_payload(settings: Settings, storage: Storage, shipment: Doc) -> Doc:
+async def build_completion_payload(
+    settings: Settings, storage: Storage, shipment: Doc, session: Session = None
+) -> Doc:
     """The spec's shipment completion payload: its pallets net of load/unload pairs, each a
     pallet payload without occurredAt; and, for an outbound shipment, its ASN's URL."""
     shipment_id = int(shipment["_id"])
     pallets = await storage.pallets.find(
         {"shipment_id": shipment_id},
         {"payload": 1, "occurred_at": 1, "message_id": 1, "direction": 1, "lpns": 1, "dock": 1},
+        session=session,
     ).to_list()
     kept = net_pallets(pallets, directions.reading_direction(shipment["direction"]))
     dock = shipment.get("dock") or (kept[-1]["dock"] if kept else "") or ""
     return {
         "serviceShipmentId": str(shipment_id),
-        "orders": await shipment_order_numbers(storage, shipment_id),
+        "orders": await shipment_order_numbers(storage, shipment_id, session),
         "url": urls.shipment_url(settings, shipment_id),
         "dockId": dock,
         "pallets": [{k: v for k, v in p["payload"].items() if k != "occurredAt"} for p in kept],
@@ -108,36 +116,15 @@ async def build_completion_payload(settings: Settings, storage: Storage, shipmen
     }
 
 
-async def _write_completion_message(
-    settings: Settings, storage: Storage, shipment: Doc, message_id: int
-) -> int:
-    """Write the completion message under `message_id`, or under a fresh id (stored in the
-    shipment) if a feed reader fenced that one; returns the id it was written under."""
-    payload = await build_completion_payload(settings, storage, shipment)
-    written = await publish.build_messages(
-        storage,
-        [
-            publish.NewMessage(
-                business=shipment["business"],
-                facility=shipment["facility"],
-                type="SHIPMENT_COMPLETE",
-                payload=payload,
-                shipment_id=int(shipment["_id"]),
-            )
-        ],
-        ids=[message_id],
+def _stored(shipment: Doc) -> Completion:
+    """The completion a completed shipment holds."""
+    return Completion(
+        int(shipment["_id"]),
+        int(shipment["completion_message_id"]),
+        shipment["completion_reason"],
+        shipment["completed_at"],
+        completed_now=False,
     )
-    shipment_id = int(shipment["_id"])
-
-    async def store_new_id(renumbered: dict[int, int]) -> None:
-        for old, new in renumbered.items():
-            await storage.shipments.update_one(
-                {"_id": shipment_id, "completion_message_id": old},
-                {"$set": {"completion_message_id": new}},
-            )
-
-    await publish.write_messages(storage, written, on_renumber=store_new_id)
-    return written.ids[0]
 
 
 async def complete_shipment(
@@ -150,133 +137,163 @@ async def complete_shipment(
     status: str | None = None,
     at: datetime | None = None,
 ) -> Completion:
-    """Complete the shipment once and write its SHIPMENT_COMPLETE message with deliveries.
+    """Complete the shipment once and write its SHIPMENT_COMPLETE message with deliveries, in
+    one unit of work (see the module doc).
 
     `source` names who asked (``operator:alice``, ``client:dfc_…``, ``dock:DOOR_CLOSED``); it
     goes into the history. `status` overrides the final status (default LOADED/UNLOADED by
     direction; TRAILER_DEPARTED passes DEPARTED). Completing a completed shipment changes
-    nothing and answers ``completed_now=False`` (after repairing a missing message).
+    nothing and answers its stored completion, with ``completed_now=False``.
     """
     at = at or lifecycle.now_ms()
     shipment = await storage.shipments.find_one({"_id": shipment_id})
     if shipment is None:
         raise NotFound(f"shipment {shipment_id} not found")
-    if shipment.get("completed_at") is None:
-        missing = await _missing_lpns(storage, shipment)
-        # The SHORT exception's message comes before the completion's (a lower id).
-        ids = list(
-            await publish.reserve_message_ids(storage, shipment["business"], 2 if missing else 1)
-        )
-        message_id = ids[-1]
-        fields: Doc = {
-            "completed_at": at,
-            "recorded_at": lifecycle.now_ms(),  # dockflow's clock: the event's recordTime
-            "completion_reason": reason,
-            "completion_message_id": message_id,
-        }
-        if site := await find_facility(storage, shipment["business"], shipment["facility"]):
-            fields[epcis_events.RECORDED_SITE] = epcis_events.site_record(
-                site.gln, site.gln_extension(shipment.get("dock") or ""), site.timezone, at
-            )
-        if missing:
-            short = rules.short_exception(
-                shipment, missing, await shipment_order_numbers(storage, shipment_id)
-            )
-            fields["short_exception"] = records.new_record(
-                exception_id=records.exception_id(f"shipment:{shipment_id}", "SHORT"),
-                code=short.code,
-                priority=short.priority,
-                business=shipment["business"],
-                facility=shipment["facility"],
-                shipment_id=shipment_id,
-                pallet_id=None,
-                dock=shipment.get("dock") or "",
-                lpns=short.lpns,
-                orders=short.orders,
-                detail=short.detail,
-                expected=short.expected,
-                observed=short.observed,
-                occurred_at=at,
-                now=at,
-                by=records.Actor("RULE", source),
-                message_id=ids[0],
-            )
-        final = status or directions.done_status(shipment["direction"])
-        written = await lifecycle.update_with_history(
-            storage,
-            shipment_id,
-            status=final,
-            at=at,
-            source=source,
-            fields=fields,
-            condition={"completed_at": None},
-            shipment=shipment,
-        )
-        if written is not None:
-            await storage.orders.update_many(
-                {"shipment_id": shipment_id}, {"$set": {"status": "COMPLETED"}}
-            )
-            await _raise_short(storage, settings, written)
-            message_id = await _write_completion_message(settings, storage, written, message_id)
-            return Completion(shipment_id, message_id, reason, at, completed_now=True)
-        shipment = await storage.shipments.find_one({"_id": shipment_id})
-        assert shipment is not None
-    return await _repair(settings, storage, shipment)
-
-
-async def _missing_lpns(storage: Storage, shipment: Doc) -> list[str]:
-    """The expected LPNs not on the trailer, when the facility raises SHORT exceptions."""
+    if shipment.get("completed_at") is not None:
+        return _stored(shipment)
     facility = await find_facility(storage, shipment["business"], shipment["facility"])
+    # A SHORT exception's message comes before the completion's (the lower of two ids); the
+    # id is voided when nothing is missing.
+    count = 2 if facility is not None and facility.checks("SHORT") else 1
+    raised: list[Doc] = []  # the SHORT exception of the attempt that committed
+
+    async def complete(
+        ids: list[int], session: Session
+    ) -> tuple[Completion, publish.WrittenMessages]:
+        raised.clear()
+        current = await storage.shipments.find_one({"_id": shipment_id}, session=session)
+        if current is None:
+            raise NotFound(f"shipment {shipment_id} not found")
+        if current.get("completed_at") is not None:
+            return _stored(current), publish.WrittenMessages()  # another trigger came first
+        return await _complete(
+            storage, settings, current, facility, ids, session, raised,
+            source=source, reason=reason, status=status, at=at,
+        )  # fmt: skip
+
+    done = await publish.write_with_messages(
+        storage, complete, business=shipment["business"], count=count
+    )
+    records.count_raised(raised)
+    return done
+
+
+async def _complete(
+    storage: Storage,
+    settings: Settings,
+    shipment: Doc,
+    facility: Facility | None,
+    ids: list[int],
+    session: Session,
+    raised: list[Doc],
+    *,
+    source: str,
+    reason: str,
+    status: str | None,
+    at: datetime,
+) -> tuple[Completion, publish.WrittenMessages]:
+    """The writes of a completion, in the transaction `session`: the shipment, its orders, the
+    SHORT exception (also added to `raised`) and the messages, built from what it reads."""
+    shipment_id = int(shipment["_id"])
+    message_id = ids[-1]
+    fields: Doc = {
+        "completed_at": at,
+        "recorded_at": lifecycle.now_ms(),  # dockflow's clock: the event's recordTime
+        "completion_reason": reason,
+        "completion_message_id": message_id,
+    }
+    if facility is not None:
+        fields[epcis_events.RECORDED_SITE] = epcis_events.site_record(
+            facility.gln, facility.gln_extension(shipment.get("dock") or ""), facility.timezone, at
+        )
+    missing = await _missing_lpns(storage, shipment, facility, session) if len(ids) > 1 else []
+    new: list[publish.NewMessage] = []
+    short: Doc | None = None
+    if missing:
+        orders = await shipment_order_numbers(storage, shipment_id, session)
+        short = _short_record(shipment, missing, orders, source, at, ids[0])
+        fields["short_exception"] = short
+        new.append(records.message(settings, short))
+    written = await lifecycle.update_with_history(
+        storage,
+        shipment_id,
+        status=status or directions.done_status(shipment["direction"]),
+        at=at,
+        source=source,
+        fields=fields,
+        condition={"completed_at": None},
+        shipment=shipment,
+        session=session,
+    )
+    assert written is not None  # read completed_at None in this transaction
+    await storage.orders.update_many(
+        {"shipment_id": shipment_id}, {"$set": {"status": "COMPLETED"}}, session=session
+    )
+    if short is not None:
+        await storage.exceptions.insert_one(short, session=session)
+        raised.append(short)
+    new.append(
+        publish.NewMessage(
+            business=shipment["business"],
+            facility=shipment["facility"],
+            type="SHIPMENT_COMPLETE",
+            payload=await build_completion_payload(settings, storage, written, session),
+            shipment_id=shipment_id,
+        )
+    )
+    messages = await publish.build_messages(storage, new, ids=ids[-len(new) :])
+    await publish.write_messages(storage, messages, session)
+    return Completion(shipment_id, message_id, reason, at, completed_now=True), messages
+
+
+def _short_record(
+    shipment: Doc, missing: list[str], orders: list[str], source: str, at: datetime, message_id: int
+) -> Doc:
+    """The SHORT exception of a shipment completed without `missing` LPNs."""
+    short = rules.short_exception(shipment, missing, orders)
+    return records.new_record(
+        exception_id=records.exception_id(f"shipment:{shipment['_id']}", "SHORT"),
+        code=short.code,
+        priority=short.priority,
+        business=shipment["business"],
+        facility=shipment["facility"],
+        shipment_id=int(shipment["_id"]),
+        pallet_id=None,
+        dock=shipment.get("dock") or "",
+        lpns=short.lpns,
+        orders=short.orders,
+        detail=short.detail,
+        expected=short.expected,
+        observed=short.observed,
+        occurred_at=at,
+        now=at,
+        by=records.Actor("RULE", source),
+        message_id=message_id,
+    )
+
+
+async def _missing_lpns(
+    storage: Storage, shipment: Doc, facility: Facility | None, session: Session
+) -> list[str]:
+    """The expected LPNs not on the trailer, when the facility raises SHORT exceptions."""
     if facility is None or not facility.checks("SHORT"):
         return []
     shipment_id = int(shipment["_id"])
-    items, pallets = await asyncio.gather(
-        storage.order_items.find({"shipment_id": shipment_id}, {"lpn": 1}).to_list(),
+    items, pallets = await together(
+        session,
+        storage.order_items.find(
+            {"shipment_id": shipment_id}, {"lpn": 1}, session=session
+        ).to_list(),
         storage.pallets.find(
             {"shipment_id": shipment_id},
             {"lpns": 1, "direction": 1, "occurred_at": 1, "message_id": 1},
+            session=session,
         ).to_list(),
     )
     expected = observed.expected_lpns(items)
     if not expected:
         return []
     return observed.lpn_progress(shipment["direction"], expected, pallets).missing
-
-
-async def _raise_short(storage: Storage, settings: Settings, shipment: Doc) -> None:
-    """Store the SHORT exception a completion holds, and its message (again after a crash:
-    what exists is kept)."""
-    record = shipment.get("short_exception")
-    if record is None:
-        return
-    if await insert_ignoring_duplicates(storage, "exceptions", [record]):
-        records.count_raised([record])
-    stored = await storage.exceptions.find_one({"_id": record["_id"]})
-    await records.publish_missing(storage, settings, [stored or record])
-
-
-async def _repair(settings: Settings, storage: Storage, shipment: Doc) -> Completion:
-    """A completed shipment: make sure its completion message exists (a crash may have come
-    between the completion and the message), and its SHORT exception's before it."""
-    await _raise_short(storage, settings, shipment)
-    message_id = shipment.get("completion_message_id")
-    if message_id is None:  # completed by an older code path: nothing to repair
-        message_id = 0
-    elif (
-        await storage.push_messages.count_documents(
-            {"_id": message_id, publish.VOID: {"$exists": False}}
-        )
-        == 0
-    ):
-        # Missing, or fenced by a feed reader (then it is written under a fresh id).
-        message_id = await _write_completion_message(settings, storage, shipment, int(message_id))
-    return Completion(
-        int(shipment["_id"]),
-        int(message_id),
-        shipment.get("completion_reason") or REQUESTED,
-        shipment["completed_at"],
-        completed_now=False,
-    )
 
 
 async def check_all_lpns_observed(

@@ -30,7 +30,7 @@ from core.errors import Conflict, NotFound, ValidationFailed
 from core.settings import Settings
 from core.shipments import directions
 from core.shipments.directions import ShipmentDirection
-from core.storage import Doc, Storage
+from core.storage import Doc, Session, Storage
 
 DockEventType = Literal["TRAILER_ARRIVED", "DOOR_OPENED", "DOOR_CLOSED", "TRAILER_DEPARTED"]
 DOCK_EVENT_TYPES: tuple[str, ...] = (
@@ -60,6 +60,9 @@ AT_DOCK_STATUSES = ["DOOR_ASSIGNED", "LOADING", "UNLOADING"]
 # An order is CREATED by intake and IN_PROGRESS from its first pallet on.
 ORDER_STATUS_NEW = "CREATED"
 ORDER_STATUS_STARTED = "IN_PROGRESS"
+# A shipment's number of orders, kept by intake (the only writer of orders) in the transaction
+# that creates or moves them, so a document knows the shipment's orders without reading them.
+ORDER_COUNT = "order_count"
 # Shipments planned for a door; TRAILER_ARRIVED there moves the oldest one to DOOR_ASSIGNED.
 PLANNED_STATUSES = ["NEW", "SCHEDULED", "AT_FACILITY"]
 # Readings and events further ahead of the server clock than this are refused (camera clocks).
@@ -172,6 +175,7 @@ def new_shipment(
         "completion_reason": None,
         "completion_message_id": None,
         "fields": fields or {},
+        ORDER_COUNT: 0,
         "created_at": at,
         "updated_at": at,
     }
@@ -252,6 +256,7 @@ async def update_with_history(
     fields: Doc | None = None,
     condition: Doc | None = None,
     shipment: Doc | None = None,
+    session: Session = None,
 ) -> Doc | None:
     """Append a history entry (and set `status` and `fields`) atomically.
 
@@ -260,13 +265,19 @@ async def update_with_history(
     The write sets the whole history array (no portable `$push` of sub-documents) under a
     compare-and-set on the history length and `updated_at`: a concurrent writer makes this one
     read again and retry. An ad-hoc shipment that stops holding its dock gives it up in the same
-    write (`holds_dock`). Returns the shipment as written.
+    write (`holds_dock`). Returns the shipment as written. In the unit of work `session` when
+    one is given.
     """
     for _ in range(_CAS_ATTEMPTS):
         if shipment is None:
-            shipment = await storage.shipments.find_one({"_id": shipment_id, **(condition or {})})
+            shipment = await storage.shipments.find_one(
+                {"_id": shipment_id, **(condition or {})}, session=session
+            )
             if shipment is None:
-                if await storage.shipments.count_documents({"_id": shipment_id}) == 0:
+                found = await storage.shipments.count_documents(
+                    {"_id": shipment_id}, session=session
+                )
+                if found == 0:
                     raise NotFound(f"shipment {shipment_id} not found")
                 return None
         history = list(shipment.get("history") or [])
@@ -291,6 +302,7 @@ async def update_with_history(
                 **(condition or {}),
             },
             update,
+            session=session,
         )
         if result.modified_count == 1:
             return written

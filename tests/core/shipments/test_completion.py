@@ -9,7 +9,6 @@ import pytest
 
 from core.auth.crypto import SecretBox
 from core.errors import NotFound
-from core.feed import publish
 from core.outbox.webhook_endpoints import create_endpoint
 from core.pallets.batch import record_pallets
 from core.services import Services
@@ -271,46 +270,3 @@ async def test_racing_triggers_complete_exactly_once(
     assert shipment is not None
     assert shipment["completion_message_id"] == messages[0]["_id"]
     assert sum(1 for h in shipment["history"] if h["status"] == "LOADED") == 1
-
-
-async def test_a_completion_cut_off_before_its_message_is_repaired_by_the_next_call(
-    storage: Storage, settings: Settings, tenant: Tenant
-):
-    camera = await camera_of(storage, tenant, "D1")
-    [result] = await record_pallets(storage, settings, [(camera, pallet("A"))])
-    shipment_id = result.shipment_id
-    assert shipment_id is not None
-    done = await completion.complete_shipment(storage, settings, shipment_id, "operator:ann")
-    # as if the process died between the completion and its message
-    await storage.push_messages.delete_one({"_id": done.message_id})
-
-    again = await completion.complete_shipment(storage, settings, shipment_id, "operator:ann")
-
-    assert again.completed_now is False
-    [message] = await _complete_messages(storage, shipment_id)
-    assert message["_id"] == done.message_id
-
-
-async def test_a_completion_whose_message_id_was_fenced_is_repaired_under_a_fresh_id(
-    storage: Storage, settings: Settings, tenant: Tenant
-):
-    await create_endpoint(storage, SecretBox(settings), "acme", "https://x.example")
-    camera = await camera_of(storage, tenant, "D1")
-    [result] = await record_pallets(storage, settings, [(camera, pallet("A"))])
-    shipment_id = result.shipment_id
-    assert shipment_id is not None
-    done = await completion.complete_shipment(storage, settings, shipment_id, "operator:ann")
-    # as if the process stalled between the completion and its message, and a feed reader
-    # fenced the id meanwhile
-    await storage.push_messages.delete_one({"_id": done.message_id})
-    await publish.fence_ids(storage, [done.message_id])
-
-    again = await completion.complete_shipment(storage, settings, shipment_id, "operator:ann")
-
-    [message] = await _complete_messages(storage, shipment_id)
-    shipment = await storage.shipments.find_one({"_id": shipment_id})
-    assert shipment is not None
-    assert again.message_id == message["_id"] > done.message_id
-    assert shipment["completion_message_id"] == again.message_id
-    assert await storage.webhook_deliveries.count_documents({"message_id": done.message_id}) == 0
-    assert await storage.webhook_deliveries.count_documents({"message_id": again.message_id}) == 1
