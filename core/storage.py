@@ -161,6 +161,14 @@ INDEXES: dict[str, list[IndexModel]] = {
         # (_id breaks ties, compared by the query: nx-27017 cannot index `_id` beside others)
         IndexModel([("business", ASCENDING), ("occurred_at", ASCENDING)]),
     ],
+    # A corrected reading's entry, `_id` its pallet id (core/pallets/corrections.py): the
+    # EPCIS event query's declarations in page order, by event time and by record time
+    # (when it was declared), and what goes with a shipment
+    "pallet_corrections": [
+        IndexModel([("business", ASCENDING), ("occurred_at", ASCENDING)]),
+        IndexModel([("business", ASCENDING), ("declared_at", ASCENDING)]),
+        IndexModel([("shipment_id", ASCENDING)]),
+    ],
     "exceptions": [
         # lists and `afterId` pages: seq is the creation message's id (core/exceptions)
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("seq", ASCENDING)]),

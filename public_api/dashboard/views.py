@@ -33,6 +33,7 @@ from core.exceptions.codes import CODES, STATUSES, Status
 from core.exceptions.operator import change_status_as_operator, create_as_operator
 from core.exceptions.queries import OPEN_STATUSES, ExceptionFilter
 from core.outbox import recovery
+from core.pallets import corrections
 from core.reads import dashboard_queries, shipment_queries
 from core.reads.shipment_queries import ShipmentFilter
 from core.services import Services
@@ -616,6 +617,7 @@ async def pallet_page(request: web.Request) -> web.Response:
             "nav": "shipments",
             "detail": detail,
             "pallet": detail.pallet,
+            "correction_reasons": corrections.REASONS,
             "tz": detail.facility.timezone if detail.facility else "UTC",
             "notice": request.query.get("notice", ""),
             "live_query": urlencode(
@@ -627,6 +629,27 @@ async def pallet_page(request: web.Request) -> web.Response:
             ),
         },
     )
+
+
+async def correct_submit(request: web.Request) -> web.StreamResponse:
+    """Declare the pallet's reading wrong (the form's reason and note): it stops counting on
+    its shipment and its EPCIS event is declared wrong (`core.pallets.corrections`)."""
+    dash = _dash(request)
+    pallet_id = request.match_info["pallet_id"]
+    form = await request.post()
+    done = await corrections.correct_reading(
+        dash.services.storage,
+        _operator(request),
+        pallet_id,
+        _form_str(form, "reason"),
+        _form_str(form, "note"),
+    )
+    notice = (
+        "Reading declared wrong: it no longer counts on its shipment."
+        if done.corrected_now
+        else "This reading was already declared wrong."
+    )
+    raise _see_other(_notice_url(f"{dash.prefix}/pallets/{pallet_id}", notice))
 
 
 # --- exceptions ---------------------------------------------------------------------------
@@ -920,6 +943,7 @@ def build_app(services: Services) -> tuple[str, web.Application]:
     )
     router.add_get("/shipments/{shipment_id}/proof.pdf", proof_download, name="shipment_proof")
     router.add_get("/pallets/{pallet_id}", pallet_page, name="pallet")
+    router.add_post("/pallets/{pallet_id}/correct", correct_submit, name="pallet_correct")
     router.add_get("/exceptions", exceptions_page, name="exceptions")
     router.add_get("/exceptions/{exception_id}", exception_page, name="exception")
     router.add_post(
