@@ -19,6 +19,7 @@ of the declaration are written in one transaction, or none of them.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +33,8 @@ from core.outbox import epcis_capture
 from core.shipments.observed import CORRECTION
 from core.storage import Doc, Session, Storage
 from core.tenancy.tenants import Operator
+
+log = logging.getLogger(__name__)
 
 REASONS = epcis_events.ERROR_REASONS  # CBV 2.0 error reasons, bare words
 # The index of corrected readings the event query reads their declarations from (one entry a
@@ -117,7 +120,18 @@ async def correct_reading(
             sent = await epcis_capture.write_declaration(storage, pallet, declared, at, session)
         return Correction(pallet_id, reason, note, by, at, True, sent)
 
-    return await storage.in_transaction(work)
+    done = await storage.in_transaction(work)
+    if done.corrected_now:
+        log.info(
+            "pallet reading declared wrong by operator",
+            extra={
+                "pallet_id": pallet_id,
+                "operator": operator.username,
+                "reason": reason,
+                "epcis_deliveries": done.deliveries,
+            },
+        )
+    return done
 
 
 def _index_entry(pallet: Doc, record: Doc) -> Doc:

@@ -79,7 +79,7 @@ async def test_the_dashboard_form_declares_a_reading_wrong_for_its_operator_only
 ):
     await make_operator(services, "lead", [tenant.business])
     await make_operator(services, "theirs", [other_tenant.business])
-    _, [_, pallet_id] = await _read(storage, edge_server, tenant)
+    shipment_id, [_, pallet_id] = await _read(storage, edge_server, tenant)
     page = f"/dashboard/pallets/{pallet_id}"
     form = {"reason": "did_not_occur", "note": "The camera saw the next door's pallet."}
 
@@ -109,6 +109,8 @@ async def test_the_dashboard_form_declares_a_reading_wrong_for_its_operator_only
     stored = await storage.pallets.find_one({"_id": pallet_id})
     assert stored is not None
     assert stored["correction"]["by"] == {"kind": "OPERATOR", "id": "lead"}
+    listed = await api.get(f"/dashboard/shipments/{shipment_id}")
+    assert (await listed.text()).count("Declared wrong") == 1
 
 
 async def test_the_customer_sees_the_correction_in_graphql_and_the_epcis_query(
