@@ -235,6 +235,8 @@ INDEXES: dict[str, list[IndexModel]] = {
 MULTIKEY_INDEXES: dict[str, list[IndexModel]] = {
     # the EPCIS event query by SSCC (MATCH_epc): a business's readings naming one
     "pallets": [IndexModel([("business", ASCENDING), ("lpns", ASCENDING)])],
+    # the same for the error declarations of corrected readings (core/pallets/corrections.py)
+    "pallet_corrections": [IndexModel([("business", ASCENDING), ("lpns", ASCENDING)])],
 }
 
 
