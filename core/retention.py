@@ -71,6 +71,7 @@ SHIPMENT_PARTS: Final = (
     "order_items",
     "orders",
     "pallets",
+    "pallet_corrections",
     "exceptions",
     "shipment_documents",
     "dock_events",

@@ -162,6 +162,14 @@ INDEXES: dict[str, list[IndexModel]] = {
         # (_id breaks ties, compared by the query: nx-27017 cannot index `_id` beside others)
         IndexModel([("business", ASCENDING), ("occurred_at", ASCENDING)]),
     ],
+    # A corrected reading's entry, `_id` its pallet id (core/pallets/corrections.py): the
+    # EPCIS event query's declarations in page order, by event time and by record time
+    # (when it was declared), and what goes with a shipment
+    "pallet_corrections": [
+        IndexModel([("business", ASCENDING), ("occurred_at", ASCENDING)]),
+        IndexModel([("business", ASCENDING), ("declared_at", ASCENDING)]),
+        IndexModel([("shipment_id", ASCENDING)]),
+    ],
     "exceptions": [
         # lists and `afterId` pages: seq is the creation message's id (core/exceptions)
         IndexModel([("business", ASCENDING), ("facility", ASCENDING), ("seq", ASCENDING)]),
@@ -228,6 +236,8 @@ INDEXES: dict[str, list[IndexModel]] = {
 MULTIKEY_INDEXES: dict[str, list[IndexModel]] = {
     # the EPCIS event query by SSCC (MATCH_epc): a business's readings naming one
     "pallets": [IndexModel([("business", ASCENDING), ("lpns", ASCENDING)])],
+    # the same for the error declarations of corrected readings (core/pallets/corrections.py)
+    "pallet_corrections": [IndexModel([("business", ASCENDING), ("lpns", ASCENDING)])],
 }
 
 

@@ -27,6 +27,7 @@ from dockflow import (
     admin_apply,
     admin_asn,
     admin_backup,
+    admin_corrections,
     admin_gs1,
     admin_webhooks,
     server_record,
@@ -171,7 +172,14 @@ def register(commands: Any) -> None:
 
     # Commands of their own modules: apply; webhook endpoints and deliveries; backup, restore;
     # GS1 identities; ASN trading partners.
-    for module in (admin_apply, admin_webhooks, admin_backup, admin_gs1, admin_asn):
+    for module in (
+        admin_apply,
+        admin_webhooks,
+        admin_backup,
+        admin_gs1,
+        admin_asn,
+        admin_corrections,
+    ):
         module.register(sub)
 
 

@@ -26,6 +26,7 @@ from public_api.problems import PROBLEM_TYPE, problem_from_error
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 PATH = "/epcis/events"
 EPC_PATH = "/epcis/epcs/{epc}/events"
+EVENT_PATH = "/epcis/events/{eventID}"
 EVENT_TYPES_PATH = "/epcis/eventTypes"
 EVENT_TYPE_PATH = "/epcis/eventTypes/{eventType}/events"
 HEADERS = {
@@ -37,6 +38,7 @@ HEADERS = {
 # The EPC of the resource route stands in for these (it is MATCH_anyEPC).
 EPC_PARAMETERS = frozenset({"MATCH_epc", "MATCH_anyEPC"})
 MAX_PATH_EPC_CHARS = 256  # the path parameter's maxLength in the OpenAPI document
+MAX_EVENT_ID_CHARS = 256  # an eventID (a CBV 2.0 hash is 91 characters)
 
 
 async def get_events(request: web.Request) -> web.Response:
@@ -54,6 +56,24 @@ async def get_epc_events(request: web.Request) -> web.Response:
         raise NotFound(f"no EPC {epc[:80]!r}")
     path = EPC_PATH.format(epc=quote(epc, safe=""))
     return await _answer(request, {**params, "MATCH_anyEPC": epc}, path, shown=params)
+
+
+async def get_event(request: web.Request) -> web.Response:
+    """One event of the caller by its eventID (URL-encoded in the path), with its error
+    declarations, in an EPCISQueryDocument; 404 for another business's or an unknown id."""
+    principal = await authenticate(request)
+    check_epc_format(request.headers.get("GS1-EPC-Format"))
+    event_id = request.match_info["eventID"]
+    params = _params(request)
+    if list(params) == ["ver"] and event_id.startswith("ni:///"):  # a `?` left unencoded
+        event_id += f"?ver={params.pop('ver')}"
+    if params:
+        raise BadRequest(f"query parameter {sorted(params)[0]!r} is not taken on this route")
+    if len(event_id) > MAX_EVENT_ID_CHARS:
+        raise NotFound(f"no event {event_id[:80]!r}")
+    found = await query.find_event(request.app[SERVICES].storage, principal, event_id)
+    body = events.query_document(found, datetime.now(UTC))
+    return web.Response(text=json.dumps(body), content_type="application/ld+json", headers=HEADERS)
 
 
 async def get_event_types(request: web.Request) -> web.Response:
@@ -152,6 +172,7 @@ def binding_problems(handler: Handler) -> Handler:
 def setup(app: web.Application) -> None:
     app.router.add_get(PATH, binding_problems(get_events))
     app.router.add_get("/epcis/epcs/{epc:.+}/events", binding_problems(get_epc_events))
+    app.router.add_get("/epcis/events/{eventID:.+}", binding_problems(get_event))
     app.router.add_get(EVENT_TYPES_PATH, binding_problems(get_event_types))
     app.router.add_get(EVENT_TYPE_PATH, binding_problems(get_event_type_events))
 
@@ -170,6 +191,9 @@ _PARAMETERS = {
     "MATCH_anyEPC": "As MATCH_epc.",
     "MATCH_epcClass": "Comma-separated classes https://id.gs1.org/01/{GTIN}[/10/{lot}].",
     "EQ_eventID": "Comma-separated eventIDs (ni:///sha-256;…?ver=CBV2.0).",
+    "EXISTS_errorDeclaration": "true: only events with an errorDeclaration (false: any).",
+    "EQ_errorReason": "Comma-separated error reasons: did_not_occur, incorrect_data (or CBV URIs).",
+    "EQ_correctiveEventID": "Comma-separated eventIDs a declaration names as corrective.",
     "orderBy": "eventTime (default) or recordTime.",
     "orderDirection": "ASC (default) or DESC.",
     "perPage": f"Events per page, 1-{query.MAX_PER_PAGE} (default {query.DEFAULT_PER_PAGE}).",
@@ -216,10 +240,38 @@ def operations(problem_ref: dict[str, Any]) -> dict[str, Any]:
     }
     return {
         PATH: {"get": events_operation},
+        EVENT_PATH: {"get": _event_operation(problem_ref)},
         EPC_PATH: {"get": epc_operation},
         EVENT_TYPES_PATH: {"get": _event_types_operation(problem_ref)},
         EVENT_TYPE_PATH: {"get": type_operation},
     }
+
+
+def _event_operation(problem_ref: dict[str, Any]) -> dict[str, Any]:
+    operation = _operation(problem_ref, "getEpcisEvent", {})
+    operation["summary"] = "One EPCIS 2.0 event by its eventID, with its error declarations"
+    operation["description"] = (
+        "The caller's event of this eventID and every error declaration of it, in an "
+        "EPCISQueryDocument, looked for among the caller's latest "
+        f"{query.MAX_LOOKUP_RECORDS:,} records by event time; 404 "
+        "(NoSuchResourceException) for another business's, an unknown or an older id."
+    )
+    operation["parameters"] = [
+        {
+            "name": "eventID",
+            "in": "path",
+            "required": True,
+            "description": "The eventID (ni:///sha-256;…?ver=CBV2.0), URL-encoded.",
+            "schema": {"type": "string", "maxLength": MAX_EVENT_ID_CHARS},
+        }
+    ]
+    del operation["responses"]["413"]
+    operation["responses"]["200"]["description"] = "The event and its error declarations."
+    operation["responses"]["404"] = {
+        "description": "No such event of yours (NoSuchResourceException).",
+        "content": {PROBLEM_TYPE: {"schema": problem_ref}},
+    }
+    return operation
 
 
 def _event_types_operation(problem_ref: dict[str, Any]) -> dict[str, Any]:

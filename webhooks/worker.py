@@ -420,7 +420,8 @@ class WebhookWorker(Running):
         most = endpoint_kinds.KINDS[endpoint.kind].max_items
         limit = min(most, self._item_limits.get(endpoint.endpoint_id, most))
         claims, messages = await self._claim_more(endpoint, claims, messages, limit)
-        ready: dict[int, tuple[Claim, Doc]] = {}
+        # By delivery: a reading's declared event is a second delivery of its message.
+        ready: dict[str, tuple[Claim, Doc]] = {}
         for claim in claims:
             message = messages.get(claim.message_id)
             if message is None:
@@ -430,7 +431,7 @@ class WebhookWorker(Running):
             elif publish.is_void(message):
                 await claiming.drop_fenced(self.storage, claim)
             else:
-                ready[claim.message_id] = (claim, message)
+                ready[claim.delivery_id] = (claim, message)
         requests = await composer(self.storage, list(ready.values()), limit)
         while requests:
             request = requests.pop(0)
@@ -438,7 +439,7 @@ class WebhookWorker(Running):
                 reason = request.nothing_to_send
                 await attempts.settle_unsent(self.storage, request.claims, reason)
                 continue
-            first = ready[request.claims[0].message_id]
+            first = ready[request.claims[0].delivery_id]
             result = await self._send_composed(endpoint, request, first[1].get("trace"))
             if result.capture_limit is not None:
                 self._item_limits[endpoint.endpoint_id] = result.capture_limit
@@ -452,7 +453,7 @@ class WebhookWorker(Running):
                     f"requests of at most {smaller}",
                     extra={"endpoint_id": endpoint.endpoint_id},
                 )
-                again = [ready[c.message_id] for c in request.claims]
+                again = [ready[c.delivery_id] for c in request.claims]
                 requests[:0] = await composer(self.storage, again, smaller)
                 continue
             await self._record_composed(request, result)

@@ -104,9 +104,27 @@ def _readings(shipment: Doc, pallets: list[Doc]) -> list[dict[str, Any]]:
             "imageUrls": list(pallet.get("image_urls") or []),
             "orders": list(pallet.get("orders") or []),
             "onTrailer": id(pallet) in kept,
+            # only on a reading declared wrong: a proof of other readings keeps its hash
+            **_correction(pallet),
         }
         for number, pallet in enumerate(sorted(pallets, key=observed.reading_order), start=1)
     ]
+
+
+def _correction(pallet: Doc) -> dict[str, Any]:
+    """A corrected reading's correction (`core.pallets.corrections`): who declared it wrong,
+    when and why; the reading is not on the trailer."""
+    kept = pallet.get(observed.CORRECTION)
+    if not kept:
+        return {}
+    return {
+        "correction": {
+            "reason": kept.get("reason"),
+            "note": kept.get("note"),
+            "by": kept.get("by"),
+            "at": _at(kept.get("at")),
+        }
+    }
 
 
 def _exception(record: Doc) -> dict[str, Any]:

@@ -201,7 +201,7 @@ def _readings_table(readings: list[dict[str, Any]]) -> list[Flowable]:
             reading.get("dock"),
             reading.get("cameraId"),
             reading.get("direction"),
-            "yes" if reading.get("onTrailer") else "no",
+            _on_trailer(reading),
         ]
         cells = [_wrapped(v, w) for v, w in zip(values, widths, strict=False)]
         links = [_wrapped(url, widths[-1], MONO_CHARS_PER_MM) for url in reading["imageUrls"]]
@@ -246,3 +246,11 @@ def _tables(rows: list[list[str]], widths: list[int], *styles: TableStyle) -> li
             table.setStyle(style)
         tables.append(table)
     return tables
+
+
+def _on_trailer(reading: dict[str, Any]) -> str:
+    """The on-trailer column: a reading an operator declared wrong says so and why."""
+    correction = reading.get("correction")
+    if correction:
+        return f"no: declared wrong ({correction.get('reason')})"
+    return "yes" if reading.get("onTrailer") else "no"

@@ -102,7 +102,7 @@ def site_record(
 ) -> dict[str, Any]:
     """What `RECORDED_SITE` holds for a record at `at` (a few short values); `outbound`, for a
     pallet reading, whether its shipment ships (whose business transactions it names)."""
-    kept = {"gln": gln, "extension": extension, "offset": _offset(_aware(at), timezone)}
+    kept = {"gln": gln, "extension": extension, "offset": _offset(aware(at), timezone)}
     return kept if outbound is None else {**kept, "outbound": outbound}
 
 
@@ -235,14 +235,15 @@ def declare_error(
     finds the event the declaration is about."""
     if reason not in ERROR_REASONS:
         raise ValueError(f"error reason {reason!r} is none of {', '.join(ERROR_REASONS)}")
-    declaration: dict[str, Any] = {"declarationTime": _utc_ms(_aware(declared_at))}
+    declaration: dict[str, Any] = {"declarationTime": _utc_ms(aware(declared_at))}
     declaration["reason"] = reason
     if corrective_event_ids:
         declaration["correctiveEventIDs"] = list(corrective_event_ids)
     return {**event, "errorDeclaration": declaration}
 
 
-def _aware(at: datetime) -> datetime:
+def aware(at: datetime) -> datetime:
+    """A stored time as an aware UTC one (the database gives naive UTC times back)."""
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
@@ -301,7 +302,7 @@ def _object_event(
     ship_to: Iterable[Any],
 ) -> dict[str, Any]:
     """An OBSERVE ObjectEvent with the fields in the standard's order, and its eventID."""
-    at = _aware(at)
+    at = aware(at)
     event: dict[str, Any] = {
         "type": "ObjectEvent",
         "eventTime": _utc_ms(at),
@@ -348,7 +349,7 @@ def epcis_document(found: Iterable[dict[str, Any]], created_at: datetime) -> dic
         "@context": [EPCIS_CONTEXT],
         "type": "EPCISDocument",
         "schemaVersion": SCHEMA_VERSION,
-        "creationDate": _utc_ms(_aware(created_at)),
+        "creationDate": _utc_ms(aware(created_at)),
         "epcisBody": {"eventList": list(found)},
     }
 

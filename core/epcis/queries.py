@@ -16,7 +16,7 @@ from typing import Any
 
 from core.epcis import events
 from core.errors import NotFound
-from core.shipments.observed import lpn_progress, reading_order
+from core.shipments.observed import CORRECTION, lpn_progress, reading_order
 from core.storage import Doc, Storage
 from core.tenancy import gs1_identities, tenants
 
@@ -64,6 +64,17 @@ def event_at(pallet: Doc, site: events.Site, bol: str | None) -> dict[str, Any] 
     return events.pallet_event(pallet, site.ids, site.timezone, bol=bol)
 
 
+def declared_event_at(pallet: Doc, site: events.Site, bol: str | None) -> dict[str, Any] | None:
+    """A corrected reading's event again with its `errorDeclaration` (the operator's
+    correction: its time and reason; no corrective event, dockflow knows of none); None for a
+    reading not corrected or without an event."""
+    correction = pallet.get(CORRECTION)
+    event = event_at(pallet, site, bol) if correction else None
+    if correction is None or event is None:
+        return None
+    return events.declare_error(event, correction["at"], correction["reason"])
+
+
 async def pallet_event(storage: Storage, pallet: Doc) -> dict[str, Any] | None:
     """The ObjectEvent of a stored pallet reading (None when it names no SSCC or GTIN)."""
     site = await site_of(storage, pallet["business"], pallet["facility"])
@@ -92,9 +103,25 @@ async def completion_event(
     orders = await storage.orders.find(
         {"shipment_id": shipment["_id"]}, {"number": 1}, limit=MAX_SHIPMENT_ORDERS
     ).to_list()
-    on_trailer = lpn_progress(shipment["direction"], [], readings).observed
+    on_trailer = lpn_progress(shipment["direction"], [], as_completed(shipment, readings)).observed
     numbers = sorted(str(order["number"]) for order in orders if order.get("number"))
     return events.shipment_event(shipment, on_trailer, numbers, site)
+
+
+def as_completed(shipment: Doc, readings: list[Doc]) -> list[Doc]:
+    """The readings as they stood when the completion was recorded: one corrected later
+    (`core.pallets.corrections`) still counts for the completion's event, so the event a
+    repository was sent keeps its eventID; the reading's own event is declared wrong."""
+    recorded = shipment.get("recorded_at") or shipment.get("completed_at")
+    if recorded is None:
+        return readings
+    cutoff = events.aware(recorded)
+    return [
+        {k: v for k, v in r.items() if k != CORRECTION}
+        if r.get(CORRECTION) and events.aware(r[CORRECTION]["at"]) > cutoff
+        else r
+        for r in readings
+    ]
 
 
 async def shipment_event(storage: Storage, shipment: Doc) -> dict[str, Any] | None:

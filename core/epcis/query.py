@@ -25,7 +25,7 @@ import base64
 import binascii
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from biip.checksums import gs1_standard_check_digit
@@ -33,7 +33,7 @@ from biip.checksums import gs1_standard_check_digit
 from core.auth.access import Principal
 from core.epcis import events, queries
 from core.epcis.identities import check_sscc, is_digits, sgln_as_digital_link
-from core.errors import BadRequest, PayloadTooLarge, ValidationFailed
+from core.errors import BadRequest, NotFound, PayloadTooLarge, ValidationFailed
 from core.storage import Doc, Storage, time_range
 
 DEFAULT_PER_PAGE = 30
@@ -66,6 +66,9 @@ SUPPORTED = frozenset(
         "MATCH_anyEPC",
         "MATCH_epcClass",
         "EQ_eventID",
+        "EXISTS_errorDeclaration",
+        "EQ_errorReason",
+        "EQ_correctiveEventID",
         "orderBy",
         "orderDirection",
         "perPage",
@@ -80,6 +83,7 @@ CBV_URNS = {
     "bizStep": ("BizStep-", "urn:epcglobal:cbv:bizstep:"),
     "disposition": ("Disp-", "urn:epcglobal:cbv:disp:"),
     "bizTransaction": ("BTT-", "urn:epcglobal:cbv:btt:"),
+    "errorReason": ("ER-", "urn:epcglobal:cbv:er:"),
 }
 # The binding's exception and HTTP status by core error code (the REST binding's OpenAPI,
 # tests/vendor/epcis): problem+json `type` is ``epcisException:{name}`` on the EPCIS routes
@@ -112,6 +116,12 @@ class EventQuery:
     epc_classes: tuple[str, ...] | None = None  # MATCH_epcClass
     transactions: dict[str, frozenset[str]] = field(default_factory=dict)  # by bare type
     event_ids: frozenset[str] | None = None  # EQ_eventID
+    # Only events with an errorDeclaration (EXISTS_errorDeclaration=true, or either of the
+    # two below); of these reasons (EQ_errorReason, bare words); naming one of these
+    # corrective events (EQ_correctiveEventID).
+    declared: bool = False
+    error_reasons: frozenset[str] | None = None
+    corrective_event_ids: frozenset[str] | None = None
     order_by: str = "eventTime"
     descending: bool = False
     per_page: int = DEFAULT_PER_PAGE
@@ -153,7 +163,17 @@ SHIPMENTS = Stream(
     {direction: disposition for direction, (_, disposition) in events.COMPLETION_STEPS.items()},
     int,
 )
-STREAMS = {stream.collection: stream for stream in (PALLETS, SHIPMENTS)}
+# The error declarations of readings an operator declared wrong (core/pallets/corrections.py):
+# each the reading's event again, recorded when it was declared. At one instant they come after
+# the readings' own events and before completions.
+DECLARATIONS = Stream(
+    "pallet_corrections",
+    {"eventTime": "occurred_at", "recordTime": "declared_at"},
+    PALLETS.steps,
+    PALLETS.dispositions,
+    str,
+)
+STREAMS = {stream.collection: stream for stream in (PALLETS, DECLARATIONS, SHIPMENTS)}
 RANK = {name: rank for rank, name in enumerate(STREAMS)}
 # A bound that keeps a shipment not completed (completed_at null) out of a range on the index.
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -281,6 +301,15 @@ def _transactions(params: Mapping[str, str]) -> dict[str, frozenset[str]]:
     return out
 
 
+def _declared(params: Mapping[str, str]) -> bool:
+    """Whether only events with an errorDeclaration are asked: EXISTS_errorDeclaration true
+    (false, or left out, asks every event), or EQ_errorReason / EQ_correctiveEventID given."""
+    exists = params.get("EXISTS_errorDeclaration")
+    if exists is not None and exists not in ("true", "false"):
+        raise BadRequest("EXISTS_errorDeclaration must be true or false")
+    return exists == "true" or "EQ_errorReason" in params or "EQ_correctiveEventID" in params
+
+
 def parse_query(params: Mapping[str, str]) -> EventQuery:
     """The query the parameters ask, or BadRequest naming the first bad or unknown one
     (PayloadTooLarge for too many parameters or values)."""
@@ -294,6 +323,7 @@ def parse_query(params: Mapping[str, str]) -> EventQuery:
     read_points, locations = _set(params, "EQ_readPoint"), _set(params, "EQ_bizLocation")
     order_by, descending = _order(params)
     token = params.get("nextPageToken")
+    reasons = _values(params, "EQ_errorReason")
     return EventQuery(
         event_types=frozenset(types),
         since=_time(params, "GE_eventTime"),
@@ -314,6 +344,11 @@ def parse_query(params: Mapping[str, str]) -> EventQuery:
         epc_classes=tuple(_values(params, "MATCH_epcClass") or ()) or None,
         transactions=_transactions(params),
         event_ids=_set(params, "EQ_eventID"),
+        declared=_declared(params),
+        error_reasons=None
+        if reasons is None
+        else frozenset(_bare("errorReason", r) for r in reasons),
+        corrective_event_ids=_set(params, "EQ_correctiveEventID"),
         order_by=order_by,
         descending=descending,
         per_page=_per_page(params),
@@ -380,15 +415,17 @@ def _stream_match(
         directions &= {stream.steps[s] for s in query.biz_steps if s in stream.steps}
     if query.dispositions is not None:
         directions &= {d for d, disp in stream.dispositions.items() if disp in query.dispositions}
-    if not directions:
+    if not directions or (query.declared and stream is not DECLARATIONS):
         return None
     match: Doc = {"business": principal.business}
     if principal.facilities is not None:
         match["facility"] = {"$in": sorted(principal.facilities)}
     if directions != set(stream.dispositions):
         match["direction"] = {"$in": sorted(directions)}
+    if stream is DECLARATIONS and query.error_reasons is not None:
+        match["reason"] = {"$in": sorted(query.error_reasons)}
     if query.ssccs is not None:
-        if stream is PALLETS:
+        if stream is not SHIPMENTS:
             match["lpns"] = {"$in": sorted(query.ssccs)}
         elif not shipment_ids:
             return None
@@ -427,6 +464,10 @@ def matches(event: dict[str, Any], query: EventQuery) -> bool:
     ):
         return False
     if query.event_ids is not None and event["eventID"] not in query.event_ids:
+        return False
+    if query.corrective_event_ids is not None and not query.corrective_event_ids & set(
+        event.get("errorDeclaration", {}).get("correctiveEventIDs") or []
+    ):
         return False
     if query.read_points is not None and event.get("readPoint", {}).get("id") not in (
         query.read_points
@@ -572,6 +613,12 @@ class _Cache:
 
     async def event(self, stream: Stream, record: Doc) -> dict[str, Any] | None:
         site = await self.site(record["business"], record["facility"])
+        if stream is DECLARATIONS:  # the reading's event, with its declaration
+            pallet = await self.storage.pallets.find_one({"_id": record["_id"]})
+            if pallet is None:
+                return None
+            bol = await self.bol(pallet.get("shipment_id"))
+            return queries.declared_event_at(pallet, site, bol)
         if stream is SHIPMENTS:
             readings = await queries.shipment_readings(self.storage, record)
             self.readings += len(readings)
@@ -587,3 +634,39 @@ class _Cache:
         if shipment_id not in self.bols:
             self.bols |= await queries.bols_of(self.storage, [shipment_id])
         return self.bols.get(shipment_id)
+
+
+# Records the one-event route (`find_event`) looks at for an eventID, newest first: an eventID
+# is a hash of the event, which no index holds, so it is looked for among the latest records.
+MAX_LOOKUP_RECORDS = 20_000
+
+
+async def find_event(storage: Storage, principal: Principal, event_id: str) -> list[dict[str, Any]]:
+    """`GET /epcis/events/{eventID}`: the caller's event of this id with its error
+    declarations (every stored record whose event has it, the original first), looked for
+    among the caller's latest `MAX_LOOKUP_RECORDS` records by event time; `NotFound` for an
+    id of none of them (another business's, unknown, or older). All events of one id share
+    their eventTime (it is hashed), so once one is found those of its instant are all of them."""
+    wanted = EventQuery(
+        event_types=frozenset(["ObjectEvent"]),
+        event_ids=frozenset([event_id]),
+        descending=True,
+        per_page=MAX_PER_PAGE,
+    )
+    for _ in range(MAX_LOOKUP_RECORDS // MAX_SCANNED):
+        page = await find_events(storage, principal, wanted)
+        if page.events:
+            at = datetime.fromisoformat(page.events[0]["eventTime"].replace("Z", "+00:00"))
+            instant = EventQuery(
+                event_types=wanted.event_types,
+                event_ids=wanted.event_ids,
+                since=at,
+                before=at + timedelta(milliseconds=1),
+                per_page=MAX_PER_PAGE,
+            )
+            found = (await find_events(storage, principal, instant)).events
+            return sorted(found, key=lambda event: "errorDeclaration" in event)
+        if page.next_page_token is None:
+            break
+        wanted = replace(wanted, after=_after(page.next_page_token, "eventTime", True))
+    raise NotFound(f"no event {event_id} among the latest {MAX_LOOKUP_RECORDS:,} events of yours")

@@ -76,7 +76,7 @@ async def list_for_client(
         query["status"] = _one_of(list(SHOWN[wanted.status]))
     if wanted.since is not None:
         query["created_at"] = {"$gte": wanted.since}
-    after: tuple[int, str] | None = None
+    after: tuple[int, str, str] | None = None
     if wanted.after_id is not None:
         # Only a delivery the page could show (a restricted client's facilities): any other
         # id, of another facility or made up, gets the same answer.
@@ -93,12 +93,16 @@ async def list_for_client(
     # (business, message_id, endpoint_id) index's: the page is read from it and stops at its
     # limit, whoever else has deliveries (a delivery's id is made of the same two, so this is
     # also the order of ids within a message).
+    limit = wanted.first + (MAX_FIRST if after else 0)
     found = (
         await storage.webhook_deliveries.find(query)
         .sort([("message_id", ASCENDING), ("endpoint_id", ASCENDING)])
-        .limit(wanted.first + (MAX_FIRST if after else 0))
+        .limit(limit)
         .to_list()
     )
+    if found and len(found) >= limit:
+        found += await _rest_of_tie(storage, query, found)
+    found.sort(key=_position)
     if after is not None:
         found = [d for d in found if _position(d) > after]
     page = found[: wanted.first]
@@ -106,9 +110,20 @@ async def list_for_client(
     return [DeliveryView(d, attempts.get(d["_id"], [])) for d in page]
 
 
-def _position(delivery: Doc) -> tuple[int, str]:
-    """Where a delivery stands in the pages' order."""
-    return int(delivery["message_id"]), delivery["endpoint_id"]
+def _position(delivery: Doc) -> tuple[int, str, str]:
+    """Where a delivery stands in the pages' order. One message has two deliveries to one
+    endpoint when a reading's EPCIS event was declared wrong (core/outbox/epcis_capture.py):
+    their ids tell them apart."""
+    return int(delivery["message_id"]), delivery["endpoint_id"], delivery["_id"]
+
+
+async def _rest_of_tie(storage: Storage, query: Doc, found: list[Doc]) -> list[Doc]:
+    """The deliveries of the last (message, endpoint) read that the read's limit cut off: the
+    database orders by message and endpoint only, so a page must end past a whole tie."""
+    last = found[-1]
+    tie = {**query, "message_id": last["message_id"], "endpoint_id": last["endpoint_id"]}
+    have = {d["_id"] for d in found}
+    return [d for d in await storage.webhook_deliveries.find(tie).to_list() if d["_id"] not in have]
 
 
 def _one_of(values: list[str]) -> str | Doc:

@@ -12,6 +12,12 @@ recover carries the very event (and eventID) sent first, whatever happened since
 of one shipment claimed together (its readings, then its completion) go in one document, at
 most `MAX_EVENTS_PER_DOCUMENT` events (fewer when the repository states a lower
 `GS1-EPCIS-Capture-Limit`).
+
+A reading an operator declared wrong (`core.pallets.corrections`) is sent again with its
+`errorDeclaration` (`write_declaration`): a delivery of the reading's own message to each EPCIS
+endpoint that was sent its event, made with the declared event kept on it. Declarations go in
+documents of their own, after the plain events claimed with them, so a repository captures an
+event before the declaration about it when both go out together.
 """
 
 from __future__ import annotations
@@ -25,9 +31,12 @@ from pymongo import UpdateOne
 
 from core.epcis import events as epcis_events
 from core.epcis import queries as epcis_queries
-from core.outbox.deliveries import Claim
+from core.feed.publish import delivery_id
+from core.outbox import webhook_endpoints
+from core.outbox.deliveries import PENDING, Claim
+from core.outbox.due import schedule
 from core.outbox.endpoint_kinds import KINDS, Outgoing, WebhookEndpointKind
-from core.storage import Doc, Storage
+from core.storage import Doc, Session, Storage
 
 CONTENT_TYPE = "application/ld+json"
 # The REST binding's headers of a capture request: the versions the document is written in,
@@ -53,6 +62,8 @@ NOT_A_READING = (
 )
 # The messages an EPCIS endpoint captures: the record each names, and why one has no event.
 PALLET, COMPLETION = "PALLET_EVENT", "SHIPMENT_COMPLETE"
+# What a declaration's delivery id adds to its reading's (one declaration a reading).
+DECLARATION_SUFFIX = "_declared"
 
 
 async def compose(
@@ -68,11 +79,13 @@ async def compose(
         for reason, claims in missing.items()
         if claims
     ]
-    by_shipment: dict[Any, list[Claim]] = {}
+    # Plain events first, then declarations (`_declares`), each kind by shipment.
+    by_shipment: dict[tuple[bool, Any], list[Claim]] = {}
     for claim, message in claimed:
         if claim.delivery_id in found:
-            by_shipment.setdefault(message.get("shipment_id"), []).append(claim)
-    for claims in by_shipment.values():
+            key = (_declares(found[claim.delivery_id]), message.get("shipment_id"))
+            by_shipment.setdefault(key, []).append(claim)
+    for _, claims in sorted(by_shipment.items(), key=lambda item: item[0][0]):
         for start in range(0, len(claims), limit):
             chunk = claims[start : start + limit]
             requests.append(_request(chunk, [found[c.delivery_id] for c in chunk]))
@@ -86,7 +99,7 @@ def _request(claims: Sequence[Claim], events: Sequence[dict[str, Any]]) -> Outgo
     created_at = min(c.created_at for c in claims)
     document = epcis_events.epcis_document(events, created_at)
     body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
-    ids = "\n".join(sorted(str(e["eventID"]) for e in events))
+    ids = "\n".join(sorted(_identity(e) for e in events))
     webhook_id = "epcis_" + hashlib.sha256(ids.encode()).hexdigest()[:32]
     return Outgoing(
         tuple(claims),
@@ -95,6 +108,66 @@ def _request(claims: Sequence[Claim], events: Sequence[dict[str, Any]]) -> Outgo
         headers=CAPTURE_HEADERS,
         webhook_id=webhook_id,
     )
+
+
+def _declares(event: dict[str, Any]) -> bool:
+    return "errorDeclaration" in event
+
+
+def _identity(event: dict[str, Any]) -> str:
+    """What tells one sent event from another: its eventID, and for a declaration the moment
+    it was declared (the declaration keeps the event's id; its document is another one)."""
+    declared = event.get("errorDeclaration")
+    if declared is None:
+        return str(event["eventID"])
+    return f"{event['eventID']} declared {declared['declarationTime']}"
+
+
+async def write_declaration(
+    storage: Storage, pallet: Doc, declared: dict[str, Any], at: Any, session: Session
+) -> int:
+    """Write the deliveries of a reading's declared event (`events.declare_error`) to the
+    enabled EPCIS endpoints that were sent the reading's event (those with a delivery of its
+    message), in the caller's transaction; how many."""
+    message_id = pallet.get("message_id")
+    if not isinstance(message_id, int):
+        return 0
+    had = await storage.webhook_deliveries.find(
+        {"message_id": message_id, "business": pallet["business"]},
+        {"endpoint_id": 1},
+        session=session,
+    ).to_list()
+    had_ids = {d["endpoint_id"] for d in had}
+    endpoints = await webhook_endpoints.endpoints_for(
+        storage, pallet["business"], pallet["facility"], PALLET
+    )
+    wanted = [
+        e for e in endpoints if e.kind == WebhookEndpointKind.EPCIS and e.endpoint_id in had_ids
+    ]
+    docs = [
+        {
+            "_id": delivery_id(message_id, endpoint.endpoint_id) + DECLARATION_SUFFIX,
+            "message_id": message_id,
+            "endpoint_id": endpoint.endpoint_id,
+            "business": pallet["business"],
+            "facility": pallet["facility"],
+            "event": PALLET,
+            "status": PENDING,
+            "attempts": 0,
+            **schedule(at),
+            "lease_owner": None,
+            "lease_until": None,
+            "last_status": None,
+            "last_error": None,
+            "created_at": at,
+            "delivered_at": None,
+            EVENT_FIELD: declared,
+        }
+        for endpoint in wanted
+    ]
+    if docs:
+        await storage.webhook_deliveries.insert_many(docs, session=session)
+    return len(docs)
 
 
 async def _events(

@@ -60,14 +60,7 @@ ITEM_SORT: Sort = [("seq", ASCENDING), ("_id", ASCENDING)]
 # The database's approximation of `observed.reading_order`, which orders each page afterwards.
 PALLET_SORT: Sort = [("occurred_at", ASCENDING), ("message_id", ASCENDING), ("_id", ASCENDING)]
 DOCUMENT_SORT: Sort = [("created_at", ASCENDING), ("_id", ASCENDING)]
-PROGRESS_PALLET_FIELDS = {
-    "shipment_id": 1,
-    "lpns": 1,
-    "direction": 1,
-    "occurred_at": 1,
-    "created_at": 1,
-    "message_id": 1,
-}
+PROGRESS_PALLET_FIELDS = {"shipment_id": 1, "created_at": 1, **observed.PROGRESS_FIELDS}
 
 
 @dataclass

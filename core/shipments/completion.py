@@ -59,8 +59,9 @@ def net_pallets(pallets: Iterable[Doc], expected: str | None = None) -> list[Doc
     """The pallets that stayed, in `occurred_at` order: a movement in the `expected` direction
     (LOADING for an outbound shipment) and a later one of the same pallet in the other
     direction cancel each other. A movement against the direction with nothing to cancel stays.
-    Without `expected`, any two opposite movements in a row cancel."""
-    ordered = sorted(pallets, key=observed.reading_order)
+    Without `expected`, any two opposite movements in a row cancel. A reading declared wrong
+    (`observed.counts`) is no movement: it neither stays nor cancels."""
+    ordered = sorted(observed.counted(pallets), key=observed.reading_order)
     stacks: dict[str, list[Doc]] = {}
     for pallet in ordered:
         stack = stacks.setdefault(pallet_key(pallet), [])
@@ -96,7 +97,7 @@ async def build_completion_payload(
     shipment_id = int(shipment["_id"])
     pallets = await storage.pallets.find(
         {"shipment_id": shipment_id},
-        {"payload": 1, "occurred_at": 1, "message_id": 1, "direction": 1, "lpns": 1, "dock": 1},
+        {"payload": 1, "dock": 1, **observed.PROGRESS_FIELDS},
         session=session,
     ).to_list()
     kept = net_pallets(pallets, directions.reading_direction(shipment["direction"]))
@@ -286,7 +287,7 @@ async def _missing_lpns(
         ).to_list(),
         storage.pallets.find(
             {"shipment_id": shipment_id},
-            {"lpns": 1, "direction": 1, "occurred_at": 1, "message_id": 1},
+            observed.PROGRESS_FIELDS,
             session=session,
         ).to_list(),
     )
@@ -335,7 +336,7 @@ async def check_all_lpns_observed(
             continue  # the rule is off, or nothing to observe: no pallets to read
         pallets = await storage.pallets.find(
             {"shipment_id": shipment_id},
-            {"lpns": 1, "direction": 1, "occurred_at": 1, "message_id": 1},
+            observed.PROGRESS_FIELDS,
         ).to_list()
         if observed.lpn_progress(shipment["direction"], expected, pallets).all_observed:
             done.append(

@@ -13,6 +13,12 @@ outbound shipment:
 - one pallet carrying A and B loaded, then A unloaded: B observed, A removed;
 - loaded twice (a repeated read), then unloaded once: removed (the last reading took it off).
 
+A reading an operator declared wrong (`core.pallets.corrections`: the camera misread it, or it
+did not happen) is no reading for this rule or for the netting of loads and take-offs
+(`core.shipments.completion.net_pallets`): `counts` is the one test both apply, so a corrected
+reading stops counting wherever a taken-off pallet does (progress, completion, the completion
+payload, the ASN, the proof of load). The reading itself stays stored, with its correction.
+
 An expected LPN (one on the shipment's order items) that is not observed is *missing*; an
 observed LPN nobody expected is *unexpected*. The shipment has observed all its LPNs when it
 expects some and none is missing.
@@ -26,6 +32,22 @@ from typing import Any
 
 from core.shipments import directions
 from core.storage import Doc
+
+# What a stored reading holds once an operator declared it wrong (who, when, why); never removed.
+CORRECTION = "correction"
+# The fields of a pallet reading `lpn_progress` and `net_pallets` read: a query that feeds them
+# projects at least these.
+PROGRESS_FIELDS = {"lpns": 1, "direction": 1, "occurred_at": 1, "message_id": 1, CORRECTION: 1}
+
+
+def counts(pallet: Doc) -> bool:
+    """Whether a reading counts as an observation: every reading but one declared wrong."""
+    return not pallet.get(CORRECTION)
+
+
+def counted(pallets: Iterable[Doc]) -> list[Doc]:
+    """The readings that count (`counts`), in the order given."""
+    return [pallet for pallet in pallets if counts(pallet)]
 
 
 def reading_order(pallet: Doc) -> tuple[Any, int, str]:
@@ -87,10 +109,10 @@ def lpn_progress(
     shipment_direction: str, expected: Iterable[str], pallets: Iterable[Doc]
 ) -> LpnProgress:
     """The shipment's progress from its expected LPNs and its pallets (any order; each with
-    `_id`, `lpns`, `direction` and `occurred_at`)."""
+    `_id` and the `PROGRESS_FIELDS`); a reading declared wrong is passed over (`counts`)."""
     forward = directions.reading_direction(shipment_direction)
     latest: dict[str, bool] = {}  # LPN -> its latest reading moved it forward
-    for pallet in sorted(pallets, key=reading_order):
+    for pallet in sorted(counted(pallets), key=reading_order):
         for lpn in pallet.get("lpns") or []:
             latest[lpn] = pallet.get("direction") == forward
     return LpnProgress(

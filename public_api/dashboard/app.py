@@ -31,7 +31,7 @@ from public_api.dashboard.live import events
 from public_api.dashboard.login import login_page, login_submit, logout
 from public_api.dashboard.middleware import dashboard_middleware, security_headers
 from public_api.dashboard.pages import DASHBOARD, Dashboard, dashboard_prefix
-from public_api.dashboard.pallets import pallet_page
+from public_api.dashboard.pallets import correct_submit, pallet_page
 from public_api.dashboard.shipments import (
     complete_confirm_page,
     complete_submit,
@@ -95,6 +95,7 @@ def build_app(services: Services) -> tuple[str, web.Application]:
     )
     router.add_get("/shipments/{shipment_id}/proof.pdf", proof_download, name="shipment_proof")
     router.add_get("/pallets/{pallet_id}", pallet_page, name="pallet")
+    router.add_post("/pallets/{pallet_id}/correct", correct_submit, name="pallet_correct")
     router.add_get("/exceptions", exceptions_page, name="exceptions")
     router.add_get("/exceptions/{exception_id}", exception_page, name="exception")
     router.add_post(

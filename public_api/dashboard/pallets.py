@@ -1,4 +1,5 @@
-"""The pallet page: one pallet reading with its shipment and orders."""
+"""The pallet page: one pallet reading with its shipment and orders, and the form that
+declares the reading wrong."""
 
 from __future__ import annotations
 
@@ -6,8 +7,16 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
+from core.pallets import corrections
 from core.reads import dashboard_queries
-from public_api.dashboard.pages import dashboard_of, operator_of, render
+from public_api.dashboard.pages import (
+    dashboard_of,
+    form_str,
+    notice_url,
+    operator_of,
+    render,
+    see_other,
+)
 
 
 async def pallet_page(request: web.Request) -> web.Response:
@@ -22,6 +31,7 @@ async def pallet_page(request: web.Request) -> web.Response:
             "nav": "shipments",
             "detail": detail,
             "pallet": detail.pallet,
+            "correction_reasons": corrections.REASONS,
             "tz": detail.facility.timezone if detail.facility else "UTC",
             "notice": request.query.get("notice", ""),
             "live_query": urlencode(
@@ -33,3 +43,24 @@ async def pallet_page(request: web.Request) -> web.Response:
             ),
         },
     )
+
+
+async def correct_submit(request: web.Request) -> web.StreamResponse:
+    """Declare the pallet's reading wrong (the form's reason and note): it stops counting on
+    its shipment and its EPCIS event is declared wrong (`core.pallets.corrections`)."""
+    dash = dashboard_of(request)
+    pallet_id = request.match_info["pallet_id"]
+    form = await request.post()
+    done = await corrections.correct_reading(
+        dash.services.storage,
+        operator_of(request),
+        pallet_id,
+        form_str(form, "reason"),
+        form_str(form, "note"),
+    )
+    notice = (
+        "Reading declared wrong: it no longer counts on its shipment."
+        if done.corrected_now
+        else "This reading was already declared wrong."
+    )
+    raise see_other(notice_url(f"{dash.prefix}/pallets/{pallet_id}", notice))

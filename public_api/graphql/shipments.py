@@ -60,6 +60,33 @@ class ExceptionActor:
     id: str = strawberry.field(description="The pallet or shipment (RULE), username, client id.")
 
 
+@strawberry.type(
+    description="An operator's declaration that a reading was wrong (docs/epcis.md, "
+    '"Corrections"): the reading no longer counts toward progress, completion, the ASN or '
+    "the proof of load, and its EPCIS event has an errorDeclaration."
+)
+class PalletCorrection:
+    reason: str = strawberry.field(
+        description="The CBV 2.0 error reason: incorrect_data (the camera misread it) or "
+        "did_not_occur (the movement did not happen)."
+    )
+    note: str
+    at: dt.datetime = strawberry.field(description="When it was declared wrong.")
+    by: ExceptionActor = strawberry.field(description="The operator who declared it.")
+
+    @classmethod
+    def from_doc(cls, kept: Doc) -> "PalletCorrection":
+        by = kept.get("by") or {}
+        return cls(
+            reason=kept["reason"],
+            note=kept.get("note", ""),
+            at=kept["at"],
+            by=ExceptionActor(
+                kind=ExceptionActorKind(by.get("kind", "OPERATOR")), id=by.get("id", "")
+            ),
+        )
+
+
 @strawberry.type
 class ExceptionChange:
     status: ExceptionStatus
@@ -286,12 +313,16 @@ class Pallet:
     image_urls: list[str]
     message_id: int | None
     url: str
+    correction: PalletCorrection | None = strawberry.field(
+        description="Set when an operator declared this reading wrong; null otherwise."
+    )
     loaders: strawberry.Private[ReadLoaders]
     doc: strawberry.Private[Doc]
 
     @strawberry.field(
         description="The reading as an EPCIS 2.0 ObjectEvent (JSON-LD, CBV 2.0; eventID is the "
-        "CBV 2.0 event hash); null when the pallet has no SSCC and no GTIN (docs/epcis.md)."
+        "CBV 2.0 event hash); null when the pallet has no SSCC and no GTIN (docs/epcis.md). "
+        "The event as read: a correction's errorDeclaration is in the EPCIS query."
     )
     async def epcis_event(self) -> JSON | None:
         site = await self.loaders.sites.load((self.doc["business"], self.doc["facility"]))
@@ -324,6 +355,9 @@ class Pallet:
             image_urls=list(doc.get("image_urls") or []),
             message_id=None if doc.get("message_id") is None else ids.public_id(doc["message_id"]),
             url=urls.pallet_url(settings, str(doc["_id"])),
+            correction=PalletCorrection.from_doc(doc["correction"])
+            if doc.get("correction")
+            else None,
             loaders=loaders,
             doc=doc,
         )

@@ -51,9 +51,14 @@ async def test_a_page_of_a_business_is_read_by_an_index_led_by_business(storage:
         for group in query.event_slices(principal, asked)
         for part in group
     ]
-    # pallets and shipments on the first page; after it, the rest of the token's instant
-    # (its pallets after the token's, its shipments) and what is past it (of both)
-    assert [p.stream.collection for p in filters] == ["pallets", "shipments"] * 3
+    # pallets, declarations and shipments on the first page; after it, the rest of the token's
+    # instant (its pallets after the token's, its declarations and shipments) and what is past
+    # it (of all three)
+    assert [p.stream.collection for p in filters] == [
+        "pallets",
+        "pallet_corrections",
+        "shipments",
+    ] * 3
     for part in filters:
         field = part.stream.fields["eventTime"]
         cursor = storage[part.stream.collection].find(part.match)
@@ -66,7 +71,11 @@ async def test_an_epc_match_is_read_by_an_index_and_finds_the_pallet(storage: St
     principal = Principal(subject="c", business="b1")
     asked = query.parse_query({"MATCH_epc": f"https://id.gs1.org/00/{sscc(5)}"})
 
-    [[part]] = query.event_slices(principal, asked)  # no shipment names it: pallets alone
+    # no shipment names it: pallets and their declarations, each by an index of the business
+    [[part, declarations]] = query.event_slices(principal, asked)
+    assert (part.stream, declarations.stream) == (query.PALLETS, query.DECLARATIONS)
+    plan = await storage[declarations.stream.collection].find(declarations.match).explain()
+    assert backends.reads_by_index_led_by(plan, "business"), plan["queryPlanner"]["winningPlan"]
     filter_ = part.match
     plan = await storage.pallets.find(filter_).explain()
 
