@@ -17,6 +17,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from core.settings import Settings
+from tests.support.admin import run_in_process
 from tests.support.processes import DockflowProcess
 
 DOCKFLOW = [sys.executable, "-m", "dockflow"]
@@ -161,12 +162,10 @@ async def test_a_misspelt_variable_is_named_at_start(settings: Settings, tmp_pat
 
 
 @pytest.mark.parametrize("command", [[], ["serve"], ["edge"], ["api"], ["webhooks"]])
-def test_every_command_has_help(command: list[str]):
-    result = subprocess.run(
-        [*DOCKFLOW, *command, "--help"], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert result.returncode == 0
-    assert "usage: dockflow" in result.stdout
+async def test_every_command_has_help(command: list[str], monkeypatch: pytest.MonkeyPatch):
+    result = await run_in_process(monkeypatch, os.environ, *command, "--help")
+    assert result.code == 0
+    assert "usage: dockflow" in result.out
 
 
 @pytest.mark.parametrize(

@@ -12,11 +12,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pymongo import AsyncMongoClient
 
 from core.storage import Storage
 from core.tenancy import tenants
 from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir, nx_database_file
+from tests.support.admin import run_in_process
 from tests.support.backends import ENGINE, only_on_nx_27017
 from tests.support.processes import DemoServer, run_dockflow
 
@@ -155,15 +157,18 @@ async def test_a_backup_taken_while_serving_restores_into_a_fresh_data_directory
     assert len(later["readings"]) == 6
 
 
-async def test_restore_refuses_a_folder_that_is_no_backup_or_of_another_engine(tmp_path: Path):
+async def test_restore_refuses_a_folder_that_is_no_backup_or_of_another_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     other = "secantusdb" if ENGINE == "nx-27017" else "nx-27017"
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     manifest = {"format": 2, "engine": other, "database": "dockflow", "created_at": "x"}
     (foreign / "backup.json").write_text(json.dumps(manifest))
 
-    none = await run_dockflow("admin", "restore", str(tmp_path / "none"), env=_env(tmp_path / "d"))
-    wrong = await run_dockflow("admin", "restore", str(foreign), env=_env(tmp_path / "d"))
+    env = _env(tmp_path / "d")
+    none = await run_in_process(monkeypatch, env, "admin", "restore", str(tmp_path / "none"))
+    wrong = await run_in_process(monkeypatch, env, "admin", "restore", str(foreign))
 
     assert none[0] == 2
     assert "is not a dockflow backup" in none[2]
@@ -264,7 +269,7 @@ async def test_restore_refuses_a_sqlite_file_that_fails_its_integrity_check(tmp_
 
 
 async def test_restore_refuses_a_database_name_that_is_no_plain_name_or_not_the_served_one(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     data_dir = tmp_path / "deep" / "data"
     refusals = {}
@@ -274,7 +279,9 @@ async def test_restore_refuses_a_database_name_that_is_no_plain_name_or_not_the_
         manifest = {"format": 2, "engine": ENGINE, "database": database, "created_at": "x"}
         (folder / "backup.json").write_text(json.dumps(manifest))
         (folder / f"{Path(database).name}.db").write_bytes(b"")
-        refusals[database] = await run_dockflow("admin", "restore", str(folder), env=_env(data_dir))
+        refusals[database] = await run_in_process(
+            monkeypatch, _env(data_dir), "admin", "restore", str(folder)
+        )
 
     assert refusals["../../../escaped"][0] == 2
     assert "'../../../escaped': it is not a plain database name" in refusals["../../../escaped"][2]
@@ -286,7 +293,7 @@ async def test_restore_refuses_a_database_name_that_is_no_plain_name_or_not_the_
 
 
 async def test_backup_refuses_a_file_a_dangling_link_or_a_folder_inside_the_data_directory(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     data_dir = tmp_path / "data"
     await _back_up_orders(data_dir, tmp_path / "good", orders=1)
@@ -299,7 +306,7 @@ async def test_backup_refuses_a_file_a_dangling_link_or_a_folder_inside_the_data
     linked_inside.symlink_to(data_dir / "mongo")
 
     results = {
-        target: await run_dockflow("admin", "backup", str(target), env=_env(data_dir))
+        target: await run_in_process(monkeypatch, _env(data_dir), "admin", "backup", str(target))
         for target in (a_file, dangling, inside, linked_inside / "inner")
     }
 
@@ -316,10 +323,13 @@ async def test_backup_refuses_a_file_a_dangling_link_or_a_folder_inside_the_data
     assert not (data_dir / "mongo" / "inner").exists()
 
 
-async def test_a_backup_that_fails_leaves_no_folder_behind(tmp_path: Path):
+async def test_a_backup_that_fails_leaves_no_folder_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     target = tmp_path / "new" / "backup"
+    env = _env(tmp_path / "empty")
 
-    code, _, err = await run_dockflow("admin", "backup", str(target), env=_env(tmp_path / "empty"))
+    code, _, err = await run_in_process(monkeypatch, env, "admin", "backup", str(target))
 
     assert code == 2
     assert "nothing to back up" in err
@@ -327,13 +337,15 @@ async def test_a_backup_that_fails_leaves_no_folder_behind(tmp_path: Path):
 
 
 @only_on_nx_27017("a SQLite database file to read")
-async def test_a_backup_that_fails_while_copying_leaves_no_folder_behind(tmp_path: Path):
+async def test_a_backup_that_fails_while_copying_leaves_no_folder_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     data_dir, target = tmp_path / "data", tmp_path / "new" / "backup"
     database_file = data_dir / "mongo" / "nx-27017" / "dockflow.db"
     database_file.parent.mkdir(parents=True)
     database_file.write_bytes(os.urandom(8192))
 
-    code, _, err = await run_dockflow("admin", "backup", str(target), env=_env(data_dir))
+    code, _, err = await run_in_process(monkeypatch, _env(data_dir), "admin", "backup", str(target))
 
     assert code == 2
     assert f"cannot copy {database_file}" in err

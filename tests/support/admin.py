@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import redirect_stderr, redirect_stdout
 from typing import Any, NamedTuple
 
@@ -47,20 +48,40 @@ def admin_runner(
     database = ["--mongodb-url", settings.mongodb_url, "--data-dir", str(settings.data_dir)]
 
     async def run(*argv: str, stdin: str = "") -> Run:
-        def call() -> Run:
-            out, err = io.StringIO(), io.StringIO()
-            saved_stdin = sys.stdin
-            sys.stdin = io.StringIO(stdin)
-            try:
-                with redirect_stdout(out), redirect_stderr(err):
-                    try:
-                        code = cli.main(["admin", *argv, *database])
-                    except SystemExit as exc:  # argparse usage errors
-                        code = int(exc.code or 0)
-            finally:
-                sys.stdin = saved_stdin
-            return Run(code, out.getvalue(), err.getvalue())
-
-        return await asyncio.to_thread(call)
+        return await _run_cli(["admin", *argv, *database], stdin)
 
     return run
+
+
+async def run_in_process(
+    monkeypatch: pytest.MonkeyPatch, env: Mapping[str, str], *argv: str, stdin: str = ""
+) -> Run:
+    """``dockflow ARGV`` run by this process with the DOCKFLOW_* variables of `env` (and no
+    others): for a command that refuses before it starts anything, where starting an interpreter
+    for it would prove nothing more than the exit code and output this returns."""
+    for name in [name for name in os.environ if name.startswith("DOCKFLOW_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        if name.startswith("DOCKFLOW_"):
+            monkeypatch.setenv(name, value)
+    return await _run_cli(list(argv), stdin)
+
+
+async def _run_cli(argv: list[str], stdin: str) -> Run:
+    """`dockflow.cli.main(argv)` in a thread (it runs its own event loop), its output caught."""
+
+    def call() -> Run:
+        out, err = io.StringIO(), io.StringIO()
+        saved_stdin = sys.stdin
+        sys.stdin = io.StringIO(stdin)
+        try:
+            with redirect_stdout(out), redirect_stderr(err):
+                try:
+                    code = cli.main(argv)
+                except SystemExit as exc:  # argparse usage errors
+                    code = int(exc.code or 0)
+        finally:
+            sys.stdin = saved_stdin
+        return Run(code, out.getvalue(), err.getvalue())
+
+    return await asyncio.to_thread(call)
