@@ -16,8 +16,8 @@ from bench.soak import SOAK_ENV, hook_receiver, wait_until
 from core.feed import publish
 from core.storage import Doc, Storage
 from dockflow.runtime import open_services
-from tests.reliability.provision import ServeTenant, provision, settings_of
-from tests.reliability.serve_process import ServeProcess
+from tests.support.provision import ServeTenant, provision, settings_of
+from tests.support.serve_process import ServeProcess
 
 pytestmark = pytest.mark.timeout(300)  # real processes, restarted, on a shared machine
 

@@ -11,8 +11,8 @@ from core.feed import publish
 from core.settings import Settings
 from core.shipments import completion
 from core.storage import Doc, Storage
-from tests.edge.documents import post_shipment
-from tests.factories import Tenant
+from tests.support.documents import post_shipment
+from tests.support.factories import Tenant
 
 
 async def _messages(storage: Storage, shipment_id: int) -> list[Doc]:
