@@ -82,7 +82,8 @@ async def _format_of(storage: Storage, endpoint_id: str) -> str:
 
 
 async def _request(storage: Storage, claim: Claim, message: Doc, format: str) -> Outgoing:
-    """The delivery's request: its kept document, else one issued now and kept."""
+    """The delivery's request: its kept document, else one issued now and kept (for a
+    replacement's delivery, none when the partner would gain nothing: see the module doc)."""
     if message.get("type") != COMPLETION:
         return Outgoing((claim,), nothing_to_send=NOT_A_COMPLETION)
     kept = await storage.webhook_deliveries.find_one(
