@@ -49,11 +49,13 @@ async def correct_command(services: Services, args: argparse.Namespace) -> Outpu
         "at": done.at.isoformat(),
         "correctedNow": done.corrected_now,
         "epcisDeliveries": done.deliveries,
+        "asnReplacements": done.asn_replacements,
     }
     if done.corrected_now:
         text = (
             f"{done.pallet_id}: declared wrong ({done.reason}); it no longer counts on its "
-            f"shipment; EPCIS errorDeclaration queued for {done.deliveries} endpoint(s)"
+            f"shipment; EPCIS errorDeclaration queued for {done.deliveries} endpoint(s), "
+            f"replacement ASN for {done.asn_replacements}"
         )
     else:
         text = (

@@ -14,19 +14,32 @@ malformed notice is never sent. Nothing is kept for a refusal, so a resend once 
 fixed (a profile added) issues the document then. The body is the document's bytes in the
 charset its syntax declares (`issue.CHARSETS`: ISO 8859-1 for the DESADV's UNOC, ASCII for
 X12), named in the Content-Type.
+
+A reading of a completed outbound shipment an operator declares wrong
+(`core.pallets.corrections`) changes its notice: `queue_replacements` writes, in the
+correction's transaction, a delivery of the shipment's completion message to each enabled ASN
+endpoint that has a delivery of it (sent, or due to be), marked as a replacement. Its first send
+issues the notice as it is now, which `core.asn.issue` makes a replacement (X12 BSN01 05,
+DESADV BGM 5) under a new control number, and keeps it like any other. A replacement sends
+nothing when the endpoint's completion delivery has not issued its ASN yet (that one, when it
+goes, is issued from what counts then) or when the endpoint was sent this very interchange
+already (two corrections, one replacement carrying both).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from datetime import datetime
 
 from core.asn import issue, notice
 from core.errors import Conflict, DockflowError, NotFound, ValidationFailed
-from core.outbox import endpoint_kinds
-from core.outbox.deliveries import Claim
+from core.feed.publish import delivery_id
+from core.outbox import endpoint_kinds, webhook_endpoints
+from core.outbox.deliveries import PENDING, Claim
+from core.outbox.due import schedule
 from core.outbox.endpoint_kinds import Outgoing, WebhookEndpointKind
-from core.storage import Doc, Storage
+from core.storage import Doc, Session, Storage
 
 # The field of a delivery that holds its document once issued (see the module's doc).
 DOCUMENT_FIELD = "asn_document"
@@ -35,6 +48,17 @@ NO_SHIPMENT = "the shipment is no longer stored"
 NOT_COMPLETE = "the shipment is no longer complete: its ASN is sent when it completes again"
 NOT_ENCODABLE = "ASN refused: the kept document holds characters its syntax's charset cannot carry"
 MAX_REASON_CHARS = 2000  # a refusal naming many pallets is cut to this in the log
+COMPLETION = "SHIPMENT_COMPLETE"
+# The field of a replacement's delivery naming the corrected reading and the endpoint's
+# completion delivery it follows ({"pallet_id", "original"}).
+REPLACEMENT_FIELD = "asn_replacement"
+# What a replacement's delivery id adds to its completion delivery's (one a corrected reading).
+REPLACEMENT_SUFFIX = "_replaced_"
+ORIGINAL_NOT_ISSUED = (
+    "no replacement: the endpoint's ASN of this shipment was not issued yet, and is issued "
+    "from the corrected readings when it is"
+)
+SENT_ALREADY = "no replacement: the endpoint was sent this ASN already (control number {number})"
 
 
 async def compose(
@@ -58,17 +82,24 @@ async def _format_of(storage: Storage, endpoint_id: str) -> str:
 
 
 async def _request(storage: Storage, claim: Claim, message: Doc, format: str) -> Outgoing:
-    """The delivery's request: its kept document, else one issued now and kept."""
-    if message.get("type") != "SHIPMENT_COMPLETE":
+    """The delivery's request: its kept document, else one issued now and kept (for a
+    replacement's delivery, none when the partner would gain nothing: see the module doc)."""
+    if message.get("type") != COMPLETION:
         return Outgoing((claim,), nothing_to_send=NOT_A_COMPLETION)
     kept = await storage.webhook_deliveries.find_one(
-        {"_id": claim.delivery_id}, {DOCUMENT_FIELD: 1}
+        {"_id": claim.delivery_id}, {DOCUMENT_FIELD: 1, REPLACEMENT_FIELD: 1}
     )
     document = (kept or {}).get(DOCUMENT_FIELD)
     if document is None:
+        replacement = (kept or {}).get(REPLACEMENT_FIELD)
+        if replacement is not None and not await _original_issued(storage, replacement):
+            return Outgoing((claim,), nothing_to_send=ORIGINAL_NOT_ISSUED)
         issued = await _issue(storage, claim, message, format)
         if isinstance(issued, str):
             return Outgoing((claim,), nothing_to_send=issued)
+        if replacement is not None and await _sent_before(storage, claim, issued):
+            number = issued["control_number"]
+            return Outgoing((claim,), nothing_to_send=SENT_ALREADY.format(number=number))
         document = issued
         await storage.webhook_deliveries.update_one(
             {"_id": claim.delivery_id, "lease_owner": claim.lease_owner},
@@ -100,6 +131,101 @@ async def _issue(storage: Storage, claim: Claim, message: Doc, format: str) -> D
         "replaces": asn.replaces,
         "shipment_id": asn.shipment_id,
     }
+
+
+async def queue_replacements(storage: Storage, pallet: Doc, at: datetime, session: Session) -> int:
+    """Write, in the caller's transaction (a correction's), a replacement's delivery of the
+    corrected reading's completed outbound shipment to each enabled ASN endpoint that has a
+    delivery of its completion; how many. None for a reading of another shipment."""
+    shipment_id = pallet.get("shipment_id")
+    if shipment_id is None:
+        return 0
+    shipment = await storage.shipments.find_one(
+        {"_id": shipment_id},
+        {
+            "business": 1,
+            "facility": 1,
+            "direction": 1,
+            "completed_at": 1,
+            "completion_message_id": 1,
+        },
+        session=session,
+    )
+    if (
+        shipment is None
+        or shipment.get("business") != pallet["business"]
+        or shipment.get("direction") != notice.OUTBOUND
+        or shipment.get("completed_at") is None
+    ):
+        return 0  # a shipment still loading: its ASN is issued from what counts when it completes
+    message_id = shipment.get("completion_message_id")
+    if not isinstance(message_id, int):
+        return 0
+    had = await storage.webhook_deliveries.find(
+        {"message_id": message_id, "business": pallet["business"]},
+        {"endpoint_id": 1},
+        session=session,
+    ).to_list()
+    had_ids = {d["endpoint_id"] for d in had}
+    endpoints = await webhook_endpoints.endpoints_for(
+        storage, pallet["business"], shipment.get("facility"), COMPLETION
+    )
+    docs = [
+        _replacement(shipment, message_id, endpoint.endpoint_id, str(pallet["_id"]), at)
+        for endpoint in endpoints
+        if endpoint.kind == WebhookEndpointKind.ASN and endpoint.endpoint_id in had_ids
+    ]
+    if docs:
+        await storage.webhook_deliveries.insert_many(docs, session=session)
+    return len(docs)
+
+
+def _replacement(
+    shipment: Doc, message_id: int, endpoint_id: str, pallet_id: str, at: datetime
+) -> Doc:
+    original = delivery_id(message_id, endpoint_id)
+    return {
+        "_id": f"{original}{REPLACEMENT_SUFFIX}{pallet_id}",
+        "message_id": message_id,
+        "endpoint_id": endpoint_id,
+        "business": shipment["business"],
+        "facility": shipment.get("facility"),
+        "event": COMPLETION,
+        "status": PENDING,
+        "attempts": 0,
+        **schedule(at),
+        "lease_owner": None,
+        "lease_until": None,
+        "last_status": None,
+        "last_error": None,
+        "created_at": at,
+        "delivered_at": None,
+        REPLACEMENT_FIELD: {"pallet_id": pallet_id, "original": original},
+    }
+
+
+async def _original_issued(storage: Storage, replacement: Doc) -> bool:
+    """Whether the endpoint's completion delivery issued its ASN (one no longer stored is
+    taken as sent: the replacement goes)."""
+    original = await storage.webhook_deliveries.find_one(
+        {"_id": replacement.get("original")}, {DOCUMENT_FIELD: 1}
+    )
+    return original is None or original.get(DOCUMENT_FIELD) is not None
+
+
+async def _sent_before(storage: Storage, claim: Claim, document: Doc) -> bool:
+    """Whether another delivery of the completion to this endpoint keeps this interchange."""
+    other = await storage.webhook_deliveries.find_one(
+        {
+            "message_id": claim.message_id,
+            "endpoint_id": claim.endpoint_id,
+            "_id": {"$ne": claim.delivery_id},
+            f"{DOCUMENT_FIELD}.format": document["format"],
+            f"{DOCUMENT_FIELD}.control_number": document["control_number"],
+        },
+        {"_id": 1},
+    )
+    return other is not None
 
 
 def _refusal(error: DockflowError) -> str:

@@ -10,11 +10,13 @@ reading does not count where a pallet taken off again does not (`core.shipments.
 shipment progress, completion, the completion payload, the ASN and the proof of load. Its EPCIS
 event is declared wrong (an `errorDeclaration`, `core.epcis.events.declare_error`): served by
 the event query beside the original (`CORRECTIONS` indexes the declarations by business and
-time) and captured by the EPCIS endpoints that were sent the reading's event. No push message
-is written: the interface has no message type for it (a pallet event is a movement).
+time) and captured by the EPCIS endpoints that were sent the reading's event. The ASN endpoints
+that were sent (or are due to be sent) the completion of the reading's completed outbound
+shipment are sent a replacement ASN (`core.outbox.asn_sends.queue_replacements`). No push
+message is written: the interface has no message type for it (a pallet event is a movement).
 
 One unit of work: the reading's correction, its declaration's index entry and the deliveries
-of the declaration are written in one transaction, or none of them.
+of the declaration and of the replacement ASN are written in one transaction, or none of them.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from core.epcis import events as epcis_events
 from core.epcis import queries as epcis_queries
 from core.errors import Conflict, ValidationFailed
 from core.exceptions.records import check_note
-from core.outbox import epcis_capture
+from core.outbox import asn_sends, epcis_capture
 from core.shipments.observed import CORRECTION
 from core.storage import Doc, Session, Storage
 from core.tenancy.tenants import Operator
@@ -53,6 +55,7 @@ class Correction:
     at: datetime
     corrected_now: bool
     deliveries: int = 0  # of its EPCIS errorDeclaration, written by this call
+    asn_replacements: int = 0  # deliveries of its shipment's replacement ASN, written by this call
 
     def doc(self) -> dict[str, Any]:
         return {"palletId": self.pallet_id, "reason": self.reason, "note": self.note}
@@ -118,7 +121,8 @@ async def correct_reading(
         if event is not None:
             declared = epcis_events.declare_error(event, at, reason)
             sent = await epcis_capture.write_declaration(storage, pallet, declared, at, session)
-        return Correction(pallet_id, reason, note, by, at, True, sent)
+        replacements = await asn_sends.queue_replacements(storage, pallet, at, session)
+        return Correction(pallet_id, reason, note, by, at, True, sent, replacements)
 
     done = await storage.in_transaction(work)
     if done.corrected_now:
@@ -129,6 +133,7 @@ async def correct_reading(
                 "operator": operator.username,
                 "reason": reason,
                 "epcis_deliveries": done.deliveries,
+                "asn_replacements": done.asn_replacements,
             },
         )
     return done
