@@ -58,11 +58,12 @@ from core.intake.contract import (
     effective_strategy,
 )
 from core.shipments.eligibility import ELIGIBLE, is_eligible, shipment_key
-from core.shipments.lifecycle import ORDER_COUNT, ORDER_STATUS_NEW, new_shipment
+from core.shipments.lifecycle import ORDER_COUNT, ORDER_STATUS_NEW, ShipmentStatus, new_shipment
 from core.storage import Doc, Session, Storage, together
 from core.tenancy import tenants
 
-SHIPMENT_STATUS_NEW = "SCHEDULED"
+# A document's shipment is planned from the start: it is created SCHEDULED, never NEW.
+CREATED_SHIPMENT_STATUS = ShipmentStatus.SCHEDULED.value
 REMOVE_CHUNK = 500  # item ids per delete when only some of an order's items go
 HISTORY_SOURCE = "document"
 
@@ -528,7 +529,7 @@ async def _execute(storage: Storage, plan: _Plan, session: Session) -> tuple[int
             facility=plan.facility,
             direction=plan.direction,
             number=plan.shipment_number,
-            status=SHIPMENT_STATUS_NEW,
+            status=CREATED_SHIPMENT_STATUS,
             dock=plan.dock,
             at=now,
             source=HISTORY_SOURCE,
@@ -539,7 +540,7 @@ async def _execute(storage: Storage, plan: _Plan, session: Session) -> tuple[int
             ChangeEntry(type="SHIPMENT", id=str(shipment_id), reference=shipment_ref)
         )
         shipment_changed = False
-        status = SHIPMENT_STATUS_NEW
+        status = CREATED_SHIPMENT_STATUS
     else:
         shipment_id = plan.shipment["_id"]
         shipment_changed, status = plan.shipment_changed, str(plan.shipment["status"])
