@@ -18,7 +18,7 @@ from core.services import Services
 from core.settings import Settings
 from core.shipments.lifecycle import ORDER_COUNT
 from core.storage import Doc, Storage
-from tests.factories import Tenant
+from tests.support.factories import Tenant
 
 BASE = {"business": "acme", "facility": "dc1", "direction": "OUTBOUND"}
 
