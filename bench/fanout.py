@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import resource
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -78,26 +79,9 @@ async def run(size: str) -> None:
             url = f"{server.base_url}/public_graphql"
             connector = aiohttp.TCPConnector(limit=0)
             async with aiohttp.ClientSession(connector=connector) as session:
-                subs: list[Subscriber] = []
                 connect_started = time.perf_counter()
-                for index in range(count):
-                    facility = facilities[index % facility_count]
-                    subs.append(
-                        graphql_subscriber(
-                            session,
-                            url,
-                            tenant.token,
-                            {"businessSlug": "bench", "facilitySlug": facility},
-                            on_message,
-                        )
-                    )
-                    if index % 100 == 99:  # connect in steps, as consumers come and go
-                        await asyncio.sleep(0.05)
-                await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in subs)), 300)
+                subs = await _connect(session, url, tenant.token, facilities, count, on_message)
                 connect_s = time.perf_counter() - connect_started
-                errors = [s.error for s in subs if s.error]
-                if errors:
-                    raise RuntimeError(f"{len(errors)} subscribers failed: {errors[:3]}")
                 rss_idle = rss_mb(server.process.pid)
 
                 sequence = 0
@@ -147,6 +131,63 @@ async def run(size: str) -> None:
                 failed = sum(1 for s in subs if s.error)
 
     latencies = [at - sent[p] for p, at in arrivals if p in sent]
+    _report(
+        Figures(count, facility_count, duration, total, expected, latencies, rss_idle, rss),
+        connect_s=connect_s,
+        failed=failed,
+        fd_limit=fd_limit,
+    )
+
+
+async def _connect(
+    session: aiohttp.ClientSession,
+    url: str,
+    token: str,
+    facilities: list[str],
+    count: int,
+    on_message: Any,
+) -> list[Subscriber]:
+    """`count` subscribers going round the facilities, each with its facility's filter, ready;
+    `RuntimeError` when any of them failed to subscribe."""
+    subs: list[Subscriber] = []
+    for index in range(count):
+        facility = facilities[index % len(facilities)]
+        subs.append(
+            graphql_subscriber(
+                session,
+                url,
+                token,
+                {"businessSlug": "bench", "facilitySlug": facility},
+                on_message,
+            )
+        )
+        if index % 100 == 99:  # connect in steps, as consumers come and go
+            await asyncio.sleep(0.05)
+    await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in subs)), 300)
+    errors = [s.error for s in subs if s.error]
+    if errors:
+        raise RuntimeError(f"{len(errors)} subscribers failed: {errors[:3]}")
+    return subs
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What one run measured."""
+
+    count: int
+    facility_count: int
+    duration: float
+    total: int
+    expected: int
+    latencies: list[float]
+    rss_idle: float
+    rss: list[float]
+
+
+def _report(run: Figures, *, connect_s: float, failed: int, fd_limit: int) -> None:
+    """The run's table for people and its final line for scripts."""
+    count, facility_count, duration, total = run.count, run.facility_count, run.duration, run.total
+    expected, latencies, rss_idle, rss = run.expected, run.latencies, run.rss_idle, run.rss
     figures = summarize_ms(latencies)
     print_table(
         f"fanout: {count:,} GraphQL subscribers over {facility_count} facilities, "

@@ -282,14 +282,7 @@ SIZES_SOAK = {
 async def run(size: str) -> None:
     """8 cameras stream while faults alternate: serve SIGKILLed (and restarted), the embedded
     database SIGKILLed (dockflow restarts it). Then count what was lost or doubled."""
-    from bench.harness import (
-        drop_databases,
-        final_line,
-        fresh_db_name,
-        make_tenant,
-        print_table,
-        running_server,
-    )
+    from bench.harness import drop_databases, fresh_db_name, make_tenant, running_server
     from dockflow.runtime import open_services
 
     cameras_n, per_camera, cycles, interval_s = SIZES_SOAK[size]
@@ -356,6 +349,24 @@ async def run(size: str) -> None:
                 await wait_until(lambda: deliveries_settled(storage), 900, "webhooks delivered")
                 verdict = await verify(storage, cameras, receiver)
     elapsed = time.monotonic() - started
+    _report(size, faults, cameras, recoveries, verdict, receiver, elapsed)
+    if verdict.lost or verdict.duplicated:
+        raise SystemExit(1)
+
+
+def _report(
+    size: str,
+    faults: Counter[str],
+    cameras: list[Camera],
+    recoveries: list[float],
+    verdict: Verdict,
+    receiver: HookReceiver,
+    elapsed: float,
+) -> None:
+    """The soak's table for people and its final line for scripts."""
+    from bench.harness import final_line, print_table
+
+    cameras_n = len(cameras)
     rows: list[tuple[str, Any]] = [(name, count) for name, count in faults.items()]
     rows += [
         ("cameras", cameras_n),
@@ -382,8 +393,6 @@ async def run(size: str) -> None:
         max_recovery_s=max(recoveries, default=0.0),
         seconds=elapsed,
     )
-    if verdict.lost or verdict.duplicated:
-        raise SystemExit(1)
 
 
 async def _wait_exit(pid: int) -> None:

@@ -18,11 +18,20 @@ from typing import Any
 
 import aiohttp
 
-from bench.commands import LOG_ENV, copy_database, count_differences, dump_log, replay, within
+from bench.commands import (
+    LOG_ENV,
+    Command,
+    copy_database,
+    count_differences,
+    dump_log,
+    replay,
+    within,
+)
 from bench.harness import final_line, make_tenant, print_table, running_server
-from bench.receiver import running_receiver
+from bench.receiver import Receiver, running_receiver
 from bench.soak import deliveries_settled, wait_until
 from core.feed.publish import NewMessage, append_messages
+from core.storage import Storage
 from dockflow.runtime import open_services
 
 TOTAL = {"tiny": 200, "small": 2_000, "full": 10_000}
@@ -68,6 +77,41 @@ async def direct_posts(url: str, total: int) -> float:
         return total / (time.perf_counter() - started)
 
 
+async def _enqueue(storage: Storage, total: int) -> None:
+    """Write `total` pallet messages, `ENQUEUE_BATCH` at a time, for the worker to deliver."""
+    for first in range(0, total, ENQUEUE_BATCH):
+        await append_messages(
+            storage,
+            [
+                NewMessage("bench", "dc1", "PALLET_EVENT", payload(i), 1, f"plt_{i}")
+                for i in range(first, min(first + ENQUEUE_BATCH, total))
+            ],
+        )
+
+
+async def _worker_commands(
+    server_env: dict[str, str], env: dict[str, str], storage: Storage, receiver: Receiver
+) -> list[Command]:
+    """Run a webhook worker until the receiver has every delivery and the outcomes are
+    recorded; the database commands it sent meanwhile."""
+    command_log = Path(server_env["DOCKFLOW_DATA_DIR"]) / "worker-commands.bson"
+    worker_started = time.time()
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.commands", "webhooks",
+        env={**server_env, **env, LOG_ENV: str(command_log)},
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        await asyncio.wait_for(receiver.done.wait(), 600)
+        # the worker records the last outcomes after their POSTs have arrived
+        await wait_until(lambda: deliveries_settled(storage), 60, "outcomes recorded")
+        recorded = await dump_log(worker, command_log)
+    finally:
+        worker.terminate()
+        await worker.wait()
+    return within(recorded, worker_started, time.time())
+
+
 async def run(size: str) -> None:
     total = TOTAL[size]
     async with running_receiver() as receiver:
@@ -80,33 +124,10 @@ async def run(size: str) -> None:
         async with running_server("api", extra_env=env) as server:
             await make_tenant(server, docks=1, webhook_url=receiver.url)
             async with open_services(server.settings()) as services:
-                for first in range(0, total, ENQUEUE_BATCH):
-                    await append_messages(
-                        services.storage,
-                        [
-                            NewMessage("bench", "dc1", "PALLET_EVENT", payload(i), 1, f"plt_{i}")
-                            for i in range(first, min(first + ENQUEUE_BATCH, total))
-                        ],
-                    )
+                await _enqueue(services.storage, total)
                 client, copy = services.storage.client, f"{server.db_name}_replay"
                 await copy_database(client, server.db_name, copy)
-                command_log = Path(server.env["DOCKFLOW_DATA_DIR"]) / "worker-commands.bson"
-                worker_started = time.time()
-                worker = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "bench.commands", "webhooks",
-                    env={**server.env, **env, LOG_ENV: str(command_log)},
-                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-                )  # fmt: skip
-                try:
-                    await asyncio.wait_for(receiver.done.wait(), 600)
-                    # the worker records the last outcomes after their POSTs have arrived
-                    storage = services.storage
-                    await wait_until(lambda: deliveries_settled(storage), 60, "outcomes recorded")
-                    recorded = await dump_log(worker, command_log)
-                finally:
-                    worker.terminate()
-                    await worker.wait()
-                commands = within(recorded, worker_started, time.time())
+                commands = await _worker_commands(server.env, env, services.storage, receiver)
                 db = await replay(client, copy, commands)
                 differences = await count_differences(client, server.db_name, copy)
         times = sorted(receiver.arrivals.values())

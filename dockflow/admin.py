@@ -34,9 +34,12 @@ from dockflow import (
 )
 from dockflow.admin_runner import (
     SHOWN_ONCE,
+    Arg,
+    Command,
     Handler,
     Output,
-    add_command,
+    add_commands,
+    arg,
     field_lines,
     read_stdin_secret,
     table,
@@ -54,122 +57,7 @@ def register(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = admin.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)
-
-    def command(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
-        return add_command(sub, name, handler, help_text)
-
-    p = command("create-business", _create_business, "create a business (tenant)")
-    p.add_argument("slug", metavar="SLUG")
-    p.add_argument("--name", default="", help="display name (default: the slug)")
-
-    p = command("create-facility", _create_facility, "create a facility of a business")
-    p.add_argument("business", metavar="BUSINESS")
-    p.add_argument("slug", metavar="SLUG")
-    p.add_argument("--name", default="")
-    p.add_argument("--dock", action="append", default=[], help="a dock slug; repeat for each")
-    p.add_argument("--timezone", default="UTC", help="IANA time zone, e.g. America/Chicago")
-    p.add_argument(
-        "--label-field",
-        action="append",
-        default=[],
-        metavar="CAMERA_NAME=FIELD[:multiple]",
-        help="rename a camera label for the customer, e.g. lpn=licensePlate, sku=skus:multiple",
-    )
-    p.add_argument(
-        "--complete-on-all-lpns",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="complete a shipment once every expected LPN was seen (default: on)",
-    )
-    _check_options(p, confidence_default=0.80)
-
-    p = command(
-        "update-facility",
-        _update_facility,
-        "change settings of a facility: name, docks added, completion, exception checks",
-    )
-    p.add_argument("business", metavar="BUSINESS")
-    p.add_argument("slug", metavar="SLUG")
-    p.add_argument("--name", help="display name")
-    p.add_argument("--add-dock", action="append", default=[], help="a new dock slug; repeat")
-    p.add_argument(
-        "--complete-on-all-lpns",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="complete a shipment once every expected LPN was seen",
-    )
-    _check_options(p, confidence_default=None)
-    p.add_argument(
-        "--enable-check",
-        action="append",
-        default=[],
-        type=_codes,
-        metavar="CODE[,CODE]",
-        help="switch these exception checks on again; repeat or separate with commas",
-    )
-
-    p = command("create-client", _create_client, "create an API client (prints its secret)")
-    p.add_argument("business", metavar="BUSINESS")
-    p.add_argument(
-        "--facility", action="append", help="restrict to this facility; repeat for several"
-    )
-    p.add_argument("--name", default="", help="what the client is for, e.g. 'WMS prod'")
-    p.add_argument("--client-id", help="choose the client id (default: generated dfc_…)")
-
-    p = command("create-camera", _create_camera, "create a camera at a dock (prints its token)")
-    p.add_argument("business", metavar="BUSINESS")
-    p.add_argument("facility", metavar="FACILITY")
-    p.add_argument("--dock", required=True)
-    p.add_argument("--kind", choices=["TOWER", "LIFT"], default="TOWER", type=str.upper)
-    p.add_argument("--camera-id", help="choose the camera id (default: generated cam_…)")
-
-    p = command("create-operator", _create_operator, "create a dashboard operator account")
-    p.add_argument("username", metavar="USERNAME")
-    p.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
-    p.add_argument(
-        "--business", action="append", help="limit to this business; repeat (default: all)"
-    )
-
-    p = command("list", _list, "list entities of one kind")
-    p.add_argument("kind", choices=sorted(_LISTERS), metavar="KIND", help=", ".join(_LISTERS))
-    p.add_argument("--business", help="only this business")
-
-    for name, disabled in (("disable-client", True), ("enable-client", False)):
-        p = command(name, _set_client(disabled), f"{name.split('-')[0]} an API client")
-        p.add_argument("client_id", metavar="CLIENT_ID")
-    for name, disabled in (("disable-camera", True), ("enable-camera", False)):
-        p = command(name, _set_camera(disabled), f"{name.split('-')[0]} a camera")
-        p.add_argument("camera_id", metavar="CAMERA_ID")
-
-    p = command(
-        "link-shipment",
-        _link_shipment,
-        "link a shipment to another of its facility (it is then no longer matched to documents)",
-    )
-    p.add_argument("shipment_id", metavar="ID", type=int)
-    p.add_argument("--to", required=True, type=int, metavar="OTHER", help="the shipment linked to")
-
-    p = command("unlink-shipment", _unlink_shipment, "remove a shipment's link")
-    p.add_argument("shipment_id", metavar="ID", type=int)
-
-    p = command(
-        "rotate-signing-key",
-        _rotate_signing_key,
-        "sign new access tokens with a new key; old keys verify until their tokens expire",
-    )
-    p.add_argument(
-        "--revoke",
-        action="store_true",
-        help="emergency (a leaked key): refuse every token of the old keys at once",
-    )
-
-    command(
-        "upgrade-feed",
-        _upgrade_feed,
-        "convert the push message feed of an earlier release to per-business message ids "
-        "(stop every process of earlier releases first; idempotent)",
-    )
-
+    add_commands(sub, COMMANDS)
     # Commands of their own modules: apply; webhook endpoints and deliveries; backup, restore;
     # GS1 identities; ASN trading partners.
     for module in (
@@ -187,24 +75,26 @@ def _codes(value: str) -> list[str]:
     return [code.strip().upper() for code in value.split(",") if code.strip()]
 
 
-def _check_options(parser: argparse.ArgumentParser, confidence_default: float | None) -> None:
+def _check_args(confidence_default: float | None) -> tuple[Arg, ...]:
     """The exception check settings of a facility (docs/exceptions.md)."""
-    parser.add_argument(
-        "--disable-check",
-        action="append",
-        default=[],
-        type=_codes,
-        metavar="CODE[,CODE]",
-        help="switch these exception checks off (each is on by default): "
-        f"{', '.join(RULE_CODES)}; repeat or separate with commas",
-    )
-    parser.add_argument(
-        "--confidence-threshold",
-        type=float,
-        default=confidence_default,
-        metavar="0..1",
-        help="a mapped label read below this confidence raises LOW_CONFIDENCE"
-        + (f" (default: {confidence_default:.2f})" if confidence_default is not None else ""),
+    return (
+        arg(
+            "--disable-check",
+            action="append",
+            default=[],
+            type=_codes,
+            metavar="CODE[,CODE]",
+            help="switch these exception checks off (each is on by default): "
+            f"{', '.join(RULE_CODES)}; repeat or separate with commas",
+        ),
+        arg(
+            "--confidence-threshold",
+            type=float,
+            default=confidence_default,
+            metavar="0..1",
+            help="a mapped label read below this confidence raises LOW_CONFIDENCE"
+            + (f" (default: {confidence_default:.2f})" if confidence_default is not None else ""),
+        ),
     )
 
 
@@ -518,3 +408,175 @@ async def _rotate_signing_key(services: Services, args: argparse.Namespace) -> O
         f"new signing key {kid}; tokens signed before stay valid until they expire "
         f"(up to {ttl} s) and their keys stay in the JWKS until then",
     )
+
+
+# --- the commands ---------------------------------------------------------------------------
+
+# Every ``dockflow admin`` command of this module, in the order `--help` lists them.
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "create-business",
+        _create_business,
+        "create a business (tenant)",
+        (
+            arg("slug", metavar="SLUG"),
+            arg("--name", default="", help="display name (default: the slug)"),
+        ),
+    ),
+    Command(
+        "create-facility",
+        _create_facility,
+        "create a facility of a business",
+        (
+            arg("business", metavar="BUSINESS"),
+            arg("slug", metavar="SLUG"),
+            arg("--name", default=""),
+            arg("--dock", action="append", default=[], help="a dock slug; repeat for each"),
+            arg("--timezone", default="UTC", help="IANA time zone, e.g. America/Chicago"),
+            arg(
+                "--label-field",
+                action="append",
+                default=[],
+                metavar="CAMERA_NAME=FIELD[:multiple]",
+                help="rename a camera label for the customer, e.g. lpn=licensePlate, "
+                "sku=skus:multiple",
+            ),
+            arg(
+                "--complete-on-all-lpns",
+                action=argparse.BooleanOptionalAction,
+                default=True,
+                help="complete a shipment once every expected LPN was seen (default: on)",
+            ),
+            *_check_args(confidence_default=0.80),
+        ),
+    ),
+    Command(
+        "update-facility",
+        _update_facility,
+        "change settings of a facility: name, docks added, completion, exception checks",
+        (
+            arg("business", metavar="BUSINESS"),
+            arg("slug", metavar="SLUG"),
+            arg("--name", help="display name"),
+            arg("--add-dock", action="append", default=[], help="a new dock slug; repeat"),
+            arg(
+                "--complete-on-all-lpns",
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help="complete a shipment once every expected LPN was seen",
+            ),
+            *_check_args(confidence_default=None),
+            arg(
+                "--enable-check",
+                action="append",
+                default=[],
+                type=_codes,
+                metavar="CODE[,CODE]",
+                help="switch these exception checks on again; repeat or separate with commas",
+            ),
+        ),
+    ),
+    Command(
+        "create-client",
+        _create_client,
+        "create an API client (prints its secret)",
+        (
+            arg("business", metavar="BUSINESS"),
+            arg(
+                "--facility", action="append", help="restrict to this facility; repeat for several"
+            ),
+            arg("--name", default="", help="what the client is for, e.g. 'WMS prod'"),
+            arg("--client-id", help="choose the client id (default: generated dfc_…)"),
+        ),
+    ),
+    Command(
+        "create-camera",
+        _create_camera,
+        "create a camera at a dock (prints its token)",
+        (
+            arg("business", metavar="BUSINESS"),
+            arg("facility", metavar="FACILITY"),
+            arg("--dock", required=True),
+            arg("--kind", choices=["TOWER", "LIFT"], default="TOWER", type=str.upper),
+            arg("--camera-id", help="choose the camera id (default: generated cam_…)"),
+        ),
+    ),
+    Command(
+        "create-operator",
+        _create_operator,
+        "create a dashboard operator account",
+        (
+            arg("username", metavar="USERNAME"),
+            arg("--password-stdin", action="store_true", help="read the password from stdin"),
+            arg(
+                "--business", action="append", help="limit to this business; repeat (default: all)"
+            ),
+        ),
+    ),
+    Command(
+        "list",
+        _list,
+        "list entities of one kind",
+        (
+            arg("kind", choices=sorted(_LISTERS), metavar="KIND", help=", ".join(_LISTERS)),
+            arg("--business", help="only this business"),
+        ),
+    ),
+    Command(
+        "disable-client",
+        _set_client(True),
+        "disable an API client",
+        (arg("client_id", metavar="CLIENT_ID"),),
+    ),
+    Command(
+        "enable-client",
+        _set_client(False),
+        "enable an API client",
+        (arg("client_id", metavar="CLIENT_ID"),),
+    ),
+    Command(
+        "disable-camera",
+        _set_camera(True),
+        "disable a camera",
+        (arg("camera_id", metavar="CAMERA_ID"),),
+    ),
+    Command(
+        "enable-camera",
+        _set_camera(False),
+        "enable a camera",
+        (arg("camera_id", metavar="CAMERA_ID"),),
+    ),
+    Command(
+        "link-shipment",
+        _link_shipment,
+        "link a shipment to another of its facility (it is then no longer matched to documents)",
+        (
+            arg("shipment_id", metavar="ID", type=int),
+            arg("--to", required=True, type=int, metavar="OTHER", help="the shipment linked to"),
+        ),
+    ),
+    Command(
+        "unlink-shipment",
+        _unlink_shipment,
+        "remove a shipment's link",
+        (arg("shipment_id", metavar="ID", type=int),),
+    ),
+    Command(
+        "rotate-signing-key",
+        _rotate_signing_key,
+        "sign new access tokens with a new key; old keys verify until their tokens expire",
+        (
+            arg(
+                "--revoke",
+                action="store_true",
+                help="emergency (a leaked key): refuse every token of the old keys at once",
+            ),
+        ),
+    ),
+    Command(
+        "upgrade-feed",
+        _upgrade_feed,
+        "convert the push message feed of an earlier release to per-business message ids "
+        "(stop every process of earlier releases first; idempotent)",
+    ),
+)

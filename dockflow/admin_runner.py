@@ -10,8 +10,8 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,36 @@ Handler = Callable[[Services, argparse.Namespace], Awaitable[Output]]
 
 class AdminError(Exception):
     """A one-line error from the command line itself (not from core)."""
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a command: its name or flags and `add_argument`'s keywords."""
+
+    flags: tuple[str, ...]
+    options: Mapping[str, Any]
+
+
+def arg(*flags: str, **options: Any) -> Arg:
+    return Arg(flags, options)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``dockflow admin`` command as a row of a table: name, handler, help, arguments."""
+
+    name: str
+    handler: Handler
+    help: str
+    args: tuple[Arg, ...] = field(default=())
+
+
+def add_commands(admin_subparsers: Any, commands: Iterable[Command]) -> None:
+    """Add each command of a table, its arguments in their order."""
+    for command in commands:
+        parser = add_command(admin_subparsers, command.name, command.handler, command.help)
+        for argument in command.args:
+            parser.add_argument(*argument.flags, **argument.options)
 
 
 def add_command(

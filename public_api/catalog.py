@@ -112,9 +112,8 @@ def _delivery_rules(settings: Settings) -> str:
     )
 
 
-def build_asyncapi(settings: Settings) -> dict[str, Any]:
-    """The AsyncAPI 3.0 document of the webhooks: dockflow sends, the customer's server
-    receives at its endpoint's base URL + each channel's route."""
+def _channels(settings: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The AsyncAPI channels (one per route of the catalog) and their send operations."""
     channels: dict[str, Any] = {}
     operations: dict[str, Any] = {}
     for event, route in catalog.CHANNELS.items():
@@ -138,6 +137,36 @@ def build_asyncapi(settings: Settings) -> dict[str, Any]:
             "bindings": {"http": {"method": "POST", "bindingVersion": "0.3.0"}},
             "messages": [{"$ref": f"#/channels/{name}/messages/{_message_name(t)}"} for t in types],
         }
+    return channels, operations
+
+
+def _customer_server() -> dict[str, Any]:
+    """The customer's webhook endpoint as the AsyncAPI server every channel is sent to."""
+    return {
+        "host": "{host}",
+        "pathname": "{basePath}",
+        "protocol": "https",
+        "title": "The customer's webhook endpoint",
+        "description": (
+            "The endpoint's base URL, https (plain http only to hosts the operator "
+            "allows). Its auth scheme is one of: none (the signature alone), basic, or "
+            "token."
+        ),
+        "variables": {
+            "host": {"description": "Host and port of the endpoint's base URL."},
+            "basePath": {"default": "", "description": "Path of the base URL, if any."},
+        },
+        "security": [
+            {"$ref": "#/components/securitySchemes/basic"},
+            {"$ref": "#/components/securitySchemes/token"},
+        ],
+    }
+
+
+def build_asyncapi(settings: Settings) -> dict[str, Any]:
+    """The AsyncAPI 3.0 document of the webhooks: dockflow sends, the customer's server
+    receives at its endpoint's base URL + each channel's route."""
+    channels, operations = _channels(settings)
     return {
         "asyncapi": "3.0.0",
         "info": {
@@ -154,27 +183,7 @@ def build_asyncapi(settings: Settings) -> dict[str, Any]:
             "externalDocs": {"description": "Standard Webhooks", "url": STANDARD_WEBHOOKS},
         },
         "defaultContentType": "application/json",
-        "servers": {
-            "customer": {
-                "host": "{host}",
-                "pathname": "{basePath}",
-                "protocol": "https",
-                "title": "The customer's webhook endpoint",
-                "description": (
-                    "The endpoint's base URL, https (plain http only to hosts the operator "
-                    "allows). Its auth scheme is one of: none (the signature alone), basic, or "
-                    "token."
-                ),
-                "variables": {
-                    "host": {"description": "Host and port of the endpoint's base URL."},
-                    "basePath": {"default": "", "description": "Path of the base URL, if any."},
-                },
-                "security": [
-                    {"$ref": "#/components/securitySchemes/basic"},
-                    {"$ref": "#/components/securitySchemes/token"},
-                ],
-            }
-        },
+        "servers": {"customer": _customer_server()},
         "channels": channels,
         "operations": operations,
         "components": {

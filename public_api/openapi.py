@@ -272,15 +272,51 @@ def build_openapi(settings: Settings) -> dict[str, Any]:
     schemas["IntakeDocument"]["xml"] = {"name": "Document"}
     response_ref = _schema(IntakeResponse, "serialization", schemas)
     problem_ref = _schema(Problem, "serialization", schemas)
-
+    responses = _document_responses(response_ref, problem_ref)
     requests = _examples_for(settings)
-    json_examples = {
-        name: {"summary": summary, "value": value} for name, (summary, value) in requests.items()
+
+    def operation(operation_id: str) -> dict[str, Any]:
+        return _document_operation(operation_id, request_ref, requests, responses)
+
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "dockflow document intake",
+            "version": "1",
+            "description": (
+                "Post order documents (JSON or XML) to create or update shipments, orders and "
+                "order items. Get a token with the OAuth 2.0 client credentials grant at "
+                "`/oauth/token`, then choose **Authorize** and paste it (with or without the "
+                "`Bearer ` prefix)."
+            ),
+        },
+        "servers": [{"url": settings.public_base_url}],
+        "security": [{"bearerAuth": []}],
+        "paths": {
+            "/v1/documents": {"post": operation("postDocument")},
+            "/documents": {"post": operation("postDocumentUnversioned")},
+            **epcis.operations(problem_ref),
+            "/shipments/{shipment_id}/asn": {"get": asn.openapi_operation(problem_ref)},
+            "/shipments/{shipment_id}/proof": {"get": asn.proof_operation(problem_ref)},
+        },
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "`Authorization: Bearer <ACCESS_TOKEN>` from /oauth/token.",
+                }
+            },
+        },
     }
-    xml_examples = {
-        name: {"summary": summary, "value": document_to_xml(value)}
-        for name, (summary, value) in requests.items()
-    }
+
+
+def _document_responses(
+    response_ref: dict[str, Any], problem_ref: dict[str, Any]
+) -> dict[str, Any]:
+    """The answers of `POST /documents`: 201, 200, and each problem with its examples."""
     correlation_header = {
         "description": "The request's Correlation-Id: the client's, echoed, or one generated.",
         "schema": {"type": "string"},
@@ -328,83 +364,66 @@ def build_openapi(settings: Settings) -> dict[str, Any]:
                 }
             },
         }
+    return responses
 
-    def operation(operation_id: str) -> dict[str, Any]:
-        return {
-            "operationId": operation_id,
-            "summary": "Create or update a shipment, its orders and order items",
-            "description": (
-                "Finds or creates the shipment (`shipmentNumber`, else `orderNumber`) and each "
-                "order (the most recently created one on a shipment that has not arrived and is "
-                "not linked), moves the order to the named shipment if needed, then applies the "
-                "order's item strategy. A rejected document changes nothing. The same document "
-                "may be sent as JSON or XML (root `<Document>`, each array element repeats its "
-                "tag)."
-            ),
-            "tags": ["documents"],
-            "parameters": [
-                {
-                    "name": CORRELATION_HEADER,
-                    "in": "header",
-                    "required": False,
-                    "description": "Echoed in the response and in error bodies.",
-                    "schema": {"type": "string", "maxLength": 128},
-                },
-                {
-                    "name": IDEMPOTENCY_HEADER,
-                    "in": "header",
-                    "required": False,
-                    "description": (
-                        "The first response is kept 24 h and replayed with "
-                        "`Idempotent-Replayed: true`; another body with the same key is 422; "
-                        "a repeat while the first still runs is 409."
-                    ),
-                    "schema": {"type": "string", "maxLength": 255},
-                },
-            ],
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {"schema": request_ref, "examples": json_examples},
-                    "application/xml": {"schema": request_ref, "examples": xml_examples},
-                    "text/xml": {"schema": request_ref, "examples": xml_examples},
-                },
-            },
-            "responses": responses,
-        }
+
+def _document_operation(
+    operation_id: str,
+    request_ref: dict[str, Any],
+    requests: dict[str, tuple[str, dict[str, Any]]],
+    responses: dict[str, Any],
+) -> dict[str, Any]:
+    """`POST /documents` (under `operation_id`): the same document as JSON or XML, with the
+    request examples `requests` in both."""
+    json_examples = {
+        name: {"summary": summary, "value": value} for name, (summary, value) in requests.items()
+    }
+    xml_examples = {
+        name: {"summary": summary, "value": document_to_xml(value)}
+        for name, (summary, value) in requests.items()
+    }
 
     return {
-        "openapi": "3.1.0",
-        "info": {
-            "title": "dockflow document intake",
-            "version": "1",
-            "description": (
-                "Post order documents (JSON or XML) to create or update shipments, orders and "
-                "order items. Get a token with the OAuth 2.0 client credentials grant at "
-                "`/oauth/token`, then choose **Authorize** and paste it (with or without the "
-                "`Bearer ` prefix)."
-            ),
-        },
-        "servers": [{"url": settings.public_base_url}],
-        "security": [{"bearerAuth": []}],
-        "paths": {
-            "/v1/documents": {"post": operation("postDocument")},
-            "/documents": {"post": operation("postDocumentUnversioned")},
-            **epcis.operations(problem_ref),
-            "/shipments/{shipment_id}/asn": {"get": asn.openapi_operation(problem_ref)},
-            "/shipments/{shipment_id}/proof": {"get": asn.proof_operation(problem_ref)},
-        },
-        "components": {
-            "schemas": schemas,
-            "securitySchemes": {
-                "bearerAuth": {
-                    "type": "http",
-                    "scheme": "bearer",
-                    "bearerFormat": "JWT",
-                    "description": "`Authorization: Bearer <ACCESS_TOKEN>` from /oauth/token.",
-                }
+        "operationId": operation_id,
+        "summary": "Create or update a shipment, its orders and order items",
+        "description": (
+            "Finds or creates the shipment (`shipmentNumber`, else `orderNumber`) and each "
+            "order (the most recently created one on a shipment that has not arrived and is "
+            "not linked), moves the order to the named shipment if needed, then applies the "
+            "order's item strategy. A rejected document changes nothing. The same document "
+            "may be sent as JSON or XML (root `<Document>`, each array element repeats its "
+            "tag)."
+        ),
+        "tags": ["documents"],
+        "parameters": [
+            {
+                "name": CORRELATION_HEADER,
+                "in": "header",
+                "required": False,
+                "description": "Echoed in the response and in error bodies.",
+                "schema": {"type": "string", "maxLength": 128},
+            },
+            {
+                "name": IDEMPOTENCY_HEADER,
+                "in": "header",
+                "required": False,
+                "description": (
+                    "The first response is kept 24 h and replayed with "
+                    "`Idempotent-Replayed: true`; another body with the same key is 422; "
+                    "a repeat while the first still runs is 409."
+                ),
+                "schema": {"type": "string", "maxLength": 255},
+            },
+        ],
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": request_ref, "examples": json_examples},
+                "application/xml": {"schema": request_ref, "examples": xml_examples},
+                "text/xml": {"schema": request_ref, "examples": xml_examples},
             },
         },
+        "responses": responses,
     }
 
 

@@ -95,7 +95,6 @@ async def change_for_client(
 ) -> Doc:
     """`acknowledgeException` (note optional) / `resolveException` (note required): CONFLICT
     (BAD_USER_INPUT) when the exception cannot move there, e.g. resolving a resolved one."""
-    note = records.check_note(note, required=to == "RESOLVED")
     await get_for_client(storage, principal, exception_id)
     return await records.change_status(
         storage,

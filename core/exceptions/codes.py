@@ -77,3 +77,6 @@ PRIORITIES: dict[str, Priority] = {
 RULE_CODES: tuple[str, ...] = tuple(PRIORITIES)
 CODES: tuple[str, ...] = tuple(code.value for code in ExceptionCode)
 STATUSES: tuple[str, ...] = tuple(status.value for status in ExceptionStatus)
+# An open exception: not yet resolved. The statuses a resolution may start from, the unresolved
+# filter of lists and counts, and the misloads a rule may still resolve are all this one set.
+OPEN_STATUSES: tuple[Status, ...] = ("OPEN", "ACKNOWLEDGED")

@@ -54,17 +54,16 @@ async def change_status_as_operator(
     note: str,
     at: datetime,
 ) -> Doc:
-    """Move an exception the operator may see to `to` (a resolution needs a note); `NotFound`
-    outside the operator's businesses, `Conflict` when it cannot move (already resolved, or
-    changed meanwhile)."""
+    """Move an exception the operator may see to `to` (`records.change_status` checks the
+    note); `NotFound` outside the operator's businesses, `Conflict` when it cannot move (already
+    resolved, or changed meanwhile)."""
     await queries.get_exception(storage, Scope.of_operator(operator), exception_id)
-    checked = records.check_note(note, required=to == "RESOLVED")
     return await records.change_status(
         storage,
         settings,
         exception_id,
         to,
         by=records.Actor("OPERATOR", operator.username),
-        note=checked,
+        note=note,
         at=at,
     )

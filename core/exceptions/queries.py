@@ -11,11 +11,10 @@ from pymongo import ASCENDING, DESCENDING
 
 from core.auth.access import Scope
 from core.errors import NotFound, ValidationFailed
-from core.exceptions.codes import CODES, STATUSES
+from core.exceptions.codes import CODES, OPEN_STATUSES, STATUSES
 from core.storage import Doc, Storage, time_range
 
 MAX_PAGE = 500
-OPEN_STATUSES = ("OPEN", "ACKNOWLEDGED")
 
 
 @dataclass(frozen=True)

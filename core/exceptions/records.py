@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from core import metrics, urls
 from core.errors import Conflict, NotFound, ValidationFailed
-from core.exceptions.codes import ActorKind, Status
+from core.exceptions.codes import OPEN_STATUSES, ActorKind, Status
 from core.feed import publish
 from core.settings import Settings
 from core.storage import Doc, Session, Storage
@@ -45,7 +45,7 @@ MAX_VALUE_CHARS = 200  # a string inside expected/observed
 # The moves a status change may make: to -> the statuses it may start from.
 MOVES: dict[Status, tuple[Status, ...]] = {
     "ACKNOWLEDGED": ("OPEN",),
-    "RESOLVED": ("OPEN", "ACKNOWLEDGED"),
+    "RESOLVED": OPEN_STATUSES,
 }
 
 
@@ -265,10 +265,12 @@ async def change_status(
 ) -> Doc:
     """Move a stored exception to `to` and publish its message; returns the changed record.
 
-    One transaction: the entry (holding its message id) and the message. `Conflict` when the
-    record cannot
-    move there (checked before a message id is reserved, so a refused change holds no reader
-    back), or another change won a race."""
+    Every person's status change comes here, so the note is checked here: a resolution needs
+    one (`ValidationFailed` without), any note is bounded and free of control characters. One
+    transaction: the entry (holding its message id) and the message. `Conflict` when the record
+    cannot move there (checked before a message id is reserved, so a refused change holds no
+    reader back), or another change won a race."""
+    note = check_note(note, required=to == "RESOLVED")
     current = await storage.exceptions.find_one({"_id": exception}, {"status": 1, "business": 1})
     if current is None:
         raise NotFound("exception not found")

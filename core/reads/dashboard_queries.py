@@ -15,8 +15,8 @@ from zoneinfo import ZoneInfo
 
 from core.auth.access import Scope, check_operator_scope
 from core.errors import NotFound
+from core.exceptions.codes import OPEN_STATUSES
 from core.exceptions.queries import (
-    OPEN_STATUSES,
     ExceptionFilter,
     find_exceptions,
     get_exception,

@@ -10,9 +10,9 @@ from zoneinfo import ZoneInfo
 from aiohttp import web
 
 from core.errors import NotFound, ValidationFailed
-from core.exceptions.codes import CODES, STATUSES, Status
+from core.exceptions.codes import CODES, OPEN_STATUSES, STATUSES, Status
 from core.exceptions.operator import change_status_as_operator, create_as_operator
-from core.exceptions.queries import OPEN_STATUSES, ExceptionFilter
+from core.exceptions.queries import ExceptionFilter
 from core.reads import dashboard_queries
 from public_api.dashboard.pages import (
     DayRange,
