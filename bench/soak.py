@@ -37,7 +37,9 @@ from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 from dockflow.embedded.supervisor import engine_dir
 
 RECONNECT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)  # camera reconnect delays, the last repeats
-BASE_TIME = datetime(2026, 5, 1, 6, 0, tzinfo=UTC)
+# Readings happened an hour before the run started: a fixed date fell out of the week a
+# reading may be late by (core/pallets/readings.py), and every reading was refused.
+BASE_TIME = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
 _numbers = itertools.count()
 
 
