@@ -159,8 +159,9 @@ class FeedStopped(Unavailable):
 
 
 class MessageIdsFenced(DockflowError):
-    """Reserved message ids were given up by a feed reader (a void took them) before their
-    messages committed: the writer must write those messages again under fresh ids."""
+    """A unit of work's reserved message ids were given up by a feed reader (a void took them)
+    before it committed, each time it ran under fresh ids (`core.feed.publish.MAX_RENUMBERS`):
+    it stalled past the feed's grace again and again, and gives up."""
 
     code = "MESSAGE_IDS_FENCED"
 

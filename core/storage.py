@@ -503,20 +503,13 @@ class Storage:
         await self.client.close()
 
 
-async def insert_ignoring_duplicates(
-    storage: Storage, collection: str, docs: list[Doc], session: Session = None
-) -> int:
-    """Insert `docs`; documents whose id already exists are kept as they are. Returns how many
-    were new. The building block of every idempotent rewrite after a crash.
-
-    In a transaction (`session`) a duplicate aborts it instead (the server allows no error in
-    one): `Storage.in_transaction` then runs the work again on reads that show the document."""
-    if not docs:
-        return 0
-    if session is not None:
+async def insert_all(storage: Storage, collection: str, docs: list[Doc], session: Session) -> None:
+    """Insert `docs` in the unit of work `session` (none: nothing to do; the driver refuses an
+    empty insert). A duplicate refuses the unit (the server allows no error in one):
+    `Storage.in_transaction` then runs the work again on reads that show the document, which is
+    how a rewrite after a crash completes what was written instead of doubling it."""
+    if docs:
         await storage[collection].insert_many(docs, session=session)
-        return len(docs)
-    return len(docs) - len(await insert_new(storage, collection, docs))
 
 
 async def insert_new(storage: Storage, collection: str, docs: list[Doc]) -> list[Any]:

@@ -331,15 +331,3 @@ def count_raised(stored: Iterable[Doc]) -> None:
     """Count newly stored exceptions by code (the `dockflow_exceptions_total` metric)."""
     for record in stored:
         metrics.EXCEPTIONS.labels(record["code"]).inc()
-
-
-async def renumber_history(storage: Storage, by_record: Mapping[str, Mapping[int, int]]) -> None:
-    """Messages of exceptions got fresh ids (a feed reader fenced the reserved ones): their
-    history entries take them. For a pallet batch written step by step outside a transaction
-    (`core.pallets.batch.BatchPlan.writes` without a session, as tests stall a writer)."""
-    for record_id, renumbered in by_record.items():
-        for old_id, new_id in renumbered.items():
-            await storage.exceptions.update_one(
-                {"_id": record_id, "history.message_id": old_id},
-                {"$set": {"history.$.message_id": new_id}},
-            )

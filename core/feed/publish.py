@@ -5,20 +5,18 @@ Message ids are integers reserved from the business's sequence before the write
 (business, id) into one integer), so a message may commit after one with a higher id; readers
 of the feed must allow for that. Every function here takes and gives those keys.
 
-Writes are idempotent: a delivery's id is derived from its message id and endpoint id, and a
-message's id is reserved once and kept by its caller (the pallet or the shipment stores it), so
-writing the same messages again after a crash completes a half-written batch instead of doubling
-it (duplicate-key errors of such a rewrite are ignored).
+Every write of messages is part of a unit of work (`Storage.in_transaction`): the messages
+commit with their deliveries and with the record they tell of (the pallet or the exception
+holding the message id), or none of them does.
 
 Fencing: a feed reader that has waited `feed_gap_grace_s` for a reserved id inserts a *void*
 placeholder under it (`fence_ids`); `_id` is unique, so from then on the id is known never to
-commit and the reader moves past it. A writer whose message meets a void learns that its id was
-fenced (never a rewrite of its own message): `write_messages` gives such messages fresh ids,
-lets the caller update the ids it stores, removes the deliveries of the fenced ids and writes
-again. So a stalled writer (an election, a paused process) is delivered late under a new id, in
-order, and never skipped. A void carries no business field (its key names the business):
-every business-scoped read ignores it, and unscoped readers (the hub, the webhook worker) check
-`is_void`.
+commit and the reader moves past it. A writer whose message meets a void has its unit of work
+refused (the void holds the id): `write_with_messages` (and a pallet batch, the same way)
+reserves fresh ids and runs the unit again. So a stalled writer (an election, a paused process)
+is delivered late under a new id, in order, and never skipped. A void carries no business field
+(its key names the business): every business-scoped read ignores it, and unscoped readers (the
+hub, the webhook worker) check `is_void`.
 """
 
 from __future__ import annotations
@@ -44,7 +42,7 @@ from core.storage import (
     Session,
     Storage,
     WrittenListener,
-    insert_ignoring_duplicates,
+    insert_all,
     insert_new,
 )
 
@@ -52,11 +50,9 @@ MessageType = Literal[
     "PALLET_EVENT", "SHIPMENT_COMPLETE", "EXCEPTION", "ENDPOINT_DISABLED", "ENDPOINT_FAILING"
 ]
 VOID = "void"  # the field that marks a fenced id's placeholder in push_messages
-# Times one write gives its messages fresh ids before it gives up (each needs another stall
+# Times one unit of work takes fresh message ids before it gives up (each needs another stall
 # longer than the feed's grace).
 MAX_RENUMBERS = 5
-# Told old id -> new id of renumbered messages, before they are written again.
-Renumbered = Callable[[dict[int, int]], Awaitable[None]]
 T = TypeVar("T")
 
 
@@ -234,57 +230,22 @@ def remove_written_listener(storage: Storage, listener: WrittenListener) -> None
 async def write_messages(
     storage: Storage,
     written: WrittenMessages,
-    session: Session = None,
+    session: Session,
     *,
-    on_renumber: Renumbered | None = None,
     deliveries_written: bool = False,
 ) -> None:
-    """Store deliveries first, then messages: a message that is visible has its deliveries.
-    Idempotent: what already exists is left alone. `deliveries_written`: the caller stored
-    them already.
+    """Store messages with their deliveries in the unit of work `session`
+    (`deliveries_written`: the caller stored them already).
 
-    Messages whose ids a feed reader fenced meanwhile get fresh ids (`written` is updated);
-    `on_renumber` is told old -> new first, so the caller can update the ids it stores. Without
-    it, `MessageIdsFenced` is raised.
-
-    In a transaction (`session`) a fenced id (like any duplicate) aborts the transaction: the
-    caller finds the fenced ids with `fenced_among`, takes fresh ones and runs it again; it
-    announces the messages once it has committed (`announce`)."""
+    A fenced id (like any duplicate) refuses the unit: the caller finds the fenced ids with
+    `fenced_among`, takes fresh ones and runs it again; it announces the messages once it has
+    committed (`announce`)."""
     with tracing.tracer().start_as_current_span(
         "feed.write_messages", attributes={"dockflow.messages": len(written.messages)}
     ):
-        await _write_messages(storage, written, session, on_renumber, deliveries_written)
-
-
-async def _write_messages(
-    storage: Storage,
-    written: WrittenMessages,
-    session: Session,
-    on_renumber: Renumbered | None,
-    deliveries_written: bool,
-) -> None:
-    deliveries = [] if deliveries_written else written.deliveries
-    if session is not None:
-        await insert_ignoring_duplicates(storage, "webhook_deliveries", deliveries, session)
-        await insert_ignoring_duplicates(storage, "push_messages", written.messages, session)
-        return
-    pending = written
-    for _ in range(MAX_RENUMBERS + 1):
-        await insert_ignoring_duplicates(storage, "webhook_deliveries", deliveries)
-        fenced = await _insert_messages(storage, pending.messages)
-        if not fenced:
-            return
-        if on_renumber is None:
-            raise MessageIdsFenced(fenced)
-        renumbered = await renumber(storage, written, fenced)
-        await on_renumber(renumbered)
-        new_ids = set(renumbered.values())
-        pending = WrittenMessages(
-            [m for m in written.messages if m["_id"] in new_ids],
-            [d for d in written.deliveries if d["message_id"] in new_ids],
-        )
-        deliveries = pending.deliveries
-    raise MessageIdsFenced(fenced)
+        if not deliveries_written:
+            await insert_all(storage, "webhook_deliveries", written.deliveries, session)
+        await insert_all(storage, "push_messages", written.messages, session)
 
 
 async def fenced_among(storage: Storage, ids: Iterable[int]) -> list[int]:
@@ -298,75 +259,26 @@ async def fenced_among(storage: Storage, ids: Iterable[int]) -> list[int]:
     return sorted(int(v["_id"]) for v in voids)
 
 
-async def _insert_messages(storage: Storage, messages: list[Doc]) -> list[int]:
-    """Insert messages, tell the listeners; returns the ids found fenced (holding a void)."""
-    existing = await insert_new(storage, "push_messages", messages)
-    fenced = await fenced_among(storage, existing) if existing else []
-    if len(existing) == len(messages):
-        return fenced
-    announce(storage, [m for m in messages if m["_id"] not in existing], whole=not existing)
-    return fenced
-
-
-def announce(storage: Storage, messages: list[Doc], *, whole: bool = True) -> None:
-    """Count newly stored `messages` and tell this process's listeners about them (about none,
-    unless `whole`: some existed already and the stored copies may differ)."""
+def announce(storage: Storage, messages: list[Doc]) -> None:
+    """Count newly committed `messages` and tell this process's listeners about them."""
     for message in messages:
         metrics.MESSAGES.labels(message["type"]).inc()
-    stored = messages if whole else []
     for listener in list(storage.written_listeners):
-        listener(stored)
-
-
-async def renumber(
-    storage: Storage, written: WrittenMessages, fenced: Iterable[int]
-) -> dict[int, int]:
-    """Fresh ids for the messages of `written` whose ids were fenced, in `written` itself (their
-    deliveries follow); the deliveries stored under the fenced ids are removed, as they belong
-    to no message. Returns old id -> new id.
-
-    The messages are sent now, not when first built: a reader asking for messages `since` a
-    time after the stall began still finds them."""
-    fenced_ids = set(fenced)
-    old = [m for m in written.messages if int(m["_id"]) in fenced_ids]
-    if not old:
-        return {}
-    new_ids: dict[int, int] = {}
-    for business in sorted({m["business"] for m in old}):
-        theirs = [int(m["_id"]) for m in old if m["business"] == business]
-        block = await reserve_message_ids(storage, business, len(theirs))
-        new_ids.update(zip(theirs, block, strict=True))
-    old_keys = sorted(new_ids)
-    await storage.webhook_deliveries.delete_many({"message_id": {"$in": old_keys}})
-    now = datetime.now(UTC)
-    written.messages = [
-        {**m, "_id": new_ids[m["_id"]], "sent_at": now} if m["_id"] in new_ids else m
-        for m in written.messages
-    ]
-    written.deliveries = [
-        {
-            **d,
-            "_id": delivery_id(new_ids[d["message_id"]], d["endpoint_id"]),
-            "message_id": new_ids[d["message_id"]],
-            **schedule(now),
-            "created_at": now,
-        }
-        if d["message_id"] in new_ids
-        else d
-        for d in written.deliveries
-    ]
-    return new_ids
+        listener(messages)
 
 
 async def append_messages(storage: Storage, new: list[NewMessage]) -> WrittenMessages:
-    """Build and store messages with their deliveries; returns what was written."""
-    written = await build_messages(storage, new)
-    await write_messages(storage, written, on_renumber=_nothing_stored)
-    return written
+    """Publish messages that tell of no stored record, with their deliveries, in one unit of
+    work; returns what was written. Benches and tests feed the outbox and the feed with it."""
 
+    async def build(ids: list[int], session: Session) -> tuple[WrittenMessages, WrittenMessages]:
+        written = await build_messages(storage, new, ids=ids)
+        await write_messages(storage, written, session)
+        return written, written
 
-async def _nothing_stored(renumbered: dict[int, int]) -> None:
-    """The caller keeps no message ids: a renumbering needs no update."""
+    if not new:
+        return WrittenMessages()
+    return await _write_with_ids(storage, build, functools.partial(_reserve_for, storage, new))
 
 
 async def _give_up(storage: Storage, ids: Sequence[int]) -> None:
@@ -402,8 +314,21 @@ async def write_with_messages(
     void refuses the message): fresh ids, and again. The ids `build` published nothing under
     (all of them when it found nothing to publish) are voided at once, so that no reader waits
     out the grace for them."""
+
+    async def reserve() -> list[int]:
+        return list(await reserve_message_ids(storage, business, count))
+
+    return await _write_with_ids(storage, build, reserve)
+
+
+async def _write_with_ids(
+    storage: Storage,
+    build: Callable[[list[int], Session], Coroutine[Any, Any, tuple[T, WrittenMessages]]],
+    reserve: Callable[[], Awaitable[list[int]]],
+) -> T:
+    """`write_with_messages` with the ids `reserve` gives (from one business or several)."""
     for _ in range(MAX_RENUMBERS + 1):
-        ids = list(await reserve_message_ids(storage, business, count))
+        ids = await reserve()
         try:
             result, written = await storage.in_transaction(functools.partial(build, ids))
         except PyMongoError:

@@ -34,7 +34,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -67,7 +67,7 @@ from core.storage import (
     Session,
     Storage,
     database_unavailable,
-    insert_ignoring_duplicates,
+    insert_all,
     together,
 )
 from core.tenancy.tenants import Camera, Facility, find_facility
@@ -82,7 +82,8 @@ STORAGE_REFUSED = "STORAGE_REFUSED: the reading could not be stored; the service
 class BatchPlan:
     """The documents of one batch and the order they are written in (see the module doc).
 
-    `writes` is public so a test can run only the first steps, as a crash would."""
+    `writes` is public so a test can run only the first steps in a unit of work, as a crash
+    would."""
 
     pallets: list[Doc] = field(default_factory=list)
     messages: publish.WrittenMessages = field(default_factory=publish.WrittenMessages)
@@ -99,9 +100,9 @@ class BatchPlan:
     exceptions: list[Doc] = field(default_factory=list)
     resolutions: list[tuple[Doc, Doc]] = field(default_factory=list)
 
-    def writes(self, storage: Storage, session: Session = None) -> list[Any]:
-        """The write steps in order, each a zero-argument coroutine function; in the
-        transaction `session` when one is given."""
+    def writes(self, storage: Storage, session: Session) -> list[Any]:
+        """The write steps in order, each a zero-argument coroutine function, in the unit of
+        work `session`."""
 
         async def pallets() -> None:
             if self.started_order_ids:
@@ -110,7 +111,7 @@ class BatchPlan:
                     {"$set": {"status": lifecycle.ORDER_STATUS_STARTED}},
                     session=session,
                 )
-            await insert_ignoring_duplicates(storage, "pallets", self.pallets, session)
+            await insert_all(storage, "pallets", self.pallets, session)
 
         async def deliveries() -> None:
             self.drop_messages(
@@ -118,23 +119,15 @@ class BatchPlan:
             )
             await together(
                 session,
-                insert_ignoring_duplicates(
-                    storage, "webhook_deliveries", self.messages.deliveries, session
-                ),
-                insert_ignoring_duplicates(storage, "exceptions", self.exceptions, session),
+                insert_all(storage, "webhook_deliveries", self.messages.deliveries, session),
+                insert_all(storage, "exceptions", self.exceptions, session),
             )
 
         async def messages() -> None:
-            await publish.write_messages(
-                storage,
-                self.messages,
-                session,
-                on_renumber=lambda renumbered: self.renumber(storage, renumbered),
-                deliveries_written=True,
-            )
+            await publish.write_messages(storage, self.messages, session, deliveries_written=True)
 
         async def claims() -> None:
-            await insert_ignoring_duplicates(storage, "readings", self.claims, session)
+            await insert_all(storage, "readings", self.claims, session)
 
         return [pallets, deliveries, messages, claims]
 
@@ -146,31 +139,6 @@ class BatchPlan:
                 [m for m in self.messages.messages if m["_id"] not in dropped],
                 [d for d in self.messages.deliveries if d["message_id"] not in dropped],
             )
-
-    async def renumber(self, storage: Storage, renumbered: dict[int, int]) -> None:
-        """Messages of the batch got fresh ids (a feed reader fenced the reserved ones while the
-        batch was stalled): the stored pallets, the claims and the answers take them."""
-        messages = {m["_id"]: m for m in self.messages.messages}
-        for old_id, new_id in renumbered.items():
-            renumbered_message = messages[new_id]
-            if renumbered_message["type"] == records.MESSAGE_TYPE:
-                exception = renumbered_message["message"]["id"]
-                await records.renumber_history(storage, {exception: {old_id: new_id}})
-                continue
-            await storage.pallets.update_one(
-                {"_id": renumbered_message["pallet_id"], "message_id": old_id},
-                {"$set": {"message_id": new_id}},
-            )
-        for pallet in self.pallets:
-            pallet["message_id"] = renumbered.get(pallet["message_id"], pallet["message_id"])
-        for claim in self.claims:
-            claim["message_id"] = renumbered.get(claim["message_id"], claim["message_id"])
-        self.results = [
-            replace(r, message_id=renumbered[r.message_id])
-            if r is not None and r.message_id in renumbered
-            else r
-            for r in self.results
-        ]
 
 
 class MessageIds:

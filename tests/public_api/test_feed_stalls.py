@@ -1,7 +1,8 @@
 """A writer stalled between reserving its message ids and committing (a replica-set election, a
 paused process) while other messages commit after it: the feed fences its ids after the grace,
-the writer writes again under fresh ids, and a pager (`pushMessages` with `afterId`) and a live
-subscriber both get every message in id order, exactly once, the stalled one included."""
+the writer's unit of work runs again under fresh ids, and a pager (`pushMessages` with
+`afterId`) and a live subscriber both get every message in id order, exactly once, the stalled
+one included."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from aiohttp.test_utils import TestClient
 from core.auth.crypto import SecretBox
 from core.feed import publish
 from core.feed.ids import public_id
+from core.feed.publish import NewMessage
 from core.outbox.webhook_endpoints import create_endpoint
-from core.pallets.batch import plan_batch
 from core.settings import Settings
-from core.storage import Storage
-from tests.support.factories import Tenant
+from core.storage import TRANSACTION_LIMIT_S, Storage
+from tests.support.factories import Tenant, pallet_payload
+from tests.support.feed_writers import StalledWriter
 from tests.support.graphql import (
     PUSH_MESSAGES,
     SINCE,
@@ -29,9 +31,10 @@ from tests.support.graphql import (
     gql,
     produce,
 )
-from tests.support.pallets import camera_of, pallet
 
-STALL_S = 60  # how long the writer sleeps between its reservation and its commit
+# How long the writer waits between its reservation and its writes: past the feed's grace,
+# within the time a unit of work is given.
+STALL_S = 15
 OTHER_EVERY_S = 3  # other writers commit a message this often meanwhile
 PAGE_EVERY_S = 1  # the pager asks for what follows its last id this often
 
@@ -46,29 +49,26 @@ async def page_after(api: TestClient[Any, Any], token: str, after_id: int) -> li
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-async def test_a_writer_stalled_for_a_minute_is_delivered_in_order_exactly_once(
+async def test_a_writer_stalled_past_the_grace_is_delivered_in_order_exactly_once(
     api: TestClient[Any, Any], tenant: Tenant, storage: Storage, settings: Settings
 ):
+    assert settings.feed_gap_grace_s < STALL_S < TRANSACTION_LIMIT_S
     # given a live subscriber and a webhook endpoint
     await create_endpoint(storage, SecretBox(settings), "acme", "https://x.example")
     ws = await WsSession.open(api, TRANSPORT_WS)
     await ws.init({"Authorization": f"Bearer {tenant.token}"})
     await ws.subscribe("1", SUBSCRIPTION, {"filter": {"businessSlug": "acme"}})
     await asyncio.sleep(0.3)  # subscribed before anything commits
-    # a pallet batch that reserved its message id and stored the pallet and its delivery...
-    camera = await camera_of(storage, tenant, "D1")
-    plan = await plan_batch(storage, settings, [(camera, pallet("L1", reading_id="stalled"))])
-    pallet_id = plan.pallets[0]["_id"]
-    reserved = plan.pallets[0]["message_id"]
-    write_pallets, write_deliveries, write_messages, write_claims = plan.writes(storage)
-    await write_pallets()
-    await write_deliveries()
+    # a writer that reserved its message id and began its unit of work...
+    pallet_id = "plt_000099"
+    event = NewMessage("acme", "dc1", "PALLET_EVENT", pallet_payload(n=99), 1, pallet_id)
+    writer = StalledWriter(storage, [event])
+    [reserved] = await writer.start()
 
-    # when it stalls for a minute before its message commits, while others commit after it
-    async def stalled_writer() -> None:
+    # when it stalls before it writes anything, while others commit after it
+    async def stalled_writer() -> publish.WrittenMessages:
         await asyncio.sleep(STALL_S)
-        await write_messages()
-        await write_claims()
+        return await writer.finish()
 
     live: list[dict[str, Any]] = []
 
@@ -77,17 +77,17 @@ async def test_a_writer_stalled_for_a_minute_is_delivered_in_order_exactly_once(
             live.append((await ws.next_data("1", wait_s=120))["data"]["pushMessage"])
 
     listening = asyncio.create_task(subscriber())
-    writer = asyncio.create_task(stalled_writer())
+    stalled = asyncio.create_task(stalled_writer())
     paged: list[dict[str, Any]] = []
     next_other = 0.0
     loop = asyncio.get_running_loop()
-    while not writer.done():
+    while not stalled.done():
         if loop.time() >= next_other:
             await produce(storage)
             next_other = loop.time() + OTHER_EVERY_S
         paged += await page_after(api, tenant.token, paged[-1]["id"] if paged else 0)
         await asyncio.sleep(PAGE_EVERY_S)
-    await writer
+    written = await stalled
     last = (await produce(storage)).shown_ids[0]
     while not paged or paged[-1]["id"] < last:
         paged += await page_after(api, tenant.token, paged[-1]["id"] if paged else 0)
@@ -101,9 +101,7 @@ async def test_a_writer_stalled_for_a_minute_is_delivered_in_order_exactly_once(
     await ws.close()
 
     # then the stalled message is there under a fresh id, for the pager and the subscriber
-    stored = await storage.pallets.find_one({"_id": pallet_id})
-    assert stored is not None
-    message_id = stored["message_id"]
+    [message_id] = written.ids
     committed = await storage.push_messages.find({"business": "acme"}).sort("_id").to_list()
     paged_ids = [m["id"] for m in paged]
     assert paged_ids == [public_id(m["_id"]) for m in committed]  # every message, in order, once
@@ -112,15 +110,9 @@ async def test_a_writer_stalled_for_a_minute_is_delivered_in_order_exactly_once(
     assert [m["message"]["servicePalletId"] for m in paged].count(pallet_id) == 1
     shown = public_id(message_id)
     assert next(m for m in paged if m["id"] == shown)["message"]["servicePalletId"] == pallet_id
-    # the reserved id holds a void, its delivery went with it, the fresh id has one
+    # the reserved id holds a void and no delivery (none committed), the fresh id has one
     fenced = await storage.push_messages.find_one({"_id": reserved})
     assert fenced is not None
     assert publish.is_void(fenced)
     assert await storage.webhook_deliveries.count_documents({"message_id": reserved}) == 0
     assert await storage.webhook_deliveries.count_documents({"message_id": message_id}) == 1
-    claim = await storage.readings.find_one({"pallet_id": pallet_id})
-    assert claim is not None
-    assert claim["message_id"] == message_id
-    result = plan.results[0]
-    assert result is not None
-    assert result.message_id == message_id

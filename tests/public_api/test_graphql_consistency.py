@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from core.feed.ids import public_id
-from core.feed.publish import NewMessage, build_messages, write_messages
+from core.feed.publish import NewMessage, build_messages
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -24,6 +24,7 @@ from public_api.keys import FEED_HUB
 from tests.support.api import create_app
 from tests.support.camera import reading, stream
 from tests.support.factories import Tenant, pallet_payload
+from tests.support.feed_writers import commit_messages
 from tests.support.graphql import (
     LEGACY_WS,
     PUSH_MESSAGES,
@@ -100,7 +101,7 @@ async def feed_producers(storage: Storage) -> list[int]:
             ]
             written = await build_messages(storage, new)
             await asyncio.sleep(rng.random() * 0.02)
-            await write_messages(storage, written)
+            await commit_messages(storage, written)
             ids += written.shown_ids
         return ids
 
@@ -190,7 +191,7 @@ async def test_push_messages_holds_back_ids_above_an_uncommitted_one(
     _, held = await gql(
         api, PUSH_MESSAGES, {"input": {"businessSlug": "acme", "since": SINCE}}, token=tenant.token
     )
-    await write_messages(storage, in_flight)
+    await commit_messages(storage, in_flight)
     await asyncio.sleep(0.3)
     _, released = await gql(
         api, PUSH_MESSAGES, {"input": {"businessSlug": "acme", "since": SINCE}}, token=tenant.token

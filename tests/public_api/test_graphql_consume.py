@@ -13,12 +13,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from core.feed.publish import NewMessage, build_messages, write_messages
+from core.feed.publish import NewMessage, build_messages
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from tests.support.api import create_app
 from tests.support.factories import Tenant, pallet_payload
+from tests.support.feed_writers import commit_messages
 from tests.support.graphql import produce
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,7 +122,7 @@ async def test_consume_resumes_after_being_cut_off_without_gaps_or_repeats(
     )
     burst = await produce(storage, count=9)  # waits above the gap at `held` ...
     await asyncio.sleep(0.3)
-    await write_messages(storage, held)  # ... and all 10 are released at once
+    await commit_messages(storage, held)  # ... and all 10 are released at once
     lines = await read_lines(process, 10)
     code = await asyncio.wait_for(process.wait(), 30)
 

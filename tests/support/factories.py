@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.feed.publish import NewMessage, build_messages, write_messages
+from core.feed.publish import NewMessage, build_messages
 from core.services import Services
 from core.storage import Storage
 from core.tenancy import tenants
 from core.tenancy.tenants import ApiClient, LabelFieldMapping
+from tests.support.feed_writers import commit_messages
 
 DEFAULT_LABELS = (
     LabelFieldMapping("lpn", "licensePlate"),
@@ -110,5 +111,5 @@ async def feed_of_earlier_release(storage: Storage, by_id: dict[int, str]) -> No
         payload = pallet_payload(business, "dc1", message_id, sequence=str(message_id))
         new = NewMessage(business, "dc1", "PALLET_EVENT", payload, shipment_id=1)
         written = await build_messages(storage, [new], ids=[message_id])
-        await write_messages(storage, written)
+        await commit_messages(storage, written)
     await storage.counters.insert_one({"_id": "push_messages", "value": max(by_id)})

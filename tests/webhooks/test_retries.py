@@ -15,14 +15,14 @@ from core.feed.publish import (
     NewMessage,
     WrittenMessages,
     build_messages,
-    write_messages,
 )
 from core.outbox import requeue
 from core.services import Services
 from core.settings import Settings
-from core.storage import Storage, insert_ignoring_duplicates
+from core.storage import Storage
 from tests.support.customer_server import Received, Receiver, answers
 from tests.support.factories import Tenant
+from tests.support.feed_writers import commit_messages
 from tests.support.outbox import (
     StartWorker,
     all_finished,
@@ -348,8 +348,9 @@ async def test_a_delivery_claimed_before_its_message_is_written_waits_for_it(
     start_worker: StartWorker,
     caplog: pytest.LogCaptureFixture,
 ):
-    """Deliveries are written just before their message: a claim in between waits for the
-    message instead of handing the delivery back for a retry a second later."""
+    """A delivery stored before its message (as releases that wrote them one by one left
+    them): a claim in between waits for the message instead of handing the delivery back for a
+    retry a second later."""
     await make_endpoint(services, tenant, receiver.base_url)
     written = await build_messages(
         storage,
@@ -358,7 +359,7 @@ async def test_a_delivery_claimed_before_its_message_is_written_waits_for_it(
                        pallet_payload(tenant, 1), shipment_id=1, pallet_id="plt_000001"),
         ],
     )  # fmt: skip
-    await insert_ignoring_duplicates(storage, "webhook_deliveries", written.deliveries)
+    await storage.webhook_deliveries.insert_many(written.deliveries)
     await start_worker(fast_settings(webhook_poll_interval_s=0.01))
 
     async def claimed() -> bool:
@@ -366,7 +367,7 @@ async def test_a_delivery_claimed_before_its_message_is_written_waits_for_it(
 
     await wait_until(claimed)
     await asyncio.sleep(0.03)  # the writer's second step comes a moment later
-    await write_messages(storage, WrittenMessages(written.messages, []))
+    await commit_messages(storage, WrittenMessages(written.messages, []))
     await wait_until(lambda: all_finished(storage))
 
     [delivery] = await deliveries_of(storage)

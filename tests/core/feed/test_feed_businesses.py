@@ -21,12 +21,12 @@ from core.feed.publish import (
     append_messages,
     build_messages,
     reserve_message_ids,
-    write_messages,
 )
 from core.feed.reader import feed_filter, list_messages
 from core.settings import Settings
 from core.storage import Doc, Storage
 from tests.support.factories import feed_of_earlier_release, pallet_payload
+from tests.support.feed_writers import commit_messages
 
 SINCE = datetime(2020, 1, 1, tzinfo=UTC)
 
@@ -91,7 +91,7 @@ async def test_a_stalled_writer_of_one_business_holds_back_no_other_business(
     assert len({*stalled.ids, *written.ids}) == 3  # stored under distinct keys
 
     # The stalled writer commits: acme's arrive in order, nothing skipped.
-    await write_messages(storage, stalled)
+    await commit_messages(storage, stalled)
     first = await asyncio.wait_for(acme_next, 20)
     assert [public_id(first["_id"]), *await take(acme_live, 1)] == [1, 2]
     assert await paged(storage, hub, "acme", None) == [1, 2]
@@ -284,7 +284,7 @@ async def test_a_new_line_waits_for_an_id_reserved_far_below_the_newest(
         while hub.subscriber_count < 1:
             await asyncio.sleep(0.01)
 
-        await write_messages(storage, stalled)
+        await commit_messages(storage, stalled)
 
         assert await first == stalled.shown_ids == [1]
         await live.aclose()
@@ -309,7 +309,7 @@ async def test_an_id_seen_reserved_is_looked_up_again_soon_not_an_interval_later
             while hub.nudges and not hub._in_flight:
                 await asyncio.sleep(0.01)
 
-            await write_messages(other, pending)
+            await commit_messages(other, pending)
 
             assert await first == [1]
             await live.aclose()

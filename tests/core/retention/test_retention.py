@@ -26,6 +26,7 @@ from core.shipments import attachments, completion
 from core.storage import Storage
 from tests.support.documents import post_shipment
 from tests.support.factories import Tenant, pallet_payload
+from tests.support.feed_writers import commit_messages
 from tests.support.graphql import PUSH_MESSAGES, SUBSCRIPTION, WsSession, gql
 from tests.support.pallets import camera_of, pallet
 
@@ -40,7 +41,7 @@ async def messages_sent(storage: Storage, at: datetime, count: int) -> list[int]
         for n in range(count)
     ]
     written = await publish.build_messages(storage, new, sent_at=at)
-    await publish.write_messages(storage, written)
+    await commit_messages(storage, written)
     return [public_id(key) for key in written.ids]  # the ids the business sees
 
 
