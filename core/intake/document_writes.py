@@ -12,7 +12,7 @@ from pymongo import UpdateOne
 
 from core.intake.contract import ChangeEntry, ResponseItem, ResponseOrder, ResponseShipment
 from core.intake.document_plan import DocumentPlan, OrderPlan, item_order
-from core.shipments.lifecycle import ORDER_COUNT, ORDER_STATUS_NEW, ShipmentStatus, new_shipment
+from core.shipments.lifecycle import CREATED_ORDER_STATUS, ORDER_COUNT, ShipmentStatus, new_shipment
 from core.storage import Doc, Session, Storage
 
 # A document's shipment is planned from the start: it is created SCHEDULED, never NEW.
@@ -102,7 +102,7 @@ async def _write_order(
             "direction": plan.direction,
             "number": order.number,
             "shipment_id": shipment_id,
-            "status": ORDER_STATUS_NEW,
+            "status": CREATED_ORDER_STATUS,
             "created_seq": order.created_seq,
             "created_at": plan.now,
         }
@@ -258,7 +258,7 @@ async def resulting_shipment(
     for o in plan.orders:
         if o.order_id not in on_shipment:  # created, or moved here as it was read
             orders.append(
-                {"_id": o.order_id, "number": o.number, "status": ORDER_STATUS_NEW,
+                {"_id": o.order_id, "number": o.number, "status": CREATED_ORDER_STATUS,
                  "created_seq": o.created_seq} if o.existing is None else o.existing
             )  # fmt: skip
     orders.sort(key=lambda o: int(o.get("created_seq", 0)))

@@ -107,7 +107,10 @@ class BatchPlan:
         async def pallets() -> None:
             if self.started_order_ids:
                 await storage.orders.update_many(
-                    {"_id": {"$in": self.started_order_ids}, "status": lifecycle.ORDER_STATUS_NEW},
+                    {
+                        "_id": {"$in": self.started_order_ids},
+                        "status": lifecycle.CREATED_ORDER_STATUS,
+                    },
                     {"$set": {"status": lifecycle.ORDER_STATUS_STARTED}},
                     session=session,
                 )

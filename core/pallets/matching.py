@@ -170,7 +170,7 @@ async def _match_orders(storage: Storage, items: list[ReadingInBatch], site: _Si
         else []
     )
     numbers = {o["_id"]: str(o["number"]) for o in orders}
-    unstarted = {o["_id"] for o in orders if o.get("status") == lifecycle.ORDER_STATUS_NEW}
+    unstarted = {o["_id"] for o in orders if o.get("status") == lifecycle.CREATED_ORDER_STATUS}
     grouped: dict[int, list[Doc]] = {}
     for order_item in shipment_items:
         grouped.setdefault(int(order_item["shipment_id"]), []).append(order_item)

@@ -58,7 +58,7 @@ class ShipmentStatus(StrEnum):
 SHIPMENT_STATUSES: tuple[str, ...] = tuple(status.value for status in ShipmentStatus)
 AT_DOCK_STATUSES = ["DOOR_ASSIGNED", "LOADING", "UNLOADING"]
 # An order is CREATED by intake and IN_PROGRESS from its first pallet on.
-ORDER_STATUS_NEW = "CREATED"
+CREATED_ORDER_STATUS = "CREATED"
 ORDER_STATUS_STARTED = "IN_PROGRESS"
 # A shipment's number of orders, kept by intake (the only writer of orders) in the transaction
 # that creates or moves them, so a document knows the shipment's orders without reading them.
