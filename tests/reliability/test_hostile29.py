@@ -4,6 +4,7 @@ write on the embedded default), and the all-LPNs completion apart from its batch
 from __future__ import annotations
 
 import asyncio
+import importlib
 
 import pytest
 
@@ -62,3 +63,10 @@ async def test_a_crash_between_the_last_pallet_and_its_completion_is_completed_o
     shipment = await storage.shipments.find_one({"_id": shipment_id})
     assert shipment is not None
     assert shipment["completion_reason"] == "ALL_LPNS_OBSERVED", shipment["status"]
+
+
+def test_the_completion_crash_test_can_be_collected():
+    """The test that proves completion is one unit under SIGKILL imports helpers from
+    tests/reliability, which moved to tests/support: it errors at collection, and a collection
+    error interrupts the whole run (`make test` runs nothing)."""
+    importlib.import_module("tests.core.shipments.test_completion_crash")
