@@ -42,7 +42,9 @@ ALL_LPNS_OBSERVED = "ALL_LPNS_OBSERVED"
 @dataclass(frozen=True)
 class Completion:
     shipment_id: int
-    message_id: int
+    # None only on a completion an earlier release left half-written, until the start-up step
+    # finishes it (`core.shipments.unfinished`).
+    message_id: int | None
     reason: str
     completed_at: datetime
     # False when the shipment had already been completed (by this or another trigger).
@@ -119,9 +121,10 @@ async def build_completion_payload(
 
 def _stored(shipment: Doc) -> Completion:
     """The completion a completed shipment holds."""
+    message_id = shipment.get("completion_message_id")
     return Completion(
         int(shipment["_id"]),
-        int(shipment["completion_message_id"]),
+        None if message_id is None else int(message_id),
         shipment["completion_reason"],
         shipment["completed_at"],
         completed_now=False,
