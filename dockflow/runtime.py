@@ -24,6 +24,7 @@ from core.retention import RetentionSweeper
 from core.running import Running
 from core.services import Services
 from core.settings import Settings
+from core.shipments import unfinished
 from core.storage import Storage
 from dockflow import server_record
 from dockflow.embedded.supervisor import EmbeddedMongo, TransactionLimits
@@ -81,6 +82,8 @@ async def open_services(settings: Settings, *, check_feed: bool = True) -> Async
             # is served.
             if check_feed:
                 await message_ids.ready(storage)
+                # Once per database: completions an earlier release left half-written.
+                await unfinished.finish_once(storage, settings)
             yield Services(settings=settings, storage=storage)
         finally:
             await storage.close()

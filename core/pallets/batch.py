@@ -89,8 +89,8 @@ class BatchPlan:
     messages: publish.WrittenMessages = field(default_factory=publish.WrittenMessages)
     claims: list[Doc] = field(default_factory=list)
     results: list[ReadingResult | None] = field(default_factory=list)
-    # Shipments touched by this batch in facilities that complete on all LPNs: checked after
-    # the writes, with the facilities the batch read.
+    # Shipments touched by this batch (or by a resend's readings) in facilities that complete
+    # on all LPNs: checked after the writes, with the facilities the batch read.
     shipment_ids: set[int] = field(default_factory=set)
     facilities: dict[tuple[str, str], Facility] = field(default_factory=dict)
     # Orders of the batch's pallets still CREATED when read: they become STARTED.
@@ -528,6 +528,11 @@ def _answer_known(
         if claim is None:
             fresh.append(item)
             continue
+        facility = item.facility
+        if facility is not None and facility.complete_on_all_lpns and claim.get("shipment_id"):
+            # The first attempt may have committed and died before `after_batch`: the resend
+            # checks the rule again (it reads only shipments not completed yet).
+            plan.shipment_ids.add(int(claim["shipment_id"]))
         plan.results[item.index] = ReadingResult(
             item.reading.reading_id, "DUPLICATE", claim["pallet_id"], claim["shipment_id"],
             claim["message_id"], exceptions=reading_plan.raised_by(pallets.get(claim["pallet_id"])),

@@ -42,7 +42,9 @@ ALL_LPNS_OBSERVED = "ALL_LPNS_OBSERVED"
 @dataclass(frozen=True)
 class Completion:
     shipment_id: int
-    message_id: int
+    # None only on a completion an earlier release left half-written, until the start-up step
+    # finishes it (`core.shipments.unfinished`).
+    message_id: int | None
     reason: str
     completed_at: datetime
     # False when the shipment had already been completed (by this or another trigger).
@@ -119,9 +121,10 @@ async def build_completion_payload(
 
 def _stored(shipment: Doc) -> Completion:
     """The completion a completed shipment holds."""
+    message_id = shipment.get("completion_message_id")
     return Completion(
         int(shipment["_id"]),
-        int(shipment["completion_message_id"]),
+        None if message_id is None else int(message_id),
         shipment["completion_reason"],
         shipment["completed_at"],
         completed_now=False,
@@ -207,12 +210,12 @@ async def _complete(
         fields[epcis_events.RECORDED_SITE] = epcis_events.site_record(
             facility.gln, facility.gln_extension(shipment.get("dock") or ""), facility.timezone, at
         )
-    missing = await _missing_lpns(storage, shipment, facility, session) if len(ids) > 1 else []
+    missing = await missing_lpns(storage, shipment, facility, session) if len(ids) > 1 else []
     new: list[publish.NewMessage] = []
     short: Doc | None = None
     if missing:
         orders = await shipment_order_numbers(storage, shipment_id, session)
-        short = _short_record(shipment, missing, orders, source, at, ids[0])
+        short = short_record(shipment, missing, orders, source, at, ids[0])
         fields["short_exception"] = short
         new.append(records.message(settings, short))
     written = await lifecycle.update_with_history(
@@ -247,7 +250,7 @@ async def _complete(
     return Completion(shipment_id, message_id, reason, at, completed_now=True), messages
 
 
-def _short_record(
+def short_record(
     shipment: Doc, missing: list[str], orders: list[str], source: str, at: datetime, message_id: int
 ) -> Doc:
     """The SHORT exception of a shipment completed without `missing` LPNs."""
@@ -273,7 +276,7 @@ def _short_record(
     )
 
 
-async def _missing_lpns(
+async def missing_lpns(
     storage: Storage, shipment: Doc, facility: Facility | None, session: Session
 ) -> list[str]:
     """The expected LPNs not on the trailer, when the facility raises SHORT exceptions."""
