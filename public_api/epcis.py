@@ -221,6 +221,10 @@ def operations(problem_ref: dict[str, Any]) -> dict[str, Any]:
             "schema": {"type": "string", "maxLength": MAX_PATH_EPC_CHARS},
         },
     )
+    epc_operation["responses"]["404"] = {
+        "description": "Not one EPC: a list, or past its maxLength (NoSuchResourceException).",
+        "content": {PROBLEM_TYPE: {"schema": problem_ref}},
+    }
     type_parameters = {k: v for k, v in _PARAMETERS.items() if k != "eventType"}
     type_operation = _operation(problem_ref, "getEpcisEventTypeEvents", type_parameters)
     type_operation["summary"] = "EPCIS 2.0 events of one event type"
