@@ -30,14 +30,16 @@ async def test_correcting_a_false_take_off_completes_a_shipment_now_all_observed
     [off] = await record_pallets(storage, settings, [(camera, pallet("A", direction="UNLOADING"))])
     await record_pallets(storage, settings, [(camera, pallet("B"))])
     shipment = await storage.shipments.find_one({"_id": shipment_id})
-    assert shipment is not None and shipment.get("completed_at") is None
+    assert shipment is not None
+    assert shipment.get("completed_at") is None
 
     await corrections.correct_reading(storage, LEAD, off.pallet_id, "did_not_occur", "no")
 
     shipment = await storage.shipments.find_one({"_id": shipment_id})
     assert shipment is not None
     progress = (await shipment_queries.progress_of(storage, [shipment]))[shipment_id]
-    assert progress is not None and progress.missing == []  # all observed now
+    assert progress is not None
+    assert progress.missing == []
     assert shipment.get("completion_reason") == "ALL_LPNS_OBSERVED"
 
 
