@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from core import retention
 from core.epcis import query
 from core.pallets import corrections
 from core.pallets.batch import record_pallets
 from core.reads import shipment_queries
 from core.settings import Settings
 from core.storage import Storage
+from core.tenancy import gs1_identities
 from core.tenancy.tenants import Operator
 from tests.support.documents import post_shipment
 from tests.support.factories import Tenant
+from tests.support.outbox import make_endpoint
 from tests.support.pallets import camera_of, pallet
 
 LEAD = Operator("lead", frozenset(["acme"]))
+SSCC = "106141411234567897"
 
 
 async def test_correcting_a_false_take_off_completes_a_shipment_now_all_observed(
@@ -48,3 +55,28 @@ def test_the_binding_error_declaration_time_parameters_are_answered():
     EXISTS_errorDeclaration and EQ_errorReason on /events; dockflow refuses them with 400, so a
     client polling for new declarations by declaration time cannot."""
     query.parse_query({"GE_errorDeclarationTime": "2026-05-01T00:00:00Z"})
+
+
+async def test_a_reading_older_than_the_delivery_retention_is_still_declared_to_its_repository(
+    storage: Storage, settings: Settings, services: Any, tenant: Tenant
+):
+    """The EPCIS repository captured the reading (its delivery). The delivery log is swept after
+    `retention_deliveries_days` (30 by default); readings and shipments are kept. A correction
+    made after that finds no delivery of the reading's message (`write_declaration` picks its
+    endpoints by `webhook_deliveries`), so the declaration goes to no endpoint and the
+    repository keeps the wrong event for good; the CLI reports 'queued for 0 endpoint(s)'."""
+    await make_endpoint(services, tenant, "http://127.0.0.1:9/", kind="EPCIS")
+    await gs1_identities.set_facility(
+        storage, tenant.business, tenant.facility, gln="0614141123452", extensions={"D1": "1"}
+    )
+    await post_shipment(storage, tenant, {"O-1": [SSCC, "106141412345678908"]})
+    camera = await camera_of(storage, tenant, "D1")
+    [one] = await record_pallets(storage, settings, [(camera, pallet(SSCC, dock="D1"))])
+    assert await storage.webhook_deliveries.count_documents({}) == 1
+    await storage.webhook_deliveries.update_many({}, {"$set": {"status": "DELIVERED"}})
+    await retention.sweep(storage, settings, datetime.now(UTC) + timedelta(days=31))
+    assert await storage.pallets.count_documents({"_id": one.pallet_id}) == 1  # kept
+
+    done = await corrections.correct_reading(storage, LEAD, one.pallet_id, "incorrect_data", "x")
+
+    assert done.deliveries == 1
