@@ -80,3 +80,29 @@ async def test_a_reading_older_than_the_delivery_retention_is_still_declared_to_
     done = await corrections.correct_reading(storage, LEAD, one.pallet_id, "incorrect_data", "x")
 
     assert done.deliveries == 1
+
+
+async def test_declaring_a_completed_shipments_reading_wrong_flags_the_shortage(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    """Expected A and B; both read, so the shipment completes ALL_LPNS_OBSERVED with no SHORT.
+    The operator then declares B's reading did_not_occur: B never went onto the trailer. The
+    shipment's progress, the ASN and the proof of load now say B is missing, yet the proof still
+    reads completionReason ALL_LPNS_OBSERVED and no SHORT exception (or any exception) exists:
+    the shortage the correction reveals is flagged nowhere the dock or the customer watches."""
+    shipment_id = await post_shipment(storage, tenant, {"O-1": ["A", "B"]})
+    camera = await camera_of(storage, tenant, "D1")
+    [_, b] = await record_pallets(storage, settings, [(camera, pallet("A")), (camera, pallet("B"))])
+    shipment = await storage.shipments.find_one({"_id": shipment_id})
+    assert shipment is not None
+    assert shipment.get("completion_reason") == "ALL_LPNS_OBSERVED"
+
+    await corrections.correct_reading(storage, LEAD, b.pallet_id, "did_not_occur", "not loaded")
+
+    progress = (await shipment_queries.progress_of(storage, [shipment]))[shipment_id]
+    assert progress is not None
+    assert progress.missing == ["B"]
+    codes = [
+        e["code"] for e in await storage.exceptions.find({"shipment_id": shipment_id}).to_list()
+    ]
+    assert "SHORT" in codes
