@@ -106,3 +106,29 @@ async def test_declaring_a_completed_shipments_reading_wrong_flags_the_shortage(
         e["code"] for e in await storage.exceptions.find({"shipment_id": shipment_id}).to_list()
     ]
     assert "SHORT" in codes
+
+
+async def test_a_completed_shipments_asn_endpoint_gets_the_replacement_after_a_correction(
+    storage: Storage, settings: Settings, services: Any, tenant: Tenant
+):
+    """An ASN endpoint was sent the completed shipment's 856 naming both pallets. A reading is
+    then declared wrong: EPCIS endpoints get a declaration delivery, but nothing is written for
+    the ASN endpoint, so the trading partner keeps an ASN listing a pallet that was never
+    loaded; the replacement (issue.py: 'the next ASN ... is a replacement', BSN01 05) exists
+    only if someone downloads the ASN again."""
+    asn = await make_endpoint(services, tenant, "http://127.0.0.1:9/asn", kind="ASN")
+    endpoint_id = asn.entity.endpoint_id
+    await post_shipment(storage, tenant, {"O-1": [SSCC, "106141412345678908"]})
+    camera = await camera_of(storage, tenant, "D1")
+    [_, two] = await record_pallets(
+        storage,
+        settings,
+        [(camera, pallet(SSCC)), (camera, pallet("106141412345678908"))],
+    )
+    before = await storage.webhook_deliveries.count_documents({"endpoint_id": endpoint_id})
+    assert before == 1  # the SHIPMENT_COMPLETE's ASN
+
+    await corrections.correct_reading(storage, LEAD, two.pallet_id, "did_not_occur", "x")
+
+    after = await storage.webhook_deliveries.count_documents({"endpoint_id": endpoint_id})
+    assert after == 2  # a replacement ASN for the partner
