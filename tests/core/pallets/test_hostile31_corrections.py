@@ -132,3 +132,25 @@ async def test_a_completed_shipments_asn_endpoint_gets_the_replacement_after_a_c
 
     after = await storage.webhook_deliveries.count_documents({"endpoint_id": endpoint_id})
     assert after == 2  # a replacement ASN for the partner
+
+
+async def test_the_real_load_after_a_phantom_one_declared_wrong_is_no_duplicate(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    """The camera reported B loaded when it was the next door's pallet; the operator declares
+    that reading did_not_occur. When B is really loaded later, DUPLICATE_PALLET's lookup of the
+    pallet's last reading on the shipment (`matching._positions`) still takes the corrected
+    reading as where B is, so the first real load is flagged a duplicate (and marked
+    `repeated`)."""
+    shipment_id = await post_shipment(storage, tenant, {"O-1": ["A", "B", "C"]})
+    camera = await camera_of(storage, tenant, "D1")
+    [phantom] = await record_pallets(storage, settings, [(camera, pallet("B"))])
+    await corrections.correct_reading(storage, LEAD, phantom.pallet_id, "did_not_occur", "x")
+
+    [real] = await record_pallets(storage, settings, [(camera, pallet("B"))])
+
+    assert real.shipment_id == shipment_id
+    codes = [
+        e["code"] for e in await storage.exceptions.find({"shipment_id": shipment_id}).to_list()
+    ]
+    assert "DUPLICATE_PALLET" not in codes
