@@ -154,3 +154,24 @@ async def test_the_real_load_after_a_phantom_one_declared_wrong_is_no_duplicate(
         e["code"] for e in await storage.exceptions.find({"shipment_id": shipment_id}).to_list()
     ]
     assert "DUPLICATE_PALLET" not in codes
+
+
+async def test_the_exceptions_a_reading_declared_wrong_raised_do_not_stay_open(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    """A misread label raised UNEXPECTED_PALLET for a pallet nobody expected. The operator
+    declares the reading incorrect_data; the reading no longer counts anywhere, but the
+    exception it raised stays OPEN on the dock's list and in the customer's feed, about a
+    pallet that was never there, until someone resolves it by hand."""
+    shipment_id = await post_shipment(storage, tenant, {"O-1": ["A", "B"]})
+    camera = await camera_of(storage, tenant, "D1")
+    await record_pallets(storage, settings, [(camera, pallet("A"))])
+    [misread] = await record_pallets(storage, settings, [(camera, pallet("A-MISREAD"))])
+    raised = await storage.exceptions.find({"pallet_id": misread.pallet_id}).to_list()
+    assert [e["code"] for e in raised] == ["UNEXPECTED_PALLET"]
+    assert misread.shipment_id == shipment_id
+
+    await corrections.correct_reading(storage, LEAD, misread.pallet_id, "incorrect_data", "x")
+
+    after = await storage.exceptions.find({"pallet_id": misread.pallet_id}).to_list()
+    assert [e["status"] for e in after] != ["OPEN"]
