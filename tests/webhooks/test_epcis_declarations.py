@@ -82,7 +82,12 @@ async def test_a_declared_reading_is_captured_again_with_its_error_declaration(
         messages = await storage.push_messages.count_documents({})
 
         done = await corrections.correct_reading(
-            storage, Operator("lead", frozenset(["acme"])), acks[1].pallet_id, "did_not_occur", "x"
+            storage,
+            services.settings,
+            Operator("lead", frozenset(["acme"])),
+            acks[1].pallet_id,
+            "did_not_occur",
+            "x",
         )
         assert done.deliveries == 1
         await wait_until(lambda: len(receiver.requests) == 2)
@@ -144,7 +149,12 @@ async def test_a_declaration_due_with_its_event_goes_after_it_in_a_document_of_i
     # declared wrong before anything was sent: the reading's delivery and its declaration's
     # (of one message) are claimed together
     await corrections.correct_reading(
-        storage, Operator("lead", frozenset(["acme"])), acks[1].pallet_id, "incorrect_data", "x"
+        storage,
+        services.settings,
+        Operator("lead", frozenset(["acme"])),
+        acks[1].pallet_id,
+        "incorrect_data",
+        "x",
     )
 
     await start_worker(fast_settings(webhook_endpoint_concurrency=1))

@@ -1,4 +1,4 @@
-"""Hostile review of the reading corrections (s37/hostile31): reproductions of defects."""
+"""A reading's errorDeclaration reaches an EPCIS repository only after the event it declares."""
 
 from __future__ import annotations
 
@@ -74,7 +74,12 @@ async def test_a_declaration_is_not_captured_before_the_event_it_declares(
     await wait_until(lambda: len(receiver.requests) == 1)  # the failed attempt
 
     await corrections.correct_reading(
-        storage, Operator("lead", frozenset(["acme"])), acks[1].pallet_id, "did_not_occur", "x"
+        storage,
+        services.settings,
+        Operator("lead", frozenset(["acme"])),
+        acks[1].pallet_id,
+        "did_not_occur",
+        "x",
     )
     await wait_until(lambda: all_finished(storage), within=15)
 
