@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from pymongo import UpdateOne
@@ -35,7 +36,7 @@ from core.epcis import queries as epcis_queries
 from core.feed.publish import delivery_id
 from core.outbox import webhook_endpoints
 from core.outbox.deliveries import DELIVERING, FAILED, PENDING, Claim
-from core.outbox.due import schedule
+from core.outbox.due import as_ms, schedule
 from core.outbox.endpoint_kinds import KINDS, Outgoing, WebhookEndpointKind
 from core.storage import Doc, Session, Storage
 
@@ -66,9 +67,11 @@ PALLET, COMPLETION = "PALLET_EVENT", "SHIPMENT_COMPLETE"
 # What a declaration's delivery id adds to its reading's (one declaration a reading).
 DECLARATION_SUFFIX = "_declared"
 # A declaration waits while its reading's own delivery to the endpoint is still to succeed
-# (a repository must hold an event before a declaration about it), looked at again this often.
+# (a repository must hold an event before a declaration about it): it is looked at again when
+# the original is next due, at least this many seconds later.
 HELD = "waiting for the declared event's own delivery to succeed first"
 HOLD_S = 1.0
+MAX_HOLD_S = 60.0
 UNDELIVERED = (PENDING, DELIVERING, FAILED)
 
 
@@ -86,10 +89,9 @@ async def compose(
         if claims
     ]
     held = await _held_declarations(storage, [c for c, _ in claimed if c.delivery_id in found])
-    if held:
-        requests.append(Outgoing(tuple(held), held=HELD, hold_s=HOLD_S))
-        for claim in held:
-            del found[claim.delivery_id]
+    for claim, wait_s in held:
+        requests.append(Outgoing((claim,), held=HELD, hold_s=wait_s))
+        del found[claim.delivery_id]
     # Plain events first, then declarations (`_declares`), each kind by shipment.
     by_shipment: dict[tuple[bool, Any], list[Claim]] = {}
     for claim, message in claimed:
@@ -121,11 +123,15 @@ def _request(claims: Sequence[Claim], events: Sequence[dict[str, Any]]) -> Outgo
     )
 
 
-async def _held_declarations(storage: Storage, claims: Sequence[Claim]) -> list[Claim]:
+async def _held_declarations(
+    storage: Storage, claims: Sequence[Claim]
+) -> list[tuple[Claim, float]]:
     """The declarations among these deliveries whose reading's own delivery to the same
     endpoint has not succeeded yet (pending, being sent, or waiting for a retry, even in this
-    very claim: its request may fail). One whose original is gone (swept after the delivery
-    retention, long delivered) or will not be sent again (dead, disabled) goes out."""
+    very claim: its request may fail), each with how long it waits: until the original is
+    next due, at least `HOLD_S` and at most `MAX_HOLD_S` (the original may be resent
+    sooner). One whose original is gone (swept after the delivery retention, long
+    delivered) or will not be sent again (dead, disabled) goes out."""
     declarations = {
         c.delivery_id.removesuffix(DECLARATION_SUFFIX): c
         for c in claims
@@ -134,9 +140,17 @@ async def _held_declarations(storage: Storage, claims: Sequence[Claim]) -> list[
     if not declarations:
         return []
     waiting = await storage.webhook_deliveries.find(
-        {"_id": {"$in": list(declarations)}, "status": {"$in": list(UNDELIVERED)}}, {"_id": 1}
+        {"_id": {"$in": list(declarations)}, "status": {"$in": list(UNDELIVERED)}},
+        {"_id": 1, "status": 1, "due_ms": 1},
     ).to_list()
-    return [declarations[d["_id"]] for d in waiting]
+    now_ms = as_ms(datetime.now(UTC)) or 0
+    held: list[tuple[Claim, float]] = []
+    for original in waiting:
+        # A delivery being sent is due again when its lease ends: not when it is sent.
+        due_ms = now_ms if original["status"] == DELIVERING else original.get("due_ms") or 0
+        wait_s = min(max(HOLD_S, (due_ms - now_ms) / 1000), MAX_HOLD_S)
+        held.append((declarations[original["_id"]], wait_s))
+    return held
 
 
 def _declares(event: dict[str, Any]) -> bool:
