@@ -41,7 +41,7 @@ def register(admin_subparsers: Any) -> None:
 async def correct_command(services: Services, args: argparse.Namespace) -> Output:
     operator = await tenants.get_operator(services.storage, args.operator)
     done = await corrections.correct_reading(
-        services.storage, operator, args.pallet, args.reason, args.note
+        services.storage, services.settings, operator, args.pallet, args.reason, args.note
     )
     data = {
         **done.doc(),

@@ -194,6 +194,8 @@ _PARAMETERS = {
     "EXISTS_errorDeclaration": "true: only events with an errorDeclaration (false: any).",
     "EQ_errorReason": "Comma-separated error reasons: did_not_occur, incorrect_data (or CBV URIs).",
     "EQ_correctiveEventID": "Comma-separated eventIDs a declaration names as corrective.",
+    "GE_errorDeclarationTime": "Error declarations declared at or after this ISO 8601 date-time.",
+    "LT_errorDeclarationTime": "Error declarations declared before this ISO 8601 date-time.",
     "orderBy": "eventTime (default) or recordTime.",
     "orderDirection": "ASC (default) or DESC.",
     "perPage": f"Events per page, 1-{query.MAX_PER_PAGE} (default {query.DEFAULT_PER_PAGE}).",

@@ -439,6 +439,10 @@ class WebhookWorker(Running):
                 reason = request.nothing_to_send
                 await attempts.settle_unsent(self.storage, request.claims, reason)
                 continue
+            if request.held:
+                for claim in request.claims:
+                    await claiming.release(self.storage, claim, request.hold_s, request.held)
+                continue
             first = ready[request.claims[0].delivery_id]
             result = await self._send_composed(endpoint, request, first[1].get("trace"))
             if result.capture_limit is not None:

@@ -28,6 +28,7 @@ it with the reference implementation (the MIT `epcis-event-hash-generator`).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -91,6 +92,8 @@ class Site:
 # query and the repository the event was sent to keep one eventID. Records stored before
 # this field existed are built from the site as it is now.
 RECORDED_SITE = "epcis_site"
+# Every eventID `event_hash` makes (lowercase hex, as `hexdigest` writes it).
+EVENT_ID = re.compile(r"ni:///sha-256;[0-9a-f]{64}\?ver=CBV2\.0")
 
 
 def site_record(
@@ -428,3 +431,9 @@ def event_hash(event: dict[str, Any]) -> str:
     """The CBV 2.0 event hash of an event (see the module docstring)."""
     digest = hashlib.sha256(pre_hash(event).encode()).hexdigest()
     return f"ni:///sha-256;{digest}?ver=CBV2.0"
+
+
+def is_event_id(text: str) -> bool:
+    """Whether `text` is an eventID as `event_hash` makes them: any other names no event of
+    dockflow's, and is answered as unknown without a look."""
+    return EVENT_ID.fullmatch(text) is not None

@@ -69,11 +69,20 @@ SUPPORTED = frozenset(
         "EXISTS_errorDeclaration",
         "EQ_errorReason",
         "EQ_correctiveEventID",
+        "GE_errorDeclarationTime",
+        "LT_errorDeclarationTime",
         "orderBy",
         "orderDirection",
         "perPage",
         "nextPageToken",
     }
+)
+# The parameters only an event with an errorDeclaration meets.
+DECLARATION_PARAMETERS = (
+    "EQ_errorReason",
+    "EQ_correctiveEventID",
+    "GE_errorDeclarationTime",
+    "LT_errorDeclarationTime",
 )
 ORDER_BY = ("eventTime", "recordTime")
 ORDER_DIRECTIONS = ("ASC", "DESC")
@@ -122,6 +131,9 @@ class EventQuery:
     declared: bool = False
     error_reasons: frozenset[str] | None = None
     corrective_event_ids: frozenset[str] | None = None
+    # Declared at or after / before (GE_ / LT_errorDeclarationTime; only declarations then).
+    declared_since: datetime | None = None
+    declared_before: datetime | None = None
     order_by: str = "eventTime"
     descending: bool = False
     per_page: int = DEFAULT_PER_PAGE
@@ -173,6 +185,7 @@ DECLARATIONS = Stream(
     PALLETS.dispositions,
     str,
 )
+DECLARED_AT = "declared_at"  # when a declaration's reading was declared wrong
 STREAMS = {stream.collection: stream for stream in (PALLETS, DECLARATIONS, SHIPMENTS)}
 RANK = {name: rank for rank, name in enumerate(STREAMS)}
 # A bound that keeps a shipment not completed (completed_at null) out of a range on the index.
@@ -303,11 +316,11 @@ def _transactions(params: Mapping[str, str]) -> dict[str, frozenset[str]]:
 
 def _declared(params: Mapping[str, str]) -> bool:
     """Whether only events with an errorDeclaration are asked: EXISTS_errorDeclaration true
-    (false, or left out, asks every event), or EQ_errorReason / EQ_correctiveEventID given."""
+    (false, or left out, asks every event), or a parameter only a declaration meets given."""
     exists = params.get("EXISTS_errorDeclaration")
     if exists is not None and exists not in ("true", "false"):
         raise BadRequest("EXISTS_errorDeclaration must be true or false")
-    return exists == "true" or "EQ_errorReason" in params or "EQ_correctiveEventID" in params
+    return exists == "true" or any(name in params for name in DECLARATION_PARAMETERS)
 
 
 def parse_query(params: Mapping[str, str]) -> EventQuery:
@@ -349,6 +362,8 @@ def parse_query(params: Mapping[str, str]) -> EventQuery:
         if reasons is None
         else frozenset(_bare("errorReason", r) for r in reasons),
         corrective_event_ids=_set(params, "EQ_correctiveEventID"),
+        declared_since=_time(params, "GE_errorDeclarationTime"),
+        declared_before=_time(params, "LT_errorDeclarationTime"),
         order_by=order_by,
         descending=descending,
         per_page=_per_page(params),
@@ -435,6 +450,10 @@ def _stream_match(
         (stream.fields["eventTime"], time_range(query.since, query.before)),
         (stream.fields["recordTime"], time_range(query.recorded_since, query.recorded_before)),
     ]
+    if stream is DECLARATIONS:  # a declaration is recorded when it is declared
+        asked.append(
+            (DECLARED_AT, time_range(query.declared_since, query.declared_before)),
+        )
     for name, bounds in asked:
         if bounds:
             match[name] = _within(match.get(name, {}), bounds)
@@ -647,6 +666,8 @@ async def find_event(storage: Storage, principal: Principal, event_id: str) -> l
     among the caller's latest `MAX_LOOKUP_RECORDS` records by event time; `NotFound` for an
     id of none of them (another business's, unknown, or older). All events of one id share
     their eventTime (it is hashed), so once one is found those of its instant are all of them."""
+    if not events.is_event_id(event_id):  # not a hash of ours: none of ours has it
+        raise NotFound(f"no event {event_id[:80]!r}: not an eventID dockflow makes")
     wanted = EventQuery(
         event_types=frozenset(["ObjectEvent"]),
         event_ids=frozenset([event_id]),

@@ -281,11 +281,9 @@ async def change_status(
         current = await storage.exceptions.find_one({"_id": exception}, session=session)
         if current is None:
             raise NotFound("exception not found")
-        changed = transition(current, to, at, by, note, message_id)
-        update = change_update(changed)
-        done = await storage.exceptions.update_one(change_filter(current), update, session=session)
-        if done.matched_count != 1:
-            raise Conflict(f"exception {exception} changed meanwhile; read it again")
+        changed = await apply_change(
+            storage, current, to, by=by, note=note, at=at, message_id=message_id, session=session
+        )
         written = await publish.build_messages(
             storage, [message(settings, changed)], ids=[message_id], sent_at=at
         )
@@ -293,6 +291,29 @@ async def change_status(
         return changed, written
 
     return await publish.write_with_message(storage, build, business=current["business"])
+
+
+async def apply_change(
+    storage: Storage,
+    current: Doc,
+    to: Status,
+    *,
+    by: Actor,
+    note: str,
+    at: datetime,
+    message_id: int,
+    session: Session,
+) -> Doc:
+    """Store the move of `current` (as read in `session`'s transaction) to `to`, its entry
+    holding `message_id`; returns the changed record, whose message (`message`) the caller
+    writes in the same transaction. `Conflict` when it cannot move there or changed since it
+    was read. Every status change of a stored exception goes through here."""
+    changed = transition(current, to, at, by, note, message_id)
+    update = change_update(changed)
+    done = await storage.exceptions.update_one(change_filter(current), update, session=session)
+    if done.matched_count != 1:
+        raise Conflict(f"exception {current['_id']} changed meanwhile; read it again")
+    return changed
 
 
 async def create_exception(

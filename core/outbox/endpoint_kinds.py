@@ -114,7 +114,9 @@ def asn_format_of(kind: str, value: str | None) -> str | None:
 class Outgoing:
     """One request a composer asks for: the deliveries it settles, and what it carries. A
     request with `nothing_to_send` set is not made: its deliveries settle as sent, with that
-    reason in their log (a message that has nothing in the kind's dialect)."""
+    reason in their log (a message that has nothing in the kind's dialect). A request `held`
+    is not made yet: its deliveries are given back, due again in `hold_s` seconds, no attempt
+    counted, with that reason in their log (what they wait for must be sent first)."""
 
     claims: tuple[Claim, ...]
     body: bytes = b""
@@ -122,6 +124,8 @@ class Outgoing:
     headers: Mapping[str, str] = field(default_factory=dict)
     webhook_id: str = ""
     nothing_to_send: str = ""
+    held: str = ""
+    hold_s: float = 0.0
 
 
 # What a kind's composer is given: the endpoint's deliveries claimed together, each with its

@@ -15,9 +15,10 @@ most `MAX_EVENTS_PER_DOCUMENT` events (fewer when the repository states a lower
 
 A reading an operator declared wrong (`core.pallets.corrections`) is sent again with its
 `errorDeclaration` (`write_declaration`): a delivery of the reading's own message to each EPCIS
-endpoint that was sent its event, made with the declared event kept on it. Declarations go in
-documents of their own, after the plain events claimed with them, so a repository captures an
-event before the declaration about it when both go out together.
+endpoint that receives its messages, made with the declared event kept on it. A declaration is
+not sent while the reading's own delivery to that endpoint has yet to succeed (it is held and
+looked at again), and declarations go in documents of their own, so a repository captures an
+event before the declaration about it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from pymongo import UpdateOne
@@ -33,8 +35,8 @@ from core.epcis import events as epcis_events
 from core.epcis import queries as epcis_queries
 from core.feed.publish import delivery_id
 from core.outbox import webhook_endpoints
-from core.outbox.deliveries import PENDING, Claim
-from core.outbox.due import schedule
+from core.outbox.deliveries import DELIVERING, FAILED, PENDING, Claim
+from core.outbox.due import as_ms, schedule
 from core.outbox.endpoint_kinds import KINDS, Outgoing, WebhookEndpointKind
 from core.storage import Doc, Session, Storage
 
@@ -64,6 +66,13 @@ NOT_A_READING = (
 PALLET, COMPLETION = "PALLET_EVENT", "SHIPMENT_COMPLETE"
 # What a declaration's delivery id adds to its reading's (one declaration a reading).
 DECLARATION_SUFFIX = "_declared"
+# A declaration waits while its reading's own delivery to the endpoint is still to succeed
+# (a repository must hold an event before a declaration about it): it is looked at again when
+# the original is next due, at least this many seconds later.
+HELD = "waiting for the declared event's own delivery to succeed first"
+HOLD_S = 1.0
+MAX_HOLD_S = 60.0
+UNDELIVERED = (PENDING, DELIVERING, FAILED)
 
 
 async def compose(
@@ -79,6 +88,10 @@ async def compose(
         for reason, claims in missing.items()
         if claims
     ]
+    held = await _held_declarations(storage, [c for c, _ in claimed if c.delivery_id in found])
+    for claim, wait_s in held:
+        requests.append(Outgoing((claim,), held=HELD, hold_s=wait_s))
+        del found[claim.delivery_id]
     # Plain events first, then declarations (`_declares`), each kind by shipment.
     by_shipment: dict[tuple[bool, Any], list[Claim]] = {}
     for claim, message in claimed:
@@ -110,6 +123,36 @@ def _request(claims: Sequence[Claim], events: Sequence[dict[str, Any]]) -> Outgo
     )
 
 
+async def _held_declarations(
+    storage: Storage, claims: Sequence[Claim]
+) -> list[tuple[Claim, float]]:
+    """The declarations among these deliveries whose reading's own delivery to the same
+    endpoint has not succeeded yet (pending, being sent, or waiting for a retry, even in this
+    very claim: its request may fail), each with how long it waits: until the original is
+    next due, at least `HOLD_S` and at most `MAX_HOLD_S` (the original may be resent
+    sooner). One whose original is gone (swept after the delivery retention, long
+    delivered) or will not be sent again (dead, disabled) goes out."""
+    declarations = {
+        c.delivery_id.removesuffix(DECLARATION_SUFFIX): c
+        for c in claims
+        if c.delivery_id.endswith(DECLARATION_SUFFIX)
+    }
+    if not declarations:
+        return []
+    waiting = await storage.webhook_deliveries.find(
+        {"_id": {"$in": list(declarations)}, "status": {"$in": list(UNDELIVERED)}},
+        {"_id": 1, "status": 1, "due_ms": 1},
+    ).to_list()
+    now_ms = as_ms(datetime.now(UTC)) or 0
+    held: list[tuple[Claim, float]] = []
+    for original in waiting:
+        # A delivery being sent is due again when its lease ends: not when it is sent.
+        due_ms = now_ms if original["status"] == DELIVERING else original.get("due_ms") or 0
+        wait_s = min(max(HOLD_S, (due_ms - now_ms) / 1000), MAX_HOLD_S)
+        held.append((declarations[original["_id"]], wait_s))
+    return held
+
+
 def _declares(event: dict[str, Any]) -> bool:
     return "errorDeclaration" in event
 
@@ -127,22 +170,23 @@ async def write_declaration(
     storage: Storage, pallet: Doc, declared: dict[str, Any], at: Any, session: Session
 ) -> int:
     """Write the deliveries of a reading's declared event (`events.declare_error`) to the
-    enabled EPCIS endpoints that were sent the reading's event (those with a delivery of its
-    message), in the caller's transaction; how many."""
+    enabled EPCIS endpoints that receive the reading's message (`endpoints_for`, the rule the
+    outbox chose its endpoints by when the message was written; those created since were not
+    sent it), not those with a delivery of it: the delivery log is swept after the delivery
+    retention, the readings are kept. In the caller's transaction; how many. Each waits for
+    the reading's own delivery to the endpoint (`compose`)."""
     message_id = pallet.get("message_id")
     if not isinstance(message_id, int):
         return 0
-    had = await storage.webhook_deliveries.find(
-        {"message_id": message_id, "business": pallet["business"]},
-        {"endpoint_id": 1},
-        session=session,
-    ).to_list()
-    had_ids = {d["endpoint_id"] for d in had}
     endpoints = await webhook_endpoints.endpoints_for(
         storage, pallet["business"], pallet["facility"], PALLET
     )
+    written = epcis_events.aware(pallet["created_at"])
     wanted = [
-        e for e in endpoints if e.kind == WebhookEndpointKind.EPCIS and e.endpoint_id in had_ids
+        e
+        for e in endpoints
+        if e.kind == WebhookEndpointKind.EPCIS
+        and (e.created_at is None or epcis_events.aware(e.created_at) <= written)
     ]
     docs = [
         {

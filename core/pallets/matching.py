@@ -25,6 +25,7 @@ from typing import Any
 from core.exceptions import rules
 from core.pallets.readings import ReadingInBatch
 from core.shipments import directions, lifecycle
+from core.shipments.observed import CORRECTION
 from core.storage import Doc, Storage
 
 
@@ -266,7 +267,8 @@ def position_id(item: ReadingInBatch) -> str | None:
 async def _positions(storage: Storage, items: list[ReadingInBatch]) -> dict[str, Doc]:
     """How the items' pallets were last read on their shipments: each pallet document keeps
     its position (no document of its own to write per reading), and the newest by arrival
-    (its batch's time, then its message id) is where the pallet is. One lookup by the indexed
+    (its batch's time, then its message id) is where the pallet is; a reading an operator
+    declared wrong (`core.pallets.corrections`) is no position. One lookup by the indexed
     key for the whole batch: the same cost on a shipment of ten pallets as of ten thousand.
     (Not an index on shipment and position: SecantusDB answers `$in` on both fields of one by
     reading the whole collection, and a query per shipment is one per dock of the batch.)"""
@@ -275,10 +277,19 @@ async def _positions(storage: Storage, items: list[ReadingInBatch]) -> dict[str,
         return {}
     readings = await storage.pallets.find(
         position_filter(keys),
-        {"position": 1, "direction": 1, "repeated": 1, "created_at": 1, "message_id": 1},
+        {
+            "position": 1,
+            "direction": 1,
+            "repeated": 1,
+            "created_at": 1,
+            "message_id": 1,
+            CORRECTION: 1,
+        },
     ).to_list()
     latest: dict[str, Doc] = {}
     for reading in sorted(readings, key=lambda r: (r["created_at"], int(r["message_id"]))):
+        if reading.get(CORRECTION):
+            continue  # declared wrong by an operator: the pallet was never there that way
         latest[reading["position"]] = reading
     return latest
 

@@ -348,3 +348,17 @@ async def check_all_lpns_observed(
                 )
             )
     return done
+
+
+async def short_exception_now(
+    storage: Storage, shipment: Doc, source: str, at: datetime, message_id: int, session: Session
+) -> Doc | None:
+    """The SHORT exception the completion of `shipment` would raise as its readings count now
+    (its facility checks SHORT and expected LPNs are not on the trailer), not stored; None
+    otherwise. A correction of a completed shipment's reading raises it (the completion's rule)."""
+    facility = await find_facility(storage, shipment["business"], shipment["facility"])
+    missing = await _missing_lpns(storage, shipment, facility, session)
+    if not missing:
+        return None
+    orders = await shipment_order_numbers(storage, int(shipment["_id"]), session)
+    return _short_record(shipment, missing, orders, source, at, message_id)

@@ -53,6 +53,7 @@ async def correct_submit(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     done = await corrections.correct_reading(
         dash.services.storage,
+        dash.services.settings,
         operator_of(request),
         pallet_id,
         form_str(form, "reason"),

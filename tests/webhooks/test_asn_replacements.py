@@ -18,6 +18,7 @@ from core.intake.documents import apply_document
 from core.outbox import asn_sends
 from core.pallets import corrections
 from core.pallets.batch import record_pallets
+from core.settings import Settings
 from core.shipments import completion
 from core.storage import Doc, Storage
 from core.tenancy.tenants import Operator
@@ -63,10 +64,12 @@ async def loaded_pallet(storage: Storage, shipment_id: int, sscc: str) -> Doc:
     return pallet
 
 
-async def correct(storage: Storage, tenant: Tenant, pallet_id: str) -> corrections.Correction:
+async def correct(
+    storage: Storage, settings: Settings, tenant: Tenant, pallet_id: str
+) -> corrections.Correction:
     operator = Operator("lead", frozenset([tenant.business]))
     return await corrections.correct_reading(
-        storage, operator, pallet_id, "did_not_occur", "never went onto the trailer"
+        storage, settings, operator, pallet_id, "did_not_occur", "never went onto the trailer"
     )
 
 
@@ -106,7 +109,7 @@ async def test_a_correction_after_completion_sends_a_replacement_x12_retried_byt
 
         # when: the operator declares SSCC_3's reading wrong
         pallet = await loaded_pallet(storage, loaded.shipment_id, SSCC_3)
-        done = await correct(storage, tenant, pallet["_id"])
+        done = await correct(storage, settings, tenant, pallet["_id"])
         assert (done.corrected_now, done.asn_replacements) == (True, 1)
         await wait_until(lambda: len(receiver.requests) == 3)
         await wait_until(lambda: all_finished(storage))
@@ -127,7 +130,7 @@ async def test_a_correction_after_completion_sends_a_replacement_x12_retried_byt
         assert [d["status"] for d in deliveries] == ["SUCCEEDED", "SUCCEEDED"]
 
         # the same correction again queues nothing
-        again = await correct(storage, tenant, pallet["_id"])
+        again = await correct(storage, settings, tenant, pallet["_id"])
         assert (again.corrected_now, again.asn_replacements) == (False, 0)
         assert await replacements_stored(storage) == 1
         assert theirs.requests == []
@@ -155,7 +158,7 @@ async def test_a_correction_after_completion_sends_a_replacement_desadv(
     await wait_until(lambda: all_finished(storage))
 
     pallet = await loaded_pallet(storage, loaded.shipment_id, SSCC_3)
-    done = await correct(storage, tenant, pallet["_id"])
+    done = await correct(storage, settings, tenant, pallet["_id"])
     assert done.asn_replacements == 1
     await wait_until(lambda: len(receiver.requests) == 2)
 
@@ -183,7 +186,7 @@ async def test_a_correction_of_a_shipment_still_loading_queues_no_replacement(
     loaded = await load_shipment(storage, settings, tenant, complete=False)
     pallet = await loaded_pallet(storage, loaded.shipment_id, SSCC_3)
 
-    done = await correct(storage, tenant, pallet["_id"])
+    done = await correct(storage, settings, tenant, pallet["_id"])
 
     assert (done.corrected_now, done.asn_replacements) == (True, 0)
     assert await replacements_stored(storage) == 0
@@ -211,7 +214,7 @@ async def test_a_correction_of_a_completed_inbound_shipment_queues_no_replacemen
     assert len(await deliveries_of(storage, endpoint_id=endpoint_of(created).endpoint_id)) == 1
     pallet = await loaded_pallet(storage, shipment_id, SSCC_3)
 
-    done = await correct(storage, tenant, pallet["_id"])
+    done = await correct(storage, settings, tenant, pallet["_id"])
 
     assert (done.corrected_now, done.asn_replacements) == (True, 0)
     assert await replacements_stored(storage) == 0
@@ -230,7 +233,7 @@ async def test_a_correction_before_the_asn_went_sends_one_asn_already_corrected(
     loaded = await load_shipment(storage, settings, tenant)
     pallet = await loaded_pallet(storage, loaded.shipment_id, SSCC_3)
     # declared wrong while the completion's delivery is still due
-    done = await correct(storage, tenant, pallet["_id"])
+    done = await correct(storage, settings, tenant, pallet["_id"])
     assert done.asn_replacements == 1
 
     await start_worker(fast_settings())

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from core.auth.access import Principal
-from core.epcis import queries, query
+from core.epcis import events, queries, query
 from core.errors import BadRequest, NotFound
 from core.pallets import corrections
 from core.pallets.batch import record_pallets
@@ -46,7 +46,7 @@ async def _corrected(storage: Storage, settings: Settings, tenant: Tenant) -> tu
         storage, settings, [(camera, pallet(s, dock="D1")) for s in SSCCS]
     )
     await corrections.correct_reading(
-        storage, LEAD, results[1].pallet_id, "did_not_occur", "next door's", now=DECLARED
+        storage, settings, LEAD, results[1].pallet_id, "did_not_occur", "next door's", now=DECLARED
     )
     return shipment_id, results[1].pallet_id
 
@@ -120,6 +120,46 @@ async def test_the_binding_error_parameters_choose_declarations(
         query.parse_query({"EXISTS_errorDeclaration": "yes"})
 
 
+async def test_the_binding_error_declaration_time_parameters_bound_the_declarations(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    """GE_/LT_errorDeclarationTime (the binding's) ask declarations declared in a range: a
+    client polls for new declarations by when they were declared."""
+    await _corrected(storage, settings, tenant)
+    [_, _, declared] = await _events(storage)
+
+    at = "2030-05-02T08:00:00.250Z"
+    after = "2030-05-02T08:00:00.251Z"
+    assert await _events(storage, GE_errorDeclarationTime=at) == [declared]
+    assert await _events(storage, LT_errorDeclarationTime=after) == [declared]
+    assert await _events(storage, GE_errorDeclarationTime=after) == []
+    assert await _events(storage, LT_errorDeclarationTime=at) == []
+    with pytest.raises(BadRequest):
+        query.parse_query({"GE_errorDeclarationTime": "yesterday"})
+
+
+async def test_an_id_no_event_hash_has_is_unknown_without_a_look(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    """GET /epcis/events/{eventID} answers an id that is not an event hash (the form every
+    eventID dockflow makes has) as unknown at once, instead of scanning the latest records."""
+    await _corrected(storage, settings, tenant)
+    [plain, *_] = await _events(storage)
+    principal = Principal(subject="client", business="acme")
+    assert events.is_event_id(plain["eventID"])
+    assert len(await query.find_event(storage, principal, plain["eventID"])) == 1
+    for wrong in (
+        "urn:uuid:5e3c2a1b-0000-4000-8000-000000000000",
+        plain["eventID"].upper(),
+        plain["eventID"].removesuffix("?ver=CBV2.0"),
+        plain["eventID"] + "0",
+        "ni:///sha-256;" + "g" * 64 + "?ver=CBV2.0",
+    ):
+        assert not events.is_event_id(wrong)
+        with pytest.raises(NotFound, match="not an eventID"):
+            await query.find_event(storage, principal, wrong)
+
+
 async def test_one_event_by_id_comes_with_its_declarations_and_only_to_its_business(
     storage: Storage, settings: Settings, tenant: Tenant
 ):
@@ -157,7 +197,9 @@ async def test_a_completion_leaves_out_a_reading_corrected_before_it(
     shipment_id = await post_shipment(storage, tenant, {"SO-1": [*SSCCS, "106141410000000018"]})
     camera = await camera_of(storage, tenant, "D1")
     results = await record_pallets(storage, settings, [(camera, pallet(s)) for s in SSCCS])
-    await corrections.correct_reading(storage, LEAD, results[1].pallet_id, "incorrect_data", "x")
+    await corrections.correct_reading(
+        storage, settings, LEAD, results[1].pallet_id, "incorrect_data", "x"
+    )
     done = await completion.complete_shipment(storage, settings, shipment_id, "operator:lead")
     assert done.completed_now
     shipment = await storage.shipments.find_one({"_id": shipment_id})

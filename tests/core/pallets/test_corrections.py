@@ -44,6 +44,7 @@ async def test_a_corrected_reading_is_kept_with_who_when_and_why_and_stops_count
 
     done = await corrections.correct_reading(
         storage,
+        settings,
         LEAD,
         second,
         "did_not_occur",
@@ -86,14 +87,14 @@ async def test_the_same_correction_again_changes_nothing_and_another_reason_is_r
 ):
     _, [_, second] = await _loaded(storage, settings, tenant)
     await corrections.correct_reading(
-        storage, LEAD, second, "incorrect_data", "misread", now=DECLARED
+        storage, settings, LEAD, second, "incorrect_data", "misread", now=DECLARED
     )
 
     again = await corrections.correct_reading(
-        storage, LEAD, second, "https://ref.gs1.org/cbv/ER-incorrect_data", "again"
+        storage, settings, LEAD, second, "https://ref.gs1.org/cbv/ER-incorrect_data", "again"
     )
     with pytest.raises(Conflict, match="declared wrong already"):
-        await corrections.correct_reading(storage, LEAD, second, "did_not_occur", "no")
+        await corrections.correct_reading(storage, settings, LEAD, second, "did_not_occur", "no")
 
     assert not again.corrected_now
     assert (again.reason, again.note, again.at) == ("incorrect_data", "misread", DECLARED)
@@ -124,9 +125,11 @@ async def test_a_refused_correction_writes_nothing(
     shipment_id, [_, second] = await _loaded(storage, settings, tenant)
 
     with pytest.raises(error):
-        await corrections.correct_reading(storage, operator, second, reason, note)
+        await corrections.correct_reading(storage, settings, operator, second, reason, note)
     with pytest.raises(NotFound):
-        await corrections.correct_reading(storage, LEAD, "plt_unknown", "incorrect_data", "x")
+        await corrections.correct_reading(
+            storage, settings, LEAD, "plt_unknown", "incorrect_data", "x"
+        )
 
     stored = await storage.pallets.find_one({"_id": second})
     assert stored is not None
