@@ -357,8 +357,8 @@ async def short_exception_now(
     (its facility checks SHORT and expected LPNs are not on the trailer), not stored; None
     otherwise. A correction of a completed shipment's reading raises it (the completion's rule)."""
     facility = await find_facility(storage, shipment["business"], shipment["facility"])
-    missing = await _missing_lpns(storage, shipment, facility, session)
+    missing = await missing_lpns(storage, shipment, facility, session)
     if not missing:
         return None
     orders = await shipment_order_numbers(storage, int(shipment["_id"]), session)
-    return _short_record(shipment, missing, orders, source, at, message_id)
+    return short_record(shipment, missing, orders, source, at, message_id)

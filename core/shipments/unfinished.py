@@ -25,7 +25,7 @@ from core.retention import FeedMark, feed_mark
 from core.settings import Settings
 from core.shipments import completion
 from core.storage import Doc, Session, Storage
-from core.tenancy.tenants import Facility, find_facility
+from core.tenancy.tenants import find_facility
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ async def finish(storage: Storage, settings: Settings, shipment_id: int) -> bool
         )
         fields: Doc = {"completion_message_id": ids[-1]}
         new: list[publish.NewMessage] = []
-        short = await _short(storage, current, facility, ids[0], session) if count > 1 else None
+        short = await _short(storage, current, ids[0], session) if count > 1 else None
         if short is not None:
             await storage.exceptions.insert_one(short, session=session)
             raised.append(short)
@@ -147,19 +147,17 @@ async def _published(storage: Storage, shipment: Doc, session: Session) -> bool:
     return message is not None and not publish.is_void(message)
 
 
-async def _short(
-    storage: Storage, shipment: Doc, facility: Facility | None, message_id: int, session: Session
-) -> Doc | None:
+async def _short(storage: Storage, shipment: Doc, message_id: int, session: Session) -> Doc | None:
     """The SHORT exception the completion should have raised, unless it was raised."""
     shipment_id = int(shipment["_id"])
     exception_id = records.exception_id(f"shipment:{shipment_id}", "SHORT")
     if await storage.exceptions.find_one({"_id": exception_id}, {"_id": 1}, session=session):
         return None
-    missing = await completion.missing_lpns(storage, shipment, facility, session)
-    if not missing:
-        return None
-    orders = await completion.shipment_order_numbers(storage, shipment_id, session)
-    source = "dockflow:finish-completion"
-    return completion.short_record(
-        shipment, missing, orders, source, shipment["completed_at"], message_id
+    return await completion.short_exception_now(
+        storage,
+        shipment,
+        "dockflow:finish-completion",
+        shipment["completed_at"],
+        message_id,
+        session,
     )
