@@ -135,8 +135,9 @@ async def _issue(storage: Storage, claim: Claim, message: Doc, format: str) -> D
 
 async def queue_replacements(storage: Storage, pallet: Doc, at: datetime, session: Session) -> int:
     """Write, in the caller's transaction (a correction's), a replacement's delivery of the
-    corrected reading's completed outbound shipment to each enabled ASN endpoint that has a
-    delivery of its completion; how many. None for a reading of another shipment."""
+    corrected reading's completed outbound shipment to each enabled ASN endpoint that was given
+    its completion (`endpoints_sent`); how many. None for a reading of another shipment. An
+    endpoint whose original was never issued settles its replacement unsent (`compose`)."""
     shipment_id = pallet.get("shipment_id")
     if shipment_id is None:
         return 0
@@ -161,19 +162,17 @@ async def queue_replacements(storage: Storage, pallet: Doc, at: datetime, sessio
     message_id = shipment.get("completion_message_id")
     if not isinstance(message_id, int):
         return 0
-    had = await storage.webhook_deliveries.find(
-        {"message_id": message_id, "business": pallet["business"]},
-        {"endpoint_id": 1},
-        session=session,
-    ).to_list()
-    had_ids = {d["endpoint_id"] for d in had}
-    endpoints = await webhook_endpoints.endpoints_for(
-        storage, pallet["business"], shipment.get("facility"), COMPLETION
+    endpoints = await webhook_endpoints.endpoints_sent(
+        storage,
+        pallet["business"],
+        shipment.get("facility"),
+        COMPLETION,
+        WebhookEndpointKind.ASN,
+        shipment["completed_at"],
     )
     docs = [
         _replacement(shipment, message_id, endpoint.endpoint_id, str(pallet["_id"]), at)
         for endpoint in endpoints
-        if endpoint.kind == WebhookEndpointKind.ASN and endpoint.endpoint_id in had_ids
     ]
     if docs:
         await storage.webhook_deliveries.insert_many(docs, session=session)

@@ -178,16 +178,14 @@ async def write_declaration(
     message_id = pallet.get("message_id")
     if not isinstance(message_id, int):
         return 0
-    endpoints = await webhook_endpoints.endpoints_for(
-        storage, pallet["business"], pallet["facility"], PALLET
+    wanted = await webhook_endpoints.endpoints_sent(
+        storage,
+        pallet["business"],
+        pallet["facility"],
+        PALLET,
+        WebhookEndpointKind.EPCIS,
+        pallet["created_at"],
     )
-    written = epcis_events.aware(pallet["created_at"])
-    wanted = [
-        e
-        for e in endpoints
-        if e.kind == WebhookEndpointKind.EPCIS
-        and (e.created_at is None or epcis_events.aware(e.created_at) <= written)
-    ]
     docs = [
         {
             "_id": delivery_id(message_id, endpoint.endpoint_id) + DECLARATION_SUFFIX,

@@ -423,3 +423,27 @@ async def endpoints_for(
     endpoints = [endpoint_from_doc(d) for d in docs]
     event = event_of(message_type)
     return [e for e in endpoints if event in e.events and e.facility in (None, facility)]
+
+
+async def endpoints_sent(
+    storage: Storage,
+    business: str,
+    facility: str | None,
+    message_type: str,
+    kind: endpoint_kinds.WebhookEndpointKind,
+    written_at: datetime,
+) -> list[WebhookEndpoint]:
+    """The enabled endpoints of `kind` that were given a delivery of a message of this type
+    and facility written at `written_at`: those `endpoints_for` names that existed then. What
+    follows up on a message (a correction's declaration or replacement) asks this, not the
+    delivery log: that is swept after its retention, while readings and shipments are kept."""
+    at = _aware(written_at)
+    return [
+        e
+        for e in await endpoints_for(storage, business, facility, message_type)
+        if e.kind == kind and (e.created_at is None or _aware(e.created_at) <= at)
+    ]
+
+
+def _aware(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)

@@ -8,10 +8,12 @@ an inbound one, queues no replacement."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp.test_utils import TestServer
 
+from core import retention
 from core.auth.access import Principal
 from core.intake.contract import parse_document
 from core.intake.documents import apply_document
@@ -173,6 +175,42 @@ async def test_a_correction_after_completion_sends_a_replacement_desadv(
     [unb] = [row for row in edifact_segments(replacement) if row[0] == "UNB"]
     assert unb[5] != first_unb[5]
     assert receiver.requests[1].headers["Dockflow-ASN-Control-Number"] == str(int(unb[5]))
+
+
+async def test_a_correction_after_the_delivery_log_was_swept_still_sends_the_replacement(
+    storage: Storage,
+    services: Any,
+    settings: Settings,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Any,
+    start_worker: StartWorker,
+):
+    """The delivery log is swept after its retention (30 days by default) while a site may keep
+    messages and readings longer: the endpoints a completion went to are the outbox's rule,
+    not what the log holds."""
+    await make_endpoint(services, tenant, receiver.base_url + "/asn", kind="ASN")
+    loaded = await load_shipment(storage, settings, tenant)
+    worker = await start_worker(fast_settings())
+    await wait_until(lambda: len(receiver.requests) == 1)
+    await wait_until(lambda: all_finished(storage))
+    await worker.stop()
+    # messages and readings kept longer than deliveries, as a site may set them
+    kept_longer = settings.model_copy(
+        update={"retention_messages_days": 90, "retention_readings_days": 90}
+    )
+    await retention.sweep(storage, kept_longer, datetime.now(UTC) + timedelta(days=31))
+    assert await storage.webhook_deliveries.count_documents({}) == 0
+
+    pallet = await loaded_pallet(storage, loaded.shipment_id, SSCC_3)
+    done = await correct(storage, settings, tenant, pallet["_id"])
+
+    assert done.asn_replacements == 1
+    await start_worker(fast_settings())
+    await wait_until(lambda: len(receiver.requests) == 2)
+    text = receiver.requests[1].body.decode()
+    assert [r[1] for r in segments(text) if r[0] == "BSN"] == ["05"]
+    assert man_ssccs(text) == [SSCC_1]
 
 
 async def test_a_correction_of_a_shipment_still_loading_queues_no_replacement(
