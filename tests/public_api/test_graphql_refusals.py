@@ -301,12 +301,18 @@ async def test_a_client_leaving_mid_stream_is_one_info_line_not_errors(
     await ws.init({"Authorization": f"Bearer {tenant.token}"})
     for op_id in ("1", "2", "3"):
         await ws.subscribe(op_id, SUBSCRIPTION, {"filter": {"businessSlug": "acme"}})
+    # Every subscription is streaming. A message written before the server has taken a
+    # subscription in is no news to it: write another until each has had one.
     streaming: set[str] = set()
-    while streaming != {"1", "2", "3"}:  # every subscription is streaming
-        await produce(storage)
-        message = await ws.receive()
-        if message["type"] == ws.data_type:
-            streaming.add(message["id"])
+    async with asyncio.timeout(60):  # guards against a hang; not a timing assertion
+        while streaming != {"1", "2", "3"}:
+            await produce(storage)
+            try:
+                message = await ws.receive(wait_s=1)
+            except TimeoutError:
+                continue
+            if message["type"] == ws.data_type:
+                streaming.add(message["id"])
     caplog.set_level(logging.INFO)
 
     # The client stops reading while messages flow (the server's sends wait for room), then
