@@ -92,10 +92,12 @@ class FeedHub:
         self.buffer_byte_limit = settings.feed_subscriber_buffer_bytes
         self._lines: dict[str, Line] = {}  # by business
         self._by_number: dict[int, Line] = {}  # by feed number (a key's high bits)
-        # Lines being met, by business: who asks for one meanwhile waits for that meeting,
-        # while other businesses' lines are met at once. `_waiting` counts the readers of each
-        # business waiting for its line; their lines are not dropped (see `_drop_idle`).
-        self._meetings: dict[str, asyncio.Future[Line]] = {}
+        # A lock per business being met: who asks for its line meanwhile waits for that
+        # meeting, while other businesses' lines are met at once. The meeting runs in the
+        # reader's own task, so its subscriber is registered before anything else runs (a
+        # message released in between would be skipped). `_waiting` counts the readers of each
+        # business waiting for or meeting its line; their lines are not dropped (`_drop_idle`).
+        self._meeting_locks: dict[str, asyncio.Lock] = {}
         self._waiting: collections.Counter[str] = collections.Counter()
         self._subscribers: set[Subscriber] = set()
         self._client_budgets: dict[str, ClientShare] = {}  # while a subscriber draws on them
@@ -164,26 +166,18 @@ class FeedHub:
         asked_at = time.time() if asked_at is None else asked_at
         line = self._lines.get(business)
         if line is None:
-            meeting = self._meetings.get(business)
-            if meeting is None:
-                meeting = asyncio.ensure_future(self._meet(business, asked_at))
-                self._meetings[business] = meeting
-                meeting.add_done_callback(lambda done: self._met(business, done))
+            lock = self._meeting_locks.setdefault(business, asyncio.Lock())
             self._waiting[business] += 1
             try:
-                # Shielded: a reader that gives up does not stop the meeting others wait for.
-                line = await asyncio.shield(meeting)
+                async with lock:
+                    line = self._lines.get(business) or await self._meet(business, asked_at)
             finally:
                 self._waiting[business] -= 1
                 if not self._waiting[business]:
                     del self._waiting[business]
+                    del self._meeting_locks[business]
         line.last_used = time.monotonic()
         return line
-
-    def _met(self, business: str, meeting: asyncio.Future[Line]) -> None:
-        del self._meetings[business]
-        if not meeting.cancelled():
-            meeting.exception()  # retrieved: each waiter has it raised already
 
     async def _meet(self, business: str, asked_at: float) -> Line:
         """Start following `business` from its current end; the recent ids still missing below

@@ -322,20 +322,20 @@ def polling(settings_factory: Callable[..., Settings]) -> Settings:
     return settings_factory(feed_poll_interval_s=600, feed_change_stream=False)
 
 
-async def test_businesses_are_met_at_once_and_a_reader_giving_up_stops_no_meeting(
+async def test_businesses_are_met_at_once_and_a_reader_giving_up_leaves_the_line_to_others(
     storage: Storage, settings_factory: Callable[..., Settings]
 ):
     """Meeting a business takes reads; another business's first reader does not queue behind
-    them, readers of one business share its one meeting, and one that gives up (a websocket
-    closed) leaves it to the others."""
+    them, readers of one business wait for its one meeting, and one that gives up (a
+    websocket closed) leaves the line to the others."""
     async with FeedHub(storage, settings_factory(feed_poll_interval_s=0.05)) as hub:
         asking = [asyncio.ensure_future(hub.line(b)) for b in ("acme", "acme", "globex")]
         await asyncio.sleep(0)  # each has asked; none has finished its reads
-        in_flight = set(hub._meetings)
+        meeting = {b for b, lock in hub._meeting_locks.items() if lock.locked()}
         asking[0].cancel()
         acme, globex = await asyncio.gather(asking[1], asking[2])
 
-        assert in_flight == {"acme", "globex"}
+        assert meeting == {"acme", "globex"}
         assert await hub.line("acme") is acme
         assert await hub.line("globex") is globex
-        assert hub._meetings == {}
+        assert hub._meeting_locks == {}
