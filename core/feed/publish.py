@@ -34,7 +34,7 @@ from pymongo.errors import PyMongoError
 from core import metrics, tracing
 from core.errors import MessageIdsFenced
 from core.feed import ids as message_ids
-from core.outbox.due import schedule
+from core.outbox.deliveries import new_delivery
 from core.outbox.webhook_endpoints import endpoints_for
 from core.storage import (
     Doc,
@@ -171,23 +171,15 @@ async def build_messages(
         )
         for endpoint_id in await endpoints.endpoint_ids(item.business, item.facility, item.type):
             out.deliveries.append(
-                {
-                    "_id": delivery_id(message_id, endpoint_id),
-                    "message_id": message_id,
-                    "endpoint_id": endpoint_id,
-                    "business": item.business,
-                    "facility": item.facility,
-                    "event": item.type,
-                    "status": "PENDING",
-                    "attempts": 0,
-                    **schedule(sent_at),
-                    "lease_owner": None,
-                    "lease_until": None,
-                    "last_status": None,
-                    "last_error": None,
-                    "created_at": sent_at,
-                    "delivered_at": None,
-                }
+                new_delivery(
+                    delivery_id(message_id, endpoint_id),
+                    message_id,
+                    endpoint_id,
+                    item.business,
+                    item.facility,
+                    item.type,
+                    sent_at,
+                )
             )
     return out
 

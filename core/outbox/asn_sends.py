@@ -36,8 +36,7 @@ from core.asn import issue, notice
 from core.errors import Conflict, DockflowError, NotFound, ValidationFailed
 from core.feed.publish import delivery_id
 from core.outbox import endpoint_kinds, webhook_endpoints
-from core.outbox.deliveries import PENDING, Claim
-from core.outbox.due import schedule
+from core.outbox.deliveries import Claim, new_delivery
 from core.outbox.endpoint_kinds import Outgoing, WebhookEndpointKind
 from core.storage import Doc, Session, Storage
 
@@ -184,21 +183,15 @@ def _replacement(
 ) -> Doc:
     original = delivery_id(message_id, endpoint_id)
     return {
-        "_id": f"{original}{REPLACEMENT_SUFFIX}{pallet_id}",
-        "message_id": message_id,
-        "endpoint_id": endpoint_id,
-        "business": shipment["business"],
-        "facility": shipment.get("facility"),
-        "event": COMPLETION,
-        "status": PENDING,
-        "attempts": 0,
-        **schedule(at),
-        "lease_owner": None,
-        "lease_until": None,
-        "last_status": None,
-        "last_error": None,
-        "created_at": at,
-        "delivered_at": None,
+        **new_delivery(
+            f"{original}{REPLACEMENT_SUFFIX}{pallet_id}",
+            message_id,
+            endpoint_id,
+            shipment["business"],
+            shipment.get("facility"),
+            COMPLETION,
+            at,
+        ),
         REPLACEMENT_FIELD: {"pallet_id": pallet_id, "original": original},
     }
 

@@ -23,6 +23,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
+from core.outbox.due import schedule
 from core.settings import Settings
 from core.storage import Doc, Storage
 
@@ -135,3 +136,34 @@ async def finish(storage: Storage, claim: Claim, fields: Doc) -> bool:
         {"$set": {**fields, "lease_owner": None, "lease_until": None}},
     )
     return result.modified_count == 1
+
+
+def new_delivery(
+    delivery_id: str,
+    message_id: int,
+    endpoint_id: str,
+    business: str,
+    facility: str | None,
+    event: str,
+    at: datetime,
+) -> Doc:
+    """A delivery of a message to an endpoint, due at `at` and never tried: what the outbox
+    writes beside a message, and beside a correction's follow-ups (the caller adds their own
+    fields)."""
+    return {
+        "_id": delivery_id,
+        "message_id": message_id,
+        "endpoint_id": endpoint_id,
+        "business": business,
+        "facility": facility,
+        "event": event,
+        "status": PENDING,
+        "attempts": 0,
+        **schedule(at),
+        "lease_owner": None,
+        "lease_until": None,
+        "last_status": None,
+        "last_error": None,
+        "created_at": at,
+        "delivered_at": None,
+    }

@@ -35,8 +35,8 @@ from core.epcis import events as epcis_events
 from core.epcis import queries as epcis_queries
 from core.feed.publish import delivery_id
 from core.outbox import webhook_endpoints
-from core.outbox.deliveries import DELIVERING, FAILED, PENDING, Claim
-from core.outbox.due import as_ms, schedule
+from core.outbox.deliveries import DELIVERING, FAILED, PENDING, Claim, new_delivery
+from core.outbox.due import as_ms
 from core.outbox.endpoint_kinds import KINDS, Outgoing, WebhookEndpointKind
 from core.storage import Doc, Session, Storage
 
@@ -188,21 +188,15 @@ async def write_declaration(
     )
     docs = [
         {
-            "_id": delivery_id(message_id, endpoint.endpoint_id) + DECLARATION_SUFFIX,
-            "message_id": message_id,
-            "endpoint_id": endpoint.endpoint_id,
-            "business": pallet["business"],
-            "facility": pallet["facility"],
-            "event": PALLET,
-            "status": PENDING,
-            "attempts": 0,
-            **schedule(at),
-            "lease_owner": None,
-            "lease_until": None,
-            "last_status": None,
-            "last_error": None,
-            "created_at": at,
-            "delivered_at": None,
+            **new_delivery(
+                delivery_id(message_id, endpoint.endpoint_id) + DECLARATION_SUFFIX,
+                message_id,
+                endpoint.endpoint_id,
+                pallet["business"],
+                pallet["facility"],
+                PALLET,
+                at,
+            ),
             EVENT_FIELD: declared,
         }
         for endpoint in wanted
