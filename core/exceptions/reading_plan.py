@@ -7,7 +7,7 @@ one), and the open MISLOADs each reading takes off (its pallet read back off at 
 misloaded at). The batch gives each of them its message id (`ExceptionPlan.outcome`), stores the
 records with the pallet that raised them, and applies the resolutions in its transaction
 (`apply_resolutions`). The pallet document keeps what its reading raised (`raised_by`), so a
-resend's answer and the repair of a half-written batch carry the same exceptions.
+resend's answer carries the same exceptions as the first.
 """
 
 from __future__ import annotations

@@ -503,12 +503,10 @@ async def _facilities(
     return {site: facility for site, facility in zip(sites, found, strict=True) if facility}
 
 
-async def _by_id(
-    collection: AsyncCollection[Doc], ids: list[Any], session: Session = None
-) -> dict[Any, Doc]:
+async def _by_id(collection: AsyncCollection[Doc], ids: list[Any]) -> dict[Any, Doc]:
     if not ids:
         return {}
-    found = collection.find({"_id": {"$in": ids}}, session=session)
+    found = collection.find({"_id": {"$in": ids}})
     return {d["_id"]: d for d in await found.to_list()}
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from core.exceptions import rules
 from core.pallets.readings import ReadingInBatch
-from core.shipments import directions, lifecycle
+from core.shipments import directions, lifecycle, observed
 from core.shipments.observed import CORRECTION
 from core.storage import Doc, Storage
 
@@ -288,7 +288,7 @@ async def _positions(storage: Storage, items: list[ReadingInBatch]) -> dict[str,
     ).to_list()
     latest: dict[str, Doc] = {}
     for reading in sorted(readings, key=lambda r: (r["created_at"], int(r["message_id"]))):
-        if reading.get(CORRECTION):
+        if not observed.counts(reading):
             continue  # declared wrong by an operator: the pallet was never there that way
         latest[reading["position"]] = reading
     return latest
