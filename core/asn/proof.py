@@ -16,15 +16,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import threading
 from datetime import UTC, datetime
 from typing import Any
 
 from core.asn import notice
 from core.auth.access import Scope
-from core.errors import NotFound, PayloadTooLarge, RateLimited
+from core.errors import NotFound, PayloadTooLarge
 from core.feed.publish import iso_utc
 from core.shipments import completion, directions, observed
+from core.slots import BusinessSlots
 from core.storage import Doc, Storage
 
 MAX_READINGS = 10_000  # a trailer's readings, repeats and corrections included, stay far below
@@ -33,35 +33,7 @@ PDF_CONTENT_TYPE = "application/pdf"
 MAX_PDFS_AT_ONCE = 2  # PDFs drawn at once in a process (each a worker thread's CPU)
 
 
-class _Drawings:
-    """The PDFs being drawn in this process, by business: at most `MAX_PDFS_AT_ONCE` in all
-    and one per business, so one tenant asking for many cannot take every place. Taken on the
-    event loop, given back by the drawing thread (hence the lock)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._businesses: set[str] = set()
-
-    def take(self, business: str) -> None:
-        with self._lock:
-            busy = business in self._businesses
-            full = len(self._businesses) >= MAX_PDFS_AT_ONCE
-            if not (busy or full):
-                self._businesses.add(business)
-                return
-        drawn = (
-            "a proof of load of this business is being drawn"
-            if busy
-            else f"{MAX_PDFS_AT_ONCE} proofs of load are being drawn"
-        )
-        raise RateLimited(f"{drawn}; try again shortly", retry_after_s=5)
-
-    def give_back(self, business: str) -> None:
-        with self._lock:
-            self._businesses.discard(business)
-
-
-DRAWINGS = _Drawings()
+DRAWINGS = BusinessSlots(MAX_PDFS_AT_ONCE, "proofs of load being drawn")
 
 
 def _at(value: Any) -> str | None:
@@ -219,10 +191,14 @@ async def proof_pdf_for(storage: Storage, scope: Scope, shipment_id: int) -> byt
     DRAWINGS.take(business)
     try:
         record = await proof_of_shipment(storage, shipment)
+        drawing = asyncio.ensure_future(asyncio.to_thread(_render, record))
     except BaseException:
         DRAWINGS.give_back(business)
         raise
-    return await asyncio.to_thread(_render_and_give_back, record, business)
+    # Given back when the drawing ends, not when the request does: a client that hangs up
+    # does not stop the thread, so its place stays taken until the drawing is done.
+    drawing.add_done_callback(lambda _: DRAWINGS.give_back(business))
+    return await asyncio.shield(drawing)
 
 
 def pdf_filename(shipment_id: int) -> str:
@@ -230,14 +206,9 @@ def pdf_filename(shipment_id: int) -> str:
     return f"proof-of-load-{int(shipment_id)}.pdf"
 
 
-def _render_and_give_back(record: dict[str, Any], business: str) -> bytes:
+def _render(record: dict[str, Any]) -> bytes:
     # Imported on first use: reportlab adds a second to the start of every dockflow process,
     # most of which never draw a PDF.
     from core.asn import proof_pdf
 
-    # Released by the thread when it is done, not by the request: a client that hangs up
-    # does not stop the drawing, so its place stays taken until the drawing ends.
-    try:
-        return proof_pdf.render(record)
-    finally:
-        DRAWINGS.give_back(business)
+    return proof_pdf.render(record)
