@@ -17,7 +17,7 @@ from urllib.parse import quote, urlencode
 
 from aiohttp import web
 
-from core.epcis import events, query
+from core.epcis import event_lookup, events, query
 from core.errors import BadRequest, DockflowError, NotAcceptable, NotFound
 from public_api.auth import authenticate
 from public_api.keys import SERVICES, SETTINGS
@@ -38,7 +38,7 @@ HEADERS = {
 # The EPC of the resource route stands in for these (it is MATCH_anyEPC).
 EPC_PARAMETERS = frozenset({"MATCH_epc", "MATCH_anyEPC"})
 MAX_PATH_EPC_CHARS = 256  # the path parameter's maxLength in the OpenAPI document
-MAX_EVENT_ID_CHARS = 256  # an eventID (a CBV 2.0 hash is 91 characters)
+MAX_EVENT_ID_CHARS = 256  # the path's OpenAPI maxLength; core answers any non-hash id 404
 
 
 async def get_events(request: web.Request) -> web.Response:
@@ -69,9 +69,7 @@ async def get_event(request: web.Request) -> web.Response:
         event_id += f"?ver={params.pop('ver')}"
     if params:
         raise BadRequest(f"query parameter {sorted(params)[0]!r} is not taken on this route")
-    if len(event_id) > MAX_EVENT_ID_CHARS:
-        raise NotFound(f"no event {event_id[:80]!r}")
-    found = await query.find_event(request.app[SERVICES].storage, principal, event_id)
+    found = await event_lookup.find_event(request.app[SERVICES].storage, principal, event_id)
     body = events.query_document(found, datetime.now(UTC))
     return web.Response(text=json.dumps(body), content_type="application/ld+json", headers=HEADERS)
 
@@ -259,7 +257,7 @@ def _event_operation(problem_ref: dict[str, Any]) -> dict[str, Any]:
     operation["description"] = (
         "The caller's event of this eventID and every error declaration of it, in an "
         "EPCISQueryDocument, looked for among the caller's latest "
-        f"{query.MAX_LOOKUP_RECORDS:,} records by event time; 404 "
+        f"{event_lookup.MAX_LOOKUP_RECORDS:,} records by event time; 404 "
         "(NoSuchResourceException) for another business's, an unknown or an older id."
     )
     operation["parameters"] = [
@@ -275,6 +273,11 @@ def _event_operation(problem_ref: dict[str, Any]) -> dict[str, Any]:
     operation["responses"]["200"]["description"] = "The event and its error declarations."
     operation["responses"]["404"] = {
         "description": "No such event of yours (NoSuchResourceException).",
+        "content": {PROBLEM_TYPE: {"schema": problem_ref}},
+    }
+    operation["responses"]["429"] = {
+        "description": "Another lookup of the business's is under way (RATE_LIMITED).",
+        "headers": {"Retry-After": {"schema": {"type": "integer"}}},
         "content": {PROBLEM_TYPE: {"schema": problem_ref}},
     }
     return operation

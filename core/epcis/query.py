@@ -25,7 +25,7 @@ import base64
 import binascii
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from biip.checksums import gs1_standard_check_digit
@@ -33,7 +33,7 @@ from biip.checksums import gs1_standard_check_digit
 from core.auth.access import Principal
 from core.epcis import events, queries
 from core.epcis.identities import check_sscc, is_digits, sgln_as_digital_link
-from core.errors import BadRequest, NotFound, PayloadTooLarge, ValidationFailed
+from core.errors import BadRequest, PayloadTooLarge, ValidationFailed
 from core.storage import Doc, Storage, time_range
 
 DEFAULT_PER_PAGE = 30
@@ -259,7 +259,7 @@ def page_token(record: Doc, query: EventQuery | None = None, stream: Stream = PA
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def _after(token: str, order_by: str, descending: bool) -> tuple[datetime, str, Any]:
+def page_after(token: str, order_by: str, descending: bool) -> tuple[datetime, str, Any]:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
         by, direction, millis, collection, record_id = raw.split(":", 4)
@@ -367,7 +367,7 @@ def parse_query(params: Mapping[str, str]) -> EventQuery:
         order_by=order_by,
         descending=descending,
         per_page=_per_page(params),
-        after=_after(token, order_by, descending) if token is not None else None,
+        after=page_after(token, order_by, descending) if token is not None else None,
     )
 
 
@@ -432,6 +432,8 @@ def _stream_match(
         directions &= {d for d, disp in stream.dispositions.items() if disp in query.dispositions}
     if not directions or (query.declared and stream is not DECLARATIONS):
         return None
+    if query.corrective_event_ids is not None:
+        return None  # dockflow issues no corrective events: no declaration names one
     match: Doc = {"business": principal.business}
     if principal.facilities is not None:
         match["facility"] = {"$in": sorted(principal.facilities)}
@@ -483,10 +485,6 @@ def matches(event: dict[str, Any], query: EventQuery) -> bool:
     ):
         return False
     if query.event_ids is not None and event["eventID"] not in query.event_ids:
-        return False
-    if query.corrective_event_ids is not None and not query.corrective_event_ids & set(
-        event.get("errorDeclaration", {}).get("correctiveEventIDs") or []
-    ):
         return False
     if query.read_points is not None and event.get("readPoint", {}).get("id") not in (
         query.read_points
@@ -653,41 +651,3 @@ class _Cache:
         if shipment_id not in self.bols:
             self.bols |= await queries.bols_of(self.storage, [shipment_id])
         return self.bols.get(shipment_id)
-
-
-# Records the one-event route (`find_event`) looks at for an eventID, newest first: an eventID
-# is a hash of the event, which no index holds, so it is looked for among the latest records.
-MAX_LOOKUP_RECORDS = 20_000
-
-
-async def find_event(storage: Storage, principal: Principal, event_id: str) -> list[dict[str, Any]]:
-    """`GET /epcis/events/{eventID}`: the caller's event of this id with its error
-    declarations (every stored record whose event has it, the original first), looked for
-    among the caller's latest `MAX_LOOKUP_RECORDS` records by event time; `NotFound` for an
-    id of none of them (another business's, unknown, or older). All events of one id share
-    their eventTime (it is hashed), so once one is found those of its instant are all of them."""
-    if not events.is_event_id(event_id):  # not a hash of ours: none of ours has it
-        raise NotFound(f"no event {event_id[:80]!r}: not an eventID dockflow makes")
-    wanted = EventQuery(
-        event_types=frozenset(["ObjectEvent"]),
-        event_ids=frozenset([event_id]),
-        descending=True,
-        per_page=MAX_PER_PAGE,
-    )
-    for _ in range(MAX_LOOKUP_RECORDS // MAX_SCANNED):
-        page = await find_events(storage, principal, wanted)
-        if page.events:
-            at = datetime.fromisoformat(page.events[0]["eventTime"].replace("Z", "+00:00"))
-            instant = EventQuery(
-                event_types=wanted.event_types,
-                event_ids=wanted.event_ids,
-                since=at,
-                before=at + timedelta(milliseconds=1),
-                per_page=MAX_PER_PAGE,
-            )
-            found = (await find_events(storage, principal, instant)).events
-            return sorted(found, key=lambda event: "errorDeclaration" in event)
-        if page.next_page_token is None:
-            break
-        wanted = replace(wanted, after=_after(page.next_page_token, "eventTime", True))
-    raise NotFound(f"no event {event_id} among the latest {MAX_LOOKUP_RECORDS:,} events of yours")

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from core.auth.access import Principal
-from core.epcis import events, queries, query
-from core.errors import BadRequest, NotFound
+from core.epcis import event_lookup, events, queries, query
+from core.errors import BadRequest, NotFound, RateLimited
 from core.pallets import corrections
 from core.pallets.batch import record_pallets
 from core.settings import Settings
@@ -147,7 +147,7 @@ async def test_an_id_no_event_hash_has_is_unknown_without_a_look(
     [plain, *_] = await _events(storage)
     principal = Principal(subject="client", business="acme")
     assert events.is_event_id(plain["eventID"])
-    assert len(await query.find_event(storage, principal, plain["eventID"])) == 1
+    assert len(await event_lookup.find_event(storage, principal, plain["eventID"])) == 1
     for wrong in (
         "urn:uuid:5e3c2a1b-0000-4000-8000-000000000000",
         plain["eventID"].upper(),
@@ -157,7 +157,7 @@ async def test_an_id_no_event_hash_has_is_unknown_without_a_look(
     ):
         assert not events.is_event_id(wrong)
         with pytest.raises(NotFound, match="not an eventID"):
-            await query.find_event(storage, principal, wrong)
+            await event_lookup.find_event(storage, principal, wrong)
 
 
 async def test_one_event_by_id_comes_with_its_declarations_and_only_to_its_business(
@@ -167,12 +167,14 @@ async def test_one_event_by_id_comes_with_its_declarations_and_only_to_its_busin
     [first, plain, declared] = await _events(storage)
     acme = Principal(subject="client", business="acme")
 
-    assert await query.find_event(storage, acme, plain["eventID"]) == [plain, declared]
-    assert await query.find_event(storage, acme, first["eventID"]) == [first]
+    assert await event_lookup.find_event(storage, acme, plain["eventID"]) == [plain, declared]
+    assert await event_lookup.find_event(storage, acme, first["eventID"]) == [first]
     with pytest.raises(NotFound):
-        await query.find_event(storage, Principal(subject="c", business="globex"), first["eventID"])
+        await event_lookup.find_event(
+            storage, Principal(subject="c", business="globex"), first["eventID"]
+        )
     with pytest.raises(NotFound):
-        await query.find_event(storage, acme, "ni:///sha-256;" + "0" * 64 + "?ver=CBV2.0")
+        await event_lookup.find_event(storage, acme, "ni:///sha-256;" + "0" * 64 + "?ver=CBV2.0")
 
 
 async def test_a_completion_keeps_a_reading_corrected_after_it_was_recorded(
@@ -210,3 +212,23 @@ async def test_a_completion_leaves_out_a_reading_corrected_before_it(
     assert event is not None
     assert event["epcList"] == [f"https://id.gs1.org/00/{SSCCS[0]}"]
     assert_valid_event(event)
+
+
+async def test_a_business_looks_for_one_event_at_a_time_and_leaves_the_others_room(
+    storage: Storage, tenant: Tenant
+):
+    """A lookup may read 20,000 records: while one of a business's runs, its next is refused
+    (429) and another business's still runs."""
+    acme = Principal(subject="c", business=tenant.business)
+    globex = Principal(subject="c", business="globex")
+    unknown = "ni:///sha-256;" + "0" * 64 + "?ver=CBV2.0"
+    event_lookup.LOOKUPS.take(tenant.business)
+    try:
+        with pytest.raises(RateLimited):
+            await event_lookup.find_event(storage, acme, unknown)
+        with pytest.raises(NotFound):
+            await event_lookup.find_event(storage, globex, unknown)
+    finally:
+        event_lookup.LOOKUPS.give_back(tenant.business)
+    with pytest.raises(NotFound):
+        await event_lookup.find_event(storage, acme, unknown)
