@@ -36,7 +36,7 @@ from core.asn import issue, notice
 from core.errors import Conflict, DockflowError, NotFound, ValidationFailed
 from core.feed.publish import delivery_id
 from core.outbox import endpoint_kinds, webhook_endpoints
-from core.outbox.deliveries import Claim, new_delivery
+from core.outbox.deliveries import PENDING, Claim, new_delivery
 from core.outbox.endpoint_kinds import Outgoing, WebhookEndpointKind
 from core.storage import Doc, Session, Storage
 
@@ -167,15 +167,35 @@ async def queue_replacements(storage: Storage, pallet: Doc, at: datetime, sessio
         shipment.get("facility"),
         COMPLETION,
         WebhookEndpointKind.ASN,
+        message_id,
         shipment["completed_at"],
+        session,
     )
+    waiting = await _unsent_replacements(storage, message_id, session)
     docs = [
         _replacement(shipment, message_id, endpoint.endpoint_id, str(pallet["_id"]), at)
         for endpoint in endpoints
+        if endpoint.endpoint_id not in waiting
     ]
     if docs:
         await storage.webhook_deliveries.insert_many(docs, session=session)
     return len(docs)
+
+
+async def _unsent_replacements(storage: Storage, message_id: int, session: Session) -> set[str]:
+    """The endpoints with a replacement of this completion not issued yet: issued when it is
+    sent, it carries this correction too, so another would only be settled unsent."""
+    waiting = await storage.webhook_deliveries.find(
+        {
+            "message_id": message_id,
+            REPLACEMENT_FIELD: {"$exists": True},
+            DOCUMENT_FIELD: {"$exists": False},
+            "status": PENDING,
+        },
+        {"endpoint_id": 1},
+        session=session,
+    ).to_list()
+    return {d["endpoint_id"] for d in waiting}
 
 
 def _replacement(

@@ -184,7 +184,9 @@ async def write_declaration(
         pallet["facility"],
         PALLET,
         WebhookEndpointKind.EPCIS,
+        message_id,
         pallet["created_at"],
+        session,
     )
     docs = [
         {

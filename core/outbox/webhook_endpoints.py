@@ -15,7 +15,7 @@ from core.errors import AuthMustBeGivenAgain, Conflict, NotFound, ValidationFail
 from core.outbox import endpoint_kinds, webhook_urls
 from core.outbox.due import schedule
 from core.settings import Settings
-from core.storage import Doc, Storage
+from core.storage import Doc, Session, Storage
 from core.tenancy.tenants import Created, get_business, get_facility
 
 # Every event an endpoint may subscribe to, and the route each is POSTed to.
@@ -431,12 +431,18 @@ async def endpoints_sent(
     facility: str | None,
     message_type: str,
     kind: endpoint_kinds.WebhookEndpointKind,
+    message_id: int,
     written_at: datetime,
+    session: Session,
 ) -> list[WebhookEndpoint]:
-    """The enabled endpoints of `kind` that were given a delivery of a message of this type
-    and facility written at `written_at`: those `endpoints_for` names that existed then. What
-    follows up on a message (a correction's declaration or replacement) asks this, not the
-    delivery log: that is swept after its retention, while readings and shipments are kept."""
+    """The enabled endpoints of `kind` that were given a delivery of the message `message_id`
+    of this type and facility, written at `written_at`: those `endpoints_for` names that
+    existed then; none once the message itself is gone (its retention), since a delivery is
+    composed from its message. What follows up on a message (a correction's declaration or
+    replacement) asks this, not the delivery log, which is swept after its own retention."""
+    kept = await storage.push_messages.find_one({"_id": message_id}, {"_id": 1}, session=session)
+    if kept is None:
+        return []
     at = _aware(written_at)
     return [
         e

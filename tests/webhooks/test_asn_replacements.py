@@ -285,3 +285,35 @@ async def test_a_correction_before_the_asn_went_sends_one_asn_already_corrected(
     [replacement] = [d for d in deliveries if asn_sends.REPLACEMENT_FIELD in d]
     assert replacement["status"] == "SUCCEEDED"
     assert replacement["not_sent"].startswith("no replacement: ")
+
+
+async def test_corrections_waiting_for_one_replacement_queue_no_second_one(
+    storage: Storage, services: Any, settings: Settings, tenant: Tenant, receiver: Receiver
+):
+    """A replacement is issued when it is sent, from the readings as they count then: a second
+    correction before it goes is carried by it, not by a replacement of its own."""
+    await make_endpoint(services, tenant, receiver.base_url + "/asn", kind="ASN")
+    loaded = await load_shipment(storage, settings, tenant)
+    first = await loaded_pallet(storage, loaded.shipment_id, SSCC_3)
+    second = await loaded_pallet(storage, loaded.shipment_id, SSCC_1)
+
+    done = [await correct(storage, settings, tenant, p["_id"]) for p in (first, second)]
+
+    assert [d.asn_replacements for d in done] == [1, 0]
+    assert await replacements_stored(storage) == 1
+
+
+async def test_a_correction_after_its_completion_message_was_swept_queues_no_replacement(
+    storage: Storage, services: Any, settings: Settings, tenant: Tenant, receiver: Receiver
+):
+    """A delivery is composed from its message: once the message's retention has swept it, a
+    replacement could never be sent, so none is queued (the correction itself still counts)."""
+    await make_endpoint(services, tenant, receiver.base_url + "/asn", kind="ASN")
+    loaded = await load_shipment(storage, settings, tenant)
+    await retention.sweep(storage, settings, datetime.now(UTC) + timedelta(days=31))
+    pallet = await loaded_pallet(storage, loaded.shipment_id, SSCC_3)
+
+    done = await correct(storage, settings, tenant, pallet["_id"])
+
+    assert (done.corrected_now, done.asn_replacements) == (True, 0)
+    assert await replacements_stored(storage) == 0

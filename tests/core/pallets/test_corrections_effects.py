@@ -54,7 +54,8 @@ async def test_a_reading_older_than_the_delivery_retention_is_still_declared_to_
     storage: Storage, settings: Settings, services: Any, tenant: Tenant
 ):
     """The EPCIS repository captured the reading (its delivery). The delivery log is swept after
-    `retention_deliveries_days` (30 by default); readings and shipments are kept. A correction
+    `retention_deliveries_days` (30 by default); readings, shipments and (here) messages are
+    kept. A correction
     made after that finds no delivery of the reading's message (`write_declaration` picks its
     endpoints by `webhook_deliveries`), so the declaration goes to no endpoint and the
     repository keeps the wrong event for good; the CLI reports 'queued for 0 endpoint(s)'."""
@@ -67,7 +68,10 @@ async def test_a_reading_older_than_the_delivery_retention_is_still_declared_to_
     [one] = await record_pallets(storage, settings, [(camera, pallet(SSCC, dock="D1"))])
     assert await storage.webhook_deliveries.count_documents({}) == 1
     await storage.webhook_deliveries.update_many({}, {"$set": {"status": "DELIVERED"}})
-    await retention.sweep(storage, settings, datetime.now(UTC) + timedelta(days=31))
+    # the site keeps messages longer than deliveries (a declaration is composed from the
+    # reading's message: with the message gone too, none could be sent, and none is queued)
+    kept_longer = settings.model_copy(update={"retention_messages_days": 90})
+    await retention.sweep(storage, kept_longer, datetime.now(UTC) + timedelta(days=31))
     assert await storage.pallets.count_documents({"_id": one.pallet_id}) == 1  # kept
 
     done = await corrections.correct_reading(
