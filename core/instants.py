@@ -1,7 +1,8 @@
-"""The one rule for a date a caller gives (a GraphQL DateTime, a document's date, a command's
-`--since`): it carries a UTC offset and names an instant the database can store, years 1-9999
-in UTC. `0001-01-01T00:00:00+14:00` parses, and is still year 0 in UTC: converting it (as every
-query and write does) raised OverflowError, an internal error with a logged traceback."""
+"""The rules of instants. A stored time read back is aware UTC (`aware`). A date a caller gives
+(a GraphQL DateTime, a document's date, a command's `--since`) carries a UTC offset and names an
+instant the database can store, years 1-9999 in UTC. `0001-01-01T00:00:00+14:00` parses, and is
+still year 0 in UTC: converting it (as every query and write does) raised OverflowError, an
+internal error with a logged traceback."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ from core.errors import FieldError, ValidationFailed
 
 NO_OFFSET = "must carry a UTC offset, e.g. 2026-05-01T00:00:00Z"
 OUT_OF_RANGE = "is out of range: its UTC time is not within years 1-9999"
+
+
+def aware(at: datetime) -> datetime:
+    """A stored time as an aware UTC one (the database may give naive UTC times back)."""
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def instant_refusal(at: datetime) -> str | None:

@@ -11,6 +11,7 @@ from email.utils import parsedate_to_datetime
 
 import aiohttp
 
+from core.instants import aware
 from core.outbox.deliveries import SNIPPET_CHARS, AttemptResult
 from webhooks.egress import EgressRefused, check_url
 
@@ -104,6 +105,4 @@ def _retry_after(response: aiohttp.ClientResponse) -> float | None:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return max(0.0, (aware(when) - datetime.now(UTC)).total_seconds())

@@ -38,6 +38,7 @@ from zoneinfo import ZoneInfo
 
 from core.epcis.identities import CSET82, DIGITAL_LINK_BASE, Identities, check_sscc
 from core.errors import ValidationFailed
+from core.instants import aware
 
 EPCIS_CONTEXT = "https://ref.gs1.org/standards/epcis/2.0.0/epcis-context.jsonld"
 SCHEMA_VERSION = "2.0"
@@ -245,11 +246,6 @@ def declare_error(
     return {**event, "errorDeclaration": declaration}
 
 
-def aware(at: datetime) -> datetime:
-    """A stored time as an aware UTC one (the database gives naive UTC times back)."""
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
-
-
 def _transactions(
     ids: Identities, pos: Iterable[Any], bol: str | None, *, outbound: bool
 ) -> list[dict[str, str]]:
@@ -340,9 +336,7 @@ def with_record_time(event: dict[str, Any], stored: datetime | None) -> dict[str
     hash: the same event recorded twice is still the same event."""
     if stored is None:
         return event
-    if stored.tzinfo is None:
-        stored = stored.replace(tzinfo=UTC)
-    return {**event, "recordTime": _utc_ms(stored)}
+    return {**event, "recordTime": _utc_ms(aware(stored))}
 
 
 def epcis_document(found: Iterable[dict[str, Any]], created_at: datetime) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from core.epcis import events
 from core.errors import NotFound
+from core.instants import aware
 from core.shipments.observed import CORRECTION, lpn_progress, reading_order
 from core.storage import Doc, Storage
 from core.tenancy import gs1_identities, tenants
@@ -115,10 +116,10 @@ def as_completed(shipment: Doc, readings: list[Doc]) -> list[Doc]:
     recorded = shipment.get("recorded_at") or shipment.get("completed_at")
     if recorded is None:
         return readings
-    cutoff = events.aware(recorded)
+    cutoff = aware(recorded)
     return [
         {k: v for k, v in r.items() if k != CORRECTION}
-        if r.get(CORRECTION) and events.aware(r[CORRECTION]["at"]) > cutoff
+        if r.get(CORRECTION) and aware(r[CORRECTION]["at"]) > cutoff
         else r
         for r in readings
     ]

@@ -12,6 +12,7 @@ from yarl import URL
 
 from core.auth.crypto import SIGNING_SECRET_PREFIX, SecretBox, new_signing_secret
 from core.errors import AuthMustBeGivenAgain, Conflict, NotFound, ValidationFailed
+from core.instants import aware
 from core.outbox import endpoint_kinds, webhook_urls
 from core.outbox.due import schedule
 from core.settings import Settings
@@ -443,13 +444,9 @@ async def endpoints_sent(
     kept = await storage.push_messages.find_one({"_id": message_id}, {"_id": 1}, session=session)
     if kept is None:
         return []
-    at = _aware(written_at)
+    at = aware(written_at)
     return [
         e
         for e in await endpoints_for(storage, business, facility, message_type)
-        if e.kind == kind and (e.created_at is None or _aware(e.created_at) <= at)
+        if e.kind == kind and (e.created_at is None or aware(e.created_at) <= at)
     ]
-
-
-def _aware(at: datetime) -> datetime:
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)

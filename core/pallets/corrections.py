@@ -40,6 +40,7 @@ from core.exceptions import codes, records
 from core.exceptions.records import check_note
 from core.feed import publish
 from core.feed.publish import WrittenMessages
+from core.instants import aware
 from core.outbox import asn_sends, epcis_capture
 from core.settings import Settings
 from core.shipments import completion
@@ -89,7 +90,7 @@ def correction_of(pallet: Doc) -> Correction | None:
     kept = pallet.get(CORRECTION)
     if not kept:
         return None
-    at = kept["at"] if kept["at"].tzinfo else kept["at"].replace(tzinfo=UTC)
+    at = aware(kept["at"])
     return Correction(str(pallet["_id"]), kept["reason"], kept["note"], kept["by"], at, False)
 
 
