@@ -127,13 +127,18 @@ async def asn_of_shipment(
     version = partner.x12_version if format == X12_856 else "D96A"
     now = now or datetime.now(UTC)
     write = WRITERS[format]
-    # Written first under the preview's number: a document the writer refuses (a mixed-PO
-    # pallet, a value past its element's length) draws no control number and records no issue.
-    preview = Envelope(PREVIEW_CONTROL_NUMBER, now)
-    text = await asyncio.to_thread(write, ship_notice, partner, preview)
-    envelope = await _envelope(storage, ship_notice, f"{format}:{version}", now)
-    if envelope != preview:
+    kind = f"{format}:{version}"
+    envelope = await _kept_envelope(storage, ship_notice, kind)
+    if envelope is not None:  # issued before for this very content: written once, as then
         text = await asyncio.to_thread(write, ship_notice, partner, envelope)
+    else:
+        # Written first under the preview's number: a document the writer refuses (a mixed-PO
+        # pallet, a value past its element's length) draws no control number, records no issue.
+        preview = Envelope(PREVIEW_CONTROL_NUMBER, now)
+        text = await asyncio.to_thread(write, ship_notice, partner, preview)
+        envelope = await _envelope(storage, ship_notice, kind, now)
+        if envelope != preview:
+            text = await asyncio.to_thread(write, ship_notice, partner, envelope)
     return AsnDocument(
         shipment_id=ship_notice.shipment_id,
         format=format,
@@ -142,6 +147,16 @@ async def asn_of_shipment(
         complete=ship_notice.complete,
         replaces=envelope.replaces,
     )
+
+
+async def _kept_envelope(storage: Storage, ship_notice: ShipNotice, kind: str) -> Envelope | None:
+    """The envelope a complete notice of this content was issued under, None if none was."""
+    if not ship_notice.complete:
+        return None
+    stored = await storage.ship_notices.find_one({"_id": f"{ship_notice.shipment_id}:{kind}"})
+    if stored is None or stored["digest"] != await asyncio.to_thread(ship_notice.digest):
+        return None
+    return Envelope(int(stored["control_number"]), stored["issued_at"], bool(stored["replaces"]))
 
 
 async def _envelope(
