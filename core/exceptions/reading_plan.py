@@ -25,6 +25,9 @@ from core.storage import Doc, Session, Storage
 # Open MISLOAD exceptions at a batch's docks a reversal is checked against (a dock with more
 # open ones than this has its oldest checked; the others are resolved by hand).
 MAX_OPEN_MISLOADS = 1_000
+# Open exceptions of a batch's shipments a repeat is folded into, oldest first (past this
+# many, a repeat of a later one raises anew: a shipment with this many open is worked by hand).
+MAX_OPEN_FOLDED = 1_000
 # Exceptions raised once while open, however often a reading repeats them (DUPLICATE_PALLET
 # folds its repeats by position; LOW_CONFIDENCE without an LPN names no pallet).
 FOLDED_CODES = frozenset(
@@ -194,7 +197,8 @@ async def _fold_repeats(
             "status": {"$in": list(codes.OPEN_STATUSES)},
         },
         {"code": 1, "priority": 1, "detail": 1, "shipment_id": 1, "lpns": 1, "pallet_id": 1},
-    ).to_list(MAX_OPEN_MISLOADS)
+        sort=[("seq", 1)],
+    ).to_list(MAX_OPEN_FOLDED)
     first: dict[_FoldKey, records.Raised] = {
         (int(r["shipment_id"]), r["code"], tuple(sorted(r["lpns"]))): records.raised(r)
         for r in open_records

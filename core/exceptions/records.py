@@ -307,7 +307,9 @@ async def apply_change(
     """Store the move of `current` (as read in `session`'s transaction) to `to`, its entry
     holding `message_id`; returns the changed record, whose message (`message`) the caller
     writes in the same transaction. `Conflict` when it cannot move there or changed since it
-    was read. Every status change of a stored exception goes through here."""
+    was read. Every status change a person, an operator or a correction asks goes through
+    here; the batch's take-off resolutions share `change_update` with their own filter (one
+    another writer made first is dropped, not refused: `reading_plan.apply_resolutions`)."""
     changed = transition(current, to, at, by, note, message_id)
     update = change_update(changed)
     done = await storage.exceptions.update_one(change_filter(current), update, session=session)
