@@ -27,6 +27,7 @@ from core.exceptions.codes import (
     ExceptionStatus,
 )
 from core.feed import ids
+from core.pallets import corrections
 from core.reads import shipment_queries
 from core.settings import Settings
 from core.shipments.lifecycle import ShipmentStatus
@@ -75,16 +76,13 @@ class PalletCorrection:
     by: ExceptionActor = strawberry.field(description="The operator who declared it.")
 
     @classmethod
-    def from_doc(cls, kept: Doc) -> "PalletCorrection":
-        by = kept.get("by") or {}
-        return cls(
-            reason=kept["reason"],
-            note=kept.get("note", ""),
-            at=kept["at"],
-            by=ExceptionActor(
-                kind=ExceptionActorKind(by.get("kind", "OPERATOR")), id=by.get("id", "")
-            ),
-        )
+    def of(cls, pallet: Doc) -> "PalletCorrection | None":
+        """The reading's correction (`core.pallets.corrections.correction_of`), if any."""
+        kept = corrections.correction_of(pallet)
+        if kept is None:
+            return None
+        by = ExceptionActor(kind=ExceptionActorKind(kept.by["kind"]), id=kept.by["id"])
+        return cls(reason=kept.reason, note=kept.note, at=kept.at, by=by)
 
 
 @strawberry.type
@@ -355,9 +353,7 @@ class Pallet:
             image_urls=list(doc.get("image_urls") or []),
             message_id=None if doc.get("message_id") is None else ids.public_id(doc["message_id"]),
             url=urls.pallet_url(settings, str(doc["_id"])),
-            correction=PalletCorrection.from_doc(doc["correction"])
-            if doc.get("correction")
-            else None,
+            correction=PalletCorrection.of(doc),
             loaders=loaders,
             doc=doc,
         )
