@@ -211,13 +211,11 @@ async def _complete(
             facility.gln, facility.gln_extension(shipment.get("dock") or ""), facility.timezone, at
         )
     missing = await missing_lpns(storage, shipment, facility, session) if len(ids) > 1 else []
-    new: list[publish.NewMessage] = []
     short: Doc | None = None
     if missing:
         orders = await shipment_order_numbers(storage, shipment_id, session)
         short = short_record(shipment, missing, orders, source, at, ids[0])
         fields["short_exception"] = short
-        new.append(records.message(settings, short))
     written = await lifecycle.update_with_history(
         storage,
         shipment_id,
@@ -230,24 +228,43 @@ async def _complete(
         session=session,
     )
     assert written is not None  # read completed_at None in this transaction
+    messages = await write_outcome(storage, settings, written, short, ids, session, raised)
+    return Completion(shipment_id, message_id, reason, at, completed_now=True), messages
+
+
+async def write_outcome(
+    storage: Storage,
+    settings: Settings,
+    shipment: Doc,
+    short: Doc | None,
+    ids: list[int],
+    session: Session,
+    raised: list[Doc],
+) -> publish.WrittenMessages:
+    """What a completion writes once its shipment is completed (`shipment` as written), in the
+    transaction `session`: its orders COMPLETED, its SHORT exception (also added to `raised`)
+    and the messages, the SHORT's then SHIPMENT_COMPLETE, under the last of `ids`."""
+    shipment_id = int(shipment["_id"])
     await storage.orders.update_many(
         {"shipment_id": shipment_id}, {"$set": {"status": "COMPLETED"}}, session=session
     )
+    new: list[publish.NewMessage] = []
     if short is not None:
         await storage.exceptions.insert_one(short, session=session)
         raised.append(short)
+        new.append(records.message(settings, short))
     new.append(
         publish.NewMessage(
             business=shipment["business"],
             facility=shipment["facility"],
             type="SHIPMENT_COMPLETE",
-            payload=await build_completion_payload(settings, storage, written, session),
+            payload=await build_completion_payload(settings, storage, shipment, session),
             shipment_id=shipment_id,
         )
     )
     messages = await publish.build_messages(storage, new, ids=ids[-len(new) :])
     await publish.write_messages(storage, messages, session)
-    return Completion(shipment_id, message_id, reason, at, completed_now=True), messages
+    return messages
 
 
 def short_record(

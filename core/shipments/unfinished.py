@@ -104,32 +104,15 @@ async def finish(storage: Storage, settings: Settings, shipment_id: int) -> bool
         current = await storage.shipments.find_one({"_id": shipment_id}, session=session)
         if current is None or await _published(storage, current, session):
             return False, publish.WrittenMessages()
-        await storage.orders.update_many(
-            {"shipment_id": shipment_id}, {"$set": {"status": "COMPLETED"}}, session=session
-        )
         fields: Doc = {"completion_message_id": ids[-1]}
-        new: list[publish.NewMessage] = []
         short = await _short(storage, current, ids[0], session) if count > 1 else None
         if short is not None:
-            await storage.exceptions.insert_one(short, session=session)
-            raised.append(short)
             fields["short_exception"] = short
-            new.append(records.message(settings, short))
         await storage.shipments.update_one({"_id": shipment_id}, {"$set": fields}, session=session)
         current.update(fields)
-        new.append(
-            publish.NewMessage(
-                business=current["business"],
-                facility=current["facility"],
-                type="SHIPMENT_COMPLETE",
-                payload=await completion.build_completion_payload(
-                    settings, storage, current, session
-                ),
-                shipment_id=shipment_id,
-            )
+        messages = await completion.write_outcome(
+            storage, settings, current, short, ids, session, raised
         )
-        messages = await publish.build_messages(storage, new, ids=ids[-len(new) :])
-        await publish.write_messages(storage, messages, session)
         return True, messages
 
     done = await publish.write_with_messages(
