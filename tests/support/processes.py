@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import resource
 import signal
 import socket
 import sys
@@ -141,6 +142,15 @@ class DockflowProcess:
         traceback: TracebackType | None,
     ) -> None:
         await self.stop()
+
+
+def limit_writes(pid: int, limit: int) -> None:
+    """Set the file-size limit of the running process `pid` (the embedded database server, to
+    give it a full disk without root): a write past `limit` bytes into any file then fails with
+    EFBIG, as one past a quota fails with EDQUOT (Python ignores SIGXFSZ, which would kill it).
+    `resource.RLIM_INFINITY` gives the room back."""
+    _, hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(pid, resource.RLIMIT_FSIZE, (limit, hard))
 
 
 def free_port() -> int:

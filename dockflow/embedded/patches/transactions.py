@@ -22,9 +22,11 @@ commands go, in order. A transaction idle for its idle limit (dockflow's setting
 writers of a few documents) or older than its lifetime (`embedded_transaction_lifetime_s`:
 the idle limit alone never ends a transaction whose client keeps talking), or whose client's
 connection closed, is rolled back, and its later commands answer NoSuchTransaction. `hello`
-answers as the primary of a one-member replica set.
+answers as the primary of a one-member replica set. A command or commit that SQLite's files
+could not take (no space left, or a write refused past a quota or a file-size limit, which
+SQLite calls a disk I/O error) answers MongoDB's OutOfDiskSpace, not transient.
 Pinned by tests/dockflow/embedded/test_transactions.py, run on both lanes (SecantusDB has
-transactions of its own: the same tests pin MongoDB's behaviour).
+transactions of its own: the same tests pin MongoDB's behaviour), and test_disk_full.py.
 """
 
 from __future__ import annotations
@@ -56,7 +58,12 @@ NO_SUCH_TRANSACTION = 251
 OPERATION_NOT_SUPPORTED_IN_TRANSACTION = 263
 TRANSACTION_COMMITTED = 256
 INTERNAL_ERROR = 1
-_DISK_FULL = "database or disk is full"  # SQLite's message for SQLITE_FULL
+# SQLite's messages for a write its files could not take: SQLITE_FULL (no space left) and
+# SQLITE_IOERR (the system refused the write: past a quota or a file-size limit, EDQUOT and EFBIG,
+# which are no room either, or a failing disk). SQLite has undone the statement, or the whole
+# transaction, either way: the client can only try again later.
+_NO_ROOM = ("database or disk is full", "disk I/O error")
+_NO_ROOM_MEANS = "the database's files could not be written: no space left, a quota or a limit"
 TRANSIENT = "TransientTransactionError"
 
 _HELLO = frozenset({"hello", "Hello", "isMaster", "ismaster"})
@@ -146,11 +153,11 @@ class _Scheduler:
         """Run one command (`func(msg)`) when its transaction, or none, holds its database."""
         try:
             request_id, answer = await self.schedule(func, msg)
-        except sqlite3.OperationalError as error:
-            if _DISK_FULL not in str(error) or not isinstance(msg, dict):
+        except sqlite3.Error as error:
+            if not _no_room(str(error)) or not isinstance(msg, dict):
                 raise
             return msg["request_id"], _out_of_disk_space(str(error))
-        return request_id, _coded_disk_full(answer)
+        return request_id, _coded_no_room(answer)
 
     async def schedule(self, func: Any, msg: Any) -> Any:
         body = command_body(msg)
@@ -325,7 +332,7 @@ class _Scheduler:
             # Not committed (a full disk, an I/O error): rolled back. Not transient: run again
             # at once it would fail the same way, holding the database meanwhile.
             self.abort(handler, txn, f"its commit failed: {error}")
-            if _DISK_FULL in str(error):
+            if _no_room(str(error)):
                 return _out_of_disk_space(f"commit failed: {error}")
             return _error(INTERNAL_ERROR, "InternalError", f"commit failed: {error}")
         self.release(txn, "committed")
@@ -401,19 +408,28 @@ def _no_such_transaction(number: int, txn: _Transaction | None) -> dict[str, Any
     return answer
 
 
+def _no_room(message: str) -> bool:
+    """Whether SQLite's `message` says its files could not take a write (`_NO_ROOM`)."""
+    return any(words in message for words in _NO_ROOM)
+
+
 def _out_of_disk_space(message: str) -> dict[str, Any]:
-    return _error(OUT_OF_DISK_SPACE, "OutOfDiskSpace", message)
+    return _error(OUT_OF_DISK_SPACE, "OutOfDiskSpace", f"{message} ({_NO_ROOM_MEANS})")
 
 
-def _coded_disk_full(answer: Any) -> Any:
+def _coded_no_room(answer: Any) -> Any:
     """`answer` with MongoDB's code for a full disk where nx-27017 gave SQLite's message alone
     (a client tells it from other failures by the code: dockflow answers 503, retry later)."""
     if not isinstance(answer, dict):
         return answer
     failures = [answer, *(answer.get("writeErrors") or ())]
     for failure in failures:
-        if isinstance(failure, dict) and _DISK_FULL in str(failure.get("errmsg", "")):
-            failure.update(code=OUT_OF_DISK_SPACE, codeName="OutOfDiskSpace")
+        if not isinstance(failure, dict) or failure.get("code") == OUT_OF_DISK_SPACE:
+            continue
+        message = str(failure.get("errmsg", ""))
+        if _no_room(message):
+            coded = _out_of_disk_space(message)
+            failure.update(code=coded["code"], codeName=coded["codeName"], errmsg=coded["errmsg"])
             failure.pop("errorLabels", None)
     return answer
 
