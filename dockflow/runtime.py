@@ -11,8 +11,9 @@ import signal
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TypeVar
 
-from pymongo.errors import ConnectionFailure
+from pymongo.errors import ConnectionFailure, PyMongoError
 from pymongo.uri_parser import parse_uri
 
 from core import tracing
@@ -25,7 +26,7 @@ from core.running import Running
 from core.services import Services
 from core.settings import Settings
 from core.shipments import unfinished
-from core.storage import Storage
+from core.storage import Storage, database_unavailable
 from dockflow import server_record
 from dockflow.embedded.supervisor import EmbeddedMongo, TransactionLimits
 from dockflow.heap import HeapFreezer
@@ -37,6 +38,8 @@ from webhooks.worker import WebhookWorker
 log = logging.getLogger(__name__)
 
 PARTS = ("api", "edge", "webhooks")
+
+T = TypeVar("T")
 
 
 @asynccontextmanager
@@ -69,7 +72,7 @@ async def open_services(settings: Settings, *, check_feed: bool = True) -> Async
         else:
             log.info("using MongoDB", extra={"url": _redact(url)})
         try:
-            storage = await Storage.connect(url, settings.mongodb_db)
+            storage = await _start_step(Storage.connect(url, settings.mongodb_db))
         except ConnectionFailure as exc:
             if embedded is not None:
                 raise
@@ -81,9 +84,9 @@ async def open_services(settings: Settings, *, check_feed: bool = True) -> Async
             # (until `dockflow admin upgrade-feed`) or a later one's is refused, before anything
             # is served.
             if check_feed:
-                await message_ids.ready(storage)
+                await _start_step(message_ids.ready(storage))
                 # Once per database: completions an earlier release left half-written.
-                await unfinished.finish_once(storage, settings)
+                await _start_step(unfinished.finish_once(storage, settings))
             yield Services(settings=settings, storage=storage)
         finally:
             await storage.close()
@@ -91,6 +94,21 @@ async def open_services(settings: Settings, *, check_feed: bool = True) -> Async
         if embedded is not None:
             await embedded.stop()
             atexit.unregister(embedded.stop_now)
+
+
+async def _start_step(step: Awaitable[T]) -> T:
+    """Await one start-up step. A database that cannot take its writes now (its disk full) ends
+    the start with a line saying so, not a traceback; each step is safe to run again, and the
+    next start runs what this one did not finish. Unreachable is the caller's to word."""
+    try:
+        return await step
+    except PyMongoError as error:
+        if isinstance(error, ConnectionFailure) or not database_unavailable(error):
+            raise
+        raise DatabaseUnavailable(
+            f"the database refused dockflow's start-up writes ({error}); start again once it "
+            "takes writes (on a full disk: once there is space)"
+        ) from error
 
 
 class ApiParts(Running):

@@ -63,6 +63,8 @@ async def abort_with(context: grpc.aio.ServicerContext[Any, Any], exc: BaseExcep
     code, detail = status_for(exc)
     if code is grpc.StatusCode.INTERNAL:
         log.exception("edge RPC failed", exc_info=exc)
+    elif code is grpc.StatusCode.UNAVAILABLE:
+        log.warning("edge RPC failed: %s", exc)  # why: the database unreachable, its disk full
     await context.abort(code, detail)
     raise AssertionError("unreachable")  # pragma: no cover - abort raises
 

@@ -161,7 +161,11 @@ async def _handle(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except DockflowError as error:
         if http_problem(error)[0] >= 500:
-            log.error("request failed", extra={"path": request.path, "code": error.code})
+            # The detail says why (the database's disk is full, say): the operator's one clue.
+            log.error(
+                "request failed",
+                extra={"path": request.path, "code": error.code, "detail": error.detail},
+            )
         return problem_from_error(error)
     except web.HTTPException as exc:
         if exc.status < 400 or exc.content_type == PROBLEM_TYPE:

@@ -94,6 +94,7 @@ def with_code(error: GraphQLError) -> GraphQLError:
     elif original is None or isinstance(original, (GraphQLError, *REFUSED_OPERATIONS)):
         extensions = {"code": "BAD_USER_INPUT"}  # a parse, validation or coercion error
     elif original is not None and database_unavailable(original):
+        log.warning("database unavailable: %s", original, extra={"path": error.path})
         extensions = {"code": "INTERNAL", "reason": "UNAVAILABLE", "status": 503}
         message = "the database is unavailable; retry later"
     elif error.path is None and error.nodes:

@@ -1,0 +1,220 @@
+"""A full disk under a running `dockflow serve`, as a machine whose disk fills up has it: the
+embedded database server can write nothing more. Its file-size limit is lowered to nothing while
+it runs (which needs no root; Python ignores SIGXFSZ, so each write fails with EFBIG as it would
+past a quota, and SQLite reports a disk I/O error where a full disk gives SQLITE_FULL). A
+document, a camera's pallet batch and a shipment completion each fail whole, with the answer a
+client retries on (503 problem+json, gRPC UNAVAILABLE, a GraphQL error of reason UNAVAILABLE);
+every collection is as it was; dockflow's log says why. Once there is room again the same
+requests succeed, the SQLite file passes its integrity check and dockflow restarts on it. A
+first start on a full disk stops with one line saying so, and the next start does its steps.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+from pymongo import AsyncMongoClient
+
+from bench.soak import HookReceiver
+from dockflow.edge.v1 import edge_pb2
+from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir, nx_database_file
+from tests.support import backends, camera
+from tests.support.processes import limit_writes
+from tests.support.provision import ServeTenant, provision
+from tests.support.serve_process import ServeProcess
+
+pytestmark = [
+    backends.only_on_nx_27017(
+        "a full disk under the embedded SQLite server (SecantusDB's WiredTiger panics on one: "
+        "docs/benchmarks.md)"
+    ),
+    pytest.mark.timeout(300),
+]
+
+NO_ROOM = 1  # bytes into a file the database server may still write: none of its writes land
+DATABASE = "dockflow"
+COMPLETE = "mutation Complete($id: Int!) { completeShipment(id: $id) { id status } }"
+ITEMS = 20
+
+
+def _document(order: str, tag: str) -> dict[str, Any]:
+    """An OVERWRITE of `order` in shipment SH1, its items' LPNs carrying `tag`."""
+    return {
+        "business": "acme", "facility": "dc1", "direction": "OUTBOUND",
+        "shipmentNumber": "SH1", "orderNumber": order, "orderItemUpdateStrategy": "OVERWRITE",
+        "items": [
+            {"lpn": f"{order}-{tag}-{k}", "sku": "S", "quantity": 1, "quantityUnit": "CASE"}
+            for k in range(ITEMS)
+        ],
+    }  # fmt: skip
+
+
+def _url(data_dir: Path) -> str:
+    server = json.loads((engine_dir(data_dir, "nx-27017") / "server.json").read_text())
+    return str(server["url"])
+
+
+async def _state(data_dir: Path) -> dict[str, list[Any]]:
+    """Every collection of dockflow's database, whole."""
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(_url(data_dir))
+    try:
+        db = client[DATABASE]
+        return {
+            name: await db[name].find().sort("_id", 1).to_list()
+            for name in sorted(await db.list_collection_names())
+        }
+    finally:
+        await client.close()
+
+
+def _integrity(data_dir: Path) -> str:
+    with sqlite3.connect(nx_database_file(data_dir, DATABASE)) as db:
+        return str(db.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def _says_no_room(line: dict[str, Any]) -> bool:
+    """Whether a log line says the database's files could not be written (the words the
+    embedded server gives a full disk)."""
+    return line["level"] in ("WARNING", "ERROR") and "could not be written" in json.dumps(line)
+
+
+class _Client:
+    """The WMS (REST, GraphQL) and the dock camera of one tenant on a running serve."""
+
+    def __init__(self, serve: ServeProcess, tenant: ServeTenant, http: aiohttp.ClientSession):
+        self.serve = serve
+        self.tenant = tenant
+        self.http = http
+        self.auth = {"Authorization": f"Bearer {tenant.token}"}
+
+    async def post(self, body: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
+        url = f"{self.serve.base_url}/documents"
+        async with self.http.post(url, json=body, headers=self.auth) as resp:
+            return resp.status, dict(resp.headers), await resp.json(content_type=None)
+
+    async def complete(self, shipment_id: int) -> Any:
+        url = f"{self.serve.base_url}/public_graphql"
+        body = {"query": COMPLETE, "variables": {"id": shipment_id}}
+        async with self.http.post(url, json=body, headers=self.auth) as resp:
+            return await resp.json()
+
+    async def close_door(self, event_id: str) -> edge_pb2.DockEventAck:
+        metadata = (("authorization", f"Bearer {self.tenant.camera_tokens[0]}"),)
+        event = camera.dock_event(edge_pb2.DOOR_CLOSED, event_id=event_id)
+        async with grpc.aio.insecure_channel(self.serve.grpc_target) as channel:
+            ack: edge_pb2.DockEventAck = await camera.stub(channel).ReportDockEvent(
+                event, metadata=metadata
+            )
+            return ack
+
+    async def send(self, *readings: edge_pb2.PalletReading) -> list[edge_pb2.ReadingAck]:
+        metadata = (("authorization", f"Bearer {self.tenant.camera_tokens[0]}"),)
+        async with grpc.aio.insecure_channel(self.serve.grpc_target) as channel:
+            return await camera.stream(channel, metadata, readings)
+
+
+@pytest.fixture
+async def client(serve: ServeProcess, receiver: HookReceiver) -> AsyncIterator[_Client]:
+    await serve.start()
+    tenant = await provision(serve, receiver.url, docks=1)
+    async with aiohttp.ClientSession() as http:
+        yield _Client(serve, tenant, http)
+
+
+def _unavailable(status: int, headers: dict[str, str], problem: Any) -> None:
+    assert status == 503, problem
+    assert headers["Content-Type"].startswith("application/problem+json")
+    assert problem["code"] == "UNAVAILABLE"
+    assert "Retry-After" in headers
+
+
+async def test_on_a_full_disk_documents_pallets_and_completions_fail_whole_then_succeed(
+    serve: ServeProcess, client: _Client
+):
+    status, _, created = await client.post(_document("O1", "v0"))
+    assert status == 201, created
+    shipment_id = created["shipment"]["id"]
+    log_lines = len(serve.log_lines())
+
+    limit_writes(serve.database_pid(), NO_ROOM)
+    before = await _state(serve.data_dir)  # from now on nothing can change it (nothing lands)
+    _unavailable(*await client.post(_document("O1", "v1")))  # an order rewritten
+    _unavailable(*await client.post(_document("O2", "v1")))  # a new order
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await client.send(camera.reading("O1-v1-0"))
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE  # the camera resends
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await client.close_door("door-1")  # would complete the shipment
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    completion = await client.complete(shipment_id)
+    extensions = completion["errors"][0]["extensions"]  # GraphQL's documented shape
+    assert (extensions["reason"], extensions["status"]) == ("UNAVAILABLE", 503), completion
+    assert await _state(serve.data_dir) == before
+    said = {line["logger"] for line in serve.log_lines()[log_lines:] if _says_no_room(line)}
+    # REST, the camera's batch and its dock event, GraphQL: each failure's line says why
+    loggers = {"public_api.problems", "core.batcher", "edge.status", "public_api.graphql.errors"}
+    assert said >= loggers, said
+
+    limit_writes(serve.database_pid(), resource.RLIM_INFINITY)
+    assert (await client.post(_document("O1", "v1")))[0] == 201  # its new items
+    assert (await client.post(_document("O2", "v1")))[0] == 201
+    [ack] = await client.send(camera.reading("O1-v1-0"))
+    assert ack.status == edge_pb2.ACCEPTED
+    assert (await client.close_door("door-1")).status == edge_pb2.ACCEPTED
+    completed = await client.complete(shipment_id)  # answers the completion stored
+    assert completed["data"]["completeShipment"]["status"] == "LOADED", completed
+    after = await _state(serve.data_dir)
+    await serve.stop()
+
+    assert _integrity(serve.data_dir) == "ok"
+    orders = {o["number"]: o for o in after["orders"]}
+    assert sorted(orders) == ["O1", "O2"]
+    assert {o["status"] for o in orders.values()} == {"COMPLETED"}
+    for number, order in orders.items():
+        lpns = sorted(i["lpn"] for i in after["order_items"] if i["order_id"] == order["_id"])
+        assert lpns == sorted(f"{number}-v1-{k}" for k in range(ITEMS))
+    [pallet] = after["pallets"]
+    assert pallet["lpns"] == ["O1-v1-0"]
+    messages = {m["_id"]: m for m in after["push_messages"]}
+    assert messages[pallet["message_id"]]["type"] == "PALLET_EVENT"
+    [shipment] = after["shipments"]
+    assert shipment["completion_reason"] == "DOOR_CLOSED"
+    assert messages[shipment["completion_message_id"]]["type"] == "SHIPMENT_COMPLETE"
+    await serve.start()  # and it starts on that file again
+    restarted = await _state(serve.data_dir)
+    for name in ("shipments", "orders", "order_items", "pallets", "push_messages"):
+        assert restarted[name] == after[name], name
+
+
+async def test_the_first_start_on_a_full_disk_stops_with_a_message_then_finishes_its_steps(
+    tmp_path: Path, serve: ServeProcess, receiver: HookReceiver
+):
+    database = EmbeddedMongo(serve.data_dir)  # the server `dockflow serve` attaches to
+    await database.start()
+    try:
+        assert database.process is not None
+        limit_writes(database.process.pid, NO_ROOM)
+        with pytest.raises(AssertionError, match="did not start") as refused:
+            await serve.start()
+        said = str(refused.value)
+        assert "dockflow: the database refused dockflow's start-up writes" in said, said
+        assert "could not be written" in said, said
+        assert "Traceback" not in said, said
+        limit_writes(database.process.pid, resource.RLIM_INFINITY)
+        await serve.start()
+        await provision(serve, receiver.url, docks=1)
+        after = await _state(serve.data_dir)
+    finally:
+        await serve.stop()
+        await database.stop()
+    counters = {c["_id"]: c for c in after["counters"]}
+    assert counters["half_written_completions"]["done"] is True
+    assert _integrity(serve.data_dir) == "ok"
