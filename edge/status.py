@@ -64,7 +64,7 @@ async def abort_with(context: grpc.aio.ServicerContext[Any, Any], exc: BaseExcep
     if code is grpc.StatusCode.INTERNAL:
         log.exception("edge RPC failed", exc_info=exc)
     elif code is grpc.StatusCode.UNAVAILABLE:
-        log.warning("edge RPC failed: %s", exc)  # why: the database unreachable, its disk full
+        log.warning("edge RPC answered UNAVAILABLE: %s", exc)  # why: unreachable, disk full
     await context.abort(code, detail)
     raise AssertionError("unreachable")  # pragma: no cover - abort raises
 

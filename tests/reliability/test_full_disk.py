@@ -5,14 +5,19 @@ past a quota, and SQLite reports a disk I/O error where a full disk gives SQLITE
 document, a camera's pallet batch and a shipment completion each fail whole, with the answer a
 client retries on (503 problem+json, gRPC UNAVAILABLE, a GraphQL error of reason UNAVAILABLE);
 every collection is as it was; dockflow's log says why. Once there is room again the same
-requests succeed, the SQLite file passes its integrity check and dockflow restarts on it. A
-first start on a full disk stops with one line saying so, and the next start does its steps.
+requests succeed, the SQLite file passes its integrity check and dockflow restarts on it. The
+database killed on a full disk comes back whole; a webhook delivery waiting for a retry goes out
+once there is room; a first start on a full disk stops with one line saying so, and the next
+start does its steps.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import resource
+import signal
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,13 +28,13 @@ import grpc
 import pytest
 from pymongo import AsyncMongoClient
 
-from bench.soak import HookReceiver
+from bench.soak import HookReceiver, wait_until
 from dockflow.edge.v1 import edge_pb2
 from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir, nx_database_file
 from tests.support import backends, camera
 from tests.support.processes import limit_writes
 from tests.support.provision import ServeTenant, provision
-from tests.support.serve_process import ServeProcess
+from tests.support.serve_process import ServeProcess, wait_for_exit
 
 pytestmark = [
     backends.only_on_nx_27017(
@@ -55,6 +60,13 @@ def _document(order: str, tag: str) -> dict[str, Any]:
             for k in range(ITEMS)
         ],
     }  # fmt: skip
+
+
+def _weak(lpn: str) -> edge_pb2.PalletReading:
+    """A reading whose LPN is read below the confidence threshold: it raises LOW_CONFIDENCE."""
+    reading = camera.reading(lpn)
+    reading.labels[0].confidence = 0.5
+    return reading
 
 
 def _url(data_dir: Path) -> str:
@@ -149,7 +161,7 @@ async def test_on_a_full_disk_documents_pallets_and_completions_fail_whole_then_
     _unavailable(*await client.post(_document("O1", "v1")))  # an order rewritten
     _unavailable(*await client.post(_document("O2", "v1")))  # a new order
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await client.send(camera.reading("O1-v1-0"))
+        await client.send(_weak("O1-v1-0"))
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE  # the camera resends
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await client.close_door("door-1")  # would complete the shipment
@@ -166,7 +178,7 @@ async def test_on_a_full_disk_documents_pallets_and_completions_fail_whole_then_
     limit_writes(serve.database_pid(), resource.RLIM_INFINITY)
     assert (await client.post(_document("O1", "v1")))[0] == 201  # its new items
     assert (await client.post(_document("O2", "v1")))[0] == 201
-    [ack] = await client.send(camera.reading("O1-v1-0"))
+    [ack] = await client.send(_weak("O1-v1-0"))
     assert ack.status == edge_pb2.ACCEPTED
     assert (await client.close_door("door-1")).status == edge_pb2.ACCEPTED
     completed = await client.complete(shipment_id)  # answers the completion stored
@@ -185,6 +197,12 @@ async def test_on_a_full_disk_documents_pallets_and_completions_fail_whole_then_
     assert pallet["lpns"] == ["O1-v1-0"]
     messages = {m["_id"]: m for m in after["push_messages"]}
     assert messages[pallet["message_id"]]["type"] == "PALLET_EVENT"
+    # the weak reading's and the completion's (39 LPNs never loaded), each with its message
+    raised = {e["code"]: e for e in after["exceptions"]}
+    assert sorted(raised) == ["LOW_CONFIDENCE", "SHORT"]
+    assert raised["LOW_CONFIDENCE"]["pallet_id"] == pallet["_id"]
+    for exception in raised.values():
+        assert messages[exception["history"][0]["message_id"]]["type"] == "EXCEPTION"
     [shipment] = after["shipments"]
     assert shipment["completion_reason"] == "DOOR_CLOSED"
     assert messages[shipment["completion_message_id"]]["type"] == "SHIPMENT_COMPLETE"
@@ -192,6 +210,71 @@ async def test_on_a_full_disk_documents_pallets_and_completions_fail_whole_then_
     restarted = await _state(serve.data_dir)
     for name in ("shipments", "orders", "order_items", "pallets", "push_messages"):
         assert restarted[name] == after[name], name
+
+
+async def test_the_database_killed_on_a_full_disk_comes_back_whole_and_takes_the_documents(
+    serve: ServeProcess, client: _Client
+):
+    orders = [f"O{n}" for n in range(4)]
+    for order in orders:
+        assert (await client.post(_document(order, "v0")))[0] == 201
+    pid = serve.database_pid()
+    limit_writes(pid, NO_ROOM)
+    posting = [asyncio.create_task(client.post(_document(order, "v1"))) for order in orders]
+    os.kill(pid, signal.SIGKILL)  # the machine goes down under them, its disk still full
+    applied = set()
+    for order, (status, headers, body) in zip(orders, await asyncio.gather(*posting), strict=True):
+        if status == 201:  # sent again by the driver once dockflow restarted its database
+            applied.add(order)
+        else:
+            _unavailable(status, headers, body)
+    await wait_for_exit(pid)
+
+    async def ready() -> bool:  # dockflow restarts its database, with room this time
+        async with client.http.get(f"{serve.base_url}/readyz") as resp:
+            return resp.status == 200
+
+    await wait_until(ready, 60, "the database restarted")
+    assert _integrity(serve.data_dir) == "ok"
+    assert _tags(await _state(serve.data_dir)) == {
+        order: ["v1" if order in applied else "v0"] * ITEMS for order in orders
+    }
+    for order in orders:
+        assert (await client.post(_document(order, "v1")))[0] == 201, order  # items rewritten
+    assert _tags(await _state(serve.data_dir)) == {order: ["v1"] * ITEMS for order in orders}
+    assert _integrity(serve.data_dir) == "ok"
+
+
+def _tags(state: dict[str, list[Any]]) -> dict[str, list[str]]:
+    """The tags of each order's items, by order number (an item without its order fails)."""
+    numbers = {o["_id"]: o["number"] for o in state["orders"]}
+    tags: dict[str, list[str]] = {number: [] for number in numbers.values()}
+    for item in state["order_items"]:
+        tags[numbers[item["order_id"]]].append(item["lpn"].split("-")[1])
+    return tags
+
+
+async def test_webhook_deliveries_pending_on_a_full_disk_go_out_once_there_is_room(
+    serve: ServeProcess, client: _Client, receiver: HookReceiver
+):
+    receiver.mode = "error"  # the customer's server fails: the delivery waits for a retry
+    [ack] = await client.send(camera.reading("L-1"))
+    assert ack.status == edge_pb2.ACCEPTED
+    await wait_until(lambda: receiver.failed >= 1, 60, "a delivery attempt")
+    log_lines = len(serve.log_lines())
+    limit_writes(serve.database_pid(), NO_ROOM)
+
+    def worker_refused() -> bool:
+        return any(
+            _says_no_room(line) and line["logger"].startswith("webhooks")
+            for line in serve.log_lines()[log_lines:]
+        )
+
+    await wait_until(worker_refused, 60, "the webhook worker's write refused, and logged")
+    limit_writes(serve.database_pid(), resource.RLIM_INFINITY)
+    receiver.mode = "ok"
+    await wait_until(lambda: receiver.by_id, 60, "the delivery once there is room")
+    assert set(receiver.pallet_of.values()) == {ack.pallet_id}
 
 
 async def test_the_first_start_on_a_full_disk_stops_with_a_message_then_finishes_its_steps(
