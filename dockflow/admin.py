@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from core.auth.credentials import new_secret
-from core.exceptions.codes import RULE_CODES
+from core.exception_codes import RULE_CODES
 from core.feed import ids as message_ids
 from core.outbox import webhook_endpoints
 from core.services import Services

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 
 from core.auth.access import Principal, Scope, check_client_record, check_scope
 from core.errors import ValidationFailed
+from core.exception_codes import Status
 from core.exceptions import customer, queries, records
-from core.exceptions.codes import Status
 from core.reads.batched import first_of_each
 from core.settings import Settings
 from core.storage import Doc, Storage

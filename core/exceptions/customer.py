@@ -10,8 +10,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from core.errors import DockflowError, NotFound, ValidationFailed
+from core.exception_codes import PRIORITIES
 from core.exceptions import records
-from core.exceptions.codes import PRIORITIES
 from core.settings import Settings
 from core.shipments.completion import shipment_order_numbers
 from core.storage import Doc, Session, Storage

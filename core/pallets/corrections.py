@@ -32,11 +32,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from core import exception_codes
 from core.auth.access import check_operator_scope
 from core.epcis import events as epcis_events
 from core.epcis import queries as epcis_queries
 from core.errors import Conflict, ValidationFailed
-from core.exceptions import codes, records
+from core.exceptions import records
 from core.exceptions.records import check_note
 from core.feed import publish
 from core.feed.publish import WrittenMessages
@@ -178,7 +179,7 @@ async def correct_reading(
 async def _raised_open(storage: Storage, pallet_id: str, session: Session | None) -> list[Doc]:
     """The exceptions the reading raised that are not resolved yet, at most a bound of them."""
     return await storage.exceptions.find(
-        {"pallet_id": pallet_id, "status": {"$in": list(codes.OPEN_STATUSES)}},
+        {"pallet_id": pallet_id, "status": {"$in": list(exception_codes.OPEN_STATUSES)}},
         session=session,
     ).to_list(MAX_RAISED)
 
