@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from pymongo import ASCENDING
+
 from core import metrics, urls
 from core.errors import Conflict, NotFound, ValidationFailed
 from core.exception_codes import MAX_DETAIL_CHARS, MAX_LPNS, OPEN_STATUSES, ActorKind, Status
@@ -353,3 +355,18 @@ def count_raised(stored: Iterable[Doc]) -> None:
     """Count newly stored exceptions by code (the `dockflow_exceptions_total` metric)."""
     for record in stored:
         metrics.EXCEPTIONS.labels(record["code"]).inc()
+
+
+async def shipment_order_numbers(
+    storage: Storage, shipment_id: int, session: Session = None
+) -> list[str]:
+    """The order numbers of a shipment, in the order they were created: what an exception of a
+    whole shipment lists (SHORT, CUSTOMER) and a shipment's completion payload names."""
+    orders = (
+        await storage.orders.find(
+            {"shipment_id": shipment_id}, {"number": 1, "created_seq": 1}, session=session
+        )
+        .sort("created_seq", ASCENDING)
+        .to_list()
+    )
+    return [str(o["number"]) for o in orders]
