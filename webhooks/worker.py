@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from core import metrics
+from core.composers import by_kind
 from core.errors import NotFound
 from core.feed import ids as message_ids
 from core.feed import publish
@@ -110,7 +111,7 @@ class WebhookWorker(Running):
         self._loop_task: asyncio.Task[None] | None = None
         self._stats_task: asyncio.Task[None] | None = None
         # Each task delivers one claim, or several composed into requests (an endpoint kind
-        # with a composer: core.outbox.endpoint_kinds).
+        # with a composer: core.composers.by_kind).
         self._tasks: dict[asyncio.Task[None], tuple[Claim, ...]] = {}
         self._in_flight: Counter[str] = Counter()  # endpoint -> slots of its concurrency taken
         self._business_in_flight: Counter[str] = Counter()  # business -> slots of its share
@@ -290,7 +291,7 @@ class WebhookWorker(Running):
                 endpoint = await self._endpoint(claim.endpoint_id)  # cached: read once a batch
             except Exception:  # its task reads it again, and records what fails then
                 endpoint = None
-            if endpoint is not None and endpoint_kinds.composer_of(endpoint.kind) is not None:
+            if endpoint is not None and by_kind.composer_of(endpoint.kind) is not None:
                 composed.setdefault(claim.endpoint_id, []).append(claim)
             else:
                 groups.append((claim,))
@@ -347,7 +348,7 @@ class WebhookWorker(Running):
                 for claim in claims:
                     await claiming.mark_disabled(self.storage, claim)
                 return
-            composer = endpoint_kinds.composer_of(endpoint.kind)
+            composer = by_kind.composer_of(endpoint.kind)
             if composer is not None:
                 await self._deliver_composed(endpoint, composer, claims, messages)
                 return

@@ -112,7 +112,7 @@ async def list_for_client(
 
 def _position(delivery: Doc) -> tuple[int, str, str]:
     """Where a delivery stands in the pages' order. One message has two deliveries to one
-    endpoint when a reading's EPCIS event was declared wrong (core/outbox/epcis_capture.py):
+    endpoint when a reading's EPCIS event was declared wrong (core/composers/epcis_capture.py):
     their ids tell them apart."""
     return int(delivery["message_id"]), delivery["endpoint_id"], delivery["_id"]
 

@@ -9,7 +9,6 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from core import exception_codes
-from core.asn import issue
 from core.feed import catalog
 from core.outbox import endpoint_kinds
 from core.shipments import lifecycle
@@ -26,7 +25,7 @@ CORE_VALUES: dict[str, tuple[str, ...]] = {
     "ExceptionActorKind": tuple(a.value for a in exception_codes.ExceptionActorKind),
     "MessageType": catalog.MESSAGE_TYPES,
     # Shipment.asn and the ASN endpoints share it; its name is the one endpoints gave it.
-    "WebhookAsnFormat": tuple(f.name for f in issue.AsnFormat),
+    "WebhookAsnFormat": tuple(f.name for f in endpoint_kinds.AsnFormat),
     "WebhookEndpointKind": tuple(endpoint_kinds.KINDS),
 }
 

@@ -19,8 +19,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from standardwebhooks.webhooks import Webhook
 
 from core.auth.crypto import SecretBox
+from core.composers import epcis_capture
 from core.feed.publish import NewMessage, append_messages
-from core.outbox import epcis_capture, requeue, test_sends
+from core.outbox import requeue, test_sends
 from core.outbox.webhook_endpoints import update_endpoint
 from core.storage import Storage
 from core.tenancy import gs1_identities

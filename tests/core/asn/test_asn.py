@@ -12,6 +12,7 @@ import pytest
 from core.asn import issue, notice, partners
 from core.auth.access import Principal
 from core.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, ValidationFailed
+from core.outbox import endpoint_kinds
 from core.pallets.batch import record_pallets
 from core.pallets.readings import Label, Reading
 from core.settings import Settings
@@ -129,7 +130,7 @@ async def test_the_desadv_reads_back_with_one_cps_and_gin_per_sscc(
     loaded = await load_shipment(storage, settings, tenant)
 
     document = await issue.asn_for(
-        storage, loaded.principal, loaded.shipment_id, issue.EDIFACT_DESADV
+        storage, loaded.principal, loaded.shipment_id, endpoint_kinds.EDIFACT_DESADV
     )
 
     exchange = parse_desadv(document.text)
@@ -164,7 +165,7 @@ async def test_asked_again_an_asn_is_the_same_interchange_and_numbers_increase(
 
     again = await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
     desadv = await issue.asn_for(
-        storage, loaded.principal, loaded.shipment_id, issue.EDIFACT_DESADV
+        storage, loaded.principal, loaded.shipment_id, endpoint_kinds.EDIFACT_DESADV
     )
 
     assert again.text == first.text
@@ -193,7 +194,7 @@ async def test_a_correction_after_completion_gives_a_replacement_with_a_new_numb
     assert replacement.control_number > first.control_number
     assert replacement.replaces
     desadv = await issue.asn_for(
-        storage, loaded.principal, loaded.shipment_id, issue.EDIFACT_DESADV
+        storage, loaded.principal, loaded.shipment_id, endpoint_kinds.EDIFACT_DESADV
     )
     assert "BGM+351+SHP-77+9'" in desadv.text  # the first DESADV of it: an original
 
@@ -206,7 +207,7 @@ async def test_an_asn_of_a_shipment_still_loading_is_marked_and_takes_no_control
     first = await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
     second = await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
     desadv = await issue.asn_for(
-        storage, loaded.principal, loaded.shipment_id, issue.EDIFACT_DESADV
+        storage, loaded.principal, loaded.shipment_id, endpoint_kinds.EDIFACT_DESADV
     )
 
     parse_856(first.text)

@@ -77,7 +77,7 @@ async def compose(
 async def _format_of(storage: Storage, endpoint_id: str) -> str:
     doc = await storage.webhook_endpoints.find_one({"_id": endpoint_id}, {"asn_format": 1})
     found = (doc or {}).get("asn_format")
-    return endpoint_kinds.asn_format_of(WebhookEndpointKind.ASN, found) or issue.X12_856
+    return endpoint_kinds.asn_format_of(WebhookEndpointKind.ASN, found) or endpoint_kinds.X12_856
 
 
 async def _request(storage: Storage, claim: Claim, message: Doc, format: str) -> Outgoing:
