@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 from standardwebhooks.webhooks import Webhook
 
+from core import provisioning
 from core.auth.access import Principal
 from core.auth.crypto import SecretBox
 from core.exceptions import client
@@ -17,7 +18,6 @@ from core.outbox import webhook_endpoints
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from core.tenancy import provisioning
 from edge.server import EdgeServer
 from tests.support.camera import reading, stream
 from tests.support.customer_server import Receiver
