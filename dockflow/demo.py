@@ -16,9 +16,9 @@ from typing import Any
 
 from core import provisioning
 from core.auth.crypto import SecretBox
+from core.endpoints.egress_rules import LOOPBACK_HOSTS
 from core.errors import NotFound
 from core.files import write_private_file
-from core.outbox.egress_rules import LOOPBACK_HOSTS
 from core.provisioning import (
     BusinessSpec,
     CameraSpec,

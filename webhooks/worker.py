@@ -29,18 +29,19 @@ from typing import Any
 
 from core import metrics
 from core.composers import by_kind
-from core.errors import NotFound
-from core.feed import ids as message_ids
-from core.feed import publish
-from core.outbox import attempts, claiming, deliveries, delivery_stats, endpoint_kinds
-from core.outbox.deliveries import AttemptResult, Claim
-from core.outbox.endpoint_kinds import Composer, Outgoing
-from core.outbox.sending import encode_payload
-from core.outbox.webhook_endpoints import (
+from core.endpoints import deliveries, endpoint_kinds
+from core.endpoints.deliveries import AttemptResult, Claim
+from core.endpoints.endpoint_kinds import Composer, Outgoing
+from core.endpoints.webhook_endpoints import (
     WebhookEndpoint,
     get_endpoint,
     list_endpoints,
 )
+from core.errors import NotFound
+from core.feed import ids as message_ids
+from core.feed import publish
+from core.outbox import attempts, claiming, delivery_stats
+from core.outbox.sending import encode_payload
 from core.running import Running
 from core.services import Services
 from core.storage import Doc

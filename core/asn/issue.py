@@ -25,8 +25,8 @@ from core.asn.notice import ShipNotice
 from core.asn.partners import TradingPartner
 from core.asn.x12 import Envelope
 from core.auth.access import Principal
+from core.endpoints.endpoint_kinds import EDIFACT_DESADV, X12_856
 from core.errors import BadRequest, Conflict, ValidationFailed
-from core.outbox.endpoint_kinds import EDIFACT_DESADV, X12_856
 from core.storage import Doc, Storage
 
 Writer = Callable[[ShipNotice, TradingPartner, Envelope], str]

@@ -33,11 +33,11 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from core.asn import issue, notice
+from core.endpoints import endpoint_kinds, webhook_endpoints
+from core.endpoints.deliveries import PENDING, Claim, new_delivery
+from core.endpoints.endpoint_kinds import Outgoing, WebhookEndpointKind
 from core.errors import Conflict, DockflowError, NotFound, ValidationFailed
 from core.feed.publish import delivery_id
-from core.outbox import endpoint_kinds, webhook_endpoints
-from core.outbox.deliveries import PENDING, Claim, new_delivery
-from core.outbox.endpoint_kinds import Outgoing, WebhookEndpointKind
 from core.storage import Doc, Session, Storage
 
 # The field of a delivery that holds its document once issued (see the module's doc).

@@ -19,8 +19,8 @@ import copy
 from typing import Any, Final
 
 from core import exception_codes, urls
+from core.endpoints.webhook_endpoints import ROUTES, event_of
 from core.errors import NotFound
-from core.outbox.webhook_endpoints import ROUTES, event_of
 from core.settings import Settings
 
 DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"

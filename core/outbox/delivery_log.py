@@ -15,8 +15,9 @@ from typing import Final
 from pymongo import ASCENDING
 
 from core.auth.access import Principal
+from core.endpoints import deliveries
 from core.errors import Forbidden, ValidationFailed
-from core.outbox import deliveries, per_minute, requeue
+from core.outbox import per_minute, requeue
 from core.outbox.client_endpoints import endpoint_for_client
 from core.settings import Settings
 from core.storage import Doc, Storage

@@ -10,7 +10,7 @@ import strawberry
 
 from core.asn import issue
 from core.asn.issue import AsnDocument
-from core.outbox.endpoint_kinds import AsnFormat
+from core.endpoints.endpoint_kinds import AsnFormat
 from public_api.graphql.context import GraphQLContext
 
 __all__ = ["AsnFormat", "ShipmentAsn", "asn_of"]

@@ -9,8 +9,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from core import exception_codes
+from core.endpoints import endpoint_kinds
 from core.feed import catalog
-from core.outbox import endpoint_kinds
 from core.shipments import lifecycle
 from tests.support.factories import Tenant
 from tests.support.graphql import gql

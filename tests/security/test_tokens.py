@@ -28,9 +28,9 @@ from core import provisioning
 from core.auth.access import LEEWAY_S, Principal
 from core.auth.crypto import SecretBox
 from core.auth.tokens import TokenService
+from core.endpoints import webhook_endpoints
 from core.errors import Forbidden, RateLimited, Unauthenticated
 from core.intake.submission import apply_document_idempotently
-from core.outbox import webhook_endpoints
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage

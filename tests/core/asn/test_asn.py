@@ -11,8 +11,8 @@ import pytest
 
 from core.asn import issue, notice, partners
 from core.auth.access import Principal
+from core.endpoints import endpoint_kinds
 from core.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, ValidationFailed
-from core.outbox import endpoint_kinds
 from core.pallets.batch import record_pallets
 from core.pallets.readings import Label, Reading
 from core.settings import Settings

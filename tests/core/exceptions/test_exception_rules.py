@@ -9,8 +9,8 @@ import pytest
 
 from core import exception_codes
 from core.auth.crypto import SecretBox
+from core.endpoints.webhook_endpoints import create_endpoint
 from core.exceptions import records
-from core.outbox.webhook_endpoints import create_endpoint
 from core.pallets.batch import BatchPlan, plan_batch, record_pallets
 from core.pallets.readings import Label, Reading, ReadingResult
 from core.settings import Settings

@@ -23,13 +23,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+from core.endpoints.deliveries import Claim
 from core.errors import ValidationFailed
 from core.storage import Doc, Storage
-
-if TYPE_CHECKING:  # deliveries reach the endpoint rules through the feed: no import cycle
-    from core.outbox.deliveries import Claim
 
 
 class WebhookEndpointKind(StrEnum):
@@ -142,4 +140,4 @@ class Outgoing:
 # What a kind's composer is given: the endpoint's deliveries claimed together, each with its
 # push message, in message id order; and the most items one request may carry (a receiver's
 # stated limit). It returns the requests that carry them, every claim in exactly one.
-Composer = Callable[[Storage, Sequence[tuple["Claim", Doc]], int], Awaitable[list[Outgoing]]]
+Composer = Callable[[Storage, Sequence[tuple[Claim, Doc]], int], Awaitable[list[Outgoing]]]
