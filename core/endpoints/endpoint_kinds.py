@@ -12,10 +12,9 @@ signing, auth, egress rules) is the same for all of them. A kind says three thin
   one sends each message as our JSON message, one request per delivery, to its event's route.
 
 A kind that speaks another standard adds its entry to `KINDS` and its composer to
-`core.composers.by_kind.COMPOSERS`
-(the ASN kind: `SHIPMENT_COMPLETE` deliveries composed into EDI documents); the worker
-sends whatever a composer gives it and records each request's outcome for every delivery the
-request carries. Nothing else in the outbox changes.
+`core.composers.by_kind.COMPOSERS` (the ASN kind: `SHIPMENT_COMPLETE` deliveries composed into
+EDI documents); the worker sends whatever a composer gives it and records each request's
+outcome for every delivery the request carries. Nothing else in the outbox changes.
 """
 
 from __future__ import annotations

@@ -56,6 +56,15 @@ def check_hierarchy(rows: list[list[str]]) -> list[tuple[str, str]]:
     return seen
 
 
+def test_every_asn_format_an_endpoint_may_send_has_a_writer_and_its_media_types():
+    """The formats are named where an ASN endpoint's setting is checked (endpoint_kinds, below
+    the ASN); each needs its writer, content type, charset and extension here."""
+    formats = set(endpoint_kinds.ASN_FORMATS)
+
+    assert set(issue.WRITERS) == formats
+    assert set(issue.CONTENT_TYPES) == set(issue.CHARSETS) == set(issue.EXTENSIONS) == formats
+
+
 async def test_the_856_names_exactly_the_pallets_on_the_trailer_by_purchase_order(
     storage: Storage, settings: Settings, tenant: Tenant
 ):
