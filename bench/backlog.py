@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from core.auth.access import Principal, Scope
+from core.endpoints import deliveries
+from core.endpoints.due import schedule
 from core.exceptions.queries import ExceptionFilter, find_exceptions, open_count
 from core.feed.reader import list_messages
-from core.outbox import claiming, deliveries, delivery_log, delivery_stats
-from core.outbox.due import schedule
+from core.outbox import claiming, delivery_log, delivery_stats
 from core.storage import Storage
 from dockflow.embedded.supervisor import EmbeddedMongo
 

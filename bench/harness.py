@@ -200,7 +200,7 @@ async def make_tenants(
 ) -> list[BenchTenant]:
     """`make_tenant` for each of `businesses` (slugs), on one connection to the database."""
     from core.auth.crypto import SecretBox
-    from core.outbox.webhook_endpoints import create_endpoint
+    from core.endpoints.webhook_endpoints import create_endpoint
 
     settings = server.settings()
     dock_slugs = [f"D{i + 1}" for i in range(docks)]

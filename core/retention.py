@@ -9,14 +9,9 @@ small batches, on every backend alike (`sweep`, run by every `dockflow webhooks`
 serve` process every `retention_sweep_interval_s`; several at once only delete the same
 documents). Idempotency keys, operator sessions and test sends expire by their own TTL indexes.
 
-The feed remembers how far it was swept, per business (`retention_marks`, `_id`
-"push_messages:{business}": the highest id and the newest send time deleted; message ids are per
-business). The mark `_id` "push_messages" that earlier releases kept for the one global sequence
-still counts for every business, up to where that sequence ended (a mark above it, written by a
-sweeper of an earlier release left running after the upgrade, counts only up to there). A query
-or a subscription asking for messages before that (`afterId` below the mark, `since` before it)
-is refused with `RetentionExceeded`, saying where the retained feed begins, instead of answering
-a page with a hole the consumer cannot see.
+Before each batch of push messages goes, the sweeper raises the business's mark of how far its
+feed is swept (`core.feed.retained`, which owns the mark and refuses a read that starts before
+it with `RetentionExceeded`, instead of answering a page with a hole the consumer cannot see).
 """
 
 from __future__ import annotations
@@ -31,10 +26,9 @@ from bson import ObjectId
 from gridfs.asynchronous import AsyncGridFSBucket
 from gridfs.errors import NoFile
 from pymongo import ASCENDING
-from pymongo.errors import DuplicateKeyError
 
-from core.errors import RetentionExceeded
 from core.feed import ids as message_ids
+from core.feed import retained
 from core.running import Periodic
 from core.settings import Settings
 from core.shipments import attachments
@@ -44,7 +38,6 @@ from core.tenancy import quotas
 log = logging.getLogger(__name__)
 
 BATCH: Final = 500  # documents per delete (an `_id $in` of this size is quick on every backend)
-FEED_MARK: Final = "push_messages"
 
 
 @dataclass(frozen=True)
@@ -177,86 +170,12 @@ async def _sweep_feed(storage: Storage, cutoff: datetime) -> int:
             through_at = max(doc["sent_at"], marks.get(doc["business"], (0, doc["sent_at"]))[1])
             marks[doc["business"]] = (message_ids.public_id(doc["_id"]), through_at)
         for business, (through_id, through_at) in sorted(marks.items()):
-            await _raise_mark(storage, business, through_id, through_at)
+            await retained.raise_mark(storage, business, through_id, through_at)
         ids = [d["_id"] for d in batch]
         total += (await storage.push_messages.delete_many({"_id": {"$in": ids}})).deleted_count
     voids = Kept("push_messages", "fenced_at", "retention_messages_days")
     await _sweep(storage, voids, {"fenced_at": {"$lt": cutoff}})
     return total
-
-
-def _mark_name(business: str) -> str:
-    return f"{FEED_MARK}:{business}"
-
-
-async def _raise_mark(
-    storage: Storage, business: str, through_id: int, through_at: datetime
-) -> None:
-    """`business`'s feed is swept through `through_id` (sent up to `through_at`); never
-    lowered, whatever sweepers race (an insert, then a compare-and-set on the id)."""
-    name = _mark_name(business)
-    mark = {"_id": name, "through_id": through_id, "through_at": through_at}
-    try:
-        await storage.retention_marks.insert_one(mark)
-    except DuplicateKeyError:
-        await storage.retention_marks.replace_one(
-            {"_id": name, "through_id": {"$lt": through_id}}, mark
-        )
-
-
-@dataclass(frozen=True)
-class FeedMark:
-    through_id: int  # every message with an id up to this one may be gone
-    through_at: datetime  # and every message sent up to this time
-
-
-async def feed_mark(storage: Storage, business: str) -> FeedMark | None:
-    """How far `business`'s feed is swept: its own mark, or the global sequence's of earlier
-    releases (which covered every business), whichever reaches further."""
-    docs = await storage.retention_marks.find(
-        {"_id": {"$in": [FEED_MARK, _mark_name(business)]}}
-    ).to_list()
-    if not docs:
-        return None
-    # The global mark covers the old layout's ids, up to `ids_from`. A mark above it was written
-    # by a sweeper of an earlier release left running after the upgrade, from a key of the new
-    # layout (feed number * 2^32 + id), which is no business's id: it counts as swept through
-    # `ids_from` only (what it does say of the old layout), never as every business's place.
-    ids_from = await message_ids.ready(storage)
-    through_ids = [
-        min(int(d["through_id"]), ids_from) if d["_id"] == FEED_MARK else int(d["through_id"])
-        for d in docs
-    ]
-    return FeedMark(max(through_ids), max(d["through_at"] for d in docs))
-
-
-async def check_feed_start(
-    storage: Storage, business: str, *, since: datetime | None, after_id: int | None
-) -> None:
-    """Refuse a read of `business`'s feed that starts before what is retained
-    (`RetentionExceeded`). An `after_id` takes precedence over `since`, as the readers do."""
-    mark = await feed_mark(storage, business)
-    if mark is None:
-        return
-    swept_at = _iso(mark.through_at, "milliseconds")
-    begins = f"the retained feed begins after id {mark.through_id} (sent after {swept_at})"
-    if after_id is not None:
-        if after_id < mark.through_id:
-            raise RetentionExceeded(
-                f"messages after id {after_id} are no longer all kept: {begins}; "
-                f"read on from afterId {mark.through_id}"
-            )
-        return
-    if since is not None and since <= mark.through_at:
-        raise RetentionExceeded(f"messages since {_iso(since)} are no longer all kept: {begins}")
-
-
-def _iso(at: datetime, timespec: str = "seconds") -> str:
-    """`2026-05-01T12:00:00Z` (UTC; years before 1000 padded, as ISO 8601 has them). The
-    feed's retained start is told to the millisecond, as stored: a `since` just after it is
-    then one that is served."""
-    at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-    return at.replace(tzinfo=None).isoformat(timespec=timespec) + "Z"
 
 
 class RetentionSweeper(Periodic):

@@ -197,7 +197,7 @@ INDEXES: dict[str, list[IndexModel]] = {
     ],
     "webhook_deliveries": [
         # claims (core/outbox/claiming.py): new deliveries in message id order, retries in
-        # the order they fell due (core/outbox/due.py)
+        # the order they fell due (core/endpoints/due.py)
         IndexModel([("status", ASCENDING), ("message_id", ASCENDING)]),
         IndexModel([("status", ASCENDING), ("due_ms", ASCENDING)]),
         IndexModel([("endpoint_id", ASCENDING), ("status", ASCENDING), ("message_id", ASCENDING)]),

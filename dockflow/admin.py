@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from core.auth.credentials import new_secret
-from core.exceptions.codes import RULE_CODES
+from core.endpoints import webhook_endpoints
+from core.exception_codes import RULE_CODES
 from core.feed import ids as message_ids
-from core.outbox import webhook_endpoints
 from core.services import Services
 from core.shipments import linking
 from core.tenancy import tenants

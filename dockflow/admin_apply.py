@@ -1,5 +1,5 @@
 """`dockflow admin apply FILE.yaml`: create or update the tenants a YAML declaration names
-(core/tenancy/provisioning.py). `dockflow/admin.py` calls `register(admin_subparsers)`; the
+(core/provisioning.py). `dockflow/admin.py` calls `register(admin_subparsers)`; the
 command shares the runner of dockflow/admin_runner.py (`--json`, `--data-dir`, `--mongodb-url`,
 one error line and exit 2)."""
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
+from core import provisioning
 from core.auth.crypto import SecretBox
 from core.services import Services
-from core.tenancy import provisioning
 from dockflow.admin_runner import SHOWN_ONCE, AdminError, Output, add_command
 
 SECRET_KEYS = ("secret", "token", "password")  # `<key>_env: VAR` in a declaration reads $VAR

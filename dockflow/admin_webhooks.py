@@ -11,9 +11,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from core.auth.crypto import SecretBox
+from core.endpoints import deliveries, egress_rules, webhook_endpoints
 from core.feed import ids as message_ids
 from core.instants import instant_refusal
-from core.outbox import deliveries, egress_rules, requeue, webhook_endpoints
+from core.outbox import requeue
 from core.services import Services
 from core.settings import Settings
 from dockflow import server_record

@@ -14,20 +14,21 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from core import provisioning
 from core.auth.crypto import SecretBox
+from core.endpoints.egress_rules import LOOPBACK_HOSTS
 from core.errors import NotFound
 from core.files import write_private_file
-from core.outbox.egress_rules import LOOPBACK_HOSTS
-from core.services import Services
-from core.settings import Settings
-from core.tenancy import provisioning, tenants
-from core.tenancy.provisioning import (
+from core.provisioning import (
     BusinessSpec,
     CameraSpec,
     ClientSpec,
     FacilitySpec,
     OperatorSpec,
 )
+from core.services import Services
+from core.settings import Settings
+from core.tenancy import tenants
 from dockflow.banner import print_started
 
 BUSINESS = "demo"

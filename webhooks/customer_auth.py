@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from core.auth.crypto import SecretBox
-from core.outbox.webhook_endpoints import WebhookEndpoint, authorization, credential_scope
+from core.endpoints.webhook_endpoints import WebhookEndpoint, authorization, credential_scope
 from webhooks.egress import check_url
 from webhooks.transport import describe_error, read_capped
 

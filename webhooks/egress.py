@@ -1,5 +1,5 @@
 """The SSRF guard and the outgoing connection pool: the egress rules of
-`core.outbox.egress_rules` applied before any connection is attempted. IP literals are judged by
+`core.endpoints.egress_rules` applied before any connection is attempted. IP literals are judged by
 `check_url`, names by `GuardedResolver`, which the connector consults before it opens a socket.
 Redirects are never followed (a 3xx is a failed attempt), so a customer cannot bounce us inward.
 The addresses checked by the resolver are the ones the connector then connects to (no second
@@ -16,7 +16,7 @@ from aiohttp import TCPConnector
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
-from core.outbox.egress_rules import AllowList, address_refusal, url_refusal
+from core.endpoints.egress_rules import AllowList, address_refusal, url_refusal
 from core.settings import Settings
 
 SocketFactory = Callable[[Any], socket.socket]

@@ -19,9 +19,9 @@ from opentelemetry.trace import SpanKind
 
 from core import tracing
 from core.auth.crypto import SecretBox
+from core.endpoints.deliveries import AttemptResult
+from core.endpoints.webhook_endpoints import WebhookEndpoint, allow_hosts_for, signing_secrets_of
 from core.errors import CredentialUnreadable
-from core.outbox.deliveries import AttemptResult
-from core.outbox.webhook_endpoints import WebhookEndpoint, allow_hosts_for, signing_secrets_of
 from core.settings import Settings
 from webhooks import egress, signing, transport
 from webhooks.customer_auth import CustomerAuth, LoginFailed

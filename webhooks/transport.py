@@ -11,8 +11,8 @@ from email.utils import parsedate_to_datetime
 
 import aiohttp
 
+from core.endpoints.deliveries import SNIPPET_CHARS, AttemptResult
 from core.instants import aware
-from core.outbox.deliveries import SNIPPET_CHARS, AttemptResult
 from webhooks.egress import EgressRefused, check_url
 
 # Default for `max_response_bytes`: settings.webhook_max_response_bytes.

@@ -28,18 +28,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from core import metrics
-from core.errors import NotFound
-from core.feed import ids as message_ids
-from core.feed import publish
-from core.outbox import attempts, claiming, deliveries, delivery_stats, endpoint_kinds
-from core.outbox.deliveries import AttemptResult, Claim
-from core.outbox.endpoint_kinds import Composer, Outgoing
-from core.outbox.sending import encode_payload
-from core.outbox.webhook_endpoints import (
+from core.composers import by_kind
+from core.endpoints import deliveries, endpoint_kinds
+from core.endpoints.deliveries import AttemptResult, Claim
+from core.endpoints.endpoint_kinds import Composer, Outgoing
+from core.endpoints.webhook_endpoints import (
     WebhookEndpoint,
     get_endpoint,
     list_endpoints,
 )
+from core.errors import NotFound
+from core.feed import ids as message_ids
+from core.feed import publish
+from core.outbox import attempts, claiming, delivery_stats
+from core.outbox.sending import encode_payload
 from core.running import Running
 from core.services import Services
 from core.storage import Doc
@@ -110,7 +112,7 @@ class WebhookWorker(Running):
         self._loop_task: asyncio.Task[None] | None = None
         self._stats_task: asyncio.Task[None] | None = None
         # Each task delivers one claim, or several composed into requests (an endpoint kind
-        # with a composer: core.outbox.endpoint_kinds).
+        # with a composer: core.composers.by_kind).
         self._tasks: dict[asyncio.Task[None], tuple[Claim, ...]] = {}
         self._in_flight: Counter[str] = Counter()  # endpoint -> slots of its concurrency taken
         self._business_in_flight: Counter[str] = Counter()  # business -> slots of its share
@@ -290,7 +292,7 @@ class WebhookWorker(Running):
                 endpoint = await self._endpoint(claim.endpoint_id)  # cached: read once a batch
             except Exception:  # its task reads it again, and records what fails then
                 endpoint = None
-            if endpoint is not None and endpoint_kinds.composer_of(endpoint.kind) is not None:
+            if endpoint is not None and by_kind.composer_of(endpoint.kind) is not None:
                 composed.setdefault(claim.endpoint_id, []).append(claim)
             else:
                 groups.append((claim,))
@@ -347,7 +349,7 @@ class WebhookWorker(Running):
                 for claim in claims:
                     await claiming.mark_disabled(self.storage, claim)
                 return
-            composer = endpoint_kinds.composer_of(endpoint.kind)
+            composer = by_kind.composer_of(endpoint.kind)
             if composer is not None:
                 await self._deliver_composed(endpoint, composer, claims, messages)
                 return

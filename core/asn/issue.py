@@ -17,8 +17,6 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
-from typing import Final
 
 from pymongo.errors import DuplicateKeyError
 
@@ -27,19 +25,10 @@ from core.asn.notice import ShipNotice
 from core.asn.partners import TradingPartner
 from core.asn.x12 import Envelope
 from core.auth.access import Principal
+from core.endpoints.endpoint_kinds import EDIFACT_DESADV, X12_856
 from core.errors import BadRequest, Conflict, ValidationFailed
 from core.storage import Doc, Storage
 
-
-class AsnFormat(StrEnum):
-    """The EDI documents an ASN is written as (GraphQL names them by these members)."""
-
-    X12_856 = "x12-856"
-    EDIFACT_DESADV = "edifact-desadv"
-
-
-X12_856: Final = AsnFormat.X12_856.value
-EDIFACT_DESADV: Final = AsnFormat.EDIFACT_DESADV.value
 Writer = Callable[[ShipNotice, TradingPartner, Envelope], str]
 WRITERS: dict[str, Writer] = {X12_856: x12.interchange, EDIFACT_DESADV: desadv.interchange}
 CONTENT_TYPES = {X12_856: "application/edi-x12", EDIFACT_DESADV: "application/edifact"}

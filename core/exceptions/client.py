@@ -12,10 +12,10 @@ from collections.abc import Hashable, Sequence
 from datetime import UTC, datetime
 
 from core.auth.access import Principal, Scope, check_client_record, check_scope
+from core.batched_reads import first_of_each
 from core.errors import ValidationFailed
+from core.exception_codes import Status
 from core.exceptions import customer, queries, records
-from core.exceptions.codes import Status
-from core.reads.batched import first_of_each
 from core.settings import Settings
 from core.storage import Doc, Storage
 
@@ -36,7 +36,7 @@ async def of_parents(
 ) -> list[list[Doc]]:
     """The first `first` exceptions (creation order) of each shipment (`field`
     "shipment_id") or pallet ("pallet_id") of `ids`, within the client's scope: one query for
-    them all (`core.reads.batched.first_of_each`)."""
+    them all (`core.batched_reads.first_of_each`)."""
     if not 1 <= first <= MAX_PER_PARENT:
         raise ValidationFailed(f"first must be between 1 and {MAX_PER_PARENT}")
     scope = Scope.of_principal(principal).query()

@@ -10,10 +10,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from core.errors import DockflowError, NotFound, ValidationFailed
+from core.exception_codes import PRIORITIES
 from core.exceptions import records
-from core.exceptions.codes import PRIORITIES
 from core.settings import Settings
-from core.shipments.completion import shipment_order_numbers
 from core.storage import Doc, Session, Storage
 from core.tenancy import quotas
 
@@ -69,7 +68,7 @@ async def create_customer_exception(
         dock = pallet.get("dock") or shipment.get("dock") or ""
     else:
         lpns = []
-        orders = (await shipment_order_numbers(storage, shipment_id))[:MAX_ORDERS]
+        orders = (await records.shipment_order_numbers(storage, shipment_id))[:MAX_ORDERS]
         dock = shipment.get("dock") or ""
     now = now or datetime.now(UTC)
     size = quotas.exception_bytes(note)

@@ -9,8 +9,8 @@ from datetime import datetime
 
 from core.auth.access import Scope, check_operator_scope
 from core.errors import ValidationFailed
+from core.exception_codes import Status
 from core.exceptions import customer, queries, records
-from core.exceptions.codes import Status
 from core.settings import Settings
 from core.storage import Doc, Storage
 from core.tenancy.tenants import Operator

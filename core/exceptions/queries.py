@@ -11,7 +11,7 @@ from pymongo import ASCENDING, DESCENDING
 
 from core.auth.access import Scope
 from core.errors import NotFound, ValidationFailed
-from core.exceptions.codes import CODES, OPEN_STATUSES, STATUSES
+from core.exception_codes import CODES, OPEN_STATUSES, STATUSES
 from core.storage import Doc, Storage, time_range
 
 MAX_PAGE = 500

@@ -17,7 +17,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from core.exceptions import codes, records, rules
+from core import exception_codes
+from core.exceptions import records, rules
 from core.feed import publish
 from core.settings import Settings
 from core.storage import Doc, Session, Storage
@@ -154,7 +155,7 @@ async def _open_misloads(storage: Storage, readings: Sequence[rules.ReadingFacts
                     "business": business,
                     "facility": facility,
                     "dock": dock,
-                    "status": {"$in": list(codes.OPEN_STATUSES)},
+                    "status": {"$in": list(exception_codes.OPEN_STATUSES)},
                     "code": "MISLOAD",
                 }
             )
@@ -194,7 +195,7 @@ async def _fold_repeats(
         {
             "shipment_id": {"$in": sorted({shipment for shipment, _, _ in keyed})},
             "code": {"$in": sorted({code for _, code, _ in keyed})},
-            "status": {"$in": list(codes.OPEN_STATUSES)},
+            "status": {"$in": list(exception_codes.OPEN_STATUSES)},
         },
         {"code": 1, "priority": 1, "detail": 1, "shipment_id": 1, "lpns": 1, "pallet_id": 1},
         sort=[("seq", 1)],
@@ -269,7 +270,7 @@ async def apply_resolutions(
         done = await storage.exceptions.update_one(
             {
                 "_id": before["_id"],
-                "status": {"$in": list(codes.OPEN_STATUSES)},
+                "status": {"$in": list(exception_codes.OPEN_STATUSES)},
                 "history.message_id": {"$ne": entry["message_id"]},
             },
             records.change_update(changed),

@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from pymongo import ASCENDING
+
 from core import metrics, urls
 from core.errors import Conflict, NotFound, ValidationFailed
-from core.exceptions.codes import OPEN_STATUSES, ActorKind, Status
+from core.exception_codes import MAX_DETAIL_CHARS, MAX_LPNS, OPEN_STATUSES, ActorKind, Status
 from core.feed import publish
 from core.settings import Settings
 from core.storage import Doc, Session, Storage
@@ -37,9 +39,8 @@ MESSAGE_TYPE: Final = "EXCEPTION"
 MAX_NOTE_CHARS = 2_000
 BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 # Bounds of one record, whatever a camera sent (a reading may carry 200 labels of 1 KiB): a
-# reading's records travel inside its pallet document, under the database's 16 MiB.
-MAX_LPNS = 50
-MAX_DETAIL_CHARS = 300
+# reading's records travel inside its pallet document, under the database's 16 MiB. Its LPNs,
+# orders and detail are cut at `core.exception_codes.MAX_LPNS` and `MAX_DETAIL_CHARS`.
 MAX_LIST = 20  # items of a list inside expected/observed
 MAX_VALUE_CHARS = 200  # a string inside expected/observed
 # The moves a status change may make: to -> the statuses it may start from.
@@ -354,3 +355,18 @@ def count_raised(stored: Iterable[Doc]) -> None:
     """Count newly stored exceptions by code (the `dockflow_exceptions_total` metric)."""
     for record in stored:
         metrics.EXCEPTIONS.labels(record["code"]).inc()
+
+
+async def shipment_order_numbers(
+    storage: Storage, shipment_id: int, session: Session = None
+) -> list[str]:
+    """The order numbers of a shipment, in the order they were created: what an exception of a
+    whole shipment lists (SHORT, CUSTOMER) and a shipment's completion payload names."""
+    orders = (
+        await storage.orders.find(
+            {"shipment_id": shipment_id}, {"number": 1, "created_seq": 1}, session=session
+        )
+        .sort("created_seq", ASCENDING)
+        .to_list()
+    )
+    return [str(o["number"]) for o in orders]

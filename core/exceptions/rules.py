@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from core.exceptions.codes import PRIORITIES
+from core.exception_codes import PRIORITIES
 from core.tenancy.tenants import Facility
 
 # Camera label names the lot and expiry rules read (like "lpn" and "sku" for matching).

@@ -18,10 +18,9 @@ from __future__ import annotations
 import copy
 from typing import Any, Final
 
-from core import urls
+from core import exception_codes, urls
+from core.endpoints.webhook_endpoints import ROUTES, event_of
 from core.errors import NotFound
-from core.exceptions import codes, records
-from core.outbox.webhook_endpoints import ROUTES, event_of
 from core.settings import Settings
 
 DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
@@ -90,7 +89,7 @@ def _exception_schema() -> dict[str, Any]:
         "type": "object",
         "required": ["status", "at", "by", "note"],
         "properties": {
-            "status": {"enum": list(codes.STATUSES)},
+            "status": {"enum": list(exception_codes.STATUSES)},
             "at": _TIMESTAMP,
             "by": actor,
             "note": {"type": "string"},
@@ -99,8 +98,8 @@ def _exception_schema() -> dict[str, Any]:
     }
     properties: dict[str, Any] = {
         "id": {"type": "string", "pattern": "^exc_"},
-        "code": {"enum": list(codes.CODES)},
-        "status": {"enum": list(codes.STATUSES)},
+        "code": {"enum": list(exception_codes.CODES)},
+        "status": {"enum": list(exception_codes.STATUSES)},
         "priority": {"enum": ["LOW", "HIGH"]},
         "businessSlug": {"type": "string"},
         "facilitySlug": {"type": "string"},
@@ -110,9 +109,9 @@ def _exception_schema() -> dict[str, Any]:
             "description": "The pallet that raised it; null for a shipment's (SHORT, CUSTOMER).",
         },
         "dockId": {"type": "string"},
-        "lpns": {**_STRINGS, "maxItems": records.MAX_LPNS},
-        "orders": {**_STRINGS, "maxItems": records.MAX_LPNS},
-        "detail": {"type": "string", "maxLength": records.MAX_DETAIL_CHARS},
+        "lpns": {**_STRINGS, "maxItems": exception_codes.MAX_LPNS},
+        "orders": {**_STRINGS, "maxItems": exception_codes.MAX_LPNS},
+        "detail": {"type": "string", "maxLength": exception_codes.MAX_DETAIL_CHARS},
         "expected": {"type": "object", "description": "What the orders expected."},
         "observed": {"type": "object", "description": "What the camera saw."},
         "url": {"type": "string", "format": "uri", "description": "Its dashboard page."},

@@ -46,9 +46,9 @@ from pymongo import ASCENDING
 from pymongo.asynchronous.change_stream import AsyncChangeStream
 from pymongo.errors import OperationFailure
 
-from core import metrics, retention
+from core import metrics
 from core.errors import DockflowError, FeedStopped
-from core.feed import ids, publish
+from core.feed import ids, publish, retained
 from core.feed.lines import Line
 from core.feed.reader import FeedFilter
 from core.feed.subscribers import BufferBudget, ClientShare, Subscriber
@@ -190,7 +190,7 @@ class FeedHub:
         asked_ms = int(asked_at * 1000) / 1000
         feed = await ids.business_feed(self.storage, business)
         reserved = (await ids.reserved_through(self.storage, [business])).get(business, 0)
-        mark = await retention.feed_mark(self.storage, business)
+        mark = await retained.feed_mark(self.storage, business)
         swept = mark.through_id if mark is not None else 0
         highest = max(reserved, swept, feed.start)
         low = max(feed.start, swept, highest - self.start_window)
@@ -526,7 +526,7 @@ class FeedHub:
         """
         await self._ready.wait()
         if after_id is not None or since is not None:
-            await retention.check_feed_start(
+            await retained.check_feed_start(
                 self.storage, selector.business, since=since, after_id=after_id
             )
         subscriber = await self.add(selector, on_fail, budgets)

@@ -32,10 +32,10 @@ from typing import Any, Literal, TypeVar
 from pymongo.errors import PyMongoError
 
 from core import metrics, tracing
+from core.endpoints.deliveries import new_delivery
+from core.endpoints.webhook_endpoints import endpoints_for
 from core.errors import MessageIdsFenced
 from core.feed import ids as message_ids
-from core.outbox.deliveries import new_delivery
-from core.outbox.webhook_endpoints import endpoints_for
 from core.storage import (
     Doc,
     IdBlock,

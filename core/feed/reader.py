@@ -15,10 +15,9 @@ from datetime import datetime
 
 from pymongo import ASCENDING
 
-from core import retention
 from core.auth.access import check_scope as check_scope  # the GraphQL resolvers ask it here
 from core.errors import ErrorList
-from core.feed import ids
+from core.feed import ids, retained
 from core.instants import instant_refusal
 from core.storage import Doc, Storage
 
@@ -88,7 +87,7 @@ async def list_messages(
     fill; without it, the page reads up to what the business reserved.
     """
     page = validate_page(since, first)
-    await retention.check_feed_start(storage, business, since=since, after_id=after_id)
+    await retained.check_feed_start(storage, business, since=since, after_id=after_id)
     feed = await ids.business_feed(storage, business)
     if up_to is None:  # no hub: every id reserved so far
         up_to = (await ids.reserved_through(storage, [business])).get(business, feed.start)
@@ -122,5 +121,5 @@ async def list_messages(
             low = int(batch[-1]["_id"])
     # A sweep between the check above and these reads may have taken the page's first
     # messages: the page would start after a hole the reader cannot see.
-    await retention.check_feed_start(storage, business, since=since, after_id=after_id)
+    await retained.check_feed_start(storage, business, since=since, after_id=after_id)
     return found[:page]

@@ -15,8 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pymongo import UpdateOne
 
 from core import metrics
-from core.outbox import notices
-from core.outbox.deliveries import (
+from core.endpoints.deliveries import (
     DEAD,
     DELIVERING,
     DISABLED,
@@ -29,7 +28,8 @@ from core.outbox.deliveries import (
     max_attempts,
     retry_delay,
 )
-from core.outbox.due import schedule
+from core.endpoints.due import schedule
+from core.outbox import notices
 from core.outbox.requeue import disable_endpoint
 from core.settings import Settings
 from core.storage import Doc, Storage

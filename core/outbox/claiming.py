@@ -16,8 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from pymongo import ReturnDocument, UpdateOne
 
-from core.outbox.attempts import take_over
-from core.outbox.deliveries import (
+from core.endpoints.deliveries import (
     DEAD,
     DELIVERING,
     DISABLED,
@@ -29,7 +28,8 @@ from core.outbox.deliveries import (
     finish,
     new_lease_owner,
 )
-from core.outbox.due import as_ms, schedule
+from core.endpoints.due import as_ms, schedule
+from core.outbox.attempts import take_over
 from core.settings import Settings
 from core.storage import Doc, Storage
 

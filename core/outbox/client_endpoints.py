@@ -22,9 +22,10 @@ from pymongo.errors import DuplicateKeyError
 
 from core.auth.access import Principal, client_may_see
 from core.auth.crypto import SecretBox
+from core.endpoints import endpoint_kinds, webhook_endpoints, webhook_urls
+from core.endpoints.webhook_endpoints import EndpointOptions, WebhookEndpoint, endpoint_from_doc
 from core.errors import Forbidden, ValidationFailed
-from core.outbox import endpoint_kinds, per_minute, requeue, webhook_endpoints, webhook_urls
-from core.outbox.webhook_endpoints import EndpointOptions, WebhookEndpoint, endpoint_from_doc
+from core.outbox import per_minute, requeue
 from core.settings import Settings
 from core.storage import Storage
 from core.tenancy.tenants import Created, get_facility

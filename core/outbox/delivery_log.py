@@ -15,8 +15,9 @@ from typing import Final
 from pymongo import ASCENDING
 
 from core.auth.access import Principal
+from core.endpoints import deliveries
 from core.errors import Forbidden, ValidationFailed
-from core.outbox import deliveries, per_minute, requeue
+from core.outbox import per_minute, requeue
 from core.outbox.client_endpoints import endpoint_for_client
 from core.settings import Settings
 from core.storage import Doc, Storage
@@ -112,7 +113,7 @@ async def list_for_client(
 
 def _position(delivery: Doc) -> tuple[int, str, str]:
     """Where a delivery stands in the pages' order. One message has two deliveries to one
-    endpoint when a reading's EPCIS event was declared wrong (core/outbox/epcis_capture.py):
+    endpoint when a reading's EPCIS event was declared wrong (core/composers/epcis_capture.py):
     their ids tell them apart."""
     return int(delivery["message_id"]), delivery["endpoint_id"], delivery["_id"]
 

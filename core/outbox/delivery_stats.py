@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from core import metrics
+from core.endpoints.deliveries import CLAIMABLE, SUCCEEDED
 from core.feed.ids import public_id
-from core.outbox.deliveries import CLAIMABLE, SUCCEEDED
 from core.storage import Storage
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from core.endpoints.deliveries import DEAD, DELIVERING, DISABLED, FAILED, PENDING, WAITING
+from core.endpoints.due import schedule
 from core.errors import Conflict, NotFound
 from core.outbox import notices
-from core.outbox.deliveries import DEAD, DELIVERING, DISABLED, FAILED, PENDING, WAITING
-from core.outbox.due import schedule
 from core.storage import Doc, Storage
 
 

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Any, Protocol
 
-from core.outbox.deliveries import AttemptResult
-from core.outbox.webhook_endpoints import WebhookEndpoint
+from core.endpoints.deliveries import AttemptResult
+from core.endpoints.webhook_endpoints import WebhookEndpoint
 
 
 class EndpointSender(Protocol):

@@ -21,12 +21,12 @@ from typing import Any
 
 from core import urls
 from core.auth.access import Principal
+from core.endpoints.deliveries import AttemptResult
+from core.endpoints.endpoint_kinds import WebhookEndpointKind
 from core.errors import ValidationFailed
 from core.feed import catalog
 from core.feed.publish import iso_utc
 from core.outbox import client_endpoints, per_minute
-from core.outbox.deliveries import AttemptResult
-from core.outbox.endpoint_kinds import WebhookEndpointKind
 from core.outbox.sending import EndpointSender, encode_payload
 from core.settings import Settings
 from core.storage import Doc, Storage

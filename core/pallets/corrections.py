@@ -11,9 +11,9 @@ shipment progress, completion, the completion payload, the ASN and the proof of 
 event is declared wrong (an `errorDeclaration`, `core.epcis.events.declare_error`): served by
 the event query beside the original (`CORRECTIONS` indexes the declarations by business and
 time) and captured by the EPCIS endpoints that receive the reading's message (after its own
-event: `core.outbox.epcis_capture`). The ASN endpoints
+event: `core.composers.epcis_capture`). The ASN endpoints
 that were sent (or are due to be sent) the completion of the reading's completed outbound
-shipment are sent a replacement ASN (`core.outbox.asn_sends.queue_replacements`). No push
+shipment are sent a replacement ASN (`core.composers.asn_sends.queue_replacements`). No push
 message is written for the reading: the interface has no message type for it (a pallet event
 is a movement). The exceptions the reading raised that are still open are resolved by the
 operator with the correction's note, and a completed shipment it leaves short raises the SHORT
@@ -32,16 +32,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from core import exception_codes
 from core.auth.access import check_operator_scope
+from core.composers import asn_sends, epcis_capture
 from core.epcis import events as epcis_events
 from core.epcis import queries as epcis_queries
 from core.errors import Conflict, ValidationFailed
-from core.exceptions import codes, records
+from core.exceptions import records
 from core.exceptions.records import check_note
 from core.feed import publish
 from core.feed.publish import WrittenMessages
 from core.instants import aware
-from core.outbox import asn_sends, epcis_capture
 from core.settings import Settings
 from core.shipments import completion
 from core.shipments.observed import CORRECTION
@@ -178,7 +179,7 @@ async def correct_reading(
 async def _raised_open(storage: Storage, pallet_id: str, session: Session | None) -> list[Doc]:
     """The exceptions the reading raised that are not resolved yet, at most a bound of them."""
     return await storage.exceptions.find(
-        {"pallet_id": pallet_id, "status": {"$in": list(codes.OPEN_STATUSES)}},
+        {"pallet_id": pallet_id, "status": {"$in": list(exception_codes.OPEN_STATUSES)}},
         session=session,
     ).to_list(MAX_RAISED)
 

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 
 from core.auth.access import Scope, check_operator_scope
 from core.errors import NotFound
-from core.exceptions.codes import OPEN_STATUSES
+from core.exception_codes import OPEN_STATUSES
 from core.exceptions.queries import (
     ExceptionFilter,
     find_exceptions,

@@ -5,7 +5,7 @@ Every read is batched: a page of shipments costs one query per collection (shipm
 order items, pallets, documents), never one per shipment or per item. Joins happen in Python
 (the portable subset has no `$lookup`). `load_views` reads everything of a page (the dashboard);
 the `*_of` functions read one kind of child for a page, each parent's first few
-(`core.reads.batched`), so an API client's query reads only what it selected, within bounds.
+(`core.batched_reads`), so an API client's query reads only what it selected, within bounds.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from datetime import datetime
 from pymongo import ASCENDING, DESCENDING
 
 from core.auth.access import Principal, Scope, check_client_record, check_scope
+from core.batched_reads import Sort, first_of_each
 from core.errors import ErrorList, PayloadTooLarge, ValidationFailed
 from core.exceptions import client as exception_client
 from core.exceptions import queries as exception_queries
 from core.feed import reader
 from core.instants import instant_refusal
 from core.outbox import delivery_log
-from core.reads.batched import Sort, first_of_each
 from core.shipments import lifecycle, observed
 from core.storage import Doc, Storage, storable_int, time_range
 from core.tenancy.tenants import Facility, get_facility

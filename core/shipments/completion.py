@@ -21,8 +21,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from pymongo import ASCENDING
-
 from core import urls
 from core.epcis import events as epcis_events
 from core.errors import NotFound
@@ -78,19 +76,6 @@ def net_pallets(pallets: Iterable[Doc], expected: str | None = None) -> list[Doc
     return [p for p in ordered if id(p) in kept]
 
 
-async def shipment_order_numbers(
-    storage: Storage, shipment_id: int, session: Session = None
-) -> list[str]:
-    orders = (
-        await storage.orders.find(
-            {"shipment_id": shipment_id}, {"number": 1, "created_seq": 1}, session=session
-        )
-        .sort("created_seq", ASCENDING)
-        .to_list()
-    )
-    return [str(o["number"]) for o in orders]
-
-
 async def build_completion_payload(
     settings: Settings, storage: Storage, shipment: Doc, session: Session = None
 ) -> Doc:
@@ -106,7 +91,7 @@ async def build_completion_payload(
     dock = shipment.get("dock") or (kept[-1]["dock"] if kept else "") or ""
     return {
         "serviceShipmentId": str(shipment_id),
-        "orders": await shipment_order_numbers(storage, shipment_id, session),
+        "orders": await records.shipment_order_numbers(storage, shipment_id, session),
         "url": urls.shipment_url(settings, shipment_id),
         "dockId": dock,
         "pallets": [{k: v for k, v in p["payload"].items() if k != "occurredAt"} for p in kept],
@@ -213,7 +198,7 @@ async def _complete(
     missing = await missing_lpns(storage, shipment, facility, session) if len(ids) > 1 else []
     short: Doc | None = None
     if missing:
-        orders = await shipment_order_numbers(storage, shipment_id, session)
+        orders = await records.shipment_order_numbers(storage, shipment_id, session)
         short = short_record(shipment, missing, orders, source, at, ids[0])
         fields["short_exception"] = short
     written = await lifecycle.update_with_history(
@@ -377,5 +362,5 @@ async def short_exception_now(
     missing = await missing_lpns(storage, shipment, facility, session)
     if not missing:
         return None
-    orders = await shipment_order_numbers(storage, int(shipment["_id"]), session)
+    orders = await records.shipment_order_numbers(storage, int(shipment["_id"]), session)
     return short_record(shipment, missing, orders, source, at, message_id)

@@ -21,7 +21,7 @@ import logging
 from core.exceptions import records
 from core.feed import ids as message_ids
 from core.feed import publish
-from core.retention import FeedMark, feed_mark
+from core.feed.retained import FeedMark, feed_mark
 from core.settings import Settings
 from core.shipments import completion
 from core.storage import Doc, Session, Storage

@@ -25,7 +25,7 @@ from core.auth.credentials import (
     secret_matches,
 )
 from core.errors import AlreadyExists, NotFound, ValidationFailed
-from core.exceptions.codes import RULE_CODES
+from core.exception_codes import RULE_CODES
 from core.storage import Doc, Storage
 
 # The field a facility maps a camera label to when that label holds a pallet's GS1 label

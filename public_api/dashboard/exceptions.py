@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 from aiohttp import web
 
 from core.errors import NotFound, ValidationFailed
-from core.exceptions.codes import CODES, OPEN_STATUSES, STATUSES, Status
+from core.exception_codes import CODES, OPEN_STATUSES, STATUSES, Status
 from core.exceptions.operator import change_status_as_operator, create_as_operator
 from core.exceptions.queries import ExceptionFilter
 from core.reads import dashboard_queries

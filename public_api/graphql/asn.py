@@ -9,7 +9,8 @@ from __future__ import annotations
 import strawberry
 
 from core.asn import issue
-from core.asn.issue import AsnDocument, AsnFormat
+from core.asn.issue import AsnDocument
+from core.endpoints.endpoint_kinds import AsnFormat
 from public_api.graphql.context import GraphQLContext
 
 __all__ = ["AsnFormat", "ShipmentAsn", "asn_of"]

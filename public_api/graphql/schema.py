@@ -18,11 +18,11 @@ from strawberry.types import Info
 
 from core import tracing
 from core.errors import DockflowError, SlowConsumer, ValidationFailed
-from core.exceptions import client as exception_client
-from core.exceptions import queries as exception_queries
-from core.exceptions.codes import (
+from core.exception_codes import (
     Status,
 )
+from core.exceptions import client as exception_client
+from core.exceptions import queries as exception_queries
 from core.feed import ids, reader
 from core.reads import shipment_queries
 from core.settings import Settings

@@ -17,15 +17,15 @@ from core import urls
 from core.asn import notice as asn_notice
 from core.asn import partners
 from core.epcis import queries as epcis_queries
-from core.exceptions import client as exception_client
-from core.exceptions import queries as exception_queries
-from core.exceptions import records as exception_records
-from core.exceptions.codes import (
+from core.exception_codes import (
     ExceptionActorKind,
     ExceptionCode,
     ExceptionPriority,
     ExceptionStatus,
 )
+from core.exceptions import client as exception_client
+from core.exceptions import queries as exception_queries
+from core.exceptions import records as exception_records
 from core.feed import ids
 from core.pallets import corrections
 from core.reads import shipment_queries

@@ -13,9 +13,9 @@ import strawberry
 from strawberry.types import Info
 
 from core.auth.crypto import SecretBox
+from core.endpoints.endpoint_kinds import WebhookEndpointKind
+from core.endpoints.webhook_endpoints import MAX_KEEP_PREVIOUS_S, WebhookEndpoint
 from core.outbox import client_endpoints
-from core.outbox.endpoint_kinds import WebhookEndpointKind
-from core.outbox.webhook_endpoints import MAX_KEEP_PREVIOUS_S, WebhookEndpoint
 from public_api.graphql.asn import AsnFormat
 from public_api.graphql.context import GraphQLContext
 

@@ -14,7 +14,7 @@ from aiohttp import web
 from playwright.async_api import Page, async_playwright, expect
 
 from core.auth.crypto import SecretBox
-from core.outbox.webhook_endpoints import create_endpoint
+from core.endpoints.webhook_endpoints import create_endpoint
 from core.services import Services
 from core.settings import Settings
 from edge.server import EdgeServer

@@ -15,8 +15,8 @@ import pytest
 
 from core.auth.crypto import SecretBox
 from core.auth.tokens import TokenService
+from core.endpoints import webhook_endpoints
 from core.errors import Unauthenticated
-from core.outbox import webhook_endpoints
 from core.services import Services
 from core.settings import Settings
 from core.tenancy import tenants

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.outbox import webhook_endpoints
+from core.endpoints import webhook_endpoints
 from core.services import Services
 from tests.support.factories import Tenant
 

@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from core.auth.crypto import SecretBox
-from core.outbox.webhook_endpoints import create_endpoint
+from core.endpoints.webhook_endpoints import create_endpoint
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage

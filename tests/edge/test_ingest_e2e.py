@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from core.auth.crypto import SecretBox
-from core.outbox.webhook_endpoints import create_endpoint
+from core.endpoints.webhook_endpoints import create_endpoint
 from core.services import Services
 from core.storage import Storage
 from dockflow.edge.v1 import edge_pb2

@@ -12,8 +12,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from core.auth.crypto import SecretBox
+from core.endpoints.webhook_endpoints import create_endpoint
 from core.feed.ids import public_id
-from core.outbox.webhook_endpoints import create_endpoint
 from core.reads import dashboard_queries
 from core.reads.shipment_queries import ShipmentFilter
 from core.services import Services

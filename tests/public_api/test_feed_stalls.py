@@ -14,10 +14,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from core.auth.crypto import SecretBox
+from core.endpoints.webhook_endpoints import create_endpoint
 from core.feed import publish
 from core.feed.ids import public_id
 from core.feed.publish import NewMessage
-from core.outbox.webhook_endpoints import create_endpoint
 from core.settings import Settings
 from core.storage import TRANSACTION_LIMIT_S, Storage
 from tests.support.factories import Tenant, pallet_payload

@@ -8,10 +8,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from core.asn import issue
-from core.exceptions import codes
+from core import exception_codes
+from core.endpoints import endpoint_kinds
 from core.feed import catalog
-from core.outbox import endpoint_kinds
 from core.shipments import lifecycle
 from tests.support.factories import Tenant
 from tests.support.graphql import gql
@@ -20,13 +19,13 @@ ENUM_VALUES = "query Values($name: String!) { __type(name: $name) { enumValues {
 
 CORE_VALUES: dict[str, tuple[str, ...]] = {
     "ShipmentStatus": lifecycle.SHIPMENT_STATUSES,
-    "ExceptionCode": codes.CODES,
-    "ExceptionStatus": codes.STATUSES,
-    "ExceptionPriority": tuple(p.value for p in codes.ExceptionPriority),
-    "ExceptionActorKind": tuple(a.value for a in codes.ExceptionActorKind),
+    "ExceptionCode": exception_codes.CODES,
+    "ExceptionStatus": exception_codes.STATUSES,
+    "ExceptionPriority": tuple(p.value for p in exception_codes.ExceptionPriority),
+    "ExceptionActorKind": tuple(a.value for a in exception_codes.ExceptionActorKind),
     "MessageType": catalog.MESSAGE_TYPES,
     # Shipment.asn and the ASN endpoints share it; its name is the one endpoints gave it.
-    "WebhookAsnFormat": tuple(f.name for f in issue.AsnFormat),
+    "WebhookAsnFormat": tuple(f.name for f in endpoint_kinds.AsnFormat),
     "WebhookEndpointKind": tuple(endpoint_kinds.KINDS),
 }
 

@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from core.auth.crypto import SecretBox
-from core.outbox.webhook_endpoints import create_endpoint
+from core.endpoints.webhook_endpoints import create_endpoint
 from core.services import Services
 from tests.support.dashboard import logged_in, make_operator, page_csrf
 from tests.support.documents import post_shipment

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from yarl import URL
 
 from core.auth.crypto import SecretBox
-from core.outbox import egress_rules, webhook_endpoints, webhook_urls
+from core.endpoints import egress_rules, webhook_endpoints, webhook_urls
 from core.services import Services
 from core.storage import Storage
 from core.tenancy import tenants

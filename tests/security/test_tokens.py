@@ -24,16 +24,17 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from core import provisioning
 from core.auth.access import LEEWAY_S, Principal
 from core.auth.crypto import SecretBox
 from core.auth.tokens import TokenService
+from core.endpoints import webhook_endpoints
 from core.errors import Forbidden, RateLimited, Unauthenticated
 from core.intake.submission import apply_document_idempotently
-from core.outbox import webhook_endpoints
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from core.tenancy import provisioning, tenants
+from core.tenancy import tenants
 from tests.support.api import create_app
 from tests.support.dashboard import OPERATOR_PASSWORD, csrf_from, make_operator
 from tests.support.factories import Tenant

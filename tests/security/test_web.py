@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from core.outbox import egress_rules
+from core.endpoints import egress_rules
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage

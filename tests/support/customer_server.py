@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from core.outbox import webhook_endpoints
+from core.endpoints import webhook_endpoints
 
 
 @dataclass

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from core.auth.crypto import SecretBox
+from core.endpoints.webhook_endpoints import WebhookEndpoint, create_endpoint
 from core.feed.ids import public_id
 from core.feed.publish import NewMessage, append_messages
-from core.outbox.webhook_endpoints import WebhookEndpoint, create_endpoint
 from core.services import Services
 from core.storage import Doc, Storage
 from core.tenancy.tenants import Created

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.auth.crypto import SecretBox
-from core.outbox.webhook_endpoints import create_endpoint
+from core.endpoints.webhook_endpoints import create_endpoint
 from core.settings import Settings
 from core.tenancy import tenants
 from core.tenancy.tenants import LabelFieldMapping

@@ -17,9 +17,10 @@ from standardwebhooks.webhooks import Webhook
 
 from core.asn import partners
 from core.auth.access import Principal
+from core.composers import asn_sends
 from core.intake.contract import parse_document
 from core.intake.documents import apply_document
-from core.outbox import asn_sends, requeue
+from core.outbox import requeue
 from core.pallets.batch import record_pallets
 from core.pallets.readings import Label, Reading
 from core.shipments import completion

@@ -15,9 +15,9 @@ from aiohttp.test_utils import TestServer
 
 from core import retention
 from core.auth.access import Principal
+from core.composers import asn_sends
 from core.intake.contract import parse_document
 from core.intake.documents import apply_document
-from core.outbox import asn_sends
 from core.pallets import corrections
 from core.pallets.batch import record_pallets
 from core.settings import Settings

@@ -19,9 +19,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from standardwebhooks.webhooks import Webhook
 
 from core.auth.crypto import SecretBox
+from core.composers import epcis_capture
+from core.endpoints.webhook_endpoints import update_endpoint
 from core.feed.publish import NewMessage, append_messages
-from core.outbox import epcis_capture, requeue, test_sends
-from core.outbox.webhook_endpoints import update_endpoint
+from core.outbox import requeue, test_sends
 from core.storage import Storage
 from core.tenancy import gs1_identities
 from dockflow.edge.v1 import edge_pb2

@@ -10,14 +10,14 @@ from typing import Any
 import grpc
 from standardwebhooks.webhooks import Webhook
 
+from core import provisioning
 from core.auth.access import Principal
 from core.auth.crypto import SecretBox
+from core.endpoints import webhook_endpoints
 from core.exceptions import client
-from core.outbox import webhook_endpoints
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from core.tenancy import provisioning
 from edge.server import EdgeServer
 from tests.support.camera import reading, stream
 from tests.support.customer_server import Receiver

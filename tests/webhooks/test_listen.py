@@ -19,9 +19,9 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from core.auth.crypto import SecretBox, new_signing_secret
+from core.endpoints.webhook_endpoints import update_endpoint
 from core.feed.publish import NewMessage, append_messages
 from core.outbox.sending import encode_payload
-from core.outbox.webhook_endpoints import update_endpoint
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage

@@ -16,7 +16,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from core.outbox.webhook_endpoints import delete_endpoint
+from core.endpoints.webhook_endpoints import delete_endpoint
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage

@@ -11,6 +11,7 @@ import pytest
 
 from core.asn import issue, notice, partners
 from core.auth.access import Principal
+from core.endpoints import endpoint_kinds
 from core.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, ValidationFailed
 from core.pallets.batch import record_pallets
 from core.pallets.readings import Label, Reading
@@ -53,6 +54,15 @@ def check_hierarchy(rows: list[list[str]]) -> list[tuple[str, str]]:
         following = rows[index + 1]
         seen.append((code, following[-1] if code in ("O", "T") else following[0]))
     return seen
+
+
+def test_every_asn_format_an_endpoint_may_send_has_a_writer_and_its_media_types():
+    """The formats are named where an ASN endpoint's setting is checked (endpoint_kinds, below
+    the ASN); each needs its writer, content type, charset and extension here."""
+    formats = set(endpoint_kinds.ASN_FORMATS)
+
+    assert set(issue.WRITERS) == formats
+    assert set(issue.CONTENT_TYPES) == set(issue.CHARSETS) == set(issue.EXTENSIONS) == formats
 
 
 async def test_the_856_names_exactly_the_pallets_on_the_trailer_by_purchase_order(
@@ -129,7 +139,7 @@ async def test_the_desadv_reads_back_with_one_cps_and_gin_per_sscc(
     loaded = await load_shipment(storage, settings, tenant)
 
     document = await issue.asn_for(
-        storage, loaded.principal, loaded.shipment_id, issue.EDIFACT_DESADV
+        storage, loaded.principal, loaded.shipment_id, endpoint_kinds.EDIFACT_DESADV
     )
 
     exchange = parse_desadv(document.text)
@@ -164,7 +174,7 @@ async def test_asked_again_an_asn_is_the_same_interchange_and_numbers_increase(
 
     again = await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
     desadv = await issue.asn_for(
-        storage, loaded.principal, loaded.shipment_id, issue.EDIFACT_DESADV
+        storage, loaded.principal, loaded.shipment_id, endpoint_kinds.EDIFACT_DESADV
     )
 
     assert again.text == first.text
@@ -193,7 +203,7 @@ async def test_a_correction_after_completion_gives_a_replacement_with_a_new_numb
     assert replacement.control_number > first.control_number
     assert replacement.replaces
     desadv = await issue.asn_for(
-        storage, loaded.principal, loaded.shipment_id, issue.EDIFACT_DESADV
+        storage, loaded.principal, loaded.shipment_id, endpoint_kinds.EDIFACT_DESADV
     )
     assert "BGM+351+SHP-77+9'" in desadv.text  # the first DESADV of it: an original
 
@@ -206,7 +216,7 @@ async def test_an_asn_of_a_shipment_still_loading_is_marked_and_takes_no_control
     first = await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
     second = await issue.asn_for(storage, loaded.principal, loaded.shipment_id)
     desadv = await issue.asn_for(
-        storage, loaded.principal, loaded.shipment_id, issue.EDIFACT_DESADV
+        storage, loaded.principal, loaded.shipment_id, endpoint_kinds.EDIFACT_DESADV
     )
 
     parse_856(first.text)

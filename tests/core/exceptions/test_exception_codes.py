@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from typing import get_args
 
-from core.exceptions import codes
+from core import exception_codes
 
 
 def test_the_literal_types_name_exactly_the_enums_values():
-    assert list(get_args(codes.Code)) == [c.value for c in codes.ExceptionCode]
-    assert list(get_args(codes.Status)) == [s.value for s in codes.ExceptionStatus]
-    assert list(get_args(codes.Priority)) == [p.value for p in codes.ExceptionPriority]
-    assert list(get_args(codes.ActorKind)) == [a.value for a in codes.ExceptionActorKind]
-    assert set(codes.RULE_CODES) == set(codes.CODES) - {"CUSTOMER"}
+    assert list(get_args(exception_codes.Code)) == [c.value for c in exception_codes.ExceptionCode]
+    assert list(get_args(exception_codes.Status)) == [
+        s.value for s in exception_codes.ExceptionStatus
+    ]
+    assert list(get_args(exception_codes.Priority)) == [
+        p.value for p in exception_codes.ExceptionPriority
+    ]
+    assert list(get_args(exception_codes.ActorKind)) == [
+        a.value for a in exception_codes.ExceptionActorKind
+    ]
+    assert set(exception_codes.RULE_CODES) == set(exception_codes.CODES) - {"CUSTOMER"}

@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from core import exception_codes
 from core.errors import ValidationFailed
-from core.exceptions import codes, records
+from core.exceptions import records
 from core.settings import Settings
 from core.storage import Doc, Storage
 from tests.support.documents import post_shipment
@@ -29,8 +30,8 @@ async def stored_exception(storage: Storage, settings: Settings, tenant: Tenant)
 
 
 def test_open_is_every_status_but_resolved_and_what_a_resolution_starts_from():
-    assert set(codes.OPEN_STATUSES) == set(codes.STATUSES) - {"RESOLVED"}
-    assert records.MOVES["RESOLVED"] == codes.OPEN_STATUSES
+    assert set(exception_codes.OPEN_STATUSES) == set(exception_codes.STATUSES) - {"RESOLVED"}
+    assert records.MOVES["RESOLVED"] == exception_codes.OPEN_STATUSES
 
 
 @pytest.mark.parametrize("note", ["", "   \n"])

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from core import exception_codes
 from core.auth.crypto import SecretBox
+from core.endpoints.webhook_endpoints import create_endpoint
 from core.exceptions import records
-from core.outbox.webhook_endpoints import create_endpoint
 from core.pallets.batch import BatchPlan, plan_batch, record_pallets
 from core.pallets.readings import Label, Reading, ReadingResult
 from core.settings import Settings
@@ -203,8 +204,8 @@ async def test_a_pallet_of_hundreds_of_long_lpns_is_stored_with_bounded_records(
     assert result.status == "ACCEPTED"
     assert set(codes(result)) == {"UNEXPECTED_PALLET", "LOW_CONFIDENCE"}
     for record in await exceptions_of(storage, pallet_id=result.pallet_id):
-        assert len(record["lpns"]) <= records.MAX_LPNS
-        assert len(record["detail"]) <= records.MAX_DETAIL_CHARS
+        assert len(record["lpns"]) <= exception_codes.MAX_LPNS
+        assert len(record["detail"]) <= exception_codes.MAX_DETAIL_CHARS
     stored = await storage.pallets.find_one({"_id": result.pallet_id})
     assert stored is not None
     assert len(stored["position"]) < 64  # a digest of the LPNs, however many and long

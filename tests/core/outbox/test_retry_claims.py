@@ -7,8 +7,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from core.outbox import claiming, deliveries
-from core.outbox.due import schedule
+from core.endpoints import deliveries
+from core.endpoints.due import schedule
+from core.outbox import claiming
 from core.storage import Storage
 
 

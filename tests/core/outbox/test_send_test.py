@@ -12,9 +12,9 @@ from aiohttp.test_utils import TestServer
 
 from core.auth.access import Principal
 from core.auth.crypto import SecretBox
+from core.endpoints.webhook_endpoints import WebhookEndpoint, create_endpoint
 from core.errors import ValidationFailed
 from core.outbox import test_sends
-from core.outbox.webhook_endpoints import WebhookEndpoint, create_endpoint
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage

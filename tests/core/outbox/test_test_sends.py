@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from core.endpoints.endpoint_kinds import WebhookEndpointKind
 from core.errors import RateLimited
 from core.feed import catalog
 from core.outbox import test_sends
-from core.outbox.endpoint_kinds import WebhookEndpointKind
 from core.settings import Settings
 from core.storage import Storage
 from tests.support.catalog_check import validator

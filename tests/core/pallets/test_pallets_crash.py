@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from core.auth.crypto import SecretBox
-from core.outbox.webhook_endpoints import create_endpoint
+from core.endpoints.webhook_endpoints import create_endpoint
 from core.pallets.batch import plan_batch, record_pallets
 from core.settings import Settings
 from core.storage import Session, Storage

@@ -5,8 +5,8 @@ and answers all name the fresh ones, and the fenced ids hold voids only."""
 from __future__ import annotations
 
 from core.auth.crypto import SecretBox
+from core.endpoints.webhook_endpoints import create_endpoint
 from core.feed import publish
-from core.outbox.webhook_endpoints import create_endpoint
 from core.pallets.batch import record_pallets
 from core.settings import Settings
 from core.storage import Storage

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from core.auth.crypto import SecretBox
-from core.outbox.webhook_endpoints import create_endpoint
+from core.endpoints.webhook_endpoints import create_endpoint
 from core.pallets.batch import record_pallets
 from core.pallets.matching import position_filter
 from core.services import Services

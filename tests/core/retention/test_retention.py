@@ -17,7 +17,7 @@ from core import retention
 from core.auth.access import Principal
 from core.errors import RetentionExceeded
 from core.feed import ids as message_ids
-from core.feed import publish
+from core.feed import publish, retained
 from core.feed.hub import FeedHub
 from core.feed.ids import public_id
 from core.pallets.batch import record_pallets
@@ -82,7 +82,7 @@ async def test_a_sweep_deletes_what_is_past_retention_and_keeps_the_rest(
         "dlv_new",
     ]
     assert [d["_id"] async for d in storage.delivery_attempts.find()] == ["att_new"]
-    mark = await retention.feed_mark(storage, "acme")
+    mark = await retained.feed_mark(storage, "acme")
     assert mark is not None
     assert mark.through_id == old_ids[-1]
     assert await retention.sweep(storage, settings, NOW) == {
@@ -103,7 +103,7 @@ async def test_zero_days_keeps_forever(storage: Storage, settings_factory: Calla
     assert "push_messages" not in deleted
     assert "readings" not in deleted
     assert await storage.push_messages.count_documents({}) == 2
-    assert await retention.feed_mark(storage, "acme") is None
+    assert await retained.feed_mark(storage, "acme") is None
 
 
 async def test_reading_the_feed_from_before_what_is_kept_is_refused_with_where_it_begins(
@@ -151,7 +151,7 @@ async def test_reading_the_feed_from_before_what_is_kept_is_refused_with_where_i
 
 # What a retention sweeper of the release before per-business ids writes when its batch ends on
 # a key of the new layout (feed number 1, id 1): its one global mark, read by every business.
-EARLIER_SWEEPERS_MARK = {"_id": retention.FEED_MARK, "through_id": (1 << 32) + 1}
+EARLIER_SWEEPERS_MARK = {"_id": retained.FEED_MARK, "through_id": (1 << 32) + 1}
 
 
 async def test_a_global_mark_from_an_earlier_sweeper_left_running_refuses_no_business(
@@ -178,9 +178,9 @@ async def test_a_global_mark_past_the_earlier_sequence_counts_only_up_to_its_end
     await message_ids.upgrade(storage)
     await storage.retention_marks.insert_one({**EARLIER_SWEEPERS_MARK, "through_at": OLD})
 
-    await retention.check_feed_start(storage, "acme", since=None, after_id=7)
+    await retained.check_feed_start(storage, "acme", since=None, after_id=7)
     with pytest.raises(RetentionExceeded) as refused:
-        await retention.check_feed_start(storage, "acme", since=None, after_id=6)
+        await retained.check_feed_start(storage, "acme", since=None, after_id=6)
     assert "read on from afterId 7" in refused.value.detail
 
 

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 
 from core.auth.crypto import SecretBox
+from core.endpoints.webhook_endpoints import create_endpoint
 from core.errors import NotFound
-from core.outbox.webhook_endpoints import create_endpoint
 from core.pallets.batch import record_pallets
 from core.services import Services
 from core.settings import Settings

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from core.auth.crypto import SecretBox
+from core.endpoints.webhook_endpoints import create_endpoint
 from core.errors import NotFound
 from core.outbox.recovery import recover_endpoint_as_operator, resend_delivery_as_operator
-from core.outbox.webhook_endpoints import create_endpoint
 from core.pallets.batch import record_pallets
 from core.settings import Settings
 from core.shipments.operator import complete_shipment_as_operator

@@ -18,8 +18,8 @@ import pytest
 from pymongo import UpdateOne, WriteConcern
 from pymongo.errors import BulkWriteError
 
+from core.batched_reads import first_of_each
 from core.errors import DatabaseUnavailable
-from core.reads.batched import first_of_each
 from core.storage import Storage
 from dockflow.embedded.patches.exit_on_signal import exit_on_signal
 from dockflow.embedded.supervisor import (

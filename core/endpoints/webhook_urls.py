@@ -18,8 +18,8 @@ import re
 
 from yarl import URL
 
+from core.endpoints import egress_rules
 from core.errors import ValidationFailed
-from core.outbox import egress_rules
 
 MAX_URL_CHARS = 2048
 MAX_HOST_CHARS = 253

@@ -5,7 +5,8 @@ Transport-free: `webhooks/` makes the HTTP calls. A delivery moves PENDING -> DE
 with a lease) -> SUCCEEDED, or FAILED (waiting to retry) -> ... -> DEAD after the last attempt
 of the schedule, or DISABLED when its endpoint is disabled. Any number of workers share the
 outbox: a claim is one find-and-modify, and a claim whose lease ran out (its worker died) is
-claimed again by anyone. The outbox's other modules each do one part of this:
+claimed again by anyone. The feed writes a delivery beside each message (`new_delivery`); the
+outbox's modules (`core/outbox/`) each do one part of the rest:
 
 - `claiming.py`: claiming due deliveries (one at a time, or new ones in batches) and giving a
   claim back without an attempt;
@@ -23,7 +24,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from core.outbox.due import schedule
+from core.endpoints.due import schedule
 from core.settings import Settings
 from core.storage import Doc, Storage
 
@@ -36,7 +37,7 @@ DISABLED = "DISABLED"
 STATUSES = (PENDING, DELIVERING, FAILED, SUCCEEDED, DEAD, DISABLED)
 
 # PENDING deliveries are due at once. FAILED ones are due at `next_attempt_at` (`due_ms`,
-# core/outbox/due.py); so are DELIVERING ones, whose `next_attempt_at` is their lease's end: a
+# core/endpoints/due.py); so are DELIVERING ones, whose `next_attempt_at` is their lease's end: a
 # worker that died is replaced then. Claims query one status at a time: the embedded server
 # answers `$or`, `$exists` and an `$in` of statuses by reading every match.
 CLAIMABLE = [PENDING, FAILED, DELIVERING]

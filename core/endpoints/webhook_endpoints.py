@@ -11,10 +11,10 @@ from pymongo import ReturnDocument
 from yarl import URL
 
 from core.auth.crypto import SIGNING_SECRET_PREFIX, SecretBox, new_signing_secret
+from core.endpoints import endpoint_kinds, webhook_urls
+from core.endpoints.due import schedule
 from core.errors import AuthMustBeGivenAgain, Conflict, NotFound, ValidationFailed
 from core.instants import aware
-from core.outbox import endpoint_kinds, webhook_urls
-from core.outbox.due import schedule
 from core.settings import Settings
 from core.storage import Doc, Session, Storage
 from core.tenancy.tenants import Created, get_business, get_facility
@@ -68,7 +68,7 @@ class WebhookEndpoint:
     failing_since: datetime | None = None
     # Secrets rotated out that still sign until their time (sealed, until), newest first.
     retiring_secrets: tuple[tuple[str, datetime], ...] = ()
-    # What it receives and in which dialect (core.outbox.endpoint_kinds); stored endpoints
+    # What it receives and in which dialect (core.endpoints.endpoint_kinds); stored endpoints
     # made before kinds are WEBHOOK.
     kind: str = endpoint_kinds.DEFAULT
     # What an ASN endpoint sends (core.asn.issue: x12-856 or edifact-desadv); None for others.
@@ -108,7 +108,7 @@ def allow_hosts_for(settings: Settings, endpoint: WebhookEndpoint) -> tuple[str,
 def origin(url: str) -> str:
     """Where a URL's requests go: scheme, host and port (the scheme's own when none is written),
     as `https://host:443`. Credentials are given for one origin, as browsers scope them."""
-    try:  # a stored URL may predate the URL rule (core.outbox.webhook_urls)
+    try:  # a stored URL may predate the URL rule (core.endpoints.webhook_urls)
         parsed = URL(url)
         return f"{parsed.scheme.lower()}://{(parsed.raw_host or '').lower()}:{parsed.port}"
     except ValueError:
@@ -180,7 +180,7 @@ class EndpointOptions(TypedDict, total=False):
     """What an operator configures on an endpoint besides its URL (defaults in parentheses)."""
 
     facility: str | None  # (None: every facility of the business)
-    kind: str  # (WEBHOOK: core.outbox.endpoint_kinds)
+    kind: str  # (WEBHOOK: core.endpoints.endpoint_kinds)
     events: tuple[str, ...]  # (the kind's default: DEFAULT_EVENTS for WEBHOOK)
     asn_format: str | None  # an ASN endpoint's format (x12-856); refused on other kinds
     auth_kind: AuthKind  # ("none")

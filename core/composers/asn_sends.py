@@ -33,11 +33,11 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from core.asn import issue, notice
+from core.endpoints import endpoint_kinds, webhook_endpoints
+from core.endpoints.deliveries import PENDING, Claim, new_delivery
+from core.endpoints.endpoint_kinds import Outgoing, WebhookEndpointKind
 from core.errors import Conflict, DockflowError, NotFound, ValidationFailed
 from core.feed.publish import delivery_id
-from core.outbox import endpoint_kinds, webhook_endpoints
-from core.outbox.deliveries import PENDING, Claim, new_delivery
-from core.outbox.endpoint_kinds import Outgoing, WebhookEndpointKind
 from core.storage import Doc, Session, Storage
 
 # The field of a delivery that holds its document once issued (see the module's doc).
@@ -77,7 +77,7 @@ async def compose(
 async def _format_of(storage: Storage, endpoint_id: str) -> str:
     doc = await storage.webhook_endpoints.find_one({"_id": endpoint_id}, {"asn_format": 1})
     found = (doc or {}).get("asn_format")
-    return endpoint_kinds.asn_format_of(WebhookEndpointKind.ASN, found) or issue.X12_856
+    return endpoint_kinds.asn_format_of(WebhookEndpointKind.ASN, found) or endpoint_kinds.X12_856
 
 
 async def _request(storage: Storage, claim: Claim, message: Doc, format: str) -> Outgoing:

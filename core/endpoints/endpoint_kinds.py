@@ -8,13 +8,13 @@ signing, auth, egress rules) is the same for all of them. A kind says three thin
   feed writes one delivery per message and subscribed endpoint, whatever the kind),
 - where its requests go (`path`, after the endpoint's base URL, for every message; "" the URL
   as given), and
-- how the deliveries become requests (`compose`, registered in `COMPOSERS`): a kind without
+- how the deliveries become requests (its composer, `core.composers.by_kind`): a kind without
   one sends each message as our JSON message, one request per delivery, to its event's route.
 
-A kind that speaks another standard adds its entry to `KINDS` and its composer to `COMPOSERS`
-(the ASN kind: `SHIPMENT_COMPLETE` deliveries composed into EDI documents); the worker
-sends whatever a composer gives it and records each request's outcome for every delivery the
-request carries. Nothing else in the outbox changes.
+A kind that speaks another standard adds its entry to `KINDS` and its composer to
+`core.composers.by_kind.COMPOSERS` (the ASN kind: `SHIPMENT_COMPLETE` deliveries composed into
+EDI documents); the worker sends whatever a composer gives it and records each request's
+outcome for every delivery the request carries. Nothing else in the outbox changes.
 """
 
 from __future__ import annotations
@@ -22,13 +22,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import Final
 
+from core.endpoints.deliveries import Claim
 from core.errors import ValidationFailed
 from core.storage import Doc, Storage
-
-if TYPE_CHECKING:  # deliveries reach the endpoint rules through the feed: no import cycle
-    from core.outbox.deliveries import Claim
 
 
 class WebhookEndpointKind(StrEnum):
@@ -91,21 +89,31 @@ def kind_named(name: str) -> EndpointKind:
     return kind
 
 
+class AsnFormat(StrEnum):
+    """The EDI documents an ASN is written as (`core.asn.issue` has a writer for each; GraphQL
+    names them by these members): what an ASN endpoint sends, and what a download asks for."""
+
+    X12_856 = "x12-856"
+    EDIFACT_DESADV = "edifact-desadv"
+
+
+X12_856: Final = AsnFormat.X12_856.value
+EDIFACT_DESADV: Final = AsnFormat.EDIFACT_DESADV.value
+ASN_FORMATS: Final = tuple(f.value for f in AsnFormat)
+
+
 def asn_format_of(kind: str, value: str | None) -> str | None:
     """The ASN format an endpoint of this kind sends (an ASN endpoint's setting: x12-856 when
     it names none; no other kind has one), or ValidationFailed naming the formats."""
-    # Imported here: core.asn reads shipments, whose completion writes to the outbox.
-    from core.asn import issue
-
     if kind != WebhookEndpointKind.ASN:
         if value:
             raise ValidationFailed(f"an ASN format is set on ASN endpoints only (not {kind})")
         return None
     if not value:
-        return issue.X12_856
-    if value not in issue.WRITERS:
+        return X12_856
+    if value not in ASN_FORMATS:
         raise ValidationFailed(
-            f"ASN format must be one of {', '.join(issue.WRITERS)} (not {value!r})"
+            f"ASN format must be one of {', '.join(ASN_FORMATS)} (not {value!r})"
         )
     return value
 
@@ -131,21 +139,4 @@ class Outgoing:
 # What a kind's composer is given: the endpoint's deliveries claimed together, each with its
 # push message, in message id order; and the most items one request may carry (a receiver's
 # stated limit). It returns the requests that carry them, every claim in exactly one.
-Composer = Callable[[Storage, Sequence[tuple["Claim", Doc]], int], Awaitable[list[Outgoing]]]
-COMPOSERS: dict[str, Composer] = {}
-
-
-def composer_of(kind: str) -> Composer | None:
-    """The kind's composer (None: our JSON messages, one request per delivery)."""
-    if not COMPOSERS:
-        _register()
-    return COMPOSERS.get(kind)
-
-
-def _register() -> None:
-    # Imported here: a composer reads the records it turns into documents (core.epcis reads
-    # the tenancy), which the endpoint rules themselves never need.
-    from core.outbox import asn_sends, epcis_capture
-
-    COMPOSERS[WebhookEndpointKind.EPCIS] = epcis_capture.compose
-    COMPOSERS[WebhookEndpointKind.ASN] = asn_sends.compose
+Composer = Callable[[Storage, Sequence[tuple[Claim, Doc]], int], Awaitable[list[Outgoing]]]

@@ -1,5 +1,6 @@
-"""The exception codes, priorities and statuses (docs/exceptions.md); no imports, so the
-tenancy model can name the checks a facility switches off."""
+"""The exception codes, priorities and statuses, and the bounds of a record's lists and detail
+(docs/exceptions.md); no imports, so the tenancy model can name the checks a facility switches
+off and the event catalog can state what an EXCEPTION message holds."""
 
 from __future__ import annotations
 
@@ -80,3 +81,7 @@ STATUSES: tuple[str, ...] = tuple(status.value for status in ExceptionStatus)
 # An open exception: not yet resolved. The statuses a resolution may start from, the unresolved
 # filter of lists and counts, and the misloads a rule may still resolve are all this one set.
 OPEN_STATUSES: tuple[Status, ...] = ("OPEN", "ACKNOWLEDGED")
+# The most LPNs (and order numbers) one record lists, and the longest detail it keeps
+# (`core.exceptions.records` cuts them; the event catalog's EXCEPTION schema states them).
+MAX_LPNS = 50
+MAX_DETAIL_CHARS = 300

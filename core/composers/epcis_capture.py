@@ -31,13 +31,13 @@ from typing import Any
 
 from pymongo import UpdateOne
 
+from core.endpoints import webhook_endpoints
+from core.endpoints.deliveries import DELIVERING, FAILED, PENDING, Claim, new_delivery
+from core.endpoints.due import as_ms
+from core.endpoints.endpoint_kinds import KINDS, Outgoing, WebhookEndpointKind
 from core.epcis import events as epcis_events
 from core.epcis import queries as epcis_queries
 from core.feed.publish import delivery_id
-from core.outbox import webhook_endpoints
-from core.outbox.deliveries import DELIVERING, FAILED, PENDING, Claim, new_delivery
-from core.outbox.due import as_ms
-from core.outbox.endpoint_kinds import KINDS, Outgoing, WebhookEndpointKind
 from core.storage import Doc, Session, Storage
 
 CONTENT_TYPE = "application/ld+json"

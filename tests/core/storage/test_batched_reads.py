@@ -3,7 +3,7 @@ exact when one parent holds far more than its siblings."""
 
 from __future__ import annotations
 
-from core.reads.batched import first_of_each
+from core.batched_reads import first_of_each
 from core.settings import Settings
 from core.storage import Storage
 from tests.support.command_log import CommandLog, logged_storage

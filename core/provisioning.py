@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from core.asn import partners
 from core.auth.credentials import new_secret
 from core.auth.crypto import SecretBox
+from core.endpoints import endpoint_kinds, webhook_endpoints
 from core.errors import CredentialUnreadable, FieldError, NotFound, ValidationFailed
-from core.outbox import endpoint_kinds, webhook_endpoints
 from core.storage import Storage
 from core.tenancy import gs1_identities, tenants
 from core.tenancy.tenants import LabelFieldMapping
@@ -65,7 +65,7 @@ class CameraSpec(_Strict):
 class WebhookSpec(_Strict):
     url: str  # with `facility`, what identifies the endpoint within its business
     facility: str | None = None
-    kind: str = endpoint_kinds.DEFAULT  # core.outbox.endpoint_kinds: WEBHOOK, EPCIS or ASN
+    kind: str = endpoint_kinds.DEFAULT  # core.endpoints.endpoint_kinds: WEBHOOK, EPCIS or ASN
     events: list[str] | None = None  # None: the kind's default
     asn_format: str | None = None  # ASN only; None: x12-856
     auth: Literal["none", "basic", "token"] = "none"
