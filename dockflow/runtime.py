@@ -18,6 +18,7 @@ from pymongo.uri_parser import parse_uri
 from core import tracing
 from core.errors import DatabaseUnavailable
 from core.feed import ids as message_ids
+from core.feed import stray_deliveries
 from core.feed.hub import FeedHub
 from core.files import ensure_private_dir
 from core.retention import RetentionSweeper
@@ -82,8 +83,10 @@ async def open_services(settings: Settings, *, check_feed: bool = True) -> Async
             # is served.
             if check_feed:
                 await message_ids.ready(storage)
-                # Once per database: completions an earlier release left half-written.
+                # Once per database: completions an earlier release left half-written, and
+                # deliveries it left without their message.
                 await unfinished.finish_once(storage, settings)
+                await stray_deliveries.settle_once(storage)
             yield Services(settings=settings, storage=storage)
         finally:
             await storage.close()
