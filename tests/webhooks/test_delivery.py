@@ -13,10 +13,10 @@ from aiohttp import web
 from cryptography.fernet import Fernet
 from standardwebhooks.webhooks import Webhook
 
+from bench.messages import append_messages
 from core.auth.crypto import new_signing_secret
 from core.feed.publish import (
     NewMessage,
-    append_messages,
 )
 from core.services import Services
 from core.settings import Settings

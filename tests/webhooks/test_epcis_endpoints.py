@@ -18,8 +18,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from standardwebhooks.webhooks import Webhook
 
+from bench.messages import append_messages
 from core.auth.crypto import SecretBox
-from core.feed.publish import NewMessage, append_messages
+from core.feed.publish import NewMessage
 from core.outbox import epcis_capture, requeue, test_sends
 from core.outbox.webhook_endpoints import update_endpoint
 from core.storage import Storage
