@@ -175,7 +175,7 @@ async def correct_reading(
     return done
 
 
-async def _raised_open(storage: Storage, pallet_id: str, session: Session | None) -> list[Doc]:
+async def _raised_open(storage: Storage, pallet_id: str, session: Session) -> list[Doc]:
     """The exceptions the reading raised that are not resolved yet, at most a bound of them."""
     return await storage.exceptions.find(
         {"pallet_id": pallet_id, "status": {"$in": list(codes.OPEN_STATUSES)}},
