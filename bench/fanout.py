@@ -3,7 +3,7 @@
 The subscribers are spread over 40 facilities of one business (50 per facility, each
 subscribed with its facility's filter), as customers' consumers are; the messages go round
 the facilities, so each reaches 50 subscribers (2,500 deliveries/s). Messages are written by
-this driver with `core.feed.publish.append_messages` (as another dockflow process would), and the
+this driver with `bench.messages.append_messages` (as another dockflow process would), and the
 API process's feed tailer fans them out. Figures: delivery latency p50/p99 (write -> arrival),
 server RSS, deliveries received. No limit beside it: absolute figures.
 """
@@ -27,8 +27,9 @@ from bench.harness import (
     running_server,
     summarize_ms,
 )
+from bench.messages import append_messages
 from bench.subscribers import Subscriber, close_all, graphql_subscriber
-from core.feed.publish import NewMessage, append_messages
+from core.feed.publish import NewMessage
 from core.tenancy import tenants
 from dockflow.runtime import open_services
 

@@ -17,8 +17,9 @@ import time
 import uuid
 from pathlib import Path
 
+from bench.messages import append_messages
 from core.feed.hub import FeedHub
-from core.feed.publish import NewMessage, append_messages
+from core.feed.publish import NewMessage
 from core.feed.reader import feed_filter
 from core.settings import Settings
 from core.storage import Storage

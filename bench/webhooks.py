@@ -28,9 +28,10 @@ from bench.commands import (
     within,
 )
 from bench.harness import final_line, make_tenant, print_table, running_server
+from bench.messages import append_messages
 from bench.receiver import Receiver, running_receiver
 from bench.soak import deliveries_settled, wait_until
-from core.feed.publish import NewMessage, append_messages
+from core.feed.publish import NewMessage
 from core.storage import Storage
 from dockflow.runtime import open_services
 

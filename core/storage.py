@@ -45,8 +45,11 @@ from core.locks import LocalLocks
 log = logging.getLogger(__name__)
 
 Doc = dict[str, Any]
-# The session of the running transaction, or None outside one.
+# The session of the running transaction, or None outside one: what a read takes.
 Session = AsyncClientSession | None
+# The session of the running transaction, never None: what a write of a unit of work takes, so
+# that no write can be made apart from its unit.
+Transaction = AsyncClientSession
 T = TypeVar("T")
 # Called with the push messages this process has just stored (core/feed/publish.py).
 WrittenListener = Callable[[list[Doc]], None]
@@ -372,7 +375,7 @@ class Storage:
 
     async def in_transaction(
         self,
-        work: Callable[[Session], Coroutine[Any, Any, T]],
+        work: Callable[[Transaction], Coroutine[Any, Any, T]],
         *,
         limit_s: float = TRANSACTION_LIMIT_S,
     ) -> T:
@@ -503,9 +506,11 @@ class Storage:
         await self.client.close()
 
 
-async def insert_all(storage: Storage, collection: str, docs: list[Doc], session: Session) -> None:
-    """Insert `docs` in the unit of work `session` (none: nothing to do; the driver refuses an
-    empty insert). A duplicate refuses the unit (the server allows no error in one):
+async def insert_all(
+    storage: Storage, collection: str, docs: list[Doc], session: Transaction
+) -> None:
+    """Insert `docs` in the unit of work `session` (no docs: nothing to do; the driver refuses
+    an empty insert). A duplicate refuses the unit (the server allows no error in one):
     `Storage.in_transaction` then runs the work again on reads that show the document, which is
     how a rewrite after a crash completes what was written instead of doubling it."""
     if docs:

@@ -19,6 +19,7 @@ from pymongo.uri_parser import parse_uri
 from core import tracing
 from core.errors import DatabaseUnavailable
 from core.feed import ids as message_ids
+from core.feed import stray_deliveries
 from core.feed.hub import FeedHub
 from core.files import ensure_private_dir
 from core.retention import RetentionSweeper
@@ -85,8 +86,10 @@ async def open_services(settings: Settings, *, check_feed: bool = True) -> Async
             # is served.
             if check_feed:
                 await _start_step(message_ids.ready(storage))
-                # Once per database: completions an earlier release left half-written.
+                # Once per database: completions an earlier release left half-written, and
+                # deliveries it left without their message.
                 await _start_step(unfinished.finish_once(storage, settings))
+                await _start_step(stray_deliveries.settle_once(storage))
             yield Services(settings=settings, storage=storage)
         finally:
             await storage.close()

@@ -54,9 +54,6 @@ log = logging.getLogger(__name__)
 _ENDPOINT_CACHE_S = 5.0
 # Queue depth and oldest-pending gauges are refreshed this often.
 _STATS_INTERVAL_S = 15.0
-# A delivery whose push message is still not visible (`claiming.message_when_written`) is
-# handed back and tried again after this many seconds.
-_MESSAGE_WAIT_S = 1.0
 
 
 class _RateLimit:
@@ -300,7 +297,7 @@ class WebhookWorker(Running):
 
     def _spawn(self, claims: tuple[Claim, ...], messages: dict[int, Doc]) -> None:
         """Deliver `claims` (of one endpoint) in a task; `messages` holds the push messages
-        read with their claim (those not visible yet are absent)."""
+        read with their claim (those not stored are absent)."""
         endpoint_id = claims[0].endpoint_id
         rate = self._rates.get(endpoint_id)
         if rate is None:
@@ -365,17 +362,8 @@ class WebhookWorker(Running):
         """One delivery as our JSON message; `message` is its push message as read when it was
         claimed."""
         try:
-            if message is None:
-                message = await claiming.message_when_written(self.storage, claim.message_id)
-            if message is None:
-                log.warning(
-                    "push message not visible; delivery handed back",
-                    extra={"delivery_id": claim.delivery_id, "message_id": claim.message_id},
-                )
-                await claiming.message_missing(self.storage, claim, _MESSAGE_WAIT_S)
-                return
-            if publish.is_void(message):
-                await claiming.drop_fenced(self.storage, claim)
+            if message is None or publish.is_void(message):
+                await self._message_gone(claim)
                 return
             body = encode_payload(message["message"])
             result = await self.attempt(endpoint, claim, body, caused_by=message.get("trace"))
@@ -389,6 +377,15 @@ class WebhookWorker(Running):
             log.exception("webhook delivery failed", extra={"delivery_id": claim.delivery_id})
             return
         self._counted(claim, result, status)
+
+    async def _message_gone(self, claim: Claim) -> None:
+        """The delivery's push message is not stored (a message commits with its deliveries,
+        so it was swept by retention, or never written by an earlier release): DEAD."""
+        log.warning(
+            "push message not found; delivery is DEAD",
+            extra={"delivery_id": claim.delivery_id, "message_id": claim.message_id},
+        )
+        await claiming.message_gone(self.storage, claim)
 
     def _counted(self, claim: Claim, result: AttemptResult, status: str) -> None:
         """Count a success; log a failure (and forget a disabled endpoint's settings)."""
@@ -426,12 +423,8 @@ class WebhookWorker(Running):
         ready: dict[str, tuple[Claim, Doc]] = {}
         for claim in claims:
             message = messages.get(claim.message_id)
-            if message is None:
-                message = await claiming.message_when_written(self.storage, claim.message_id)
-            if message is None:
-                await claiming.message_missing(self.storage, claim, _MESSAGE_WAIT_S)
-            elif publish.is_void(message):
-                await claiming.drop_fenced(self.storage, claim)
+            if message is None or publish.is_void(message):
+                await self._message_gone(claim)
             else:
                 ready[claim.delivery_id] = (claim, message)
         requests = await composer(self.storage, list(ready.values()), limit)

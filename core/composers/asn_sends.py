@@ -38,7 +38,7 @@ from core.endpoints.deliveries import PENDING, Claim, new_delivery
 from core.endpoints.endpoint_kinds import Outgoing, WebhookEndpointKind
 from core.errors import Conflict, DockflowError, NotFound, ValidationFailed
 from core.feed.publish import delivery_id
-from core.storage import Doc, Session, Storage
+from core.storage import Doc, Session, Storage, Transaction
 
 # The field of a delivery that holds its document once issued (see the module's doc).
 DOCUMENT_FIELD = "asn_document"
@@ -132,7 +132,9 @@ async def _issue(storage: Storage, claim: Claim, message: Doc, format: str) -> D
     }
 
 
-async def queue_replacements(storage: Storage, pallet: Doc, at: datetime, session: Session) -> int:
+async def queue_replacements(
+    storage: Storage, pallet: Doc, at: datetime, session: Transaction
+) -> int:
     """Write, in the caller's transaction (a correction's), a replacement's delivery of the
     corrected reading's completed outbound shipment to each enabled ASN endpoint that was given
     its completion (`endpoints_sent`); how many. None for a reading of another shipment. An

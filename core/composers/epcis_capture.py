@@ -38,7 +38,7 @@ from core.endpoints.endpoint_kinds import KINDS, Outgoing, WebhookEndpointKind
 from core.epcis import events as epcis_events
 from core.epcis import queries as epcis_queries
 from core.feed.publish import delivery_id
-from core.storage import Doc, Session, Storage
+from core.storage import Doc, Storage, Transaction
 
 CONTENT_TYPE = "application/ld+json"
 # The REST binding's headers of a capture request: the versions the document is written in,
@@ -167,7 +167,7 @@ def _identity(event: dict[str, Any]) -> str:
 
 
 async def write_declaration(
-    storage: Storage, pallet: Doc, declared: dict[str, Any], at: Any, session: Session
+    storage: Storage, pallet: Doc, declared: dict[str, Any], at: Any, session: Transaction
 ) -> int:
     """Write the deliveries of a reading's declared event (`events.declare_error`) to the
     enabled EPCIS endpoints that receive the reading's message (`endpoints_for`, the rule the

@@ -43,6 +43,8 @@ STATUSES = (PENDING, DELIVERING, FAILED, SUCCEEDED, DEAD, DISABLED)
 CLAIMABLE = [PENDING, FAILED, DELIVERING]
 RETRYABLE = [DELIVERING, FAILED]
 WAITING = [PENDING, FAILED]
+# Why a delivery is DEAD without an attempt when its push message is not stored.
+NO_MESSAGE = "push message not found"
 SNIPPET_CHARS = 500  # of the customer's response body kept per attempt
 
 

@@ -21,7 +21,7 @@ from core import exception_codes
 from core.exceptions import records, rules
 from core.feed import publish
 from core.settings import Settings
-from core.storage import Doc, Session, Storage
+from core.storage import Doc, Storage, Transaction
 
 # Open MISLOAD exceptions at a batch's docks a reversal is checked against (a dock with more
 # open ones than this has its oldest checked; the others are resolved by hand).
@@ -259,7 +259,7 @@ def _taken_off(facts: rules.ReadingFacts, record: Doc, message_id: int, now: dat
 
 
 async def apply_resolutions(
-    storage: Storage, resolutions: Sequence[tuple[Doc, Doc]], session: Session = None
+    storage: Storage, resolutions: Sequence[tuple[Doc, Doc]], session: Transaction
 ) -> set[int]:
     """Resolve the batch's misloads (each the record as read, and as changed), in its
     transaction `session`. Answers the message ids of the resolutions another writer made

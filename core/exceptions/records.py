@@ -31,7 +31,7 @@ from core.errors import Conflict, NotFound, ValidationFailed
 from core.exception_codes import MAX_DETAIL_CHARS, MAX_LPNS, OPEN_STATUSES, ActorKind, Status
 from core.feed import publish
 from core.settings import Settings
-from core.storage import Doc, Session, Storage
+from core.storage import Doc, Session, Storage, Transaction
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +278,7 @@ async def change_status(
     if current["status"] not in MOVES[to]:
         raise Conflict(f"exception {exception} is {current['status']}; it cannot become {to}")
 
-    async def build(message_id: int, session: Session) -> tuple[Doc, publish.WrittenMessages]:
+    async def build(message_id: int, session: Transaction) -> tuple[Doc, publish.WrittenMessages]:
         current = await storage.exceptions.find_one({"_id": exception}, session=session)
         if current is None:
             raise NotFound("exception not found")
@@ -303,7 +303,7 @@ async def apply_change(
     note: str,
     at: datetime,
     message_id: int,
-    session: Session,
+    session: Transaction,
 ) -> Doc:
     """Store the move of `current` (as read in `session`'s transaction) to `to`, its entry
     holding `message_id`; returns the changed record, whose message (`message`) the caller
@@ -324,14 +324,14 @@ async def create_exception(
     settings: Settings,
     *,
     by: Actor,
-    then: Callable[[Session], Awaitable[None]] | None = None,
+    then: Callable[[Transaction], Awaitable[None]] | None = None,
     **fields: Any,
 ) -> Doc:
     """Store a new exception (a person's: `CUSTOMER`) and publish its creation; returns it.
     `fields` are `new_record`'s, but for the ids and times it sets itself; record and message
     are one transaction, with what `then` writes (the bytes its shipment was charged)."""
 
-    async def build(message_id: int, session: Session) -> tuple[Doc, publish.WrittenMessages]:
+    async def build(message_id: int, session: Transaction) -> tuple[Doc, publish.WrittenMessages]:
         now = fields.pop("now")
         record = new_record(
             exception_id=new_exception_id(), now=now, by=by, message_id=message_id, **fields

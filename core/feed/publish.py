@@ -39,8 +39,8 @@ from core.feed import ids as message_ids
 from core.storage import (
     Doc,
     IdBlock,
-    Session,
     Storage,
+    Transaction,
     WrittenListener,
     insert_all,
     insert_new,
@@ -68,7 +68,7 @@ class NewMessage:
 
 @dataclass
 class WrittenMessages:
-    """The documents of one append, in the order the messages were given."""
+    """The documents of one write of messages, in the order the messages were given."""
 
     messages: list[Doc] = field(default_factory=list)
     deliveries: list[Doc] = field(default_factory=list)
@@ -126,7 +126,7 @@ async def reserve_message_ids(storage: Storage, business: str, count: int) -> Id
     return await message_ids.reserve(storage, business, count)
 
 
-async def _reserve_for(storage: Storage, new: Sequence[NewMessage]) -> list[int]:
+async def reserve_for(storage: Storage, new: Sequence[NewMessage]) -> list[int]:
     """A key per message, each from its own business's sequence, in the order given."""
     wanted: dict[str, int] = {}
     for item in new:
@@ -147,7 +147,7 @@ async def build_messages(
     out = WrittenMessages()
     if not new:
         return out
-    keys = list(ids) if ids is not None else await _reserve_for(storage, new)
+    keys = list(ids) if ids is not None else await reserve_for(storage, new)
     if len(keys) != len(new):
         raise ValueError("one message id per message")
     sent_at = sent_at or datetime.now(UTC)
@@ -222,7 +222,7 @@ def remove_written_listener(storage: Storage, listener: WrittenListener) -> None
 async def write_messages(
     storage: Storage,
     written: WrittenMessages,
-    session: Session,
+    session: Transaction,
     *,
     deliveries_written: bool = False,
 ) -> None:
@@ -259,20 +259,6 @@ def announce(storage: Storage, messages: list[Doc]) -> None:
         listener(messages)
 
 
-async def append_messages(storage: Storage, new: list[NewMessage]) -> WrittenMessages:
-    """Publish messages that tell of no stored record, with their deliveries, in one unit of
-    work; returns what was written. Benches and tests feed the outbox and the feed with it."""
-
-    async def build(ids: list[int], session: Session) -> tuple[WrittenMessages, WrittenMessages]:
-        written = await build_messages(storage, new, ids=ids)
-        await write_messages(storage, written, session)
-        return written, written
-
-    if not new:
-        return WrittenMessages()
-    return await _write_with_ids(storage, build, functools.partial(_reserve_for, storage, new))
-
-
 async def _give_up(storage: Storage, ids: Sequence[int]) -> None:
     """Void ids their writer will not use (best effort: readers fence them after the grace)."""
     with contextlib.suppress(PyMongoError):
@@ -281,13 +267,13 @@ async def _give_up(storage: Storage, ids: Sequence[int]) -> None:
 
 async def write_with_message(
     storage: Storage,
-    build: Callable[[int, Session], Coroutine[Any, Any, tuple[T, WrittenMessages]]],
+    build: Callable[[int, Transaction], Coroutine[Any, Any, tuple[T, WrittenMessages]]],
     *,
     business: str,
 ) -> T:
     """`write_with_messages` with one message id, given to `build` alone."""
 
-    async def build_one(ids: list[int], session: Session) -> tuple[T, WrittenMessages]:
+    async def build_one(ids: list[int], session: Transaction) -> tuple[T, WrittenMessages]:
         return await build(ids[0], session)
 
     return await write_with_messages(storage, build_one, business=business, count=1)
@@ -295,7 +281,7 @@ async def write_with_message(
 
 async def write_with_messages(
     storage: Storage,
-    build: Callable[[list[int], Session], Coroutine[Any, Any, tuple[T, WrittenMessages]]],
+    build: Callable[[list[int], Transaction], Coroutine[Any, Any, tuple[T, WrittenMessages]]],
     *,
     business: str,
     count: int,
@@ -310,15 +296,16 @@ async def write_with_messages(
     async def reserve() -> list[int]:
         return list(await reserve_message_ids(storage, business, count))
 
-    return await _write_with_ids(storage, build, reserve)
+    return await write_with_ids(storage, build, reserve)
 
 
-async def _write_with_ids(
+async def write_with_ids(
     storage: Storage,
-    build: Callable[[list[int], Session], Coroutine[Any, Any, tuple[T, WrittenMessages]]],
+    build: Callable[[list[int], Transaction], Coroutine[Any, Any, tuple[T, WrittenMessages]]],
     reserve: Callable[[], Awaitable[list[int]]],
 ) -> T:
-    """`write_with_messages` with the ids `reserve` gives (from one business or several)."""
+    """`write_with_messages` with the ids `reserve` gives (from one business or several, as
+    `reserve_for` takes them for messages of several businesses)."""
     for _ in range(MAX_RENUMBERS + 1):
         ids = await reserve()
         try:

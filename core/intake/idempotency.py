@@ -127,10 +127,10 @@ async def finish(
     scope: KeyScope,
     key: str,
     response: StoredResponse,
-    session: Session = None,
+    session: Session,
 ) -> None:
-    """Store the response of the request that claimed `key` (in the request's transaction, when
-    `session` is one: the response is stored if and only if the document was applied)."""
+    """Store the response of the request that claimed `key`, in the request's transaction: the
+    response is stored if and only if the document was applied."""
     await storage.idempotency_keys.update_one(
         {"_id": scope.id(key)},
         {

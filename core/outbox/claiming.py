@@ -3,7 +3,7 @@
 New deliveries are claimed in batches (`claim_pending`: one find, one update_many under a token
 unique to the claim); due retries one at a time (`claim_next`). The embedded database runs one
 command at a time, so commands per delivery set the throughput. A claim given back without an
-attempt (`release`, `message_missing`, `drop_fenced`, `mark_disabled`) counts no attempt.
+attempt (`release`, `message_gone`, `mark_disabled`) counts no attempt.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from core.endpoints.deliveries import (
     DELIVERING,
     DISABLED,
     FAILED,
+    NO_MESSAGE,
     PENDING,
     RETRYABLE,
     Claim,
@@ -32,10 +33,6 @@ from core.endpoints.due import as_ms, schedule
 from core.outbox.attempts import take_over
 from core.settings import Settings
 from core.storage import Doc, Storage
-
-# How long a delivery waits for its push message to become visible (the feed writes deliveries
-# first) before it is given up as DEAD.
-MESSAGE_GRACE = timedelta(minutes=10)
 
 
 async def claim_due(
@@ -172,7 +169,7 @@ def _excluding(endpoints: Sequence[str], businesses: Sequence[str]) -> Doc:
 class ClaimBatch:
     claims: list[Claim]
     more: bool  # the query found as many candidates as asked for: more may be due
-    messages: dict[int, Doc]  # the claims' push messages by id (one not visible yet: absent)
+    messages: dict[int, Doc]  # the claims' push messages by id (one not stored: absent)
 
 
 async def claim_pending(
@@ -268,7 +265,8 @@ def _within_room(
 
 
 async def release(storage: Storage, claim: Claim, delay_s: float = 0.0, error: str = "") -> None:
-    """Give a claim back without counting an attempt (worker stopping, message not visible)."""
+    """Give a claim back without counting an attempt (the worker stopping, a composer holding
+    it back)."""
     # PENDING means "due now"; a delayed hand-back waits as FAILED until `next_attempt_at`.
     fields: Doc = {
         "status": FAILED if claim.attempts or delay_s > 0 else PENDING,
@@ -279,26 +277,11 @@ async def release(storage: Storage, claim: Claim, delay_s: float = 0.0, error: s
     await finish(storage, claim, fields)
 
 
-async def message_missing(storage: Storage, claim: Claim, retry_s: float) -> None:
-    """The push message is not visible yet (deliveries are written first): try again shortly,
-    and give up after `MESSAGE_GRACE` (the message write never happened)."""
-    if datetime.now(UTC) - claim.created_at > MESSAGE_GRACE:
-        await finish(
-            storage,
-            claim,
-            {"status": DEAD, "last_error": "push message not found", **schedule(None)},
-        )
-        return
-    await release(storage, claim, retry_s, "push message not visible yet")
-
-
-async def drop_fenced(storage: Storage, claim: Claim) -> None:
-    """The delivery's message id was fenced by the feed (its writer stalled past the grace and
-    wrote the message again under a fresh id, with deliveries of its own): this delivery
-    belongs to no message and is removed, never sent."""
-    await storage.webhook_deliveries.delete_one(
-        {"_id": claim.delivery_id, "lease_owner": claim.lease_owner}
-    )
+async def message_gone(storage: Storage, claim: Claim) -> None:
+    """The delivery's push message is not stored (retention swept it while the delivery
+    waited): nothing can be sent, so the delivery is DEAD with the reason, at once. A message
+    commits with its deliveries, so it is never one about to appear."""
+    await finish(storage, claim, {"status": DEAD, "last_error": NO_MESSAGE, **schedule(None)})
 
 
 async def mark_disabled(storage: Storage, claim: Claim) -> None:
@@ -308,22 +291,6 @@ async def mark_disabled(storage: Storage, claim: Claim) -> None:
 
 async def load_message(storage: Storage, message_id: int) -> Doc | None:
     return await storage.push_messages.find_one({"_id": message_id})
-
-
-# Deliveries are written just before their push message (core/feed/publish.py `write_messages`), so
-# a claim can come between the two; the writer is milliseconds behind.
-MESSAGE_RECHECKS_S = (0.005, 0.02, 0.05, 0.1, 0.25)
-
-
-async def message_when_written(storage: Storage, message_id: int) -> Doc | None:
-    """The push message of a claim that found none: looked for again after each pause of
-    `MESSAGE_RECHECKS_S`; None if it is still not there (then see `message_missing`)."""
-    for pause in MESSAGE_RECHECKS_S:
-        await asyncio.sleep(pause)
-        message = await load_message(storage, message_id)
-        if message is not None:
-            return message
-    return None
 
 
 async def load_messages(storage: Storage, message_ids: Iterable[int]) -> dict[int, Doc]:

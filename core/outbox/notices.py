@@ -18,7 +18,7 @@ from typing import Any
 
 from core.errors import NotFound, ValidationFailed
 from core.feed import publish
-from core.storage import Doc, Session, Storage
+from core.storage import Doc, Session, Storage, Transaction
 
 DISABLED = "ENDPOINT_DISABLED"
 FAILING = "ENDPOINT_FAILING"
@@ -47,7 +47,7 @@ async def disable(storage: Storage, endpoint_id: str, reason: str, at: datetime)
         raise ValidationFailed(f"the reason needs 1 to {MAX_REASON_CHARS} characters")
     business = await _business_of(storage, endpoint_id)
 
-    async def build(message_id: int, session: Session) -> tuple[bool, publish.WrittenMessages]:
+    async def build(message_id: int, session: Transaction) -> tuple[bool, publish.WrittenMessages]:
         endpoint = await _endpoint(storage, endpoint_id, session)
         if not endpoint.get("enabled", True):
             await storage.webhook_endpoints.update_one(
@@ -77,7 +77,7 @@ async def failing(
     whether this call published it."""
     business = await _business_of(storage, endpoint_id)
 
-    async def build(message_id: int, session: Session) -> tuple[bool, publish.WrittenMessages]:
+    async def build(message_id: int, session: Transaction) -> tuple[bool, publish.WrittenMessages]:
         endpoint = await _endpoint(storage, endpoint_id, session)
         notice = _notice(message_id, FAILING, payload(endpoint, reason, since, None))
         changed = await storage.webhook_endpoints.update_one(
@@ -115,7 +115,7 @@ async def _business_of(storage: Storage, endpoint_id: str) -> str:
 
 
 async def _publish(
-    storage: Storage, endpoint: Doc, notice: Doc, session: Session
+    storage: Storage, endpoint: Doc, notice: Doc, session: Transaction
 ) -> publish.WrittenMessages:
     """Write the notice's message and its deliveries to the business's other endpoints."""
     written = await publish.build_messages(

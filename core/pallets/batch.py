@@ -64,8 +64,8 @@ from core.shipments import completion, lifecycle
 from core.shipments.dock_events import rejection
 from core.storage import (
     Doc,
-    Session,
     Storage,
+    Transaction,
     database_unavailable,
     insert_all,
     together,
@@ -100,7 +100,7 @@ class BatchPlan:
     exceptions: list[Doc] = field(default_factory=list)
     resolutions: list[tuple[Doc, Doc]] = field(default_factory=list)
 
-    def writes(self, storage: Storage, session: Session) -> list[Any]:
+    def writes(self, storage: Storage, session: Transaction) -> list[Any]:
         """The write steps in order, each a zero-argument coroutine function, in the unit of
         work `session`."""
 
@@ -251,7 +251,7 @@ async def _store_in_transaction(
     completion rule (which writes its own messages)."""
     message_ids = MessageIds()
 
-    async def store(session: Session) -> BatchPlan:
+    async def store(session: Transaction) -> BatchPlan:
         if not storage.reserved_apart:
             message_ids.forget()
         plan = await plan_batch(storage, settings, batch, message_ids=message_ids)

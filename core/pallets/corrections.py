@@ -46,7 +46,7 @@ from core.instants import aware
 from core.settings import Settings
 from core.shipments import completion
 from core.shipments.observed import CORRECTION
-from core.storage import Doc, Session, Storage
+from core.storage import Doc, Session, Storage, Transaction
 from core.tenancy.tenants import Operator
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ async def correct_reading(
     raised_ids = await _raised_open(storage, pallet_id, None)
     raised: list[Doc] = []  # a SHORT of the attempt that committed
 
-    async def work(ids: list[int], session: Session) -> tuple[Correction, WrittenMessages]:
+    async def work(ids: list[int], session: Transaction) -> tuple[Correction, WrittenMessages]:
         raised.clear()
         pallet = check_operator_scope(
             operator, await storage.pallets.find_one({"_id": pallet_id}, session=session), "pallet"
@@ -176,7 +176,7 @@ async def correct_reading(
     return done
 
 
-async def _raised_open(storage: Storage, pallet_id: str, session: Session | None) -> list[Doc]:
+async def _raised_open(storage: Storage, pallet_id: str, session: Session) -> list[Doc]:
     """The exceptions the reading raised that are not resolved yet, at most a bound of them."""
     return await storage.exceptions.find(
         {"pallet_id": pallet_id, "status": {"$in": list(exception_codes.OPEN_STATUSES)}},
@@ -190,7 +190,7 @@ async def _exception_changes(
     corrected: Doc,
     ids: list[int],
     note: str,
-    session: Session,
+    session: Transaction,
     raised: list[Doc],
 ) -> list[tuple[int, publish.NewMessage]]:
     """The exception changes a correction makes, stored in `session`, with their messages: the

@@ -28,7 +28,7 @@ from core.exceptions import records, rules
 from core.feed import publish
 from core.settings import Settings
 from core.shipments import directions, lifecycle, observed
-from core.storage import Doc, Session, Storage, together
+from core.storage import Doc, Session, Storage, Transaction, together
 from core.tenancy.tenants import Facility, find_facility
 
 REQUESTED = "REQUESTED"
@@ -147,7 +147,7 @@ async def complete_shipment(
     raised: list[Doc] = []  # the SHORT exception of the attempt that committed
 
     async def complete(
-        ids: list[int], session: Session
+        ids: list[int], session: Transaction
     ) -> tuple[Completion, publish.WrittenMessages]:
         raised.clear()
         current = await storage.shipments.find_one({"_id": shipment_id}, session=session)
@@ -173,7 +173,7 @@ async def _complete(
     shipment: Doc,
     facility: Facility | None,
     ids: list[int],
-    session: Session,
+    session: Transaction,
     raised: list[Doc],
     *,
     source: str,
@@ -223,7 +223,7 @@ async def write_outcome(
     shipment: Doc,
     short: Doc | None,
     ids: list[int],
-    session: Session,
+    session: Transaction,
     raised: list[Doc],
 ) -> publish.WrittenMessages:
     """What a completion writes once its shipment is completed (`shipment` as written), in the

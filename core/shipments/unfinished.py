@@ -24,7 +24,7 @@ from core.feed import publish
 from core.feed.retained import FeedMark, feed_mark
 from core.settings import Settings
 from core.shipments import completion
-from core.storage import Doc, Session, Storage
+from core.storage import Doc, Session, Storage, Transaction
 from core.tenancy.tenants import find_facility
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ async def finish(storage: Storage, settings: Settings, shipment_id: int) -> bool
     count = 2 if facility is not None and facility.checks("SHORT") else 1
     raised: list[Doc] = []
 
-    async def build(ids: list[int], session: Session) -> tuple[bool, publish.WrittenMessages]:
+    async def build(ids: list[int], session: Transaction) -> tuple[bool, publish.WrittenMessages]:
         raised.clear()
         current = await storage.shipments.find_one({"_id": shipment_id}, session=session)
         if current is None or await _published(storage, current, session):

@@ -16,10 +16,11 @@ import pytest
 from aiohttp.test_utils import TestClient
 from jsonschema import Draft7Validator, Draft202012Validator
 
+from bench.messages import append_messages
 from core.endpoints.webhook_endpoints import ROUTES
 from core.errors import NotFound
 from core.feed import catalog
-from core.feed.publish import MessageType, NewMessage, append_messages
+from core.feed.publish import MessageType, NewMessage
 from core.pallets.readings import FIXED_FIELDS
 from core.settings import Settings
 from core.storage import Storage

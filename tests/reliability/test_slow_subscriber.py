@@ -13,7 +13,8 @@ from typing import Any
 from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestClient
 
-from core.feed.publish import NewMessage, append_messages
+from bench.messages import append_messages
+from core.feed.publish import NewMessage
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage

@@ -20,10 +20,11 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from graphql import ExecutionResult, get_introspection_query
 from jwt.algorithms import RSAAlgorithm
 
+from bench.messages import append_messages
 from core.errors import DockflowError, SlowConsumer
 from core.feed import reader
 from core.feed.hub import FeedHub
-from core.feed.publish import NewMessage, append_messages
+from core.feed.publish import NewMessage
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from core.feed import publish
 from core.feed.publish import NewMessage, WrittenMessages
-from core.storage import Session, Storage
+from core.storage import Storage, Transaction
 
 
 async def commit_messages(storage: Storage, written: WrittenMessages) -> None:
@@ -19,7 +19,7 @@ async def commit_messages(storage: Storage, written: WrittenMessages) -> None:
     work, and tell this process's listeners, as `publish.write_with_messages` does once its
     unit committed. A fenced id refuses the unit (the driver's error is raised)."""
 
-    async def write(session: Session) -> None:
+    async def write(session: Transaction) -> None:
         await publish.write_messages(storage, written, session)
 
     await storage.in_transaction(write)
@@ -57,7 +57,7 @@ class StalledWriter:
         return await self.task
 
     async def _build(
-        self, ids: list[int], session: Session
+        self, ids: list[int], session: Transaction
     ) -> tuple[WrittenMessages, WrittenMessages]:
         self.given.append(ids)
         self.reserved.set()

@@ -11,7 +11,8 @@ from typing import Any
 from aiohttp import ClientWebSocketResponse, WSMsgType, web
 from aiohttp.test_utils import TestClient
 
-from core.feed.publish import NewMessage, WrittenMessages, append_messages
+from bench.messages import append_messages
+from core.feed.publish import NewMessage, WrittenMessages
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage

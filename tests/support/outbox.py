@@ -1,4 +1,4 @@
-"""Feeding the outbox through the real write path (`core.feed.publish.append_messages`),
+"""Feeding the outbox through the real write path (`bench.messages.append_messages`),
 webhook endpoints on the test database, and reading back what the workers did."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
+from bench.messages import append_messages
 from core.auth.crypto import SecretBox
 from core.endpoints.webhook_endpoints import WebhookEndpoint, create_endpoint
 from core.feed.ids import public_id
-from core.feed.publish import NewMessage, append_messages
+from core.feed.publish import NewMessage
 from core.services import Services
 from core.storage import Doc, Storage
 from core.tenancy.tenants import Created

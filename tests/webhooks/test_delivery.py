@@ -13,12 +13,10 @@ from aiohttp import web
 from cryptography.fernet import Fernet
 from standardwebhooks.webhooks import Webhook
 
+from bench.messages import append_messages
 from core.auth.crypto import new_signing_secret
 from core.feed.publish import (
     NewMessage,
-    append_messages,
-    build_messages,
-    fence_ids,
 )
 from core.services import Services
 from core.settings import Settings
@@ -301,34 +299,3 @@ async def test_shipment_complete_body_equals_the_spec_completion_payload(
         assert got == sent
         assert "occurredAt" not in got
     assert Webhook(created.secret).verify(request.body, request.headers) == completion
-
-
-async def test_a_delivery_whose_message_id_was_fenced_is_removed_and_never_sent(
-    services: Services,
-    storage: Storage,
-    tenant: Tenant,
-    receiver: Receiver,
-    fast_settings: Callable[..., Settings],
-    start_worker: StartWorker,
-):
-    await make_endpoint(services, tenant, receiver.base_url)
-    # a writer of an earlier release stored its delivery, then stalled (today's writers commit
-    # both in one unit of work); the feed fenced its message id
-    stalled = await build_messages(
-        storage,
-        [
-            NewMessage(
-                tenant.business, tenant.facility, "PALLET_EVENT", pallet_payload(tenant, 0), 1
-            )
-        ],
-    )
-    await storage.webhook_deliveries.insert_many(stalled.deliveries)
-    await fence_ids(storage, stalled.ids)
-    [message_id] = await append_pallets(storage, tenant, 1, start=1)
-
-    await start_worker(fast_settings())
-    await wait_until(lambda: len(receiver.requests) == 1)
-    await wait_until(lambda: all_finished(storage))
-
-    assert receiver.ids() == [message_webhook_id("acme", message_id)]
-    assert [d["message_id"] for d in await deliveries_of(storage)] == [message_id]

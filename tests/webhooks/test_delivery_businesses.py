@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from bench.messages import append_messages
 from core.feed import ids as message_ids
 from core.feed.ids import public_id
-from core.feed.publish import NewMessage, append_messages
+from core.feed.publish import NewMessage
 from core.outbox.requeue import resend_delivery
 from core.services import Services
 from core.settings import Settings

@@ -18,10 +18,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from standardwebhooks.webhooks import Webhook
 
+from bench.messages import append_messages
 from core.auth.crypto import SecretBox
 from core.composers import epcis_capture
 from core.endpoints.webhook_endpoints import update_endpoint
-from core.feed.publish import NewMessage, append_messages
+from core.feed.publish import NewMessage
 from core.outbox import requeue, test_sends
 from core.storage import Storage
 from core.tenancy import gs1_identities

@@ -18,9 +18,10 @@ import aiohttp
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from bench.messages import append_messages
 from core.auth.crypto import SecretBox, new_signing_secret
 from core.endpoints.webhook_endpoints import update_endpoint
-from core.feed.publish import NewMessage, append_messages
+from core.feed.publish import NewMessage
 from core.outbox.sending import encode_payload
 from core.services import Services
 from core.settings import Settings

@@ -8,21 +8,14 @@ import socket
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-import pytest
 from aiohttp import web
 
-from core.feed.publish import (
-    NewMessage,
-    WrittenMessages,
-    build_messages,
-)
 from core.outbox import requeue
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from tests.support.customer_server import Received, Receiver, answers
 from tests.support.factories import Tenant
-from tests.support.feed_writers import commit_messages
 from tests.support.outbox import (
     StartWorker,
     all_finished,
@@ -30,7 +23,6 @@ from tests.support.outbox import (
     deliveries_of,
     make_endpoint,
     message_webhook_id,
-    pallet_payload,
     wait_until,
 )
 
@@ -339,42 +331,31 @@ async def test_recover_requeues_failed_and_dead_deliveries_since_a_time(
     assert statuses == {old_id: "DEAD", new_ids[0]: "SUCCEEDED", new_ids[1]: "SUCCEEDED"}
 
 
-async def test_a_delivery_claimed_before_its_message_is_written_waits_for_it(
+async def test_a_delivery_without_its_message_is_dead_at_its_first_claim(
     services: Services,
     storage: Storage,
     tenant: Tenant,
     receiver: Receiver,
     fast_settings: Callable[..., Settings],
     start_worker: StartWorker,
-    caplog: pytest.LogCaptureFixture,
 ):
-    """A delivery stored before its message (as releases that wrote them one by one left
-    them): a claim in between waits for the message instead of handing the delivery back for a
-    retry a second later."""
+    """A message commits with its deliveries, so a delivery whose message is not stored (here
+    swept by retention while it waited) has nothing to send: DEAD with the reason at its first
+    claim, no attempt counted, never handed back to wait for the message."""
     await make_endpoint(services, tenant, receiver.base_url)
-    written = await build_messages(
-        storage,
-        [
-            NewMessage(tenant.business, tenant.facility, "PALLET_EVENT",
-                       pallet_payload(tenant, 1), shipment_id=1, pallet_id="plt_000001"),
-        ],
-    )  # fmt: skip
-    await storage.webhook_deliveries.insert_many(written.deliveries)
-    await start_worker(fast_settings(webhook_poll_interval_s=0.01))
+    [gone, kept] = await append_pallets(storage, tenant, 2)
+    await storage.push_messages.delete_one({"_id": gone})
+    await start_worker(fast_settings())
 
-    async def claimed() -> bool:
-        return bool(await deliveries_of(storage, status="DELIVERING"))
-
-    await wait_until(claimed)
-    await asyncio.sleep(0.03)  # the writer's second step comes a moment later
-    await commit_messages(storage, WrittenMessages(written.messages, []))
     await wait_until(lambda: all_finished(storage))
 
-    [delivery] = await deliveries_of(storage)
-    assert (delivery["status"], delivery["attempts"]) == ("SUCCEEDED", 1)
-    # Delivered under its first claim: never handed back to be claimed again.
-    assert "push message not visible" not in caplog.text
-    assert receiver.ids() == [message_webhook_id("acme", written.ids[0])]
+    [dead, delivered] = await deliveries_of(storage)
+    assert dead["message_id"] == gone
+    assert (dead["status"], dead["attempts"]) == ("DEAD", 0)
+    assert dead["last_error"] == "push message not found"
+    assert delivered["status"] == "SUCCEEDED"
+    assert receiver.ids() == [message_webhook_id("acme", kept)]
+    assert await storage.delivery_attempts.count_documents({"delivery_id": dead["_id"]}) == 0
 
 
 async def test_a_failed_delivery_an_older_release_wrote_is_retried_by_a_new_worker(

@@ -15,7 +15,7 @@ from core.pallets.batch import BatchPlan, plan_batch, record_pallets
 from core.pallets.readings import Label, Reading, ReadingResult
 from core.settings import Settings
 from core.shipments import completion
-from core.storage import Doc, Session, Storage
+from core.storage import Doc, Storage, Transaction
 from core.tenancy import tenants
 from tests.support.documents import post_shipment
 from tests.support.factories import Tenant
@@ -328,7 +328,7 @@ async def test_a_batch_cut_off_after_any_write_raises_nothing_and_its_resend_eac
     raised_before = await storage.exceptions.count_documents({})
     planned: list[BatchPlan] = []
 
-    async def cut_off(session: Session) -> None:
+    async def cut_off(session: Transaction) -> None:
         plan = await plan_batch(storage, settings, batch)
         planned.append(plan)
         for write in plan.writes(storage, session)[:steps_done]:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import pytest
 from pymongo.errors import OperationFailure
 
+from bench.messages import append_messages
 from core.errors import FeedSchemaTooNew, FeedUpgradeNeeded, MessageIdsExhausted
 from core.feed import hub as hub_module
 from core.feed import ids
@@ -18,7 +19,6 @@ from core.feed.hub import FeedHub
 from core.feed.ids import public_id
 from core.feed.publish import (
     NewMessage,
-    append_messages,
     build_messages,
     reserve_message_ids,
 )

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from pymongo.errors import PyMongoError
 
+from bench.messages import append_messages
 from core.errors import SlowConsumer, ValidationFailed
 from core.feed.hub import FeedHub
 from core.feed.ids import public_id
 from core.feed.publish import (
     VOID,
     NewMessage,
-    append_messages,
     build_messages,
     fenced_among,
     is_void,

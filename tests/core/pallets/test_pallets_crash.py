@@ -10,7 +10,7 @@ from core.auth.crypto import SecretBox
 from core.endpoints.webhook_endpoints import create_endpoint
 from core.pallets.batch import plan_batch, record_pallets
 from core.settings import Settings
-from core.storage import Session, Storage
+from core.storage import Storage, Transaction
 from tests.support.factories import Tenant
 from tests.support.pallets import assert_pallets_and_messages_pair_up, camera_of, pallet
 
@@ -27,7 +27,7 @@ async def test_a_batch_cut_off_after_any_write_leaves_nothing_and_the_resend_sto
     camera = await camera_of(storage, tenant, "D1")
     batch = [(camera, pallet(f"L{i}", reading_id=f"crash-{i}")) for i in range(5)]
 
-    async def cut_off(session: Session) -> None:
+    async def cut_off(session: Transaction) -> None:
         plan = await plan_batch(storage, settings, batch)
         for write in plan.writes(storage, session)[:steps_done]:
             await write()

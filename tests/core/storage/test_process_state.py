@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from pymongo import AsyncMongoClient
 
+from bench.messages import append_messages
 from core import locks
 from core.errors import Unavailable
 from core.feed import publish
@@ -48,12 +49,12 @@ async def test_messages_written_through_one_storage_are_heard_only_by_its_listen
     publish.add_written_listener(storage, heard_here.append)
     publish.add_written_listener(other, heard_there.append)
 
-    written = await publish.append_messages(
+    written = await append_messages(
         storage,
         [publish.NewMessage("acme", "dc1", "PALLET_EVENT", pallet_payload(n=1), shipment_id=1)],
     )
     publish.remove_written_listener(storage, heard_here.append)
-    await publish.append_messages(
+    await append_messages(
         storage,
         [publish.NewMessage("acme", "dc1", "PALLET_EVENT", pallet_payload(n=2), shipment_id=1)],
     )
