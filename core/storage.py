@@ -442,9 +442,9 @@ class Storage:
 
     async def ensure_indexes(self) -> None:
         """Create every index (the multikey ones where the server has them); idempotent, safe
-        to run from several processes at once. The collections' commands are sent together:
-        one command each, so a fresh database (every test has one) waits about one round trip
-        instead of one per collection."""
+        to run from several processes at once. The collections' commands are sent together,
+        so a fresh database (every test has one) waits for the server's work rather than for
+        one round trip per collection."""
         if not self._server_known:
             self.learn_server(await self.client.admin.command("hello"))
         steps = []
