@@ -52,6 +52,9 @@ browser:
 
 # A lane: the whole suite on one embedded engine, which the suite starts on a free loopback port
 # (and so do the dockflow processes the tests start); DOCKFLOW_MONGODB_URL is ignored here.
+# Each part ends with its 25 slowest setups and calls: where the suite's time goes, run by run
+# (docs/benchmarks.md, "The test suite's wall time").
+PYTEST_ARGS ?= --durations=25
 LANE = env -u DOCKFLOW_MONGODB_URL DOCKFLOW_EMBEDDED_ENGINE=$(1) $(BIN)/pytest $(PYTEST_ARGS)
 
 # The lanes run at once, each in two halves (each part's output shown whole when it ends): most

@@ -445,14 +445,18 @@ class Storage:
 
     async def ensure_indexes(self) -> None:
         """Create every index (the multikey ones where the server has them); idempotent, safe
-        to run from several processes at once."""
+        to run from several processes at once. The collections' commands are sent together,
+        so a fresh database (every test has one) waits for the server's work rather than for
+        one round trip per collection."""
         if not self._server_known:
             self.learn_server(await self.client.admin.command("hello"))
+        steps = []
         for name, indexes in INDEXES.items():
             if not self.single_writer:
                 indexes = [*indexes, *MULTIKEY_INDEXES.get(name, [])]
             if indexes:
-                await self.db[name].create_indexes(indexes)
+                steps.append(self.db[name].create_indexes(indexes))
+        await together(None, *steps)
 
     async def next_ids(self, sequence: str, count: int = 1) -> IdBlock:
         """Reserve `count` consecutive ids of `sequence`, unique across tasks and processes.
