@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 
@@ -22,15 +23,24 @@ def run_bench(
     scenario: str, mongodb_url: str | None = None, options: tuple[str, ...] = ()
 ) -> dict[str, str]:
     env = {**os.environ, "DOCKFLOW_MONGODB_URL": mongodb_url} if mongodb_url else None
-    result = subprocess.run(
+    # Its own process group, so a run past its time is stopped with every process it started
+    # (the bench's API and camera processes), not only the command.
+    with subprocess.Popen(
         [sys.executable, "-m", "dockflow", "bench", scenario, "--size", "tiny", *options],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=110,
         env=env,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    last = result.stdout.strip().splitlines()[-1]
+        start_new_session=True,
+    ) as bench:
+        try:
+            stdout, stderr = bench.communicate(timeout=110)
+        except subprocess.TimeoutExpired:
+            os.killpg(bench.pid, signal.SIGKILL)
+            stdout, stderr = bench.communicate()
+            pytest.fail(f"bench {scenario} ran past 110 s: {stdout[-3000:]}{stderr[-3000:]}")
+    assert bench.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    last = stdout.strip().splitlines()[-1]
     name, _, rest = last.partition(": ")
     assert name == scenario, last
     return dict(part.split("=", 1) for part in rest.split())
