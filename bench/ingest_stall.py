@@ -34,7 +34,7 @@ from bench.harness import (
 from bench.ingest import make_reading
 from bench.ingest_latency import RATE, measure_limit, steady, wait_ready
 from bench.subscribers import close_all, graphql_subscriber
-from core.feed import publish
+from core.feed import fences, publish
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 from dockflow.runtime import open_services
 
@@ -168,7 +168,7 @@ async def _stall(storage: Any, business: str, stall_s: float) -> None:
     await asyncio.sleep(STALL_AT_S)
     held = await publish.reserve_message_ids(storage, business, 1)
     await asyncio.sleep(stall_s)
-    await publish.fence_ids(storage, list(held))
+    await fences.fence_ids(storage, list(held))
 
 
 async def run(size: str, businesses: int, stall_s: float) -> None:

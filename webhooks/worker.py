@@ -38,8 +38,8 @@ from core.endpoints.webhook_endpoints import (
     list_endpoints,
 )
 from core.errors import NotFound
+from core.feed import fences, publish
 from core.feed import ids as message_ids
-from core.feed import publish
 from core.outbox import attempts, claiming, delivery_stats
 from core.outbox.sending import encode_payload
 from core.running import Running
@@ -362,7 +362,7 @@ class WebhookWorker(Running):
         """One delivery as our JSON message; `message` is its push message as read when it was
         claimed."""
         try:
-            if message is None or publish.is_void(message):
+            if message is None or fences.is_void(message):
                 await self._message_gone(claim)
                 return
             body = encode_payload(message["message"])
@@ -423,7 +423,7 @@ class WebhookWorker(Running):
         ready: dict[str, tuple[Claim, Doc]] = {}
         for claim in claims:
             message = messages.get(claim.message_id)
-            if message is None or publish.is_void(message):
+            if message is None or fences.is_void(message):
                 await self._message_gone(claim)
             else:
                 ready[claim.delivery_id] = (claim, message)

@@ -48,7 +48,7 @@ from pymongo.errors import OperationFailure
 
 from core import metrics
 from core.errors import DockflowError, FeedStopped
-from core.feed import ids, publish, retained
+from core.feed import fences, ids, publish, retained
 from core.feed.lines import Line
 from core.feed.reader import FeedFilter
 from core.feed.subscribers import BufferBudget, ClientShare, Subscriber
@@ -422,8 +422,8 @@ class FeedHub:
         expired = [key for line in self._lines.values() for key in line.expired(now, grace)]
         if not expired:
             return
-        held = await publish.fence_ids(self.storage, expired)
-        fenced = [int(doc["_id"]) for doc in held if publish.is_void(doc)]
+        held = await fences.fence_ids(self.storage, expired)
+        fenced = [int(doc["_id"]) for doc in held if fences.is_void(doc)]
         self.fenced_total += len(fenced)  # this hub's voids and other readers' alike
         if fenced:
             log.warning(
@@ -589,7 +589,7 @@ class UnfaithfulChangeStream(Exception):
 
 def _checked(document: Doc) -> Doc:
     """The inserted document, if the event carries it as a read would (dates as datetimes)."""
-    if not publish.is_void(document) and not isinstance(document.get("sent_at"), datetime):
+    if not fences.is_void(document) and not isinstance(document.get("sent_at"), datetime):
         raise UnfaithfulChangeStream(f"sent_at is {type(document.get('sent_at')).__name__}")
     return document
 

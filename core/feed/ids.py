@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pymongo.errors import DuplicateKeyError
 
 from core.errors import FeedSchemaTooNew, FeedUpgradeNeeded, MessageIdsExhausted
+from core.feed.fences import fence_ids
 from core.storage import Doc, IdBlock, Storage
 
 log = logging.getLogger(__name__)
@@ -238,8 +239,6 @@ async def _finish(storage: Storage, ids_from: int) -> None:
     reserved one before the upgrade and commits it after would otherwise add a message below
     where readers of the new layout already are. It finds the void instead, and its renumbering
     fails on the marker. Readers of earlier releases fenced older ids after their grace."""
-    from core.feed.publish import fence_ids  # publish imports this module
-
     await fence_ids(storage, range(max(0, ids_from - START_WINDOW) + 1, ids_from + 1))
     await storage.counters.update_one({"_id": MARKER}, {"$set": {"done": True}})
     log.info("feed: message ids are per business from here on", extra={"ids_from": ids_from})

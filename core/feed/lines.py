@@ -4,7 +4,7 @@ Message ids are reserved before the write (`core.feed.publish`), so id 7 may com
 A reader that hands out 7 and then moves past it would never see 6. The hub therefore keeps, for
 each business it follows, a *low watermark*: the highest id at or below which every id of the
 business is committed (and released, in id order) or fenced. Messages above a gap wait until
-the gap fills; a gap older than `feed_gap_grace_s` is fenced (`publish.fence_ids`). Ids are per
+the gap fills; a gap older than `feed_gap_grace_s` is fenced (`fences.fence_ids`). Ids are per
 business (`core.feed.ids`) and so is all of this: a stalled writer of one business holds back
 only that business's messages, never another's.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from core.feed import publish
+from core.feed import fences
 from core.feed.ids import BusinessFeed, public_id
 from core.storage import Doc
 
@@ -87,7 +87,7 @@ class Line:
             candidate = self.watermark + 1
             doc = self.pending.pop(candidate, None)
             if doc is not None:
-                if not publish.is_void(doc):
+                if not fences.is_void(doc):
                     self.release(doc)
             elif candidate in self.historic:
                 self.historic.discard(candidate)

@@ -10,13 +10,13 @@ commit with their deliveries and with the record they tell of (the pallet or the
 holding the message id), or none of them does.
 
 Fencing: a feed reader that has waited `feed_gap_grace_s` for a reserved id inserts a *void*
-placeholder under it (`fence_ids`); `_id` is unique, so from then on the id is known never to
+placeholder under it (`core.feed.fences`); `_id` is unique, so from then on the id is known never to
 commit and the reader moves past it. A writer whose message meets a void has its unit of work
 refused (the void holds the id): `write_with_messages` (and a pallet batch, the same way)
 reserves fresh ids and runs the unit again. So a stalled writer (an election, a paused process)
 is delivered late under a new id, in order, and never skipped. A void carries no business field
 (its key names the business): every business-scoped read ignores it, and unscoped readers (the
-hub, the webhook worker) check `is_void`.
+hub, the webhook worker) check `fences.is_void`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from core.endpoints.deliveries import new_delivery
 from core.endpoints.webhook_endpoints import endpoints_for
 from core.errors import MessageIdsFenced
 from core.feed import ids as message_ids
+from core.feed.fences import VOID, fence_ids
 from core.storage import (
     Doc,
     IdBlock,
@@ -43,13 +44,11 @@ from core.storage import (
     Transaction,
     WrittenListener,
     insert_all,
-    insert_new,
 )
 
 MessageType = Literal[
     "PALLET_EVENT", "SHIPMENT_COMPLETE", "EXCEPTION", "ENDPOINT_DISABLED", "ENDPOINT_FAILING"
 ]
-VOID = "void"  # the field that marks a fenced id's placeholder in push_messages
 # Times one unit of work takes fresh message ids before it gives up (each needs another stall
 # longer than the feed's grace).
 MAX_RENUMBERS = 5
@@ -182,28 +181,6 @@ async def build_messages(
                 )
             )
     return out
-
-
-def is_void(message: Doc) -> bool:
-    """A fenced id's placeholder: no message, never delivered."""
-    return bool(message.get(VOID))
-
-
-async def fence_ids(storage: Storage, ids: Iterable[int]) -> list[Doc]:
-    """Make sure none of `ids` commits from now on: a void takes each id that holds no message.
-
-    Returns what each id holds now (a message that committed in time, or a void, this reader's
-    or another's), by id. Safe with any number of readers fencing at once."""
-    wanted = sorted(set(ids))
-    if not wanted:
-        return []
-    at = datetime.now(UTC)
-    voids = [{"_id": message_id, VOID: True, "fenced_at": at} for message_id in wanted]
-    taken = set(await insert_new(storage, "push_messages", voids))
-    found = [v for v in voids if v["_id"] not in taken]
-    if taken:
-        found += await storage.push_messages.find({"_id": {"$in": sorted(taken)}}).to_list()
-    return sorted(found, key=lambda doc: int(doc["_id"]))
 
 
 # Listeners are called with the messages written through their Storage (or with none, when some

@@ -18,7 +18,7 @@ import logging
 
 from core.endpoints.deliveries import CLAIMABLE, DEAD, NO_MESSAGE
 from core.endpoints.due import schedule
-from core.feed import publish
+from core.feed import fences
 from core.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -68,9 +68,9 @@ async def settle_once(storage: Storage) -> tuple[int, int]:
 async def _without_message(storage: Storage, message_ids: set[int]) -> tuple[list[int], list[int]]:
     """Of `message_ids`, those with no message stored and those a void holds, in order."""
     stored = await storage.push_messages.find(
-        {"_id": {"$in": sorted(message_ids)}}, {"_id": 1, publish.VOID: 1}
+        {"_id": {"$in": sorted(message_ids)}}, {"_id": 1, fences.VOID: 1}
     ).to_list()
-    void = sorted(int(m["_id"]) for m in stored if publish.is_void(m))
+    void = sorted(int(m["_id"]) for m in stored if fences.is_void(m))
     gone = sorted(message_ids - {int(m["_id"]) for m in stored})
     return gone, void
 

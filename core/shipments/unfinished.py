@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 
 from core.exceptions import records
+from core.feed import fences, publish
 from core.feed import ids as message_ids
-from core.feed import publish
 from core.feed.retained import FeedMark, feed_mark
 from core.settings import Settings
 from core.shipments import completion
@@ -70,8 +70,8 @@ async def _half_written(storage: Storage, shipments: list[Doc]) -> list[Doc]:
     """Those of `shipments` (completed) whose completion message is unset, missing or void."""
     keys = [int(s["completion_message_id"]) for s in shipments if s.get("completion_message_id")]
     stored = await storage.push_messages.find({"_id": {"$in": keys}}).to_list()
-    published = {int(m["_id"]) for m in stored if not publish.is_void(m)}
-    voided = {int(m["_id"]) for m in stored if publish.is_void(m)}
+    published = {int(m["_id"]) for m in stored if not fences.is_void(m)}
+    voided = {int(m["_id"]) for m in stored if fences.is_void(m)}
     marks: dict[str, FeedMark | None] = {}  # each business's retention mark, read once
     found = []
     for shipment in shipments:
@@ -127,7 +127,7 @@ async def _published(storage: Storage, shipment: Doc, session: Session) -> bool:
     if key is None:
         return False
     message = await storage.push_messages.find_one({"_id": int(key)}, session=session)
-    return message is not None and not publish.is_void(message)
+    return message is not None and not fences.is_void(message)
 
 
 async def _short(storage: Storage, shipment: Doc, message_id: int, session: Session) -> Doc | None:

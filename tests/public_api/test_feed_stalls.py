@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient
 
 from core.auth.crypto import SecretBox
 from core.endpoints.webhook_endpoints import create_endpoint
-from core.feed import publish
+from core.feed import fences, publish
 from core.feed.ids import public_id
 from core.feed.publish import NewMessage
 from core.settings import Settings
@@ -113,6 +113,6 @@ async def test_a_writer_stalled_past_the_grace_is_delivered_in_order_exactly_onc
     # the reserved id holds a void and no delivery (none committed), the fresh id has one
     fenced = await storage.push_messages.find_one({"_id": reserved})
     assert fenced is not None
-    assert publish.is_void(fenced)
+    assert fences.is_void(fenced)
     assert await storage.webhook_deliveries.count_documents({"message_id": reserved}) == 0
     assert await storage.webhook_deliveries.count_documents({"message_id": message_id}) == 1

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 
 from bench.soak import HookReceiver, wait_until
-from core.feed import publish
+from core.feed import fences
 from core.storage import Storage
 from dockflow.runtime import open_services
 from tests.support.provision import ServeTenant, provision, settings_of
@@ -78,7 +78,7 @@ async def _unpublished(storage: Storage) -> list[str]:
     messages = [
         m
         for m in await storage.push_messages.find().to_list()
-        if not publish.is_void(m) and m["type"] == "EXCEPTION"
+        if not fences.is_void(m) and m["type"] == "EXCEPTION"
     ]
     by_id = {int(m["_id"]): m for m in messages}
     assert len(by_id) == len(messages)

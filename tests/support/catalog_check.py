@@ -14,7 +14,7 @@ import jsonschema_rs
 
 from core.errors import NotFound
 from core.feed import catalog
-from core.feed.publish import is_void
+from core.feed.fences import is_void
 from core.storage import Storage
 
 SHOWN = 5  # violations listed in a failure

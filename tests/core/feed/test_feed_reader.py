@@ -13,15 +13,10 @@ from pymongo.errors import PyMongoError
 
 from bench.messages import append_messages
 from core.errors import SlowConsumer, ValidationFailed
+from core.feed.fences import VOID, is_void
 from core.feed.hub import FeedHub
 from core.feed.ids import public_id
-from core.feed.publish import (
-    VOID,
-    NewMessage,
-    build_messages,
-    fenced_among,
-    is_void,
-)
+from core.feed.publish import NewMessage, build_messages, fenced_among
 from core.feed.reader import feed_filter, list_messages
 from core.settings import Settings
 from core.storage import Doc, Storage

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from core.feed import publish, stray_deliveries
+from core.feed import fences, publish, stray_deliveries
 from core.feed.publish import NewMessage
 from core.services import Services
 from core.settings import Settings
@@ -41,7 +41,7 @@ async def test_deliveries_without_their_message_are_settled_once_at_start(
     await make_endpoint(services, tenant, "http://127.0.0.1:9/hooks")
     never_written = await _deliveries_alone(storage, tenant, 1)
     fenced = await _deliveries_alone(storage, tenant, 2)  # a feed reader voided its id
-    await publish.fence_ids(storage, fenced.ids)
+    await fences.fence_ids(storage, fenced.ids)
     retried = await _deliveries_alone(storage, tenant, 3)  # claimed and failed once
     await storage.webhook_deliveries.update_many(
         {"message_id": retried.ids[0]}, {"$set": {"status": "FAILED", "attempts": 1}}

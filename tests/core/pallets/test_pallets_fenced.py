@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from core.auth.crypto import SecretBox
 from core.endpoints.webhook_endpoints import create_endpoint
-from core.feed import publish
+from core.feed import fences
 from core.pallets.batch import record_pallets
 from core.settings import Settings
 from core.storage import Storage
@@ -24,7 +24,7 @@ async def test_a_batch_meeting_fenced_ids_is_stored_under_fresh_ones(
     # leaves them when a batch that reserved them stalls past the grace.
     assert earlier.message_id is not None
     fenced = [earlier.message_id + 1, earlier.message_id + 2]
-    await publish.fence_ids(storage, fenced)
+    await fences.fence_ids(storage, fenced)
 
     batch = [(camera, pallet(f"L{i}", reading_id=f"r{i}")) for i in (1, 2)]
     results = await record_pallets(storage, settings, batch)
@@ -43,6 +43,6 @@ async def test_a_batch_meeting_fenced_ids_is_stored_under_fresh_ones(
     for key in fenced:
         void = await storage.push_messages.find_one({"_id": key})
         assert void is not None
-        assert publish.is_void(void)
+        assert fences.is_void(void)
     assert await storage.webhook_deliveries.count_documents({"message_id": {"$in": fenced}}) == 0
     await assert_pallets_and_messages_pair_up(storage, endpoints=1)

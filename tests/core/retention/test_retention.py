@@ -16,8 +16,8 @@ from pydantic import ValidationError
 from core import retention
 from core.auth.access import Principal
 from core.errors import RetentionExceeded
+from core.feed import fences, publish, retained
 from core.feed import ids as message_ids
-from core.feed import publish, retained
 from core.feed.hub import FeedHub
 from core.feed.ids import public_id
 from core.pallets.batch import record_pallets
@@ -63,7 +63,7 @@ async def test_a_sweep_deletes_what_is_past_retention_and_keeps_the_rest(
     await storage.delivery_attempts.insert_many(
         [{"_id": "att_old", "at": OLD}, {"_id": "att_new", "at": RECENT}]
     )
-    await publish.fence_ids(storage, [10_000])
+    await fences.fence_ids(storage, [10_000])
     await storage.push_messages.update_one({"_id": 10_000}, {"$set": {"fenced_at": OLD}})
 
     deleted = await retention.sweep(storage, settings, NOW)
@@ -258,7 +258,7 @@ async def test_a_feed_swept_empty_starts_after_the_swept_ids_when_the_api_restar
                 break
             await asyncio.sleep(0.05)
         assert await hub.watermark_of("acme") == new > swept[-1]
-        assert await storage.push_messages.count_documents({publish.VOID: True}) == 0
+        assert await storage.push_messages.count_documents({fences.VOID: True}) == 0
     finally:
         await hub.stop()
 

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from bench.soak import SOAK_ENV, hook_receiver, wait_until
-from core.feed import publish
+from core.feed import fences
 from core.storage import Doc, Storage
 from dockflow.runtime import open_services
 from tests.support.provision import ServeTenant, provision, settings_of
@@ -54,7 +54,7 @@ async def _complete(
 
 async def _states(storage: Storage, shipments: list[int]) -> dict[int, bool]:
     """Whether each shipment is completed; asserts that each is so whole or not at all."""
-    messages = [m for m in await storage.push_messages.find().to_list() if not publish.is_void(m)]
+    messages = [m for m in await storage.push_messages.find().to_list() if not fences.is_void(m)]
     by_shipment: dict[int, list[Doc]] = {}
     for message in messages:
         by_shipment.setdefault(int(message["shipment_id"]), []).append(message)

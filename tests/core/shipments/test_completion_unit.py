@@ -7,7 +7,7 @@ import pytest
 from pymongo.errors import PyMongoError
 
 from core.exceptions import records
-from core.feed import publish
+from core.feed import fences, publish
 from core.settings import Settings
 from core.shipments import completion
 from core.storage import Doc, Storage
@@ -27,7 +27,7 @@ async def test_a_completion_whose_ids_a_feed_reader_fenced_commits_whole_under_f
     [last] = await publish.reserve_message_ids(storage, "acme", 1)
     # The next two ids (the SHORT exception's and the completion's) held by a reader's voids,
     # as when the unit stalls past the feed's grace.
-    await publish.fence_ids(storage, [last + 1, last + 2])
+    await fences.fence_ids(storage, [last + 1, last + 2])
 
     done = await completion.complete_shipment(storage, settings, shipment_id, "operator:ann")
 
@@ -67,7 +67,7 @@ async def test_a_completion_refused_midway_writes_nothing(
     # The ids it reserved were voided: no feed reader waits for them.
     held = await storage.push_messages.find({"_id": {"$gt": last}}).to_list()
     assert held
-    assert all(publish.is_void(m) for m in held)
+    assert all(fences.is_void(m) for m in held)
 
 
 async def test_completing_a_completed_shipment_answers_its_stored_completion(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from core.feed import publish
+from core.feed import fences
 from core.retention import sweep
 from core.settings import Settings
 from core.shipments import completion, unfinished
@@ -92,7 +92,7 @@ async def test_a_completion_message_fenced_by_a_reader_is_published_under_a_fres
     shipment = await storage.shipments.find_one({"_id": shipment_id})
     assert shipment is not None
     old_key = shipment["completion_message_id"]
-    await publish.fence_ids(storage, [old_key])
+    await fences.fence_ids(storage, [old_key])
 
     async with open_services(settings):
         pass
