@@ -15,7 +15,6 @@ from datetime import datetime
 
 from pymongo import ASCENDING
 
-from core.auth.access import check_scope as check_scope  # the GraphQL resolvers ask it here
 from core.errors import ErrorList
 from core.feed import ids, retained
 from core.instants import instant_refusal

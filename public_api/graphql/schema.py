@@ -17,6 +17,7 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types import Info
 
 from core import tracing
+from core.auth import access
 from core.errors import DockflowError, SlowConsumer, ValidationFailed
 from core.exception_codes import (
     Status,
@@ -125,7 +126,7 @@ class Query:
     async def push_messages(self, info: GQLInfo, input: PushMessageFilter) -> list[PushMessage]:
         context = info.context
         principal = context.require_principal()
-        reader.check_scope(principal, input.business_slug, input.facility_slug)
+        access.check_scope(principal, input.business_slug, input.facility_slug)
         docs = await reader.list_messages(
             context.services.storage,
             input.business_slug,
@@ -391,7 +392,7 @@ class Subscription:
     ) -> AsyncGenerator[PushMessage, None]:
         context = info.context
         principal = context.require_principal()
-        reader.check_scope(principal, filter.business_slug, filter.facility_slug)
+        access.check_scope(principal, filter.business_slug, filter.facility_slug)
         if filter.since is not None:
             reader.validate_page(filter.since, None)
         selector = reader.feed_filter(
