@@ -99,15 +99,23 @@ async def claim(storage: Storage, keys: Iterable[str], session: Session) -> None
 
 
 async def locked_transaction(
-    storage: Storage, keys: Iterable[str], work: Callable[[Session], Coroutine[Any, Any, T]]
+    storage: Storage,
+    keys: Iterable[str],
+    work: Callable[[Session], Coroutine[Any, Any, T]],
+    *,
+    queued: Iterable[str] = (),
 ) -> T:
     """Run `work(session)` in one unit of work (`Storage.in_transaction`) that holds `keys`:
-    queued behind this process's other tasks for them, claimed as the unit's first write."""
+    queued behind this process's other tasks for them, claimed as the unit's first write.
+    `queued`: keys only queued for in this process, never claimed: a document every such unit
+    writes (a counter) would otherwise make concurrent units conflict on it at their end and
+    run again whole; queued, they meet it one after the other. Units of other processes still
+    conflict on it and run again, and one killed meanwhile holds no more than before."""
     held = sorted(set(keys))
 
     async def claimed(session: Session) -> T:
         await claim(storage, held, session)
         return await work(session)
 
-    async with queue(storage, held):
+    async with queue(storage, [*held, *queued]):
         return await storage.in_transaction(claimed)

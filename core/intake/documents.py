@@ -37,6 +37,7 @@ from core.intake import document_plan, document_writes
 from core.intake.contract import DocumentOrder, IntakeDocument, IntakeResponse
 from core.shipments.eligibility import shipment_key
 from core.storage import Session, Storage
+from core.tenancy import quotas
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,12 @@ async def _apply_document(
             await then(result, session)
         return result
 
-    return await locks.locked_transaction(storage, keys, apply)
+    # Most documents change what their business stores and so write its one usage counter
+    # (`quotas.count_stored`): in this process they queue for it, where they would otherwise
+    # conflict on it at their end and run again whole (a database that runs transactions side
+    # by side checks writes against each transaction's snapshot).
+    counter = quotas.counter_key(document.business)
+    return await locks.locked_transaction(storage, keys, apply, queued=[counter])
 
 
 def _check_request_duplicates(orders: list[DocumentOrder], paths: list[str]) -> None:

@@ -50,6 +50,12 @@ SETTINGS: Final[dict[Kind, str]] = {
 EXCEPTION_BYTES: Final = 4096
 
 
+def counter_key(business: str) -> str:
+    """The key (`core.locks`) units of work that count stored bytes for `business` queue for:
+    each writes its one counter document, so concurrent ones would conflict on it."""
+    return f"usage:{business}"
+
+
 def exception_bytes(note: str) -> int:
     """The bytes an exception raised by hand with `note` is counted."""
     return EXCEPTION_BYTES + len(note.encode())
