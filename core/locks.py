@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 # nothing once its unit has ended: it is only what two units for one key both write).
 CLAIM_TTL_S = 120.0
 LOCK_WAIT_S = 30.0  # longest a caller waits for a busy key in its process before answering 503
-BUSY = "another request for the same order is still running; retry later"
+BUSY = "earlier requests for the same order, shipment or business are still running; retry later"
 
 T = TypeVar("T")
 
