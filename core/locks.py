@@ -7,7 +7,9 @@ unit's first write, writes each key's document in `order_locks`, so two units of
 processes for one key conflict and the later runs again once the first has ended (on the
 single-writer embedded nx-27017, which runs one unit at a time anyway, it writes nothing). A unit
 that is aborted, or whose process is killed, holds nothing afterwards: there is no lease to wait
-out.
+out. Some keys are only queued for, never claimed: one for a document that every such unit
+writes (a business's usage counter), so that units of one process meet in the queue rather than
+in a write conflict at their end, which would run the later one again whole.
 """
 
 from __future__ import annotations
