@@ -2,7 +2,8 @@
 order's item strategy (OVERWRITE, APPEND, MERGE, DELETE). docs/decisions.md, D5, is the contract.
 
 A document is applied in two phases under locks on its order and shipment keys, taken inside its
-transaction (`locks.locked_transaction`: a killed process holds none):
+transaction (`locks.locked_transaction`: a killed process holds none), and after its business's
+earlier documents in this process (they all write its usage counter, `quotas.counter_key`):
 plan (read the current state, compute every change, raise on any error: nothing written yet;
 `core.intake.document_plan`), then execute (the writes; `core.intake.document_writes`). So a
 rejected document writes nothing, and requests for the same order never interleave (20 identical
