@@ -14,6 +14,7 @@ SCENARIOS = {
     "ingest": "bench.ingest",
     "ingest-latency": "bench.ingest_latency",
     "intake": "bench.intake",
+    "intake-contended": "bench.intake_contended",
     "fanout": "bench.fanout",
     "webhooks": "bench.webhooks",
     "soak": "bench.soak",

@@ -69,6 +69,7 @@ class Command:
     finished: float  # time.time() at reply (or failure)
     cursor_id: int = 0  # the cursor its reply opened or continued, if any
     failed: bool = False  # the database refused it in the recording too
+    code: int = 0  # the refusal's error code (112: a write conflict), when it was refused
 
 
 class CommandRecorder(monitoring.CommandListener):
@@ -78,7 +79,7 @@ class CommandRecorder(monitoring.CommandListener):
         self.database = database
         self.recording = recording
         self.pending: dict[tuple[int, Any], tuple[str, bytes, float]] = {}
-        self.done: list[tuple[str, bytes, float, float, int, bool]] = []
+        self.done: list[tuple[str, bytes, float, float, int, bool, int]] = []
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         name = event.command_name
@@ -96,24 +97,26 @@ class CommandRecorder(monitoring.CommandListener):
         self._finish(event, int(cursor.get("id", 0)) if isinstance(cursor, dict) else 0, False)
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        self._finish(event, 0, True)
+        failure = event.failure if isinstance(event.failure, dict) else {}
+        self._finish(event, 0, True, int(failure.get("code") or 0))
 
-    def _finish(self, event: Any, cursor_id: int, failed: bool) -> None:
+    def _finish(self, event: Any, cursor_id: int, failed: bool, code: int = 0) -> None:
         sent = self.pending.pop((event.request_id, event.connection_id), None)
         if sent is not None:
             name, body, started = sent
-            self.done.append((name, body, started, time.time(), cursor_id, failed))
+            self.done.append((name, body, started, time.time(), cursor_id, failed, code))
 
     def write(self, path: Path) -> None:
         """One BSON document per command, in the order their replies came; the file appears
         complete (renamed into place)."""
         partial = path.with_suffix(".partial")
         with partial.open("wb") as out:
-            for name, body, started, finished, cursor_id, failed in self.done:
+            for name, body, started, finished, cursor_id, failed, code in self.done:
                 out.write(
                     bson.encode(
                         {"name": name, "body": RawBSONDocument(body), "started": started,
-                         "finished": finished, "cursor_id": cursor_id, "failed": failed}
+                         "finished": finished, "cursor_id": cursor_id, "failed": failed,
+                         "code": code}
                     )
                 )  # fmt: skip
         partial.rename(path)
@@ -142,9 +145,10 @@ def start_recording(process: asyncio.subprocess.Process) -> None:
 
 def read_log(path: Path) -> list[Command]:
     """The commands of a log written by `CommandRecorder.write`, in the order they were sent."""
-    fields = ("name", "body", "started", "finished", "cursor_id", "failed")
+    fields = ("name", "body", "started", "finished", "cursor_id", "failed", "code")
     commands = [
-        Command(*(doc[name] for name in fields)) for doc in bson.decode_all(path.read_bytes())
+        Command(*(doc.get(name, 0) for name in fields))
+        for doc in bson.decode_all(path.read_bytes())
     ]
     return sorted(commands, key=lambda c: c.started)
 

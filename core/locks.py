@@ -7,7 +7,9 @@ unit's first write, writes each key's document in `order_locks`, so two units of
 processes for one key conflict and the later runs again once the first has ended (on the
 single-writer embedded nx-27017, which runs one unit at a time anyway, it writes nothing). A unit
 that is aborted, or whose process is killed, holds nothing afterwards: there is no lease to wait
-out.
+out. Some keys are only queued for, never claimed: one for a document that every such unit
+writes (a business's usage counter), so that units of one process meet in the queue rather than
+in a write conflict at their end, which would run the later one again whole.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 # nothing once its unit has ended: it is only what two units for one key both write).
 CLAIM_TTL_S = 120.0
 LOCK_WAIT_S = 30.0  # longest a caller waits for a busy key in its process before answering 503
-BUSY = "another request for the same order is still running; retry later"
+BUSY = "earlier requests for the same order, shipment or business are still running; retry later"
 
 T = TypeVar("T")
 
@@ -99,15 +101,23 @@ async def claim(storage: Storage, keys: Iterable[str], session: Session) -> None
 
 
 async def locked_transaction(
-    storage: Storage, keys: Iterable[str], work: Callable[[Session], Coroutine[Any, Any, T]]
+    storage: Storage,
+    keys: Iterable[str],
+    work: Callable[[Session], Coroutine[Any, Any, T]],
+    *,
+    queued: Iterable[str] = (),
 ) -> T:
     """Run `work(session)` in one unit of work (`Storage.in_transaction`) that holds `keys`:
-    queued behind this process's other tasks for them, claimed as the unit's first write."""
+    queued behind this process's other tasks for them, claimed as the unit's first write.
+    `queued`: keys only queued for in this process, never claimed: a document every such unit
+    writes (a counter) would otherwise make concurrent units conflict on it at their end and
+    run again whole; queued, they meet it one after the other. Units of other processes still
+    conflict on it and run again, and one killed meanwhile holds no more than before."""
     held = sorted(set(keys))
 
     async def claimed(session: Session) -> T:
         await claim(storage, held, session)
         return await work(session)
 
-    async with queue(storage, held):
+    async with queue(storage, [*held, *queued]):
         return await storage.in_transaction(claimed)

@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from core import locks
 from core.errors import DockflowError, NotFound, ValidationFailed
 from core.exception_codes import PRIORITIES
 from core.exceptions import records
@@ -77,7 +78,12 @@ async def create_customer_exception(
         # With the record: retention gives back exactly what was charged for it.
         await quotas.add_to_shipment(storage, shipment_id, "exceptions", size, session)
 
-    async with quotas.charged(storage, settings, shipment["business"], "exceptions", size):
+    # Each exception records its bytes on the shipment in its transaction: in this process they
+    # queue for it, where they would otherwise conflict on the shipment and run again whole.
+    async with (
+        locks.queue(storage, [quotas.shipment_counter_key(shipment_id)]),
+        quotas.charged(storage, settings, shipment["business"], "exceptions", size),
+    ):
         record = await records.create_exception(
             storage,
             settings,

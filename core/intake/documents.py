@@ -2,7 +2,8 @@
 order's item strategy (OVERWRITE, APPEND, MERGE, DELETE). docs/decisions.md, D5, is the contract.
 
 A document is applied in two phases under locks on its order and shipment keys, taken inside its
-transaction (`locks.locked_transaction`: a killed process holds none):
+transaction (`locks.locked_transaction`: a killed process holds none), and after its business's
+earlier documents in this process (they all write its usage counter, `quotas.counter_key`):
 plan (read the current state, compute every change, raise on any error: nothing written yet;
 `core.intake.document_plan`), then execute (the writes; `core.intake.document_writes`). So a
 rejected document writes nothing, and requests for the same order never interleave (20 identical
@@ -37,6 +38,7 @@ from core.intake import document_plan, document_writes
 from core.intake.contract import DocumentOrder, IntakeDocument, IntakeResponse
 from core.shipments.eligibility import shipment_key
 from core.storage import Session, Storage
+from core.tenancy import quotas
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,12 @@ async def _apply_document(
             await then(result, session)
         return result
 
-    return await locks.locked_transaction(storage, keys, apply)
+    # Most documents change what their business stores and so write its one usage counter
+    # (`quotas.count_stored`): in this process they queue for it, where they would otherwise
+    # conflict on it at their end and run again whole (a database that runs transactions side
+    # by side checks writes against each transaction's snapshot).
+    counter = quotas.counter_key(document.business)
+    return await locks.locked_transaction(storage, keys, apply, queued=[counter])
 
 
 def _check_request_duplicates(orders: list[DocumentOrder], paths: list[str]) -> None:

@@ -50,6 +50,18 @@ SETTINGS: Final[dict[Kind, str]] = {
 EXCEPTION_BYTES: Final = 4096
 
 
+def counter_key(business: str) -> str:
+    """The key (`core.locks`) units of work that count stored bytes for `business` queue for:
+    each writes its one counter document, so concurrent ones would conflict on it."""
+    return f"usage:{business}"
+
+
+def shipment_counter_key(shipment_id: int) -> str:
+    """The key (`core.locks`) units of work that record bytes on shipment `shipment_id`
+    (`add_to_shipment`) queue for: each writes the shipment, so concurrent ones would conflict."""
+    return f"usage:shipment/{shipment_id}"
+
+
 def exception_bytes(note: str) -> int:
     """The bytes an exception raised by hand with `note` is counted."""
     return EXCEPTION_BYTES + len(note.encode())

@@ -93,6 +93,18 @@ def test_intake_tiny() -> None:
     assert {s.split(":")[0] for s in figures["statuses"].split(",")} <= {"200", "201"}
 
 
+def test_intake_contended_tiny() -> None:
+    figures = run_bench("intake-contended")
+    assert set(figures) >= {
+        "documents", "documents_per_s", "p50_ms", "p99_ms", "max_ms", "statuses",
+        "round_trips_per_document", "refused", "attempts_per_commit",
+    }  # fmt: skip
+    assert int(figures["documents"]) > 0
+    # counted from the recorded window: every committed document took at least one attempt
+    assert float(figures["attempts_per_commit"]) >= 1
+    assert {s.split(":")[0] for s in figures["statuses"].split(",")} <= {"200", "201"}
+
+
 def test_fanout_tiny() -> None:
     figures = run_bench("fanout")
     assert set(figures) >= {
