@@ -26,7 +26,7 @@ from pymongo import UpdateOne
 from core.errors import Unavailable
 
 if TYPE_CHECKING:
-    from core.storage import Session, Storage
+    from core.storage import Storage, Transaction
 
 # A claim's document is removed by the TTL index this long after its last claim (it holds
 # nothing once its unit has ended: it is only what two units for one key both write).
@@ -86,7 +86,7 @@ async def queue(
         yield
 
 
-async def claim(storage: Storage, keys: Iterable[str], session: Session) -> None:
+async def claim(storage: Storage, keys: Iterable[str], session: Transaction) -> None:
     """Hold `keys` until the unit of work `session` runs ends: one write to each key's document
     (one command), which another unit writing them conflicts with. Nothing on a single-writer
     server, where no other unit runs meanwhile."""
@@ -103,7 +103,7 @@ async def claim(storage: Storage, keys: Iterable[str], session: Session) -> None
 async def locked_transaction(
     storage: Storage,
     keys: Iterable[str],
-    work: Callable[[Session], Coroutine[Any, Any, T]],
+    work: Callable[[Transaction], Coroutine[Any, Any, T]],
     *,
     queued: Iterable[str] = (),
 ) -> T:
@@ -115,7 +115,7 @@ async def locked_transaction(
     conflict on it and run again, and one killed meanwhile holds no more than before."""
     held = sorted(set(keys))
 
-    async def claimed(session: Session) -> T:
+    async def claimed(session: Transaction) -> T:
         await claim(storage, held, session)
         return await work(session)
 

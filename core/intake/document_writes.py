@@ -13,7 +13,7 @@ from pymongo import UpdateOne
 from core.intake.contract import ChangeEntry, ResponseItem, ResponseOrder, ResponseShipment
 from core.intake.document_plan import DocumentPlan, OrderPlan, item_order
 from core.shipments.lifecycle import CREATED_ORDER_STATUS, ORDER_COUNT, ShipmentStatus, new_shipment
-from core.storage import Doc, Session, Storage
+from core.storage import Doc, Storage, Transaction
 
 # A document's shipment is planned from the start: it is created SCHEDULED, never NEW.
 CREATED_SHIPMENT_STATUS = ShipmentStatus.SCHEDULED.value
@@ -21,7 +21,9 @@ REMOVE_CHUNK = 500  # item ids per delete when only some of an order's items go
 HISTORY_SOURCE = "document"
 
 
-async def execute_plan(storage: Storage, plan: DocumentPlan, session: Session) -> tuple[int, str]:
+async def execute_plan(
+    storage: Storage, plan: DocumentPlan, session: Transaction
+) -> tuple[int, str]:
     """Write the plan; returns the shipment's id and status. Entries are recorded as the writes
     happen, and each order plan gets its id and resulting items."""
     # Every order the document brings onto its shipment (created, or moved from another).
@@ -55,7 +57,7 @@ async def execute_plan(storage: Storage, plan: DocumentPlan, session: Session) -
 
 
 async def _write_shipment(
-    storage: Storage, plan: DocumentPlan, added: int, session: Session
+    storage: Storage, plan: DocumentPlan, added: int, session: Transaction
 ) -> tuple[int, str]:
     """Create the document's shipment with its order count, or keep the named one's count with
     the orders the document brings onto it; returns its id and status."""
@@ -88,7 +90,7 @@ async def _write_order(
     order: OrderPlan,
     shipment_id: int,
     order_updated: list[ChangeEntry],
-    session: Session,
+    session: Transaction,
 ) -> bool:
     """Create the order, or move it onto the shipment; sets its id. True when this changed the
     shipment (an order created, moved, or with items changing)."""
@@ -130,7 +132,7 @@ async def _write_order(
 
 
 async def _count_orders_left(
-    storage: Storage, plan: DocumentPlan, left_shipments: set[int], session: Session
+    storage: Storage, plan: DocumentPlan, left_shipments: set[int], session: Transaction
 ) -> None:
     """Take the orders the document moved away off each shipment they left, which is updated."""
     for left in sorted(left_shipments):
@@ -153,7 +155,7 @@ async def _count_orders_left(
 
 
 async def _count_orders_added(
-    storage: Storage, plan: DocumentPlan, added: int, session: Session
+    storage: Storage, plan: DocumentPlan, added: int, session: Transaction
 ) -> None:
     """Keep the named shipment's `order_count` with the orders the document brought onto it.
     A shipment stored before shipments counted their orders takes its count now: the plan read
@@ -177,7 +179,7 @@ async def _write_items(
     shipment_id: int,
     created: list[ChangeEntry],
     updated: list[ChangeEntry],
-    session: Session,
+    session: Transaction,
 ) -> None:
     # The plan read the order's items under its lock, and only intake writes items: what they
     # are after these writes is known without reading them back.
@@ -226,7 +228,7 @@ async def _write_items(
 
 
 async def _remove_items(
-    storage: Storage, order_id: str, remove_ids: list[str], current: set[str], session: Session
+    storage: Storage, order_id: str, remove_ids: list[str], current: set[str], session: Transaction
 ) -> None:
     """Delete an order's items: all of them by the order (one indexed delete), some of them by
     id in bounded chunks (a server may cost an `$in` list's square: 4,000 ids took 20 s on
@@ -246,7 +248,7 @@ def _reference(item: Doc | None) -> str:
 
 
 async def resulting_shipment(
-    storage: Storage, plan: DocumentPlan, shipment_id: int, status: str, session: Session
+    storage: Storage, plan: DocumentPlan, shipment_id: int, status: str, session: Transaction
 ) -> ResponseShipment:
     """The shipment after the document: its orders (as the plan read them, with the document's
     orders created or moved onto it) with their items (the document's orders' from the

@@ -37,7 +37,7 @@ from core.errors import DockflowError, DuplicateItemInRequest, FieldError
 from core.intake import document_plan, document_writes
 from core.intake.contract import DocumentOrder, IntakeDocument, IntakeResponse
 from core.shipments.eligibility import shipment_key
-from core.storage import Session, Storage
+from core.storage import Storage, Transaction
 from core.tenancy import quotas
 
 
@@ -66,7 +66,7 @@ async def apply_document(
     principal: Principal,
     document: IntakeDocument,
     *,
-    then: Callable[[IntakeResult, Session], Awaitable[None]] | None = None,
+    then: Callable[[IntakeResult, Transaction], Awaitable[None]] | None = None,
 ) -> IntakeResult:
     """Apply a validated document for `principal`. Raises (and writes nothing) when any part of
     it is rejected: 404/403 scope, 409 conflicts, 422 fields the current state requires.
@@ -90,7 +90,7 @@ async def _apply_document(
     storage: Storage,
     principal: Principal,
     document: IntakeDocument,
-    then: Callable[[IntakeResult, Session], Awaitable[None]] | None,
+    then: Callable[[IntakeResult, Transaction], Awaitable[None]] | None,
 ) -> IntakeResult:
     check_access(principal, document.business, document.facility)
     orders = document.order_documents()
@@ -100,7 +100,7 @@ async def _apply_document(
     keys = [shipment_key(*scope, document.shipment_reference)]
     keys += [order_key(*scope, o.order_number) for o in orders]
 
-    async def apply(session: Session) -> IntakeResult:
+    async def apply(session: Transaction) -> IntakeResult:
         plan = await document_plan.plan_document(storage, document, orders, paths, session)
         shipment_id, status = await document_writes.execute_plan(storage, plan, session)
         shipment = await document_writes.resulting_shipment(

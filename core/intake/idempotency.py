@@ -23,7 +23,7 @@ from core.errors import (
     IdempotencyKeyReused,
     RateLimited,
 )
-from core.storage import Session, Storage
+from core.storage import Storage, Transaction
 
 KEY_TTL = timedelta(hours=24)  # how long a response is replayed (docs/decisions.md, D6)
 # An IN_FLIGHT key older than this belongs to a request that died; a repeat may take it over.
@@ -127,7 +127,7 @@ async def finish(
     scope: KeyScope,
     key: str,
     response: StoredResponse,
-    session: Session,
+    session: Transaction,
 ) -> None:
     """Store the response of the request that claimed `key`, in the request's transaction: the
     response is stored if and only if the document was applied."""

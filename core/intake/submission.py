@@ -18,7 +18,7 @@ from core.intake import documents, idempotency
 from core.intake.contract import TextLimits, parse_document
 from core.intake.idempotency import KeyScope, StoredResponse
 from core.settings import Settings
-from core.storage import Session, Storage
+from core.storage import Storage, Transaction
 from core.tenancy import quotas
 from core.urls import shipment_url
 
@@ -63,7 +63,7 @@ async def apply_document_idempotently(
             check_access(principal, document.business, document.facility)
             return DocumentAnswer(stored, replayed=True)
 
-    async def finish(result: documents.IntakeResult, session: Session) -> None:
+    async def finish(result: documents.IntakeResult, session: Transaction) -> None:
         # With the document's writes: a crash leaves all or none of them. What it leaves
         # stored is counted, not its request's bytes (a manifest sent again stores nothing new).
         await quotas.count_stored(

@@ -36,7 +36,7 @@ from pymongo.errors import DuplicateKeyError
 
 from core.errors import QuotaExceeded
 from core.settings import Settings
-from core.storage import Doc, Session, Storage
+from core.storage import Doc, Session, Storage, Transaction
 
 Kind = Literal["documents", "attachments", "exceptions"]
 KINDS: Final[tuple[Kind, ...]] = ("documents", "attachments", "exceptions")
@@ -146,7 +146,7 @@ async def count_stored(
     business: str,
     kind: Kind,
     by_shipment: dict[int, int],
-    session: Session,
+    session: Transaction,
 ) -> None:
     """Count a unit of work's net change in the stored bytes of `kind`, by the shipment they are
     on, with its writes (`session`): a growth is charged (`QuotaExceeded` past the quota ends

@@ -14,7 +14,7 @@ from core.errors import Unavailable
 from core.intake import documents
 from core.services import Services
 from core.settings import Settings
-from core.storage import Session, Storage
+from core.storage import Storage, Transaction
 from tests.support.factories import Tenant
 
 BASE = {"business": "acme", "facility": "dc1", "direction": "OUTBOUND"}
@@ -80,7 +80,7 @@ async def test_a_unit_holding_a_key_holds_off_another_process_and_an_aborted_one
     claimed, release = asyncio.Event(), asyncio.Event()
     events: list[str] = []
 
-    async def first(session: Session) -> None:
+    async def first(session: Transaction) -> None:
         await locks.claim(storage, ["order:k"], session)
         await storage.shipments.insert_one({"_id": 1}, session=session)
         claimed.set()
@@ -88,7 +88,7 @@ async def test_a_unit_holding_a_key_holds_off_another_process_and_an_aborted_one
         events.append("first aborted")
         raise RuntimeError("aborted")
 
-    async def second(session: Session) -> None:
+    async def second(session: Transaction) -> None:
         await locks.claim(other, ["order:k"], session)
         await other.shipments.insert_one({"_id": 2}, session=session)
 
