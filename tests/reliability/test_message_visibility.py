@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 
 from core.feed import fences
+from core.feed.publish import NewMessage
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -24,7 +25,14 @@ from dockflow.edge.v1 import edge_pb2
 from tests.support.camera import BASE_TIME, dock_event, reading, stream, stub
 from tests.support.customer_server import running_receiver
 from tests.support.factories import Tenant, make_tenant
-from tests.support.outbox import all_finished, make_endpoint, message_webhook_id, wait_until
+from tests.support.feed_writers import StalledWriter
+from tests.support.outbox import (
+    all_finished,
+    make_endpoint,
+    message_webhook_id,
+    pallet_payload,
+    wait_until,
+)
 from tests.support.processes import DockflowProcess
 
 DOCKS = ("D1", "D2")
@@ -103,4 +111,44 @@ async def test_workers_in_other_processes_never_dead_a_message_being_committed(
     assert set(receiver.ids()) == wanted
     assert await storage.webhook_deliveries.count_documents({"status": "SUCCEEDED"}) == len(
         messages
+    )
+
+
+async def test_a_unit_renumbered_after_a_fence_is_delivered_under_its_fresh_ids(
+    services: Services, storage: Storage, settings: Settings, tmp_path: Path
+):
+    """A writer stalls with its ids reserved; a feed reader fences them (their voids), while a
+    worker in another process polls; the writer's unit is refused by the voids and runs again
+    under fresh ids. The worker must deliver the messages under those, and never meet a
+    delivery under a fenced id (its void is no message: it would be DEAD)."""
+    tenant = await make_tenant(services)
+    new = [
+        NewMessage(tenant.business, tenant.facility, "PALLET_EVENT", pallet_payload(tenant, n), 1)
+        for n in range(3)
+    ]
+    async with running_receiver() as receiver:
+        await make_endpoint(services, tenant, receiver.base_url)
+        worker = DockflowProcess(
+            "webhooks", settings, tmp_path / "hooks.log", args=(), **FAST_WORKER
+        )
+        await worker.start()
+        try:
+            writer = StalledWriter(storage, new)
+            stalled = await writer.start()
+            await fences.fence_ids(storage, stalled)
+            written = await writer.finish()
+            await wait_until(lambda: all_finished(storage), within=120)
+        finally:
+            await worker.stop()
+
+    assert writer.given[0] == stalled
+    assert writer.given[-1] == written.ids
+    assert not set(written.ids) & set(stalled)
+    assert await storage.webhook_deliveries.count_documents({"message_id": {"$in": stalled}}) == 0
+    delivered = await storage.webhook_deliveries.find({}).to_list()
+    assert {(d["message_id"], d["status"]) for d in delivered} == {
+        (message_id, "SUCCEEDED") for message_id in written.ids
+    }
+    assert sorted(receiver.ids()) == sorted(
+        message_webhook_id(tenant.business, message_id) for message_id in written.ids
     )
