@@ -12,6 +12,7 @@ documents). Idempotency keys, operator sessions and test sends expire by their o
 Before each batch of push messages goes, the sweeper raises the business's mark of how far its
 feed is swept (`core.feed.retained`, which owns the mark and refuses a read that starts before
 it with `RetentionExceeded`, instead of answering a page with a hole the consumer cannot see).
+A message a waiting delivery still needs is kept past its retention until none does.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from gridfs.asynchronous import AsyncGridFSBucket
 from gridfs.errors import NoFile
 from pymongo import ASCENDING
 
+from core.endpoints.deliveries import CLAIMABLE
 from core.feed import ids as message_ids
 from core.feed import retained
 from core.running import Periodic
@@ -50,10 +52,11 @@ class Kept:
     setting: str
 
 
+# Deliveries before messages: one past its own retention keeps no message (`_sweep_feed`).
 KEPT: Final = (
+    Kept("webhook_deliveries", "created_at", "retention_deliveries_days"),
     Kept("push_messages", "sent_at", "retention_messages_days"),
     Kept("readings", "created_at", "retention_readings_days"),
-    Kept("webhook_deliveries", "created_at", "retention_deliveries_days"),
     Kept("delivery_attempts", "at", "retention_attempts_days"),
 )
 
@@ -150,14 +153,22 @@ async def _sweep(storage: Storage, kept: Kept, query: Doc) -> int:
 
 async def _sweep_feed(storage: Storage, cutoff: datetime) -> int:
     """Delete messages sent before `cutoff` (and fenced voids older than it), oldest first,
-    moving the feed's mark before each batch goes: a reader never misses a hole."""
-    total = 0
+    moving the feed's mark before each batch goes: a reader never misses a hole. A message a
+    waiting delivery still needs is kept (a follow-up written late in its retention, such as a
+    correction's declaration, or one waiting for a retry): the worker would find it gone and
+    make the delivery DEAD. Past the mark no feed read reaches it; a later sweep takes it once
+    nothing waits for it."""
+    total = kept = 0
     while True:
         batch = (
             await storage.push_messages.find(
                 {"sent_at": {"$lt": cutoff}}, {"_id": 1, "sent_at": 1, "business": 1}
             )
             .sort("_id", ASCENDING)
+            # The messages kept so far are the lowest ids still there: past them. (Skipped
+            # rather than an `_id` range beside `sent_at`, which the embedded server answers
+            # short; whatever a concurrent sweeper shifts is found by the next sweep.)
+            .skip(kept)
             .limit(BATCH)
             .to_list()
         )
@@ -171,11 +182,23 @@ async def _sweep_feed(storage: Storage, cutoff: datetime) -> int:
             marks[doc["business"]] = (message_ids.public_id(doc["_id"]), through_at)
         for business, (through_id, through_at) in sorted(marks.items()):
             await retained.raise_mark(storage, business, through_id, through_at)
-        ids = [d["_id"] for d in batch]
-        total += (await storage.push_messages.delete_many({"_id": {"$in": ids}})).deleted_count
+        ids = [int(d["_id"]) for d in batch]
+        needed = await _awaited(storage, ids)
+        kept += len(needed)
+        if gone := [i for i in ids if i not in needed]:
+            total += (await storage.push_messages.delete_many({"_id": {"$in": gone}})).deleted_count
     voids = Kept("push_messages", "fenced_at", "retention_messages_days")
     await _sweep(storage, voids, {"fenced_at": {"$lt": cutoff}})
     return total
+
+
+async def _awaited(storage: Storage, keys: list[int]) -> set[int]:
+    """Of the messages `keys`, those with a delivery still to be sent (waiting, or held by a
+    worker)."""
+    waiting = await storage.webhook_deliveries.find(
+        {"message_id": {"$in": keys}, "status": {"$in": CLAIMABLE}}, {"message_id": 1}
+    ).to_list()
+    return {int(d["message_id"]) for d in waiting}
 
 
 class RetentionSweeper(Periodic):

@@ -390,15 +390,17 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _deliveries_outlive_their_retries(self) -> Settings:
-        # The sweep takes deliveries by age whatever their state: one still waiting for a retry
-        # would be dropped unsent.
+        # The sweep takes deliveries and messages by age whatever their deliveries' state: a
+        # delivery waiting for a retry would be dropped unsent, or find its message gone and be
+        # DEAD ("push message not found") though its endpoint answers again.
         retrying_s = sum(self.webhook_retry_schedule_s) * (1 + self.webhook_retry_jitter)
-        kept_s = self.retention_deliveries_days * 86400
-        if kept_s and kept_s <= retrying_s:
-            raise ValueError(
-                f"retention_deliveries_days ({self.retention_deliveries_days}) must outlast the"
-                f" webhook retry schedule ({retrying_s / 86400:.1f} days with its jitter)"
-            )
+        for setting in ("retention_deliveries_days", "retention_messages_days"):
+            days = getattr(self, setting)
+            if days and days * 86400 <= retrying_s:
+                raise ValueError(
+                    f"{setting} ({days}) must outlast the"
+                    f" webhook retry schedule ({retrying_s / 86400:.1f} days with its jitter)"
+                )
         return self
 
     @property

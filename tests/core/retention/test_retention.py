@@ -93,6 +93,41 @@ async def test_a_sweep_deletes_what_is_past_retention_and_keeps_the_rest(
     }
 
 
+async def test_a_sweep_keeps_the_messages_waiting_deliveries_need(
+    storage: Storage, settings: Settings, monkeypatch: pytest.MonkeyPatch
+):
+    # More kept than one batch holds, first in id order: the sweep goes past them.
+    monkeypatch.setattr(retention, "BATCH", 3)
+    await messages_sent(storage, OLD, 10)
+    stored = sorted([d["_id"] async for d in storage.push_messages.find({}, {"_id": 1})])
+    waited = stored[:4] + stored[7:8]
+    statuses = ["PENDING", "FAILED", "DELIVERING", "PENDING", "FAILED"]
+    await storage.webhook_deliveries.insert_many(
+        [
+            {"_id": f"dlv_{n}", "message_id": key, "status": status, "created_at": RECENT}
+            for n, (key, status) in enumerate(zip(waited, statuses, strict=True))
+        ]
+        + [
+            {
+                "_id": "dlv_sent",
+                "message_id": stored[5],
+                "status": "SUCCEEDED",
+                "created_at": RECENT,
+            }
+        ]
+    )
+
+    deleted = await retention.sweep(storage, settings, NOW)
+
+    assert deleted["push_messages"] == 5
+    left = sorted([d["_id"] async for d in storage.push_messages.find({}, {"_id": 1})])
+    assert left == waited
+    # Once nothing waits for them, the next sweep takes them.
+    await storage.webhook_deliveries.update_many({}, {"$set": {"status": "SUCCEEDED"}})
+    assert (await retention.sweep(storage, settings, NOW))["push_messages"] == 5
+    assert await storage.push_messages.count_documents({}) == 0
+
+
 async def test_zero_days_keeps_forever(storage: Storage, settings_factory: Callable[..., Settings]):
     settings = settings_factory(retention_messages_days=0, retention_readings_days=0)
     await messages_sent(storage, OLD, 2)
@@ -272,3 +307,14 @@ def test_deliveries_are_kept_longer_than_their_retries_take(
         settings_factory(retention_deliveries_days=1)
     assert settings_factory(retention_deliveries_days=2).retention_deliveries_days == 2
     assert settings_factory(retention_deliveries_days=0).retention_deliveries_days == 0
+
+
+def test_messages_are_kept_longer_than_their_deliveries_retries_take(
+    settings_factory: Callable[..., Settings],
+):
+    # A delivery whose message is swept while it waits for a retry is DEAD at its next claim
+    # ("push message not found"): the message must outlive the schedule as its delivery does.
+    with pytest.raises(ValidationError, match=r"retention_messages_days \(1\) must outlast"):
+        settings_factory(retention_messages_days=1)
+    assert settings_factory(retention_messages_days=2).retention_messages_days == 2
+    assert settings_factory(retention_messages_days=0).retention_messages_days == 0

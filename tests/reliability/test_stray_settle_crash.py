@@ -1,0 +1,114 @@
+"""The start-up step that settles deliveries an earlier release left without their push message
+(`core.feed.stray_deliveries`), attacked as a crashing process: `dockflow webhooks` SIGKILLed
+while it settles thousands of them in many batches, then two processes starting at once on the
+same database. The step must be finished by the next start, nothing settled twice in a way that
+shows, no real message touched: every stray is DEAD (or removed, under a fenced id), the marker
+says done, and each real message of either business is delivered exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from core.endpoints.deliveries import NO_MESSAGE
+from core.feed import fences, publish, stray_deliveries
+from core.feed.publish import NewMessage, WrittenMessages
+from core.services import Services
+from core.settings import Settings
+from core.storage import Storage
+from tests.support.customer_server import running_receiver
+from tests.support.factories import Tenant, make_tenant
+from tests.support.feed_writers import commit_messages
+from tests.support.outbox import (
+    all_finished,
+    make_endpoint,
+    message_webhook_id,
+    pallet_payload,
+    wait_until,
+)
+from tests.support.processes import DockflowProcess
+
+STRAYS = 3000  # never-written messages' deliveries: six batches of the step's 500 and more
+FAILED_STRAYS = 600  # of them, failed once before the upgrade (the step's second status)
+FENCED = 600  # deliveries under ids a feed reader fenced
+REAL = 15  # committed messages per business, written beside the strays
+CHUNK = 500
+
+
+def _messages(tenant: Tenant, start: int, count: int) -> list[NewMessage]:
+    return [
+        NewMessage(tenant.business, tenant.facility, "PALLET_EVENT", pallet_payload(tenant, n), 1)
+        for n in range(start, start + count)
+    ]
+
+
+async def _deliveries_alone(storage: Storage, tenant: Tenant, start: int, count: int) -> list[int]:
+    """Deliveries stored without their messages, as an earlier release left them; their ids."""
+    ids: list[int] = []
+    for offset in range(0, count, CHUNK):
+        size = min(CHUNK, count - offset)
+        written = await publish.build_messages(storage, _messages(tenant, start + offset, size))
+        await storage.webhook_deliveries.insert_many(written.deliveries)
+        ids += written.ids
+    return ids
+
+
+async def _settling_caught(storage: Storage, process: DockflowProcess) -> bool:
+    """Wait until the process has settled some strays; SIGKILL it there. Whether it was caught
+    before the step recorded itself done (a fast machine may finish first: the test holds
+    either way, and says which it ran)."""
+    while await storage.webhook_deliveries.find_one({"status": "DEAD"}, {"_id": 1}) is None:
+        await asyncio.sleep(0.01)
+    await process.kill()
+    marker = await storage.counters.find_one({"_id": stray_deliveries.MARKER})
+    return marker is None
+
+
+async def test_a_settle_killed_midway_is_finished_by_the_next_starts(
+    services: Services, storage: Storage, settings: Settings, tmp_path: Path
+):
+    acme = await make_tenant(services, "acme")
+    globex = await make_tenant(services, "globex")
+    async with running_receiver() as receiver:
+        for tenant in (acme, globex):
+            await make_endpoint(services, tenant, receiver.base_url)
+        strays = await _deliveries_alone(storage, acme, 0, STRAYS)
+        await storage.webhook_deliveries.update_many(
+            {"message_id": {"$in": strays[:FAILED_STRAYS]}},
+            {"$set": {"status": "FAILED", "attempts": 1}},
+        )
+        fenced = await _deliveries_alone(storage, globex, 0, FENCED)
+        await fences.fence_ids(storage, fenced)
+        real = WrittenMessages()
+        for tenant in (acme, globex):
+            real.extend(await publish.build_messages(storage, _messages(tenant, 10_000, REAL)))
+        await commit_messages(storage, real)
+
+        first = DockflowProcess("webhooks", settings, tmp_path / "first.log")
+        start = asyncio.create_task(first.start())
+        caught = await _settling_caught(storage, first)
+        await asyncio.gather(start, return_exceptions=True)  # it never said it was ready
+        print(f"\nkilled {'while settling' if caught else 'after settling'}")  # noqa: T201
+
+        # Two processes start at once on what the killed one left.
+        again = [DockflowProcess("webhooks", settings, tmp_path / f"again-{n}.log") for n in (1, 2)]
+        await asyncio.gather(*(p.start() for p in again))
+        try:
+            await wait_until(lambda: all_finished(storage), within=120)
+        finally:
+            await asyncio.gather(*(p.stop() for p in again))
+
+    marker = await storage.counters.find_one({"_id": stray_deliveries.MARKER})
+    assert marker is not None
+    assert marker["done"] is True
+    dead = await storage.webhook_deliveries.find({"message_id": {"$in": strays}}).to_list()
+    assert len(dead) == STRAYS
+    assert {(d["status"], d["last_error"]) for d in dead} == {("DEAD", NO_MESSAGE)}
+    assert await storage.webhook_deliveries.count_documents({"message_id": {"$in": fenced}}) == 0
+    ids = receiver.ids()
+    assert sorted(ids) == sorted(
+        message_webhook_id(m["business"], int(m["_id"])) for m in real.messages
+    )
+    delivered = await storage.webhook_deliveries.find({"message_id": {"$in": real.ids}}).to_list()
+    assert {d["status"] for d in delivered} == {"SUCCEEDED"}
+    assert len(delivered) == len(real.messages)
