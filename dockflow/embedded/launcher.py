@@ -20,7 +20,7 @@ from dockflow.embedded.patches import (
     date_queries,
     dotted_projection,
     exit_on_signal,
-    id_order,
+    id_order,  # wraps the SQL translator before date_queries and ne_missing
     indexed_equality,
     indexed_in,
     inline_commands,
@@ -36,7 +36,7 @@ from dockflow.embedded.patches import (
 PATCHES = (
     insert_copy,
     update_types,
-    id_order,
+    id_order,  # wraps the SQL translator before date_queries and ne_missing
     indexed_equality,
     indexed_in,  # wraps indexed_equality's where clauses
     date_queries,  # uses indexed_equality's fields

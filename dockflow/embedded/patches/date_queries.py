@@ -16,6 +16,7 @@ the `$in` split has no test: `dockflow bench webhooks` measures it.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from neosqlite.collection.datetime_query_processor import DateTimeQueryProcessor
@@ -24,7 +25,6 @@ from neosqlite.collection.sql_translator_unified import SQLOperatorTranslator
 from dockflow.embedded.patches.indexed_equality import SCALAR_FIELDS, scalar_equalities
 
 _datetime_sql_tier = DateTimeQueryProcessor._process_with_sql_tier
-_translate_operator = SQLOperatorTranslator.translate_operator
 _MS_DATETIME = "strftime('%Y-%m-%d %H:%M:%f', "
 
 
@@ -60,13 +60,20 @@ def _process_with_sql_tier(self: Any, query: dict[str, Any]) -> Any:
     return _datetime_sql_tier(self, scalar_equalities(self.collection.name, query))
 
 
-def _translate_operator_ms(self: Any, *args: Any, **kwargs: Any) -> Any:
-    sql, params = _translate_operator(self, *args, **kwargs)
-    if sql and "datetime(" in sql:
-        sql = sql.replace("datetime(", _MS_DATETIME)
-    return sql, params
+def _milliseconds(translate_operator: Any) -> Any:
+    @functools.wraps(translate_operator)
+    def translate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        sql, params = translate_operator(self, *args, **kwargs)
+        if sql and "datetime(" in sql:
+            sql = sql.replace("datetime(", _MS_DATETIME)
+        return sql, params
+
+    return translate
 
 
 def apply() -> None:
     DateTimeQueryProcessor._process_with_sql_tier = _process_with_sql_tier
-    SQLOperatorTranslator.translate_operator = _translate_operator_ms
+    # Wraps the translator as it is by now (id_order wraps it first).
+    SQLOperatorTranslator.translate_operator = _milliseconds(
+        SQLOperatorTranslator.translate_operator
+    )
