@@ -158,22 +158,18 @@ async def _sweep_feed(storage: Storage, cutoff: datetime) -> int:
     correction's declaration, or one waiting for a retry): the worker would find it gone and
     make the delivery DEAD. Past the mark no feed read reaches it; a later sweep takes it once
     nothing waits for it."""
-    total = kept = 0
+    total = 0
+    query: Doc = {"sent_at": {"$lt": cutoff}}
     while True:
         batch = (
-            await storage.push_messages.find(
-                {"sent_at": {"$lt": cutoff}}, {"_id": 1, "sent_at": 1, "business": 1}
-            )
+            await storage.push_messages.find(query, {"_id": 1, "sent_at": 1, "business": 1})
             .sort("_id", ASCENDING)
-            # The messages kept so far are the lowest ids still there: past them. (Skipped
-            # rather than an `_id` range beside `sent_at`, which the embedded server answers
-            # short; whatever a concurrent sweeper shifts is found by the next sweep.)
-            .skip(kept)
             .limit(BATCH)
             .to_list()
         )
         if not batch:
             break
+        query["_id"] = {"$gt": batch[-1]["_id"]}  # past the messages this batch keeps
         # In key order, a business's messages are in id order: its highest in the batch marks
         # how far its feed is swept.
         marks: dict[str, tuple[int, datetime]] = {}
@@ -184,7 +180,6 @@ async def _sweep_feed(storage: Storage, cutoff: datetime) -> int:
             await retained.raise_mark(storage, business, through_id, through_at)
         ids = [int(d["_id"]) for d in batch]
         needed = await _awaited(storage, ids)
-        kept += len(needed)
         if gone := [i for i in ids if i not in needed]:
             total += (await storage.push_messages.delete_many({"_id": {"$in": gone}})).deleted_count
     voids = Kept("push_messages", "fenced_at", "retention_messages_days")

@@ -567,7 +567,7 @@ class FeedHub:
         for low, high in feed.key_range(cursor_id, up_to):
             while low < high:
                 query = selector.query()
-                query["_id"] = {"$gt": low, "$lte": high}  # no date range beside it (reader.py)
+                query["_id"] = {"$gt": low, "$lte": high}  # `sent_at` checked below
                 async with gate or contextlib.nullcontext():
                     page = await (
                         self.storage.push_messages.find(query)

@@ -91,9 +91,8 @@ async def list_messages(
     if up_to is None:  # no hub: every id reserved so far
         up_to = (await ids.reserved_through(storage, [business])).get(business, feed.start)
     query = feed_filter(business, facility, allowed).query()
-    # The embedded server compares `_id` as text when an `_id` range is combined with a date
-    # range, so the two never share a query: find the first id sent at or after `since`, then
-    # page by id and check `sent_at` here (ids and send times run nearly in step).
+    # Find the first id sent at or after `since`, then page by id alone and check `sent_at`
+    # here (ids and send times run nearly in step).
     start = await (
         storage.push_messages.find({**query, "sent_at": {"$gte": since}}, {"_id": 1})
         .sort("_id", ASCENDING)
