@@ -10,9 +10,9 @@ early, and `delete_many({_id: {$gt: 1100}})` deleted ids 2..999 too. A number co
 REAL loses the digits past 2^53: `_id > 2^53` missed 2^53 + 1.
 MongoDB: compares within one type, numbers by value, and orders numbers before strings; a number
 range never matches a string `_id`.
-Fix: a number range on `_id`, in either translator, compares the number the document holds
-(`json_extract`, an integer or a real, which SQLite compares exactly) and keeps to numeric ids;
-a sort on `_id` puts numbers first, by that value, then strings.
+Fix: a number range on `_id`, in either translator, compares the column read as a number
+(`CAST AS NUMERIC`: an integer, exact to 2^63, or a real; SQLite compares the two exactly) and
+keeps to numeric ids; a sort on `_id` puts numbers first, by that value, then strings.
 Pinned by tests/core/storage/test_storage_conformance.py
 `test_id_number_range_and_sort_across_digit_counts` (fails without it);
 `test_integer_id_ranges_beside_equality_filters_compare_as_numbers` checks the feed's paging
@@ -43,9 +43,10 @@ def _numeric_id(data: str) -> str:
     return f"json_type({data}, '$._id') IN ('integer', 'real')"
 
 
-def _id_value(data: str) -> str:
-    """The document's `_id` as JSON holds it: an integer, exact to 2^63, or a real."""
-    return f"json_extract({data}, '$._id')"
+def _id_value(column: str) -> str:
+    """The `_id` column's text read as the number it was written from: an integer (exact to
+    2^63) or a real. Cheaper than reading the document's JSON, and checked before it."""
+    return f"CAST({column} AS NUMERIC)"
 
 
 def _build_id_operator_clause(self: Any, value: dict[str, Any]) -> Any:
@@ -53,7 +54,8 @@ def _build_id_operator_clause(self: Any, value: dict[str, Any]) -> Any:
     if not ranges or not all(_number(v) for v in ranges.values()):
         return _id_clause(self, value)
     rest = {op: v for op, v in value.items() if op not in _RANGE_SQL}
-    clauses = [f"{_id_value('data')} {_RANGE_SQL[op]} ?" for op in ranges]
+    column = self._id_column_ref()
+    clauses = [f"{_id_value(column)} {_RANGE_SQL[op]} ?" for op in ranges]
     clauses.append(_numeric_id("data"))
     params = list(ranges.values())
     if rest:
@@ -79,7 +81,7 @@ def _build_sort_clause(self: Any, sort: Any, collation: Any = None) -> Any:
         numeric = _numeric_id(f"{table}.data")
         parts.append(
             f"(CASE WHEN {numeric} THEN 0 ELSE 1 END) {order}, "
-            f"(CASE WHEN {numeric} THEN {_id_value(f'{table}.data')} END) {order}, "
+            f"(CASE WHEN {numeric} THEN {_id_value(f'{table}._id')} END) {order}, "
             f"{table}._id {order}"
         )
     return " ORDER BY " + ", ".join(parts)
@@ -93,7 +95,7 @@ def _numeric_id_ranges(translate_operator: Any) -> Any:
         if field_access != "_id" or operator not in _RANGE_SQL or not _number(value):
             return translate_operator(self, field_access, operator, value)
         data = self.field_accessor.data_column
-        sql = f"({_id_value(data)} {_RANGE_SQL[operator]} ? AND {_numeric_id(data)})"
+        sql = f"({_id_value(field_access)} {_RANGE_SQL[operator]} ? AND {_numeric_id(data)})"
         return sql, [value]
 
     return translate
