@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import grpc
-import pytest
 
 from core.services import Services
 from core.settings import Settings
@@ -23,10 +22,6 @@ from tests.support.factories import make_tenant
 from tests.support.pallets import assert_pallets_and_messages_pair_up
 
 TOTAL = 1500
-# 1,500 readings, a database stopped and started, then resent: 95 s on nx-27017 and past the
-# default 120 s on SecantusDB when the whole suite shared two cores. The limit guards against a
-# hang; it is no figure.
-pytestmark = pytest.mark.timeout(300)
 
 
 async def test_stopping_the_database_mid_stream_then_resending_repairs_everything(

@@ -22,10 +22,6 @@ from tests.support.admin import run_in_process
 from tests.support.backends import ENGINE, only_on_nx_27017
 from tests.support.processes import DemoServer, run_dockflow
 
-# Each test runs several dockflow and database processes one after another: 35-45 s alone, past
-# 120 s when the whole suite shares two cores. The limit guards against a hang; it is no figure.
-pytestmark = pytest.mark.timeout(300)
-
 SECRET_KEY = "YmFja3VwLXRlc3Qta2V5LTAxMjM0NTY3ODlhYmNkZWY="  # base64 of 32 bytes
 
 
