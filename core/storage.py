@@ -315,8 +315,16 @@ async def together(session: Session, *steps: Awaitable[Any]) -> list[Any]:
 class Storage:
     """The MongoDB client and dockflow's collections. Create with :meth:`connect`."""
 
-    def __init__(self, client: AsyncMongoClient[Doc], db_name: str) -> None:
+    def __init__(
+        self,
+        client: AsyncMongoClient[Doc],
+        db_name: str,
+        *,
+        transaction_limit_s: float = TRANSACTION_LIMIT_S,
+    ) -> None:
         self.client = client
+        # The default bound of a unit of work with its retries (`in_transaction`).
+        self.transaction_limit_s = transaction_limit_s
         self.db: AsyncDatabase[Doc] = client[db_name]
         # What the process keeps beside its connection, shared by its tasks and by no other
         # Storage object (to those, as to another process, only the database is common): the
@@ -331,7 +339,14 @@ class Storage:
         self._server_known = False
 
     @classmethod
-    async def connect(cls, url: str, db_name: str, *, timeout_ms: int = 5000) -> Storage:
+    async def connect(
+        cls,
+        url: str,
+        db_name: str,
+        *,
+        timeout_ms: int = 5000,
+        transaction_limit_s: float = TRANSACTION_LIMIT_S,
+    ) -> Storage:
         client: AsyncMongoClient[Doc] = AsyncMongoClient(
             url,
             tz_aware=True,  # datetimes come back as aware UTC
@@ -339,7 +354,7 @@ class Storage:
             connectTimeoutMS=timeout_ms,
             appname="dockflow",
         )
-        storage = cls(client, db_name)
+        storage = cls(client, db_name, transaction_limit_s=transaction_limit_s)
         try:
             storage.learn_server(await client.admin.command("hello"))
             await storage.ensure_indexes()
@@ -377,13 +392,14 @@ class Storage:
         self,
         work: Callable[[Transaction], Coroutine[Any, Any, T]],
         *,
-        limit_s: float = TRANSACTION_LIMIT_S,
+        limit_s: float | None = None,
     ) -> T:
         """Run `work(session)` in one multi-document transaction and commit it.
 
         Transient errors (a write conflict with another transaction, an election) run the whole
         work again, and a commit of unknown outcome is retried, as the driver specification
-        recommends (`with_transaction`), within `limit_s`; past it, `Unavailable` (503/UNAVAILABLE:
+        recommends (`with_transaction`), within `limit_s` (by default the storage's
+        `transaction_limit_s`); past it, `Unavailable` (503/UNAVAILABLE:
         the client retries later). An unreachable database, or one whose disk is full, ends it at
         once (`DatabaseUnavailable`).
         So `work` may run several times: it must compute everything
@@ -392,6 +408,8 @@ class Storage:
 
         if not self._server_known:
             self.learn_server(await self.client.admin.command("hello"))
+        if limit_s is None:
+            limit_s = self.transaction_limit_s
 
         async def run(session: AsyncClientSession) -> T:
             async with AsyncExitStack() as bound:

@@ -22,6 +22,10 @@ from tests.support.factories import make_tenant
 from tests.support.pallets import assert_pallets_and_messages_pair_up
 
 TOTAL = 1500
+# A unit of work whose commit cannot reach the database retries it this long (30 s by default:
+# a supervised embedded server is back within seconds); here the database stays down until the
+# stream has ended, so each batch in flight would hold the stream and the server's stop that long.
+COMMIT_RETRY_S = 2.0
 
 
 async def test_stopping_the_database_mid_stream_then_resending_repairs_everything(
@@ -31,7 +35,9 @@ async def test_stopping_the_database_mid_stream_then_resending_repairs_everythin
     url = await mongo.start()
     try:
         settings = settings_factory(mongodb_url=url, mongodb_db="outage")
-        storage = await Storage.connect(url, "outage", timeout_ms=1000)
+        storage = await Storage.connect(
+            url, "outage", timeout_ms=1000, transaction_limit_s=COMMIT_RETRY_S
+        )
         services = Services(settings=settings, storage=storage)
         tenant = await make_tenant(services)
         readings = [reading(f"O-{i}", reading_id=f"o-{i}") for i in range(TOTAL)]
