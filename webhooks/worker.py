@@ -41,6 +41,7 @@ from core.errors import NotFound
 from core.feed import fences, publish
 from core.feed import ids as message_ids
 from core.outbox import attempts, claiming, delivery_stats
+from core.outbox.messages import load_message
 from core.outbox.sending import encode_payload
 from core.running import Running
 from core.services import Services
@@ -222,7 +223,7 @@ class WebhookWorker(Running):
                     interval = self.settings.webhook_poll_interval_s
                     self._retries_due_check = time.monotonic() + interval
                 else:
-                    message = await claiming.load_message(self.storage, claim.message_id)
+                    message = await load_message(self.storage, claim.message_id)
                     self._spawn((claim,), {claim.message_id: message} if message else {})
                     continue
             busy, at_share = self._busy(), self._at_share()

@@ -8,8 +8,10 @@ import socket
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+import pytest
 from aiohttp import web
 
+from core.errors import Conflict
 from core.outbox import requeue
 from core.services import Services
 from core.settings import Settings
@@ -300,6 +302,22 @@ async def test_resend_delivers_again_with_the_same_webhook_id(
     assert receiver.ids() == [message_webhook_id("acme", message_id)] * 2
     assert receiver.requests[0].body == receiver.requests[1].body
     assert len(await attempts_of(storage, delivery["_id"])) == 2
+
+
+async def test_a_delivery_whose_message_is_past_retention_is_not_resent(
+    services: Services, storage: Storage, tenant: Tenant, receiver: Receiver
+):
+    # Queued again, it would only be DEAD at its claim: the operator hears why at once.
+    await make_endpoint(services, tenant, receiver.base_url)
+    [message_id] = await append_pallets(storage, tenant, 1)
+    await storage.webhook_deliveries.update_many({}, {"$set": {"status": "DEAD"}})
+    await storage.push_messages.delete_one({"_id": message_id})
+    [delivery] = await deliveries_of(storage)
+
+    with pytest.raises(Conflict, match="its push message is past retention"):
+        await requeue.resend_delivery(storage, delivery["_id"])
+
+    assert [d["status"] for d in await deliveries_of(storage)] == ["DEAD"]
 
 
 async def test_recover_requeues_failed_and_dead_deliveries_since_a_time(
