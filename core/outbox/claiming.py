@@ -279,9 +279,11 @@ async def release(storage: Storage, claim: Claim, delay_s: float = 0.0, error: s
 
 
 async def message_gone(storage: Storage, claim: Claim) -> None:
-    """The delivery's push message is not stored (retention swept it while the delivery
-    waited): nothing can be sent, so the delivery is DEAD with the reason, at once. A message
-    commits with its deliveries, so it is never one about to appear."""
+    """The delivery's push message is not loaded: nothing can be sent, so the delivery is DEAD
+    with the reason, at once. Retention keeps a message while a delivery of it waits, so this
+    is one queued again by a recover after its message was swept, a delivery an earlier release
+    wrote without its message, or one whose id holds a feed reader's void. A message commits
+    with its deliveries, so it is never one about to appear."""
     await finish(storage, claim, {"status": DEAD, "last_error": NO_MESSAGE, **schedule(None)})
 
 

@@ -328,8 +328,8 @@ def test_deliveries_are_kept_longer_than_their_retries_take(
 def test_messages_are_kept_longer_than_their_deliveries_retries_take(
     settings_factory: Callable[..., Settings],
 ):
-    # A delivery whose message is swept while it waits for a retry is DEAD at its next claim
-    # ("push message not found"): the message must outlive the schedule as its delivery does.
+    # A message a delivery waiting for a retry needs is kept past its retention, behind the
+    # feed's mark: the message must outlive the schedule as its delivery does.
     with pytest.raises(ValidationError, match=r"retention_messages_days \(1\) must outlast"):
         settings_factory(retention_messages_days=1)
     assert settings_factory(retention_messages_days=2).retention_messages_days == 2
