@@ -12,18 +12,18 @@ from pathlib import Path
 
 from core.endpoints.deliveries import NO_MESSAGE
 from core.feed import fences, publish, stray_deliveries
-from core.feed.publish import NewMessage, WrittenMessages
+from core.feed.publish import WrittenMessages
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from tests.support.customer_server import running_receiver
-from tests.support.factories import Tenant, make_tenant
-from tests.support.feed_writers import commit_messages
+from tests.support.factories import make_tenant
+from tests.support.feed_writers import commit_messages, deliveries_alone
 from tests.support.outbox import (
     all_finished,
     make_endpoint,
     message_webhook_id,
-    pallet_payload,
+    pallet_messages,
     wait_until,
 )
 from tests.support.processes import DockflowProcess
@@ -32,25 +32,6 @@ STRAYS = 3000  # never-written messages' deliveries: six batches of the step's 5
 FAILED_STRAYS = 600  # of them, failed once before the upgrade (the step's second status)
 FENCED = 600  # deliveries under ids a feed reader fenced
 REAL = 15  # committed messages per business, written beside the strays
-CHUNK = 500
-
-
-def _messages(tenant: Tenant, start: int, count: int) -> list[NewMessage]:
-    return [
-        NewMessage(tenant.business, tenant.facility, "PALLET_EVENT", pallet_payload(tenant, n), 1)
-        for n in range(start, start + count)
-    ]
-
-
-async def _deliveries_alone(storage: Storage, tenant: Tenant, start: int, count: int) -> list[int]:
-    """Deliveries stored without their messages, as an earlier release left them; their ids."""
-    ids: list[int] = []
-    for offset in range(0, count, CHUNK):
-        size = min(CHUNK, count - offset)
-        written = await publish.build_messages(storage, _messages(tenant, start + offset, size))
-        await storage.webhook_deliveries.insert_many(written.deliveries)
-        ids += written.ids
-    return ids
 
 
 async def _settling_caught(storage: Storage, process: DockflowProcess) -> bool:
@@ -72,16 +53,18 @@ async def test_a_settle_killed_midway_is_finished_by_the_next_starts(
     async with running_receiver() as receiver:
         for tenant in (acme, globex):
             await make_endpoint(services, tenant, receiver.base_url)
-        strays = await _deliveries_alone(storage, acme, 0, STRAYS)
+        strays = (await deliveries_alone(storage, pallet_messages(acme, STRAYS))).ids
         await storage.webhook_deliveries.update_many(
             {"message_id": {"$in": strays[:FAILED_STRAYS]}},
             {"$set": {"status": "FAILED", "attempts": 1}},
         )
-        fenced = await _deliveries_alone(storage, globex, 0, FENCED)
+        fenced = (await deliveries_alone(storage, pallet_messages(globex, FENCED))).ids
         await fences.fence_ids(storage, fenced)
         real = WrittenMessages()
         for tenant in (acme, globex):
-            real.extend(await publish.build_messages(storage, _messages(tenant, 10_000, REAL)))
+            real.extend(
+                await publish.build_messages(storage, pallet_messages(tenant, REAL, 10_000))
+            )
         await commit_messages(storage, real)
 
         first = DockflowProcess("webhooks", settings, tmp_path / "first.log")
