@@ -14,7 +14,7 @@ from core.errors import DockflowError, NotFound, ValidationFailed
 from core.exception_codes import MAX_LPNS, PRIORITIES
 from core.exceptions import records
 from core.settings import Settings
-from core.storage import Doc, Session, Storage
+from core.storage import Doc, Storage, Transaction
 from core.tenancy import quotas
 
 # A customer exception's detail: the note's first sentence, cut here (shorter than the detail
@@ -76,7 +76,7 @@ async def create_customer_exception(
     now = now or datetime.now(UTC)
     size = quotas.exception_bytes(note)
 
-    async def add_to_shipment(session: Session) -> None:
+    async def add_to_shipment(session: Transaction) -> None:
         # With the record: retention gives back exactly what was charged for it.
         await quotas.add_to_shipment(storage, shipment_id, "exceptions", size, session)
 
