@@ -85,7 +85,7 @@ class Facility:
     label_fields: tuple[LabelFieldMapping, ...] = ()
     # Completion policy: complete a shipment once every expected LPN was observed.
     complete_on_all_lpns: bool = True
-    # Exception rules switched off here (codes of `core.exceptions.records.RULE_CODES`; each
+    # Exception rules switched off here (codes of `core.exception_codes.RULE_CODES`; each
     # is on by default), and the confidence below which a mapped label is LOW_CONFIDENCE.
     disabled_checks: frozenset[str] = frozenset()
     confidence_threshold: float = 0.80
