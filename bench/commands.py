@@ -28,10 +28,10 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import bson
 from bson.raw_bson import RawBSONDocument
@@ -40,6 +40,11 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
 from core.storage import Storage
+
+if TYPE_CHECKING:
+    from bench.harness import Server
+
+T = TypeVar("T")
 
 LOG_ENV = "BENCH_COMMAND_LOG"
 RECORD_ENV = "BENCH_COMMAND_RECORD"
@@ -157,6 +162,18 @@ def within(commands: Iterable[Command], start: float, end: float) -> list[Comman
     """The commands sent in [start, end) (`time.time()`): a measured window of the run, without
     the index creation every process does when it connects."""
     return [c for c in commands if start <= c.started < end and c.name != "createIndexes"]
+
+
+async def while_recording(
+    server: Server, work: Callable[[], Awaitable[T]]
+) -> tuple[T, list[Command]]:
+    """Run `work` while `server` (started with BENCH_COMMAND_RECORD=0) records: its result and
+    the commands sent during it."""
+    start_recording(server.process)
+    await asyncio.sleep(0.1)  # the signal is handled at once; this only leaves it time
+    window_start = time.time()
+    result = await work()
+    return result, within(await server.commands(), window_start, time.time())
 
 
 @dataclass

@@ -16,18 +16,12 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 
-from bench.commands import (
-    RECORD_ENV,
-    copy_database,
-    count_differences,
-    replay,
-    start_recording,
-    within,
-)
+from bench.commands import RECORD_ENV, copy_database, count_differences, replay, while_recording
 from bench.harness import final_line, make_tenant, print_table, running_server, summarize_ms
 from dockflow.runtime import open_services
 
@@ -59,9 +53,14 @@ def document(client: int, sequence: int) -> bytes:
     ).encode()
 
 
-async def hammer(url: str, token: str, duration_s: float) -> dict[str, Any]:
+async def hammer(
+    url: str, token: str, duration_s: float, make_body: Callable[[int, int], bytes]
+) -> dict[str, Any]:
+    """POST `make_body(client, sequence)` from CLIENTS concurrent clients for `duration_s`: the
+    rate, the statuses, latency percentiles, and the first answer of each status not 2xx."""
     latencies: list[float] = []
     statuses: Counter[int] = Counter()
+    refusals: dict[int, str] = {}
     deadline = time.perf_counter() + duration_s
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     connector = aiohttp.TCPConnector(limit=CLIENTS)
@@ -70,12 +69,14 @@ async def hammer(url: str, token: str, duration_s: float) -> dict[str, Any]:
         async def client(number: int) -> None:
             sequence = 0
             while time.perf_counter() < deadline:
-                body = document(number, sequence)
+                body = make_body(number, sequence)
                 sequence += 1
                 started = time.perf_counter()
                 async with session.post(url, data=body, headers=headers) as resp:
-                    await resp.read()
+                    answer = await resp.read()
                     statuses[resp.status] += 1
+                    if not 200 <= resp.status < 300:
+                        refusals.setdefault(resp.status, answer.decode(errors="replace")[:300])
                 latencies.append(time.perf_counter() - started)
 
         started = time.perf_counter()
@@ -85,6 +86,7 @@ async def hammer(url: str, token: str, duration_s: float) -> dict[str, Any]:
         "requests": len(latencies),
         "rate": len(latencies) / elapsed,
         "statuses": dict(statuses),
+        "refusals": refusals,
         **summarize_ms(latencies),
     }
 
@@ -94,16 +96,15 @@ async def run(size: str) -> None:
     recording_off = {RECORD_ENV: "0"}
     async with running_server("api", recording_off, record_commands=True) as server:
         tenant = await make_tenant(server, docks=1)
-        await hammer(f"{server.base_url}/documents", tenant.token, min(duration, 2.0))  # warm-up
-        result = await hammer(f"{server.base_url}/documents", tenant.token, duration)
+        url = f"{server.base_url}/documents"
+        await hammer(url, tenant.token, min(duration, 2.0), document)  # warm-up
+        result = await hammer(url, tenant.token, duration, document)
         async with open_services(server.settings()) as services:
             client, copy = services.storage.client, f"{server.db_name}_replay"
             await copy_database(client, server.db_name, copy)
-            start_recording(server.process)
-            await asyncio.sleep(0.1)  # the signal is handled at once; this only leaves it time
-            window_start = time.time()
-            recorded = await hammer(f"{server.base_url}/documents", tenant.token, duration)
-            commands = within(await server.commands(), window_start, time.time())
+            recorded, commands = await while_recording(
+                server, lambda: hammer(url, tenant.token, duration, document)
+            )
             db = await replay(client, copy, commands)
             differences = await count_differences(client, server.db_name, copy)
         db_rate = recorded["requests"] / db.elapsed_s
@@ -116,7 +117,9 @@ async def run(size: str) -> None:
         assert noop.stdout is not None
         try:
             port = int((await noop.stdout.readline()).decode())
-            limit = await hammer(f"http://127.0.0.1:{port}/documents", tenant.token, duration)
+            limit = await hammer(
+                f"http://127.0.0.1:{port}/documents", tenant.token, duration, document
+            )
         finally:
             noop.kill()
             await noop.wait()

@@ -14,19 +14,16 @@ away, which replaying the commands one by one would not show.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
-import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
-import aiohttp
+from bench.commands import RECORD_ENV, Command, while_recording
+from bench.harness import final_line, make_tenant, print_table, running_server
+from bench.intake import CLIENTS, hammer
 
-from bench.commands import RECORD_ENV, Command, start_recording, within
-from bench.harness import final_line, make_tenant, print_table, running_server, summarize_ms
-
-CLIENTS = 16
 SHIPMENTS = 8
 ORDERS = 32  # shared by every client; a document names one, on a shipment picked at random
 OVERWRITE_ITEMS = 10
@@ -62,40 +59,16 @@ def document(run: int, client: int, sequence: int, rng: random.Random) -> bytes:
     ).encode()
 
 
-async def hammer(url: str, token: str, duration_s: float, seed: int) -> dict[str, Any]:
-    latencies: list[float] = []
-    statuses: Counter[int] = Counter()
-    refusals: dict[int, str] = {}  # the first answer of each status that is not 2xx
-    deadline = time.perf_counter() + duration_s
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    connector = aiohttp.TCPConnector(limit=CLIENTS)
-    async with aiohttp.ClientSession(connector=connector) as session:
+def documents_of(seed: int) -> Callable[[int, int], bytes]:
+    """The documents of a run: each client draws from its own generator, seeded from `seed`, so
+    every run of a seed posts the same documents."""
+    generators: dict[int, random.Random] = {}
 
-        async def client(number: int) -> None:
-            rng = random.Random(seed * 1000 + number)  # the same documents in every run
-            sequence = 0
-            while time.perf_counter() < deadline:
-                body = document(seed, number, sequence, rng)
-                sequence += 1
-                started = time.perf_counter()
-                async with session.post(url, data=body, headers=headers) as resp:
-                    answer = await resp.read()
-                    statuses[resp.status] += 1
-                    if resp.status >= 300:
-                        refusals.setdefault(resp.status, answer.decode(errors="replace")[:300])
-                latencies.append(time.perf_counter() - started)
+    def make(client: int, sequence: int) -> bytes:
+        rng = generators.setdefault(client, random.Random(seed * 1000 + client))
+        return document(seed, client, sequence, rng)
 
-        started = time.perf_counter()
-        await asyncio.gather(*(client(n) for n in range(CLIENTS)))
-        elapsed = time.perf_counter() - started
-    return {
-        "requests": len(latencies),
-        "rate": len(latencies) / elapsed,
-        "statuses": dict(statuses),
-        "refusals": refusals,
-        "max_ms": max(latencies, default=0.0) * 1000,
-        **summarize_ms(latencies),
-    }
+    return make
 
 
 def attempts_of(commands: list[Command]) -> dict[str, Any]:
@@ -121,13 +94,11 @@ async def run(size: str) -> None:
     async with running_server("api", {RECORD_ENV: "0"}, record_commands=True) as server:
         tenant = await make_tenant(server, docks=1)
         url = f"{server.base_url}/documents"
-        await hammer(url, tenant.token, min(duration, 2.0), seed=0)  # creates most orders
-        result = await hammer(url, tenant.token, duration, seed=1)
-        start_recording(server.process)
-        await asyncio.sleep(0.1)  # the signal is handled at once; this only leaves it time
-        window_start = time.time()
-        recorded = await hammer(url, tenant.token, duration, seed=2)
-        commands = within(await server.commands(), window_start, time.time())
+        await hammer(url, tenant.token, min(duration, 2.0), documents_of(0))  # creates most orders
+        result = await hammer(url, tenant.token, duration, documents_of(1))
+        recorded, commands = await while_recording(
+            server, lambda: hammer(url, tenant.token, duration, documents_of(2))
+        )
     counts = attempts_of(commands)
     documents = max(recorded["requests"], 1)
     commits = max(counts["commits"], 1)

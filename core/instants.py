@@ -1,6 +1,7 @@
 """The rules of instants. A stored time read back is aware UTC (`aware`). A date a caller gives
-(a GraphQL DateTime, a document's date, a command's `--since`) carries a UTC offset and names an
-instant the database can store, years 1-9999 in UTC. `0001-01-01T00:00:00+14:00` parses, and is
+(a GraphQL DateTime, a document's date) carries a UTC offset; an operator's command-line time
+(`--since`) may leave it out and then means UTC (as its help says). Either names an instant the
+database can store, years 1-9999 in UTC. `0001-01-01T00:00:00+14:00` parses, and is
 still year 0 in UTC: converting it (as every query and write does) raised OverflowError, an
 internal error with a logged traceback."""
 

@@ -164,8 +164,10 @@ async def apply_declaration(
             changes.append(await _apply_client(storage, business.slug, client))
         for camera in business.cameras:
             changes.append(await _apply_camera(storage, business.slug, camera))
+        # Listed once per business; what is created is added, so a later spec sees it.
+        endpoints = await webhook_endpoints.list_endpoints(storage, business.slug)
         for webhook in business.webhooks:
-            changes.append(await _apply_webhook(storage, box, business.slug, webhook))
+            changes.append(await _apply_webhook(storage, box, business.slug, webhook, endpoints))
     for operator in declaration.operators:
         changes.append(await _apply_operator(storage, operator))
     return changes
@@ -205,18 +207,7 @@ async def _apply_facility(storage: Storage, business: str, spec: FacilitySpec) -
     )
     current = await tenants.find_facility(storage, business, spec.slug)
     if current is None:
-        await tenants.create_facility(
-            storage,
-            business,
-            spec.slug,
-            name=spec.name,
-            docks=spec.docks,
-            timezone=spec.timezone,
-            label_fields=list(wanted.label_fields),
-            complete_on_all_lpns=spec.complete_on_all_lpns,
-            disabled_checks=wanted.disabled_checks,
-            confidence_threshold=wanted.confidence_threshold,
-        )
+        await tenants.insert_facility(storage, wanted)  # its business was applied first
         await _apply_identities(storage, business, spec)
         return Change("facility", key, "created")
     if current != wanted:
@@ -337,8 +328,14 @@ def _events_of(spec: WebhookSpec) -> tuple[str, ...]:
 
 
 async def _apply_webhook(
-    storage: Storage, box: SecretBox, business: str, spec: WebhookSpec
+    storage: Storage,
+    box: SecretBox,
+    business: str,
+    spec: WebhookSpec,
+    endpoints: list[webhook_endpoints.WebhookEndpoint],
 ) -> Change:
+    """Create or update the business's endpoint `spec` declares, among its `endpoints` (the
+    stored ones; a created one is added to them)."""
     url = spec.url.rstrip("/")
     key = f"{business}:{spec.facility or '*'}:{url}"
     options: dict[str, Any] = {
@@ -353,11 +350,7 @@ async def _apply_webhook(
         "token_field": spec.token_field,
         "header_format": spec.header_format,
     }
-    existing = [
-        e
-        for e in await webhook_endpoints.list_endpoints(storage, business)
-        if e.base_url == url and e.facility == spec.facility
-    ]
+    existing = [e for e in endpoints if e.base_url == url and e.facility == spec.facility]
     if not existing:
         created = await webhook_endpoints.create_endpoint(
             storage,
@@ -366,6 +359,7 @@ async def _apply_webhook(
             url,
             **options,
         )
+        endpoints.append(created.entity)
         endpoint_id = created.entity.endpoint_id
         return Change(
             "webhook", f"{endpoint_id} {key}", "created", "signing_secret", created.secret

@@ -28,7 +28,7 @@ from gridfs.asynchronous import AsyncGridFSBucket
 from gridfs.errors import NoFile
 from pymongo import ASCENDING
 
-from core.endpoints.deliveries import CLAIMABLE
+from core.endpoints.deliveries import STILL_TO_SEND
 from core.feed import ids as message_ids
 from core.feed import retained
 from core.running import Periodic
@@ -155,9 +155,9 @@ async def _sweep_feed(storage: Storage, cutoff: datetime) -> int:
     """Delete messages sent before `cutoff` (and fenced voids older than it), oldest first,
     moving the feed's mark before each batch goes: a reader never misses a hole. A message a
     waiting delivery still needs is kept (a follow-up written late in its retention, such as a
-    correction's declaration, or one waiting for a retry): the worker would find it gone and
-    make the delivery DEAD. Past the mark no feed read reaches it; a later sweep takes it once
-    nothing waits for it."""
+    correction's declaration, one waiting for a retry, or one DISABLED until its endpoint is
+    enabled again): the worker would find it gone and make the delivery DEAD. Past the mark no
+    feed read reaches it; a later sweep takes it once nothing waits for it."""
     total = 0
     query: Doc = {"sent_at": {"$lt": cutoff}}
     while True:
@@ -188,10 +188,10 @@ async def _sweep_feed(storage: Storage, cutoff: datetime) -> int:
 
 
 async def _awaited(storage: Storage, keys: list[int]) -> set[int]:
-    """Of the messages `keys`, those with a delivery still to be sent (waiting, or held by a
-    worker)."""
+    """Of the messages `keys`, those with a delivery still to be sent (waiting, held by a
+    worker, or DISABLED until its endpoint is enabled again)."""
     waiting = await storage.webhook_deliveries.find(
-        {"message_id": {"$in": keys}, "status": {"$in": CLAIMABLE}}, {"message_id": 1}
+        {"message_id": {"$in": keys}, "status": {"$in": list(STILL_TO_SEND)}}, {"message_id": 1}
     ).to_list()
     return {int(d["message_id"]) for d in waiting}
 

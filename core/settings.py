@@ -389,10 +389,12 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _deliveries_outlive_their_retries(self) -> Settings:
-        # The sweep takes deliveries and messages by age whatever their deliveries' state: a
-        # delivery waiting for a retry would be dropped unsent, or find its message gone and be
-        # DEAD ("push message not found") though its endpoint answers again.
+    def _retention_outlasts_the_retry_schedule(self) -> Settings:
+        # The sweep takes deliveries by age whatever their state: one waiting for a retry would
+        # be dropped unsent. It keeps a message past its retention while a delivery of it
+        # waits, but past the feed's retention mark, where no feed read reaches it, and read
+        # again by every sweep until the delivery ends: retention, not the retries, should
+        # decide how long a message stays.
         retrying_s = sum(self.webhook_retry_schedule_s) * (1 + self.webhook_retry_jitter)
         for setting in ("retention_deliveries_days", "retention_messages_days"):
             days = getattr(self, setting)

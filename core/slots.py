@@ -5,6 +5,9 @@ work is done, rather than queued behind the others. Taken and given back on the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from core.errors import RateLimited
 
 RETRY_AFTER_S = 5
@@ -34,3 +37,12 @@ class BusinessSlots:
 
     def give_back(self, business: str) -> None:
         self._businesses.discard(business)
+
+    @contextmanager
+    def held(self, business: str) -> Iterator[None]:
+        """The business's place (`take`) for the `with` block, given back however it ends."""
+        self.take(business)
+        try:
+            yield
+        finally:
+            self.give_back(business)

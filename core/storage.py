@@ -279,7 +279,9 @@ def _duplicate_key(error: PyMongoError) -> bool:
     return False
 
 
-def _out_of_disk_space(error: BaseException) -> bool:
+def out_of_disk_space(error: BaseException) -> bool:
+    """Whether `error` is the database refusing a write its files cannot take (no space left, a
+    quota or a limit, or a failing disk), as against being unreachable."""
     if isinstance(error, BulkWriteError):
         codes = {e.get("code") for e in error.details.get("writeErrors", [])}
         return OUT_OF_DISK_SPACE in codes
@@ -289,7 +291,7 @@ def _out_of_disk_space(error: BaseException) -> bool:
 def database_unavailable(error: BaseException) -> bool:
     """Whether `error` is the database failing to take a command for now (unreachable, or its
     disk full), not the command being wrong: transports answer 503/UNAVAILABLE, retry later."""
-    return isinstance(error, UNAVAILABLE_ERRORS) or _out_of_disk_space(error)
+    return isinstance(error, UNAVAILABLE_ERRORS) or out_of_disk_space(error)
 
 
 def _unavailable(error: Exception) -> DatabaseUnavailable:

@@ -22,7 +22,7 @@ from core.feed import ids as message_ids
 from core.services import Services
 from core.shipments import linking
 from core.tenancy import tenants
-from core.tenancy.tenants import ApiClient, Camera, Facility, LabelFieldMapping
+from core.tenancy.tenants import ApiClient, Camera, Facility, LabelFieldMapping, Operator
 from dockflow import (
     admin_apply,
     admin_asn,
@@ -132,6 +132,13 @@ def _client_data(client: ApiClient) -> dict[str, Any]:
     }
 
 
+def _operator_data(operator: Operator) -> dict[str, Any]:
+    return {
+        "username": operator.username,
+        "businesses": None if operator.businesses is None else sorted(operator.businesses),
+    }
+
+
 def _camera_data(camera: Camera) -> dict[str, Any]:
     return {
         "camera_id": camera.camera_id,
@@ -208,12 +215,12 @@ async def _create_client(services: Services, args: argparse.Namespace) -> Output
             "server on other ports gets its addresses from that server's start banner",
             file=sys.stderr,
         )
+    listed = _client_data(client)
+    listed.pop("disabled")  # a new client is enabled
     data = {
-        "client_id": client.client_id,
+        "client_id": listed.pop("client_id"),
         "client_secret": created.secret,
-        "business": client.business,
-        "facilities": None if client.facilities is None else sorted(client.facilities),
-        "name": client.name,
+        **listed,
         "token_url": f"{base_url}/oauth/token",
         "audience": audience,
     }
@@ -245,10 +252,7 @@ async def _create_operator(services: Services, args: argparse.Namespace) -> Outp
     operator = await tenants.create_operator(
         services.storage, args.username, password, businesses=args.business
     )
-    data: dict[str, Any] = {
-        "username": operator.username,
-        "businesses": None if operator.businesses is None else sorted(operator.businesses),
-    }
+    data = _operator_data(operator)
     if generated:
         data["password"] = password
     text = f"created operator {operator.username}"
@@ -281,10 +285,7 @@ async def _list_webhooks(services: Services, business: str | None) -> list[dict[
 
 async def _list_operators(services: Services, business: str | None) -> list[dict[str, Any]]:
     return [
-        {
-            "username": o.username,
-            "businesses": None if o.businesses is None else sorted(o.businesses),
-        }
+        _operator_data(o)
         for o in await tenants.list_operators(services.storage)
         if business is None or o.may_see_business(business)
     ]

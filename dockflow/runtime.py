@@ -27,7 +27,7 @@ from core.running import Running
 from core.services import Services
 from core.settings import Settings
 from core.shipments import unfinished
-from core.storage import Storage, database_unavailable
+from core.storage import Storage, out_of_disk_space
 from dockflow import server_record
 from dockflow.embedded.supervisor import EmbeddedMongo, TransactionLimits
 from dockflow.heap import HeapFreezer
@@ -106,7 +106,7 @@ async def _start_step(step: Awaitable[T]) -> T:
     try:
         return await step
     except PyMongoError as error:
-        if isinstance(error, ConnectionFailure) or not database_unavailable(error):
+        if not out_of_disk_space(error):
             raise
         raise DatabaseUnavailable(
             f"the database refused dockflow's start-up writes ({error}); start again once it "

@@ -11,7 +11,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from core.errors import DockflowError
+from core.errors import DockflowError, MessageIdsFenced
 from core.storage import database_unavailable
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,11 @@ async def abort_with(context: grpc.aio.ServicerContext[Any, Any], exc: BaseExcep
     if code is grpc.StatusCode.INTERNAL:
         log.exception("edge RPC failed", exc_info=exc)
     elif code is grpc.StatusCode.UNAVAILABLE:
-        log.warning("edge RPC answered UNAVAILABLE: %s", exc)  # why: unreachable, disk full
+        # Why it did is the operator's clue: the database unreachable or its disk full, a busy
+        # lock, the transaction time limit. Fenced message ids are the normal end of a writer
+        # that stalled past the feed's grace (the camera resends under fresh ids): info.
+        level = logging.INFO if isinstance(exc, MessageIdsFenced) else logging.WARNING
+        log.log(level, "edge RPC answered UNAVAILABLE: %s", exc)
     await context.abort(code, detail)
     raise AssertionError("unreachable")  # pragma: no cover - abort raises
 

@@ -38,9 +38,10 @@ from core.endpoints.webhook_endpoints import (
     list_endpoints,
 )
 from core.errors import NotFound
-from core.feed import fences, publish
 from core.feed import ids as message_ids
+from core.feed import publish
 from core.outbox import attempts, claiming, delivery_stats
+from core.outbox.messages import load_message
 from core.outbox.sending import encode_payload
 from core.running import Running
 from core.services import Services
@@ -222,7 +223,7 @@ class WebhookWorker(Running):
                     interval = self.settings.webhook_poll_interval_s
                     self._retries_due_check = time.monotonic() + interval
                 else:
-                    message = await claiming.load_message(self.storage, claim.message_id)
+                    message = await load_message(self.storage, claim.message_id)
                     self._spawn((claim,), {claim.message_id: message} if message else {})
                     continue
             busy, at_share = self._busy(), self._at_share()
@@ -350,21 +351,33 @@ class WebhookWorker(Running):
             if composer is not None:
                 await self._deliver_composed(endpoint, composer, claims, messages)
                 return
+            ready = await self._with_messages(claims, messages)
         except Exception:  # the leases run out and other attempts follow
             log.exception("webhook delivery failed", extra={"delivery_id": claims[0].delivery_id})
             return
+        for claim, message in ready:
+            await self._deliver_message(endpoint, claim, message)
+
+    async def _with_messages(
+        self, claims: tuple[Claim, ...], messages: dict[int, Doc]
+    ) -> list[tuple[Claim, Doc]]:
+        """The claims whose push message was loaded at their claim, each with it; the others
+        have nothing to send and are DEAD (`_message_gone`)."""
+        ready: list[tuple[Claim, Doc]] = []
         for claim in claims:
-            await self._deliver_message(endpoint, claim, messages.get(claim.message_id))
+            message = messages.get(claim.message_id)
+            if message is None:
+                await self._message_gone(claim)
+            else:
+                ready.append((claim, message))
+        return ready
 
     async def _deliver_message(
-        self, endpoint: WebhookEndpoint, claim: Claim, message: dict[str, Any] | None
+        self, endpoint: WebhookEndpoint, claim: Claim, message: dict[str, Any]
     ) -> None:
         """One delivery as our JSON message; `message` is its push message as read when it was
         claimed."""
         try:
-            if message is None or fences.is_void(message):
-                await self._message_gone(claim)
-                return
             body = encode_payload(message["message"])
             result = await self.attempt(endpoint, claim, body, caused_by=message.get("trace"))
             if result.ok:
@@ -379,8 +392,7 @@ class WebhookWorker(Running):
         self._counted(claim, result, status)
 
     async def _message_gone(self, claim: Claim) -> None:
-        """The delivery's push message is not stored (a message commits with its deliveries,
-        so it was swept by retention, or never written by an earlier release): DEAD."""
+        """The delivery's push message was not loaded (`claiming.message_gone` says when): DEAD."""
         log.warning(
             "push message not found; delivery is DEAD",
             extra={"delivery_id": claim.delivery_id, "message_id": claim.message_id},
@@ -420,13 +432,10 @@ class WebhookWorker(Running):
         limit = min(most, self._item_limits.get(endpoint.endpoint_id, most))
         claims, messages = await self._claim_more(endpoint, claims, messages, limit)
         # By delivery: a reading's declared event is a second delivery of its message.
-        ready: dict[str, tuple[Claim, Doc]] = {}
-        for claim in claims:
-            message = messages.get(claim.message_id)
-            if message is None or fences.is_void(message):
-                await self._message_gone(claim)
-            else:
-                ready[claim.delivery_id] = (claim, message)
+        ready = {
+            claim.delivery_id: (claim, message)
+            for claim, message in await self._with_messages(claims, messages)
+        }
         requests = await composer(self.storage, list(ready.values()), limit)
         while requests:
             request = requests.pop(0)

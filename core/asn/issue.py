@@ -117,7 +117,8 @@ async def asn_of_shipment(
     now = now or datetime.now(UTC)
     write = WRITERS[format]
     kind = f"{format}:{version}"
-    envelope = await _kept_envelope(storage, ship_notice, kind)
+    issued = await _issued(storage, ship_notice, kind)
+    envelope = None if issued is None else issued.envelope()
     if envelope is not None:  # issued before for this very content: written once, as then
         text = await asyncio.to_thread(write, ship_notice, partner, envelope)
     else:
@@ -125,7 +126,7 @@ async def asn_of_shipment(
         # pallet, a value past its element's length) draws no control number, records no issue.
         preview = Envelope(PREVIEW_CONTROL_NUMBER, now)
         text = await asyncio.to_thread(write, ship_notice, partner, preview)
-        envelope = await _envelope(storage, ship_notice, kind, now)
+        envelope = await _envelope(storage, ship_notice, kind, now, issued)
         if envelope != preview:
             text = await asyncio.to_thread(write, ship_notice, partner, envelope)
     return AsnDocument(
@@ -138,27 +139,47 @@ async def asn_of_shipment(
     )
 
 
-async def _kept_envelope(storage: Storage, ship_notice: ShipNotice, kind: str) -> Envelope | None:
-    """The envelope a complete notice of this content was issued under, None if none was."""
+@dataclass(frozen=True)
+class _Issued:
+    """A complete notice's content digest and the record of its last issue (None: never)."""
+
+    digest: str
+    stored: Doc | None
+
+    def envelope(self) -> Envelope | None:
+        """The envelope the notice was issued under for this very content, None if none was."""
+        stored = self.stored
+        if stored is None or stored["digest"] != self.digest:
+            return None
+        return Envelope(
+            int(stored["control_number"]), stored["issued_at"], bool(stored["replaces"])
+        )
+
+
+async def _issued(storage: Storage, ship_notice: ShipNotice, kind: str) -> _Issued | None:
+    """What a complete notice's issue is checked against, read and computed once; None for an
+    incomplete one (a preview, never kept)."""
     if not ship_notice.complete:
         return None
     stored = await storage.ship_notices.find_one({"_id": f"{ship_notice.shipment_id}:{kind}"})
-    if stored is None or stored["digest"] != await asyncio.to_thread(ship_notice.digest):
-        return None
-    return Envelope(int(stored["control_number"]), stored["issued_at"], bool(stored["replaces"]))
+    return _Issued(await asyncio.to_thread(ship_notice.digest), stored)
 
 
 async def _envelope(
-    storage: Storage, ship_notice: ShipNotice, kind: str, now: datetime
+    storage: Storage, ship_notice: ShipNotice, kind: str, now: datetime, issued: _Issued | None
 ) -> Envelope:
-    """The envelope of the notice: kept per shipment and kind once complete (module doc)."""
+    """The envelope of the notice: kept per shipment and kind once complete (module doc).
+    `issued` is the notice's `_issued`: its first try goes on from that read."""
     business = ship_notice.business
-    if not ship_notice.complete:
+    if issued is None:
         return Envelope(PREVIEW_CONTROL_NUMBER, now)
     key = f"{ship_notice.shipment_id}:{kind}"
-    digest = await asyncio.to_thread(ship_notice.digest)
-    for _ in range(ISSUE_TRIES):
-        stored = await storage.ship_notices.find_one({"_id": key})
+    digest = issued.digest
+    for attempt in range(ISSUE_TRIES):
+        if attempt == 0:
+            stored = issued.stored
+        else:
+            stored = await storage.ship_notices.find_one({"_id": key})
         if stored is not None and stored["digest"] == digest:
             return Envelope(
                 int(stored["control_number"]), stored["issued_at"], bool(stored["replaces"])

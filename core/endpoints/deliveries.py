@@ -43,6 +43,9 @@ STATUSES = (PENDING, DELIVERING, FAILED, SUCCEEDED, DEAD, DISABLED)
 CLAIMABLE = [PENDING, FAILED, DELIVERING]
 RETRYABLE = [DELIVERING, FAILED]
 WAITING = [PENDING, FAILED]
+# Deliveries that may still be sent: claimable ones, and DISABLED ones, which enabling their
+# endpoint queues again (core/outbox/requeue.py). Their push messages must stay stored.
+STILL_TO_SEND = (*CLAIMABLE, DISABLED)
 # Why a delivery is DEAD without an attempt when its push message is not stored.
 NO_MESSAGE = "push message not found"
 SNIPPET_CHARS = 500  # of the customer's response body kept per attempt

@@ -20,7 +20,8 @@ from core.storage import Storage
 MAX_LOOKUP_RECORDS = 20_000
 # Lookups of one event under way in a process: each may read `MAX_LOOKUP_RECORDS` records,
 # so one business has one at a time and the others keep room (core/slots.py).
-LOOKUPS = BusinessSlots(4, "event lookups")
+MAX_LOOKUPS_AT_ONCE = 4
+LOOKUPS = BusinessSlots(MAX_LOOKUPS_AT_ONCE, "event lookups")
 
 
 async def find_event(storage: Storage, principal: Principal, event_id: str) -> list[dict[str, Any]]:
@@ -31,11 +32,8 @@ async def find_event(storage: Storage, principal: Principal, event_id: str) -> l
     their eventTime (it is hashed), so once one is found those of its instant are all of them."""
     if not events.is_event_id(event_id):  # not a hash of ours: none of ours has it
         raise NotFound(f"no event {event_id[:80]!r}: not an eventID dockflow makes")
-    LOOKUPS.take(principal.business)
-    try:
+    with LOOKUPS.held(principal.business):
         return await _find_event(storage, principal, event_id)
-    finally:
-        LOOKUPS.give_back(principal.business)
 
 
 async def _find_event(

@@ -16,6 +16,7 @@ from typing import Any
 
 from core.epcis import events
 from core.errors import NotFound
+from core.exceptions import records
 from core.instants import aware
 from core.shipments.observed import CORRECTION, lpn_progress, reading_order
 from core.storage import Doc, Storage
@@ -24,7 +25,7 @@ from core.tenancy import gs1_identities, tenants
 # Readings of one shipment turned into events at most (a trailer holds a few dozen pallets;
 # a shipment read again and again stays far below this).
 MAX_SHIPMENT_READINGS = 2_000
-MAX_SHIPMENT_ORDERS = 200
+MAX_SHIPMENT_ORDERS = 200  # order numbers one shipment's event names (the first by creation)
 # Documents one pallet's event reads besides the pallet: its facility and business (the site)
 # and its shipment (the bill of lading) — what a caller is charged for it.
 EVENT_READS = 3
@@ -101,11 +102,13 @@ async def completion_event(
     SSCC on the trailer."""
     if shipment.get("completed_at") is None:
         return None
-    orders = await storage.orders.find(
-        {"shipment_id": shipment["_id"]}, {"number": 1}, limit=MAX_SHIPMENT_ORDERS
-    ).to_list()
+    # The first by creation, not whichever the database returns first: the event (and its
+    # eventID) stays the same however the orders are stored.
+    orders = await records.shipment_order_numbers(
+        storage, int(shipment["_id"]), limit=MAX_SHIPMENT_ORDERS
+    )
     on_trailer = lpn_progress(shipment["direction"], [], as_completed(shipment, readings)).observed
-    numbers = sorted(str(order["number"]) for order in orders if order.get("number"))
+    numbers = sorted(number for number in orders if number)
     return events.shipment_event(shipment, on_trailer, numbers, site)
 
 

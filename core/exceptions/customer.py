@@ -11,14 +11,15 @@ from datetime import UTC, datetime
 
 from core import locks
 from core.errors import DockflowError, NotFound, ValidationFailed
-from core.exception_codes import PRIORITIES
+from core.exception_codes import MAX_LPNS, PRIORITIES
 from core.exceptions import records
 from core.settings import Settings
-from core.storage import Doc, Session, Storage
+from core.storage import Doc, Storage, Transaction
 from core.tenancy import quotas
 
-MAX_DETAIL_CHARS = 200  # a customer exception's detail: the note's first sentence, cut here
-MAX_ORDERS = 100  # order numbers copied into a customer exception of a whole shipment
+# A customer exception's detail: the note's first sentence, cut here (shorter than the detail
+# any exception may hold, `core.exception_codes.MAX_DETAIL_CHARS`).
+MAX_SENTENCE_CHARS = 200
 PRIORITY_VALUES = tuple(sorted(set(PRIORITIES.values())))
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 
@@ -31,8 +32,8 @@ def first_sentence(note: str) -> str:
     """A customer exception's `detail`: the note's first sentence, or the note."""
     sentence = _SENTENCE_END.split(note.strip(), maxsplit=1)[0].strip()
     sentence = " ".join(sentence.split())  # one line
-    if len(sentence) > MAX_DETAIL_CHARS:
-        sentence = sentence[: MAX_DETAIL_CHARS - 1].rstrip() + "…"
+    if len(sentence) > MAX_SENTENCE_CHARS:
+        sentence = sentence[: MAX_SENTENCE_CHARS - 1].rstrip() + "…"
     return sentence
 
 
@@ -52,8 +53,9 @@ async def create_customer_exception(
     """Store a `CUSTOMER` exception (and its EXCEPTION message) on `shipment_id`, which
     `check_shipment` lets `by` act on, and on `pallet_id` when given (unless that pallet is on
     the shipment, `pallet_elsewhere`: `NotFound` by default). The pallet's LPNs, orders and
-    dock are copied, or for a whole shipment its order numbers (at most `MAX_ORDERS`) and
-    dock. Its bytes are charged to the business's exception quota (`QuotaExceeded` first)."""
+    dock are copied, or for a whole shipment its order numbers (the first
+    `core.exception_codes.MAX_LPNS` by creation) and dock. Its bytes are charged to the
+    business's exception quota (`QuotaExceeded` first)."""
     if priority not in PRIORITY_VALUES:
         raise ValidationFailed(f"priority must be one of {', '.join(PRIORITY_VALUES)}")
     note = records.check_note(note, required=True)
@@ -69,12 +71,12 @@ async def create_customer_exception(
         dock = pallet.get("dock") or shipment.get("dock") or ""
     else:
         lpns = []
-        orders = (await records.shipment_order_numbers(storage, shipment_id))[:MAX_ORDERS]
+        orders = await records.shipment_order_numbers(storage, shipment_id, limit=MAX_LPNS)
         dock = shipment.get("dock") or ""
     now = now or datetime.now(UTC)
     size = quotas.exception_bytes(note)
 
-    async def add_to_shipment(session: Session) -> None:
+    async def add_to_shipment(session: Transaction) -> None:
         # With the record: retention gives back exactly what was charged for it.
         await quotas.add_to_shipment(storage, shipment_id, "exceptions", size, session)
 

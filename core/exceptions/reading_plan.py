@@ -200,11 +200,13 @@ async def _fold_repeats(
         {"code": 1, "priority": 1, "detail": 1, "shipment_id": 1, "lpns": 1, "pallet_id": 1},
         sort=[("seq", 1)],
     ).to_list(MAX_OPEN_FOLDED)
-    first: dict[_FoldKey, records.Raised] = {
-        (int(r["shipment_id"]), r["code"], tuple(sorted(r["lpns"]))): records.raised(r)
-        for r in open_records
-        if r.get("pallet_id") not in own
-    }
+    # The oldest open record of each repeat (two raised at once by two processes both stay
+    # open): records come oldest first, and a later one of the same key does not replace it.
+    first: dict[_FoldKey, records.Raised] = {}
+    for r in open_records:
+        if r.get("pallet_id") not in own:
+            key = (int(r["shipment_id"]), r["code"], tuple(sorted(r["lpns"])))
+            first.setdefault(key, records.raised(r))
     echoed: dict[str, list[records.Raised]] = {}
     for facts in readings:
         kept = []

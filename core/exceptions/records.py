@@ -358,15 +358,17 @@ def count_raised(stored: Iterable[Doc]) -> None:
 
 
 async def shipment_order_numbers(
-    storage: Storage, shipment_id: int, session: Session = None
+    storage: Storage, shipment_id: int, session: Session = None, *, limit: int = 0
 ) -> list[str]:
     """The order numbers of a shipment, in the order they were created: what an exception of a
-    whole shipment lists (SHORT, CUSTOMER) and a shipment's completion payload names."""
+    whole shipment lists (SHORT, CUSTOMER: the first `MAX_LPNS`, `limit`) and a shipment's
+    completion payload names (all of them, `limit` 0)."""
     orders = (
         await storage.orders.find(
             {"shipment_id": shipment_id}, {"number": 1, "created_seq": 1}, session=session
         )
         .sort("created_seq", ASCENDING)
+        .limit(limit)
         .to_list()
     )
     return [str(o["number"]) for o in orders]

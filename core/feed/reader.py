@@ -15,6 +15,7 @@ from datetime import datetime
 
 from pymongo import ASCENDING
 
+from core.auth.access import Principal, check_scope
 from core.errors import ErrorList
 from core.feed import ids, retained
 from core.instants import instant_refusal
@@ -56,6 +57,13 @@ def feed_filter(
     return FeedFilter(business, facilities)
 
 
+def filter_for(principal: Principal, business: str, facility: str | None) -> FeedFilter:
+    """What `principal` reads of `business`'s feed (and `facility`, if given), narrowed to its
+    facilities; `Forbidden` for a business or facility outside its scope."""
+    check_scope(principal, business, facility)
+    return feed_filter(business, facility, principal.facilities)
+
+
 def validate_page(since: datetime | None, first: int | None) -> int:
     """`first` with its default; `since` must carry a UTC offset."""
     errors = ErrorList()
@@ -80,17 +88,33 @@ async def list_messages(
     up_to: int | None = None,
 ) -> list[Doc]:
     """`business`'s messages with sent_at >= since (and id > after_id), by id, at most
-    `first`.
+    `first`, of `facility` if given and of the `allowed` facilities (see `read_page`)."""
+    selector = feed_filter(business, facility, allowed)
+    return await read_page(storage, selector, since, after_id, first, up_to=up_to)
+
+
+async def read_page(
+    storage: Storage,
+    selector: FeedFilter,
+    since: datetime,
+    after_id: int | None = None,
+    first: int | None = None,
+    *,
+    up_to: int | None = None,
+) -> list[Doc]:
+    """The messages `selector` matches with sent_at >= since (and id > after_id), by id, at
+    most `first`.
 
     `up_to` (the hub's watermark of the business) holds back ids above a gap that may still
     fill; without it, the page reads up to what the business reserved.
     """
+    business = selector.business
     page = validate_page(since, first)
     await retained.check_feed_start(storage, business, since=since, after_id=after_id)
     feed = await ids.business_feed(storage, business)
     if up_to is None:  # no hub: every id reserved so far
         up_to = (await ids.reserved_through(storage, [business])).get(business, feed.start)
-    query = feed_filter(business, facility, allowed).query()
+    query = selector.query()
     # Find the first id sent at or after `since`, then page by id alone and check `sent_at`
     # here (ids and send times run nearly in step).
     start = await (

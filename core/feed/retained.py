@@ -19,6 +19,7 @@ from pymongo.errors import DuplicateKeyError
 
 from core.errors import RetentionExceeded
 from core.feed import ids as message_ids
+from core.instants import aware
 from core.storage import Storage
 
 FEED_MARK: Final = "push_messages"
@@ -94,5 +95,5 @@ def _iso(at: datetime, timespec: str = "seconds") -> str:
     """`2026-05-01T12:00:00Z` (UTC; years before 1000 padded, as ISO 8601 has them). The
     feed's retained start is told to the millisecond, as stored: a `since` just after it is
     then one that is served."""
-    at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    at = aware(at).astimezone(UTC)
     return at.replace(tzinfo=None).isoformat(timespec=timespec) + "Z"

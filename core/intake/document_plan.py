@@ -32,7 +32,7 @@ from core.intake.contract import (
 )
 from core.shipments.eligibility import ELIGIBLE, is_eligible
 from core.shipments.lifecycle import ORDER_COUNT
-from core.storage import Doc, Session, Storage, together
+from core.storage import Doc, Session, Storage, Transaction, together
 from core.tenancy import tenants
 
 # Item fields of a document and their stored names (lpn and sku identify an item; not here).
@@ -125,7 +125,7 @@ async def plan_document(
     document: IntakeDocument,
     orders: list[DocumentOrder],
     paths: list[str],
-    session: Session,
+    session: Transaction,
 ) -> DocumentPlan:
     scope = {
         "business": document.business,
@@ -178,7 +178,7 @@ async def plan_document(
 
 
 async def _touch_named_shipment(
-    storage: Storage, document: IntakeDocument, scope: Doc, now: datetime, session: Session
+    storage: Storage, document: IntakeDocument, scope: Doc, now: datetime, session: Transaction
 ) -> Doc | None:
     """The shipment the document names (the newest eligible one of its number), as it was
     before the document's shipment fields and dock were written to it, in the same command (a

@@ -2,12 +2,13 @@
 order's item strategy (OVERWRITE, APPEND, MERGE, DELETE). docs/decisions.md, D5, is the contract.
 
 A document is applied in two phases under locks on its order and shipment keys, taken inside its
-transaction (`locks.locked_transaction`: a killed process holds none), and after its business's
-earlier documents in this process (they all write its usage counter, `quotas.counter_key`):
-plan (read the current state, compute every change, raise on any error: nothing written yet;
-`core.intake.document_plan`), then execute (the writes; `core.intake.document_writes`). So a
-rejected document writes nothing, and requests for the same order never interleave (20 identical
-concurrent documents leave one shipment, one order, one item set).
+transaction (`locks.locked_transaction`: a killed process holds none), and after this
+process's earlier documents that write what it writes with it (`queued`: a submission's usage
+counter, `core.intake.submission`): plan (read the current state, compute every change, raise
+on any error: nothing written yet; `core.intake.document_plan`), then execute (the writes;
+`core.intake.document_writes`). So a rejected document writes nothing, and requests for the
+same order never interleave (20 identical concurrent documents leave one shipment, one order,
+one item set).
 
 Plan and execute are one transaction (`Storage.in_transaction`): a crash leaves the document
 applied whole or not at all, and the plan's reads are part of it, so two processes applying
@@ -28,7 +29,7 @@ the shipment (facilities are never deleted: the one holding an existing shipment
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from core import locks, metrics, tracing
@@ -38,7 +39,6 @@ from core.intake import document_plan, document_writes
 from core.intake.contract import DocumentOrder, IntakeDocument, IntakeResponse
 from core.shipments.eligibility import shipment_key
 from core.storage import Storage, Transaction
-from core.tenancy import quotas
 
 
 @dataclass(frozen=True)
@@ -67,16 +67,18 @@ async def apply_document(
     document: IntakeDocument,
     *,
     then: Callable[[IntakeResult, Transaction], Awaitable[None]] | None = None,
+    queued: Sequence[str] = (),
 ) -> IntakeResult:
     """Apply a validated document for `principal`. Raises (and writes nothing) when any part of
     it is rejected: 404/403 scope, 409 conflicts, 422 fields the current state requires.
     `then` writes what belongs with the document (its stored response, its bytes counted) in
-    the same transaction."""
+    the same transaction; `queued` are the keys of what `then` writes that other documents of
+    this process write too (`locks.locked_transaction`: they queue for them)."""
     with tracing.tracer().start_as_current_span(
         "intake.apply_document", attributes={"dockflow.business": principal.business}
     ) as span:
         try:
-            result = await _apply_document(storage, principal, document, then)
+            result = await _apply_document(storage, principal, document, then, queued)
         except DockflowError as error:
             # Counted as rejected by the intake endpoint, with the refusals before this point.
             span.set_attribute("dockflow.rejected", error.code)
@@ -91,6 +93,7 @@ async def _apply_document(
     principal: Principal,
     document: IntakeDocument,
     then: Callable[[IntakeResult, Transaction], Awaitable[None]] | None,
+    queued: Sequence[str],
 ) -> IntakeResult:
     check_access(principal, document.business, document.facility)
     orders = document.order_documents()
@@ -115,12 +118,7 @@ async def _apply_document(
             await then(result, session)
         return result
 
-    # Most documents change what their business stores and so write its one usage counter
-    # (`quotas.count_stored`): in this process they queue for it, where they would otherwise
-    # conflict on it at their end and run again whole (a database that runs transactions side
-    # by side checks writes against each transaction's snapshot).
-    counter = quotas.counter_key(document.business)
-    return await locks.locked_transaction(storage, keys, apply, queued=[counter])
+    return await locks.locked_transaction(storage, keys, apply, queued=list(queued))
 
 
 def _check_request_duplicates(orders: list[DocumentOrder], paths: list[str]) -> None:

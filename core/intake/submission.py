@@ -74,7 +74,17 @@ async def apply_document_idempotently(
 
     try:
         document = parse_document(decode(body), limits)
-        result = await documents.apply_document(storage, principal, document, then=finish)
+        # Most documents change what their business stores and so write its one usage counter
+        # (`finish`): in this process they queue for it, where they would otherwise conflict on
+        # it at their end and run again whole (a database that runs transactions side by side
+        # checks writes against each transaction's snapshot).
+        result = await documents.apply_document(
+            storage,
+            principal,
+            document,
+            then=finish,
+            queued=[quotas.counter_key(document.business)],
+        )
     except BaseException:
         if key is not None:
             await idempotency.abandon(storage, scope, key)

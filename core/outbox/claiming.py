@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -31,6 +31,7 @@ from core.endpoints.deliveries import (
 )
 from core.endpoints.due import as_ms, schedule
 from core.outbox.attempts import take_over
+from core.outbox.messages import load_messages
 from core.settings import Settings
 from core.storage import Doc, Storage
 
@@ -278,25 +279,14 @@ async def release(storage: Storage, claim: Claim, delay_s: float = 0.0, error: s
 
 
 async def message_gone(storage: Storage, claim: Claim) -> None:
-    """The delivery's push message is not stored (retention swept it while the delivery
-    waited): nothing can be sent, so the delivery is DEAD with the reason, at once. A message
-    commits with its deliveries, so it is never one about to appear."""
+    """The delivery's push message is not loaded: nothing can be sent, so the delivery is DEAD
+    with the reason, at once. Retention keeps a message while a delivery of it waits, so this
+    is one queued again by a recover after its message was swept, a delivery an earlier release
+    wrote without its message, or one whose id holds a feed reader's void. A message commits
+    with its deliveries, so it is never one about to appear."""
     await finish(storage, claim, {"status": DEAD, "last_error": NO_MESSAGE, **schedule(None)})
 
 
 async def mark_disabled(storage: Storage, claim: Claim) -> None:
     """The endpoint was disabled after this delivery was written."""
     await finish(storage, claim, {"status": DISABLED, **schedule(None)})
-
-
-async def load_message(storage: Storage, message_id: int) -> Doc | None:
-    return await storage.push_messages.find_one({"_id": message_id})
-
-
-async def load_messages(storage: Storage, message_ids: Iterable[int]) -> dict[int, Doc]:
-    """The push messages of a batch of claims, by id, in one find (missing ones are absent)."""
-    ids = sorted(set(message_ids))
-    if not ids:
-        return {}
-    docs = await storage.push_messages.find({"_id": {"$in": ids}}).to_list()
-    return {int(d["_id"]): d for d in docs}

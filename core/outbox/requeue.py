@@ -12,6 +12,7 @@ from core.endpoints.deliveries import DEAD, DELIVERING, DISABLED, FAILED, PENDIN
 from core.endpoints.due import schedule
 from core.errors import Conflict, NotFound
 from core.outbox import notices
+from core.outbox.messages import load_message
 from core.storage import Doc, Storage
 
 
@@ -81,7 +82,9 @@ async def list_deliveries(
 
 
 async def resend_delivery(storage: Storage, delivery_id: str) -> Doc:
-    """Queue one delivery again now, whatever its outcome was (same message, same webhook-id)."""
+    """Queue one delivery again now, whatever its outcome was (same message, same webhook-id).
+    Refused while it is being delivered, while its endpoint is disabled, and once its push
+    message is past retention (queued, it would only be DEAD at its claim)."""
     doc = await storage.webhook_deliveries.find_one({"_id": delivery_id})
     if doc is None:
         raise NotFound(f"delivery {delivery_id!r} not found")
@@ -92,6 +95,10 @@ async def resend_delivery(storage: Storage, delivery_id: str) -> Doc:
         raise Conflict(
             f"endpoint {doc['endpoint_id']} is disabled; enable it first (enable-endpoint)"
         )
+    if await load_message(storage, int(doc["message_id"])) is None:
+        raise Conflict(
+            f"delivery {delivery_id} cannot be sent again: its push message is past retention"
+        )
     await _requeue(storage, {"_id": delivery_id, "status": doc["status"]})
     updated = await storage.webhook_deliveries.find_one({"_id": delivery_id})
     assert updated is not None
@@ -99,7 +106,9 @@ async def resend_delivery(storage: Storage, delivery_id: str) -> Doc:
 
 
 async def recover_endpoint(storage: Storage, endpoint_id: str, since: datetime) -> int:
-    """Queue again every FAILED or DEAD delivery of the endpoint created at or after `since`."""
+    """Queue again every FAILED or DEAD delivery of the endpoint created at or after `since`.
+    Unlike `resend_delivery`, it does not look for each one's push message: one whose message
+    is past retention is queued too and is DEAD again at its claim ("push message not found")."""
     if await storage.webhook_endpoints.find_one({"_id": endpoint_id}) is None:
         raise NotFound(f"webhook endpoint {endpoint_id!r} not found")
     return await _requeue(

@@ -24,6 +24,7 @@ from datetime import datetime
 from core import urls
 from core.epcis import events as epcis_events
 from core.errors import NotFound
+from core.exception_codes import MAX_LPNS
 from core.exceptions import records, rules
 from core.feed import publish
 from core.settings import Settings
@@ -76,22 +77,48 @@ def net_pallets(pallets: Iterable[Doc], expected: str | None = None) -> list[Doc
     return [p for p in ordered if id(p) in kept]
 
 
+@dataclass(frozen=True)
+class Contents:
+    """What a completion reads of its shipment, once: its pallets (for the SHORT rule's missing
+    LPNs and the payload) and all its order numbers by creation (the payload's; the SHORT
+    record keeps the first `core.exception_codes.MAX_LPNS`)."""
+
+    pallets: list[Doc]
+    orders: list[str]
+
+
+async def read_contents(storage: Storage, shipment_id: int, session: Session = None) -> Contents:
+    """A shipment's `Contents`, in `session`."""
+    pallets, orders = await together(
+        session,
+        storage.pallets.find(
+            {"shipment_id": shipment_id},
+            {"payload": 1, "dock": 1, **observed.PROGRESS_FIELDS},
+            session=session,
+        ).to_list(),
+        records.shipment_order_numbers(storage, shipment_id, session),
+    )
+    return Contents(pallets, orders)
+
+
 async def build_completion_payload(
-    settings: Settings, storage: Storage, shipment: Doc, session: Session = None
+    settings: Settings,
+    storage: Storage,
+    shipment: Doc,
+    session: Session = None,
+    contents: Contents | None = None,
 ) -> Doc:
     """The spec's shipment completion payload: its pallets net of load/unload pairs, each a
-    pallet payload without occurredAt; and, for an outbound shipment, its ASN's URL."""
+    pallet payload without occurredAt; and, for an outbound shipment, its ASN's URL. Built from
+    `contents` when the caller has read them, else from what it reads."""
     shipment_id = int(shipment["_id"])
-    pallets = await storage.pallets.find(
-        {"shipment_id": shipment_id},
-        {"payload": 1, "dock": 1, **observed.PROGRESS_FIELDS},
-        session=session,
-    ).to_list()
-    kept = net_pallets(pallets, directions.reading_direction(shipment["direction"]))
+    if contents is None:
+        contents = await read_contents(storage, shipment_id, session)
+    kept = net_pallets(contents.pallets, directions.reading_direction(shipment["direction"]))
     dock = shipment.get("dock") or (kept[-1]["dock"] if kept else "") or ""
     return {
         "serviceShipmentId": str(shipment_id),
-        "orders": await records.shipment_order_numbers(storage, shipment_id, session),
+        "orders": contents.orders,
         "url": urls.shipment_url(settings, shipment_id),
         "dockId": dock,
         "pallets": [{k: v for k, v in p["payload"].items() if k != "occurredAt"} for p in kept],
@@ -195,11 +222,13 @@ async def _complete(
         fields[epcis_events.RECORDED_SITE] = epcis_events.site_record(
             facility.gln, facility.gln_extension(shipment.get("dock") or ""), facility.timezone, at
         )
-    missing = await missing_lpns(storage, shipment, facility, session) if len(ids) > 1 else []
+    contents = await read_contents(storage, shipment_id, session)
+    missing = []
+    if len(ids) > 1:
+        missing = await missing_lpns(storage, shipment, facility, session, contents.pallets)
     short: Doc | None = None
     if missing:
-        orders = await records.shipment_order_numbers(storage, shipment_id, session)
-        short = short_record(shipment, missing, orders, source, at, ids[0])
+        short = short_record(shipment, missing, contents.orders, source, at, ids[0])
         fields["short_exception"] = short
     written = await lifecycle.update_with_history(
         storage,
@@ -213,7 +242,9 @@ async def _complete(
         session=session,
     )
     assert written is not None  # read completed_at None in this transaction
-    messages = await write_outcome(storage, settings, written, short, ids, session, raised)
+    messages = await write_outcome(
+        storage, settings, written, short, ids, session, raised, contents
+    )
     return Completion(shipment_id, message_id, reason, at, completed_now=True), messages
 
 
@@ -225,10 +256,12 @@ async def write_outcome(
     ids: list[int],
     session: Transaction,
     raised: list[Doc],
+    contents: Contents,
 ) -> publish.WrittenMessages:
     """What a completion writes once its shipment is completed (`shipment` as written), in the
     transaction `session`: its orders COMPLETED, its SHORT exception (also added to `raised`)
-    and the messages, the SHORT's then SHIPMENT_COMPLETE, under the last of `ids`."""
+    and the messages, the SHORT's then SHIPMENT_COMPLETE (built from `contents`, read in
+    `session`), under the last of `ids`."""
     shipment_id = int(shipment["_id"])
     await storage.orders.update_many(
         {"shipment_id": shipment_id}, {"$set": {"status": "COMPLETED"}}, session=session
@@ -243,7 +276,7 @@ async def write_outcome(
             business=shipment["business"],
             facility=shipment["facility"],
             type="SHIPMENT_COMPLETE",
-            payload=await build_completion_payload(settings, storage, shipment, session),
+            payload=await build_completion_payload(settings, storage, shipment, session, contents),
             shipment_id=shipment_id,
         )
     )
@@ -279,23 +312,19 @@ def short_record(
 
 
 async def missing_lpns(
-    storage: Storage, shipment: Doc, facility: Facility | None, session: Session
+    storage: Storage,
+    shipment: Doc,
+    facility: Facility | None,
+    session: Session,
+    pallets: list[Doc],
 ) -> list[str]:
-    """The expected LPNs not on the trailer, when the facility raises SHORT exceptions."""
+    """The expected LPNs not on the trailer (among the shipment's `pallets`, read with
+    `observed.PROGRESS_FIELDS`), when the facility raises SHORT exceptions."""
     if facility is None or not facility.checks("SHORT"):
         return []
-    shipment_id = int(shipment["_id"])
-    items, pallets = await together(
-        session,
-        storage.order_items.find(
-            {"shipment_id": shipment_id}, {"lpn": 1}, session=session
-        ).to_list(),
-        storage.pallets.find(
-            {"shipment_id": shipment_id},
-            observed.PROGRESS_FIELDS,
-            session=session,
-        ).to_list(),
-    )
+    items = await storage.order_items.find(
+        {"shipment_id": int(shipment["_id"])}, {"lpn": 1}, session=session
+    ).to_list()
     expected = observed.expected_lpns(items)
     if not expected:
         return []
@@ -353,14 +382,31 @@ async def check_all_lpns_observed(
 
 
 async def short_exception_now(
-    storage: Storage, shipment: Doc, source: str, at: datetime, message_id: int, session: Session
+    storage: Storage,
+    shipment: Doc,
+    source: str,
+    at: datetime,
+    message_id: int,
+    session: Session,
+    contents: Contents | None = None,
 ) -> Doc | None:
     """The SHORT exception the completion of `shipment` would raise as its readings count now
     (its facility checks SHORT and expected LPNs are not on the trailer), not stored; None
-    otherwise. A correction of a completed shipment's reading raises it (the completion's rule)."""
+    otherwise. A correction of a completed shipment's reading raises it (the completion's rule).
+    Built from `contents` when the caller has read them."""
+    shipment_id = int(shipment["_id"])
     facility = await find_facility(storage, shipment["business"], shipment["facility"])
-    missing = await missing_lpns(storage, shipment, facility, session)
+    if contents is None:
+        pallets = await storage.pallets.find(
+            {"shipment_id": shipment_id}, observed.PROGRESS_FIELDS, session=session
+        ).to_list()
+    else:
+        pallets = contents.pallets
+    missing = await missing_lpns(storage, shipment, facility, session, pallets)
     if not missing:
         return None
-    orders = await records.shipment_order_numbers(storage, int(shipment["_id"]), session)
+    if contents is None:
+        orders = await records.shipment_order_numbers(storage, shipment_id, session, limit=MAX_LPNS)
+    else:
+        orders = contents.orders
     return short_record(shipment, missing, orders, source, at, message_id)

@@ -29,7 +29,7 @@ from core import locks
 from core.auth.access import Principal, check_access, check_operator_scope
 from core.errors import Conflict, NotFound, ValidationFailed
 from core.shipments.eligibility import shipment_key
-from core.storage import Doc, Session, Storage, storable_int
+from core.storage import Doc, Storage, Transaction, storable_int
 from core.tenancy.tenants import Operator
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ async def link_shipment(
             )
         )
 
-    async def change(session: Session) -> tuple[Doc | None, Doc]:
+    async def change(session: Transaction) -> tuple[Doc | None, Doc]:
         """The shipment as written (None: changed meanwhile), and as it was."""
         shipment = await _find(storage, shipment_id, principal, operator)
         if shipment.get("linked_to") == to:

@@ -105,13 +105,14 @@ async def finish(storage: Storage, settings: Settings, shipment_id: int) -> bool
         if current is None or await _published(storage, current, session):
             return False, publish.WrittenMessages()
         fields: Doc = {"completion_message_id": ids[-1]}
-        short = await _short(storage, current, ids[0], session) if count > 1 else None
+        contents = await completion.read_contents(storage, shipment_id, session)
+        short = await _short(storage, current, ids[0], session, contents) if count > 1 else None
         if short is not None:
             fields["short_exception"] = short
         await storage.shipments.update_one({"_id": shipment_id}, {"$set": fields}, session=session)
         current.update(fields)
         messages = await completion.write_outcome(
-            storage, settings, current, short, ids, session, raised
+            storage, settings, current, short, ids, session, raised, contents
         )
         return True, messages
 
@@ -130,8 +131,15 @@ async def _published(storage: Storage, shipment: Doc, session: Session) -> bool:
     return message is not None and not fences.is_void(message)
 
 
-async def _short(storage: Storage, shipment: Doc, message_id: int, session: Session) -> Doc | None:
-    """The SHORT exception the completion should have raised, unless it was raised."""
+async def _short(
+    storage: Storage,
+    shipment: Doc,
+    message_id: int,
+    session: Session,
+    contents: completion.Contents,
+) -> Doc | None:
+    """The SHORT exception the completion should have raised (from the shipment's `contents`),
+    unless it was raised."""
     shipment_id = int(shipment["_id"])
     exception_id = records.exception_id(f"shipment:{shipment_id}", "SHORT")
     if await storage.exceptions.find_one({"_id": exception_id}, {"_id": 1}, session=session):
@@ -143,4 +151,5 @@ async def _short(storage: Storage, shipment: Doc, message_id: int, session: Sess
         shipment["completed_at"],
         message_id,
         session,
+        contents,
     )

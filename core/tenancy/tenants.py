@@ -85,7 +85,7 @@ class Facility:
     label_fields: tuple[LabelFieldMapping, ...] = ()
     # Completion policy: complete a shipment once every expected LPN was observed.
     complete_on_all_lpns: bool = True
-    # Exception rules switched off here (codes of `core.exceptions.records.RULE_CODES`; each
+    # Exception rules switched off here (codes of `core.exception_codes.RULE_CODES`; each
     # is on by default), and the confidence below which a mapped label is LOW_CONFIDENCE.
     disabled_checks: frozenset[str] = frozenset()
     confidence_threshold: float = 0.80
@@ -287,12 +287,19 @@ def build_facility(
 
 
 async def create_facility(storage: Storage, business: str, slug: str, **options: Any) -> Facility:
+    """Build (`build_facility`) and store a facility of an existing business."""
     await get_business(storage, business)
-    facility = build_facility(business, slug, **options)
+    return await insert_facility(storage, build_facility(business, slug, **options))
+
+
+async def insert_facility(storage: Storage, facility: Facility) -> Facility:
+    """Store a facility built by `build_facility`, whose business the caller knows exists;
+    `AlreadyExists` when it is stored already."""
     try:
         await storage.facilities.insert_one({**facility_to_doc(facility), "created_at": _now()})
     except DuplicateKeyError:
-        raise AlreadyExists(f"facility {business}/{slug} already exists") from None
+        key = f"{facility.business}/{facility.slug}"
+        raise AlreadyExists(f"facility {key} already exists") from None
     return facility
 
 

@@ -20,7 +20,7 @@ from dockflow.embedded.patches import (
     date_queries,
     dotted_projection,
     exit_on_signal,
-    id_order,  # wraps the SQL translator before date_queries and ne_missing
+    id_order,
     indexed_equality,
     indexed_in,
     inline_commands,

@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from core import instants
 from core.feed import ids
 
 # Schemes a camera- or customer-supplied URL may have to be rendered as a link.
@@ -34,13 +35,13 @@ def as_datetime(value: Any) -> datetime | None:
     """An aware datetime from a stored value (a datetime, or ISO 8601 text some backends
     return for values written with ``$set``); None when it is neither."""
     if isinstance(value, datetime):
-        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        return instants.aware(value)
     if isinstance(value, str) and value:
         try:
             parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             return None
-        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+        return instants.aware(parsed)
     return None
 
 

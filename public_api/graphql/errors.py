@@ -91,6 +91,12 @@ def with_code(error: GraphQLError) -> GraphQLError:
     if isinstance(original, DockflowError):
         extensions = error_extensions(original)
         message = original.detail
+        if extensions["status"] >= 500:
+            # As REST logs it: the detail says why (the database's disk is full, say).
+            log.error(
+                "graphql request failed",
+                extra={"path": error.path, "code": original.code, "detail": original.detail},
+            )
     elif original is None or isinstance(original, (GraphQLError, *REFUSED_OPERATIONS)):
         extensions = {"code": "BAD_USER_INPUT"}  # a parse, validation or coercion error
     elif original is not None and database_unavailable(original):

@@ -17,7 +17,6 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types import Info
 
 from core import tracing
-from core.auth import access
 from core.errors import DockflowError, SlowConsumer, ValidationFailed
 from core.exception_codes import (
     Status,
@@ -125,16 +124,15 @@ class Query:
     @strawberry.field(description="Stored messages, by id; page with afterId.")
     async def push_messages(self, info: GQLInfo, input: PushMessageFilter) -> list[PushMessage]:
         context = info.context
-        principal = context.require_principal()
-        access.check_scope(principal, input.business_slug, input.facility_slug)
-        docs = await reader.list_messages(
+        selector = reader.filter_for(
+            context.require_principal(), input.business_slug, input.facility_slug
+        )
+        docs = await reader.read_page(
             context.services.storage,
-            input.business_slug,
-            input.facility_slug,
+            selector,
             input.since,
             input.after_id,
             input.first,
-            allowed=principal.facilities,
             up_to=await context.hub.watermark_of(input.business_slug),
         )
         return [PushMessage.from_doc(d) for d in docs]
@@ -392,12 +390,9 @@ class Subscription:
     ) -> AsyncGenerator[PushMessage, None]:
         context = info.context
         principal = context.require_principal()
-        access.check_scope(principal, filter.business_slug, filter.facility_slug)
+        selector = reader.filter_for(principal, filter.business_slug, filter.facility_slug)
         if filter.since is not None:
             reader.validate_page(filter.since, None)
-        selector = reader.feed_filter(
-            filter.business_slug, filter.facility_slug, principal.facilities
-        )
 
         def ended(error: DockflowError) -> None:
             if isinstance(error, SlowConsumer):

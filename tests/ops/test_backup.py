@@ -20,6 +20,7 @@ from core.tenancy import tenants
 from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir, nx_database_file
 from tests.support.admin import run_in_process
 from tests.support.backends import ENGINE, only_on_nx_27017
+from tests.support.database_contents import database_contents
 from tests.support.processes import DemoServer, run_dockflow
 
 SECRET_KEY = "YmFja3VwLXRlc3Qta2V5LTAxMjM0NTY3ODlhYmNkZWY="  # base64 of 32 bytes
@@ -90,15 +91,9 @@ async def _populate(
 async def _contents(data_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """Every collection of the dockflow database of `data_dir`, documents in _id order."""
     server = EmbeddedMongo(data_dir, engine=ENGINE)
-    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(await server.start())
     try:
-        db = client["dockflow"]
-        return {
-            name: await db[name].find().sort("_id", 1).to_list()
-            for name in sorted(await db.list_collection_names())
-        }
+        return await database_contents(await server.start())
     finally:
-        await client.close()
         await server.stop()
 
 

@@ -20,16 +20,14 @@ from core.storage import Storage
 from core.tenancy import gs1_identities
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.support.camera import reading, stream
+from tests.support.camera import GLN, gs1_reading, stream
 from tests.support.dashboard import logged_in, make_operator, page_csrf
 from tests.support.documents import post_shipment
 from tests.support.epcis import VALIDATOR, assert_valid_event
 from tests.support.factories import Tenant
 from tests.support.graphql import gql
 
-GLN = "0614141123452"
 SSCCS = ["106141411234567897", "106141412345678908"]
-GTIN = "10614141000415"
 SHIPMENT = """
 query One($id: Int!) {
   shipment(id: $id) {
@@ -38,12 +36,6 @@ query One($id: Int!) {
   }
 }
 """
-
-
-def gs1_reading(sscc: str) -> edge_pb2.PalletReading:
-    message = reading(None, skus=())
-    message.gs1_labels.append(f"]C100{sscc}02{GTIN}3710\x1d10L1")
-    return message
 
 
 async def _read(storage: Storage, edge_server: EdgeServer, tenant: Tenant) -> tuple[int, list[str]]:

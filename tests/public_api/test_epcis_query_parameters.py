@@ -18,22 +18,14 @@ from core.storage import Storage
 from core.tenancy import gs1_identities
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.support.camera import reading, stream
+from tests.support.camera import GLN, GTIN, gs1_reading, stream
 from tests.support.documents import post_shipment
 from tests.support.epcis import VALIDATOR, assert_valid_event
 from tests.support.factories import Tenant
 
-GLN = "0614141123452"
 SSCCS = ["106141411234567897", "006141410000000012", "106141412345678908"]
 UNREAD = "106141419999999991"
-GTIN = "10614141000415"
 BT = f"urn:epcglobal:cbv:bt:{GLN}:"
-
-
-def gs1_reading(sscc: str, direction: int = edge_pb2.LOADING) -> edge_pb2.PalletReading:
-    message = reading(None, skus=(), direction=direction)
-    message.gs1_labels.append(f"]C100{sscc}02{GTIN}3710\x1d10L1")
-    return message
 
 
 async def get(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from core.exceptions import records
-from core.feed.ids import sequence_name
+from core.feed.ids import MAX_ID, sequence_name
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -396,3 +397,31 @@ async def test_refused_and_racing_changes_leave_no_message_id_for_the_feed_to_wa
     assert sequence is not None
     held = await storage.push_messages.count_documents({"_id": {"$lte": sequence["value"]}})
     assert held == sequence["value"]
+
+
+async def test_a_server_side_refusal_is_answered_and_logged_with_why(
+    api: TestClient[Any, Any],
+    tenant: Tenant,
+    storage: Storage,
+    caplog: pytest.LogCaptureFixture,
+):
+    """A domain error of status 500 or more (here: the business's message ids used up) is the
+    operator's to act on: GraphQL logs it with its code and detail, as REST does."""
+    shipment_id = await post_shipment(storage, tenant, {"SO-1": ["L1"]})
+    await create(api, tenant.token, shipment_id, "Crushed.")  # the business's feed exists
+    await storage.counters.update_one(
+        {"_id": sequence_name(tenant.business)}, {"$set": {"value": MAX_ID}}
+    )
+    caplog.set_level(logging.ERROR, logger="public_api.graphql.errors")
+
+    _, body = await gql(
+        api,
+        CREATE,
+        {"input": {"shipmentId": shipment_id, "priority": "HIGH", "note": "Wet."}},
+        token=tenant.token,
+    )
+
+    assert error_code(body) == ("INTERNAL", "MESSAGE_IDS_EXHAUSTED")
+    [line] = [r for r in caplog.records if r.getMessage() == "graphql request failed"]
+    assert (line.code, line.path) == ("MESSAGE_IDS_EXHAUSTED", ["createException"])  # type: ignore[attr-defined]
+    assert "used its message ids" in line.detail  # type: ignore[attr-defined]

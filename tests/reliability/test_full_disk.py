@@ -26,12 +26,12 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
-from pymongo import AsyncMongoClient
 
 from bench.soak import HookReceiver, wait_until
 from dockflow.edge.v1 import edge_pb2
-from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir, nx_database_file
+from dockflow.embedded.supervisor import EmbeddedMongo, nx_database_file
 from tests.support import backends, camera
+from tests.support.database_contents import database_contents
 from tests.support.processes import limit_writes
 from tests.support.provision import ServeTenant, provision
 from tests.support.serve_process import ServeProcess, wait_for_exit
@@ -69,22 +69,9 @@ def _weak(lpn: str) -> edge_pb2.PalletReading:
     return reading
 
 
-def _url(data_dir: Path) -> str:
-    server = json.loads((engine_dir(data_dir, "nx-27017") / "server.json").read_text())
-    return str(server["url"])
-
-
-async def _state(data_dir: Path) -> dict[str, list[Any]]:
-    """Every collection of dockflow's database, whole."""
-    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(_url(data_dir))
-    try:
-        db = client[DATABASE]
-        return {
-            name: await db[name].find().sort("_id", 1).to_list()
-            for name in sorted(await db.list_collection_names())
-        }
-    finally:
-        await client.close()
+async def _state(serve: ServeProcess) -> dict[str, list[Any]]:
+    """Every collection of the database under `serve`, whole."""
+    return await database_contents(serve.database_url())
 
 
 def _integrity(data_dir: Path) -> str:
@@ -157,7 +144,9 @@ async def test_on_a_full_disk_documents_pallets_and_completions_fail_whole_then_
     log_lines = len(serve.log_lines())
 
     limit_writes(serve.database_pid(), NO_ROOM)
-    before = await _state(serve.data_dir)  # from now on nothing can change it (nothing lands)
+    before = await database_contents(
+        serve.database_url()
+    )  # from now on nothing can change it (nothing lands)
     _unavailable(*await client.post(_document("O1", "v1")))  # an order rewritten
     _unavailable(*await client.post(_document("O2", "v1")))  # a new order
     with pytest.raises(grpc.aio.AioRpcError) as refused:
@@ -169,7 +158,7 @@ async def test_on_a_full_disk_documents_pallets_and_completions_fail_whole_then_
     completion = await client.complete(shipment_id)
     extensions = completion["errors"][0]["extensions"]  # GraphQL's documented shape
     assert (extensions["reason"], extensions["status"]) == ("UNAVAILABLE", 503), completion
-    assert await _state(serve.data_dir) == before
+    assert await _state(serve) == before
     said = {line["logger"] for line in serve.log_lines()[log_lines:] if _says_no_room(line)}
     # REST, the camera's batch and its dock event, GraphQL: each failure's line says why
     loggers = {"public_api.problems", "core.batcher", "edge.status", "public_api.graphql.errors"}
@@ -183,7 +172,7 @@ async def test_on_a_full_disk_documents_pallets_and_completions_fail_whole_then_
     assert (await client.close_door("door-1")).status == edge_pb2.ACCEPTED
     completed = await client.complete(shipment_id)  # answers the completion stored
     assert completed["data"]["completeShipment"]["status"] == "LOADED", completed
-    after = await _state(serve.data_dir)
+    after = await _state(serve)
     await serve.stop()
 
     assert _integrity(serve.data_dir) == "ok"
@@ -207,7 +196,7 @@ async def test_on_a_full_disk_documents_pallets_and_completions_fail_whole_then_
     assert shipment["completion_reason"] == "DOOR_CLOSED"
     assert messages[shipment["completion_message_id"]]["type"] == "SHIPMENT_COMPLETE"
     await serve.start()  # and it starts on that file again
-    restarted = await _state(serve.data_dir)
+    restarted = await _state(serve)
     for name in ("shipments", "orders", "order_items", "pallets", "push_messages"):
         assert restarted[name] == after[name], name
 
@@ -236,12 +225,12 @@ async def test_the_database_killed_on_a_full_disk_comes_back_whole_and_takes_the
 
     await wait_until(ready, 60, "the database restarted")
     assert _integrity(serve.data_dir) == "ok"
-    assert _tags(await _state(serve.data_dir)) == {
+    assert _tags(await _state(serve)) == {
         order: ["v1" if order in applied else "v0"] * ITEMS for order in orders
     }
     for order in orders:
         assert (await client.post(_document(order, "v1")))[0] == 201, order  # items rewritten
-    assert _tags(await _state(serve.data_dir)) == {order: ["v1"] * ITEMS for order in orders}
+    assert _tags(await _state(serve)) == {order: ["v1"] * ITEMS for order in orders}
     assert _integrity(serve.data_dir) == "ok"
 
 
@@ -278,7 +267,7 @@ async def test_webhook_deliveries_pending_on_a_full_disk_go_out_once_there_is_ro
 
 
 async def test_the_first_start_on_a_full_disk_stops_with_a_message_then_finishes_its_steps(
-    tmp_path: Path, serve: ServeProcess, receiver: HookReceiver
+    serve: ServeProcess, receiver: HookReceiver
 ):
     database = EmbeddedMongo(serve.data_dir)  # the server `dockflow serve` attaches to
     await database.start()
@@ -294,7 +283,7 @@ async def test_the_first_start_on_a_full_disk_stops_with_a_message_then_finishes
         limit_writes(database.process.pid, resource.RLIM_INFINITY)
         await serve.start()
         await provision(serve, receiver.url, docks=1)
-        after = await _state(serve.data_dir)
+        after = await _state(serve)
     finally:
         await serve.stop()
         await database.stop()

@@ -17,7 +17,6 @@ from pathlib import Path
 import grpc
 
 from core.feed import fences
-from core.feed.publish import NewMessage
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -30,7 +29,7 @@ from tests.support.outbox import (
     all_finished,
     make_endpoint,
     message_webhook_id,
-    pallet_payload,
+    pallet_messages,
     wait_until,
 )
 from tests.support.processes import DockflowProcess
@@ -122,10 +121,7 @@ async def test_a_unit_renumbered_after_a_fence_is_delivered_under_its_fresh_ids(
     under fresh ids. The worker must deliver the messages under those, and never meet a
     delivery under a fenced id (its void is no message: it would be DEAD)."""
     tenant = await make_tenant(services)
-    new = [
-        NewMessage(tenant.business, tenant.facility, "PALLET_EVENT", pallet_payload(tenant, n), 1)
-        for n in range(3)
-    ]
+    new = pallet_messages(tenant, 3)
     async with running_receiver() as receiver:
         await make_endpoint(services, tenant, receiver.base_url)
         worker = DockflowProcess(

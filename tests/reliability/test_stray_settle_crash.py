@@ -10,54 +10,45 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from core.endpoints.deliveries import NO_MESSAGE
 from core.feed import fences, publish, stray_deliveries
-from core.feed.publish import NewMessage, WrittenMessages
+from core.feed.publish import WrittenMessages
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from tests.support.customer_server import running_receiver
-from tests.support.factories import Tenant, make_tenant
-from tests.support.feed_writers import commit_messages
+from tests.support.factories import make_tenant
+from tests.support.feed_writers import commit_messages, deliveries_alone
 from tests.support.outbox import (
     all_finished,
     make_endpoint,
     message_webhook_id,
-    pallet_payload,
+    pallet_messages,
     wait_until,
 )
 from tests.support.processes import DockflowProcess
 
-STRAYS = 3000  # never-written messages' deliveries: six batches of the step's 500 and more
+STRAYS = 6 * stray_deliveries.BATCH  # never-written messages' deliveries: six of the step's batches
 FAILED_STRAYS = 600  # of them, failed once before the upgrade (the step's second status)
 FENCED = 600  # deliveries under ids a feed reader fenced
 REAL = 15  # committed messages per business, written beside the strays
-CHUNK = 500
-
-
-def _messages(tenant: Tenant, start: int, count: int) -> list[NewMessage]:
-    return [
-        NewMessage(tenant.business, tenant.facility, "PALLET_EVENT", pallet_payload(tenant, n), 1)
-        for n in range(start, start + count)
-    ]
-
-
-async def _deliveries_alone(storage: Storage, tenant: Tenant, start: int, count: int) -> list[int]:
-    """Deliveries stored without their messages, as an earlier release left them; their ids."""
-    ids: list[int] = []
-    for offset in range(0, count, CHUNK):
-        size = min(CHUNK, count - offset)
-        written = await publish.build_messages(storage, _messages(tenant, start + offset, size))
-        await storage.webhook_deliveries.insert_many(written.deliveries)
-        ids += written.ids
-    return ids
+SETTLE_START_S = 120  # for the first process to settle its first strays, on a loaded machine
 
 
 async def _settling_caught(storage: Storage, process: DockflowProcess) -> bool:
     """Wait until the process has settled some strays; SIGKILL it there. Whether it was caught
     before the step recorded itself done (a fast machine may finish first: the test holds
     either way, and says which it ran)."""
+    deadline = asyncio.get_running_loop().time() + SETTLE_START_S
     while await storage.webhook_deliveries.find_one({"status": "DEAD"}, {"_id": 1}) is None:
+        if asyncio.get_running_loop().time() > deadline:
+            await process.kill()
+            pytest.fail(
+                f"no stray settled within {SETTLE_START_S} s; the process said:\n"
+                + process.log_text()
+            )
         await asyncio.sleep(0.01)
     await process.kill()
     marker = await storage.counters.find_one({"_id": stray_deliveries.MARKER})
@@ -72,23 +63,26 @@ async def test_a_settle_killed_midway_is_finished_by_the_next_starts(
     async with running_receiver() as receiver:
         for tenant in (acme, globex):
             await make_endpoint(services, tenant, receiver.base_url)
-        strays = await _deliveries_alone(storage, acme, 0, STRAYS)
+        strays = (await deliveries_alone(storage, pallet_messages(acme, STRAYS))).ids
         await storage.webhook_deliveries.update_many(
             {"message_id": {"$in": strays[:FAILED_STRAYS]}},
             {"$set": {"status": "FAILED", "attempts": 1}},
         )
-        fenced = await _deliveries_alone(storage, globex, 0, FENCED)
+        fenced = (await deliveries_alone(storage, pallet_messages(globex, FENCED))).ids
         await fences.fence_ids(storage, fenced)
         real = WrittenMessages()
         for tenant in (acme, globex):
-            real.extend(await publish.build_messages(storage, _messages(tenant, 10_000, REAL)))
+            real.extend(
+                await publish.build_messages(storage, pallet_messages(tenant, REAL, 10_000))
+            )
         await commit_messages(storage, real)
 
         first = DockflowProcess("webhooks", settings, tmp_path / "first.log")
         start = asyncio.create_task(first.start())
         caught = await _settling_caught(storage, first)
         await asyncio.gather(start, return_exceptions=True)  # it never said it was ready
-        print(f"\nkilled {'while settling' if caught else 'after settling'}")  # noqa: T201
+        when = "killed while settling" if caught else "killed after settling"
+        print(f"\n{when}")  # noqa: T201
 
         # Two processes start at once on what the killed one left.
         again = [DockflowProcess("webhooks", settings, tmp_path / f"again-{n}.log") for n in (1, 2)]
@@ -99,16 +93,17 @@ async def test_a_settle_killed_midway_is_finished_by_the_next_starts(
             await asyncio.gather(*(p.stop() for p in again))
 
     marker = await storage.counters.find_one({"_id": stray_deliveries.MARKER})
-    assert marker is not None
-    assert marker["done"] is True
+    assert marker is not None, when
+    assert marker["done"] is True, when
     dead = await storage.webhook_deliveries.find({"message_id": {"$in": strays}}).to_list()
-    assert len(dead) == STRAYS
-    assert {(d["status"], d["last_error"]) for d in dead} == {("DEAD", NO_MESSAGE)}
-    assert await storage.webhook_deliveries.count_documents({"message_id": {"$in": fenced}}) == 0
+    assert len(dead) == STRAYS, when
+    assert {(d["status"], d["last_error"]) for d in dead} == {("DEAD", NO_MESSAGE)}, when
+    fenced_left = {"message_id": {"$in": fenced}}
+    assert await storage.webhook_deliveries.count_documents(fenced_left) == 0, when
     ids = receiver.ids()
     assert sorted(ids) == sorted(
         message_webhook_id(m["business"], int(m["_id"])) for m in real.messages
-    )
+    ), when
     delivered = await storage.webhook_deliveries.find({"message_id": {"$in": real.ids}}).to_list()
-    assert {d["status"] for d in delivered} == {"SUCCEEDED"}
-    assert len(delivered) == len(real.messages)
+    assert {d["status"] for d in delivered} == {"SUCCEEDED"}, when
+    assert len(delivered) == len(real.messages), when

@@ -78,3 +78,16 @@ async def stream(
 
     call = stub(channel).StreamReadings(requests(), metadata=metadata)
     return [ack async for ack in call]
+
+
+# The GS1 identities the EPCIS tests read: a location (GLN) and a trade item (GTIN), with valid
+# check digits.
+GLN = "0614141123452"
+GTIN = "10614141000415"
+
+
+def gs1_reading(sscc: str, direction: int = edge_pb2.LOADING) -> edge_pb2.PalletReading:
+    """A reading of one GS1-128 pallet label: `sscc`, GTIN's trade item, a lot, no LPN field."""
+    message = reading(None, skus=(), direction=direction)
+    message.gs1_labels.append(f"]C100{sscc}02{GTIN}3710\x1d10L1")
+    return message

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-MINUTE_S = 60
+from core.outbox.per_minute import WINDOW_S
 
 
 async def room_in_this_minute(room_s: float = 15.0) -> None:
@@ -13,6 +13,6 @@ async def room_in_this_minute(room_s: float = 15.0) -> None:
     waiting into the next minute if fewer do: an allowance counts per calendar minute
     (core/outbox/per_minute.py), and calls that straddle a minute's end start a new count,
     so a test that spends one minute's allowance must run within one minute."""
-    left = MINUTE_S - time.time() % MINUTE_S
+    left = WINDOW_S - time.time() % WINDOW_S
     if left < room_s:
         await asyncio.sleep(left + 0.05)

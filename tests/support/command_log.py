@@ -92,6 +92,15 @@ class CommandLog(monitoring.CommandListener):
             if c.name in wanted and collection in (None, c.collection) and where(c)
         ]
 
+    def transactions_started(self) -> list[Command]:
+        """The first command of each transaction attempt (a transaction run again starts again)."""
+        return [c for c in self.commands if c.body.get("startTransaction")]
+
+    def refused(self) -> list[str]:
+        """The commands the database refused (or has not answered), each with its body cut to a
+        readable length: what a test that expects none shows when there were some."""
+        return [f"{c} {c.body}"[:300] for c in self.commands if not c.succeeded]
+
     def reads(self, *collections: str) -> list[Command]:
         """The reads (find, aggregate, count; a cursor's getMore is not another read) of
         `collections`, or of any collection."""

@@ -13,6 +13,20 @@ from core.feed import publish
 from core.feed.publish import NewMessage, WrittenMessages
 from core.storage import Storage, Transaction
 
+DELIVERIES_CHUNK = 500  # messages whose deliveries one insert stores
+
+
+async def deliveries_alone(storage: Storage, new: Sequence[NewMessage]) -> WrittenMessages:
+    """The deliveries of `new` stored without the messages (their ids reserved, nothing else
+    written), as an earlier release that wrote them one by one left them when it died or
+    stalled between the two."""
+    written = WrittenMessages()
+    for offset in range(0, len(new), DELIVERIES_CHUNK):
+        part = await publish.build_messages(storage, new[offset : offset + DELIVERIES_CHUNK])
+        await storage.webhook_deliveries.insert_many(part.deliveries)
+        written.extend(part)
+    return written
+
 
 async def commit_messages(storage: Storage, written: WrittenMessages) -> None:
     """Commit messages whose ids were reserved earlier, with their deliveries, in one unit of

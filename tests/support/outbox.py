@@ -48,24 +48,26 @@ def pallet_payload(tenant: Tenant, n: int, shipment_id: int = 1) -> dict[str, An
     )
 
 
+def pallet_messages(tenant: Tenant, count: int, start: int = 0) -> list[NewMessage]:
+    """`count` of the tenant's pallet events, numbered from `start`, not yet written."""
+    return [
+        NewMessage(
+            business=tenant.business,
+            facility=tenant.facility,
+            type="PALLET_EVENT",
+            payload=pallet_payload(tenant, start + i),
+            shipment_id=1,
+            pallet_id=f"plt_{start + i:06d}",
+        )
+        for i in range(count)
+    ]
+
+
 async def append_pallets(
     storage: Storage, tenant: Tenant, count: int, *, start: int = 0
 ) -> list[int]:
     """`count` pallet events through the real feed write path; returns the message ids."""
-    written = await append_messages(
-        storage,
-        [
-            NewMessage(
-                business=tenant.business,
-                facility=tenant.facility,
-                type="PALLET_EVENT",
-                payload=pallet_payload(tenant, start + i),
-                shipment_id=1,
-                pallet_id=f"plt_{start + i:06d}",
-            )
-            for i in range(count)
-        ],
-    )
+    written = await append_messages(storage, pallet_messages(tenant, count, start))
     return written.ids
 
 

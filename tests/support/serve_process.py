@@ -115,8 +115,17 @@ class ServeProcess:
 
     def database_pid(self) -> int:
         """The embedded server's pid (the lane's engine: the process inherits the setting)."""
-        state = json.loads((engine_dir(self.data_dir, backends.ENGINE) / "server.json").read_text())
-        return int(state["pid"])
+        return int(self._database_server()["pid"])
+
+    def database_url(self) -> str:
+        """The embedded server's URL, for a client of its own beside dockflow's."""
+        return str(self._database_server()["url"])
+
+    def _database_server(self) -> dict[str, Any]:
+        """What the embedded server wrote of itself when it started (its pid, its URL)."""
+        server = engine_dir(self.data_dir, backends.ENGINE) / "server.json"
+        state: dict[str, Any] = json.loads(server.read_text())
+        return state
 
     async def kill(self) -> None:
         """SIGKILL: no shutdown code runs (the embedded database dies with it)."""

@@ -125,6 +125,7 @@ async def test_test_sends_are_limited_per_business_and_minute(
     created = await make_endpoint(services, tenant, receiver.base_url)
     variables = {"id": endpoint_of(created).endpoint_id, "type": "PALLET_EVENT"}
 
+    await room_in_this_minute()  # the allowance counts per calendar minute
     bodies = [
         (await gql(api, TEST_SEND, variables, token=tenant.token))[1]
         for _ in range(settings.webhook_test_sends_per_minute + 1)

@@ -17,21 +17,30 @@ from core.tenancy import gs1_identities
 from core.tenancy.tenants import Operator
 from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.support.camera import reading, stream
+from tests.support.camera import GLN, gs1_reading, stream
 from tests.support.customer_server import Receiver
 from tests.support.documents import post_shipment
+from tests.support.epcis import VALIDATOR
 from tests.support.factories import Tenant
 from tests.support.outbox import StartWorker, all_finished, make_endpoint, wait_until
 
-GLN = "0614141123452"
 SSCC = "106141411234567897"
-GTIN = "10614141000415"
 
 
-def gs1_reading(sscc: str) -> edge_pb2.PalletReading:
-    message = reading(None, skus=())
-    message.gs1_labels.append(f"]C100{sscc}02{GTIN}3710\x1d10L1")
-    return message
+async def read_pallet(
+    services: Any, edge_server: EdgeServer, tenant: Tenant, receiver: Receiver
+) -> edge_pb2.ReadingAck:
+    """An EPCIS endpoint at `receiver`, a facility with a GLN, a shipment, and its pallet read
+    at dock D1: the reading's ack."""
+    storage = services.storage
+    await make_endpoint(services, tenant, receiver.base_url + "/", kind="EPCIS")
+    await gs1_identities.set_facility(
+        storage, tenant.business, tenant.facility, gln=GLN, extensions={"D1": "1"}
+    )
+    await post_shipment(storage, tenant, {"SO-1": [SSCC, "106141410000000018"]})
+    async with grpc.aio.insecure_channel(edge_server.address) as channel:
+        [ack] = await stream(channel, tenant.camera_metadata("D1"), [gs1_reading(SSCC)])
+    return ack
 
 
 async def test_no_declaration_is_written_for_a_reading_whose_message_was_swept(
@@ -43,13 +52,7 @@ async def test_no_declaration_is_written_for_a_reading_whose_message_was_swept(
     fast_settings: Any,
     start_worker: StartWorker,
 ):
-    await make_endpoint(services, tenant, receiver.base_url + "/", kind="EPCIS")
-    await gs1_identities.set_facility(
-        storage, tenant.business, tenant.facility, gln=GLN, extensions={"D1": "1"}
-    )
-    await post_shipment(storage, tenant, {"SO-1": [SSCC, "106141410000000018"]})
-    async with grpc.aio.insecure_channel(edge_server.address) as channel:
-        [ack] = await stream(channel, tenant.camera_metadata("D1"), [gs1_reading(SSCC)])
+    ack = await read_pallet(services, edge_server, tenant, receiver)
     await start_worker(fast_settings())
     await wait_until(lambda: all_finished(storage))
     assert len(receiver.requests) == 1
@@ -88,13 +91,7 @@ async def test_a_declaration_waiting_when_its_message_is_swept_is_still_delivere
     """A correction late in its message's retention writes the declaration; the message's
     retention ends while the declaration still waits (its endpoint down, or the worker behind):
     the sweep keeps a message a waiting delivery needs, so the declaration is sent, not DEAD."""
-    await make_endpoint(services, tenant, receiver.base_url + "/", kind="EPCIS")
-    await gs1_identities.set_facility(
-        storage, tenant.business, tenant.facility, gln=GLN, extensions={"D1": "1"}
-    )
-    await post_shipment(storage, tenant, {"SO-1": [SSCC, "106141410000000018"]})
-    async with grpc.aio.insecure_channel(edge_server.address) as channel:
-        [ack] = await stream(channel, tenant.camera_metadata("D1"), [gs1_reading(SSCC)])
+    ack = await read_pallet(services, edge_server, tenant, receiver)
     worker = await start_worker(fast_settings())
     await wait_until(lambda: all_finished(storage))
     await worker.stop()
@@ -118,6 +115,7 @@ async def test_a_declaration_waiting_when_its_message_is_swept_is_still_delivere
     assert declaration is not None
     assert declaration["status"] == "SUCCEEDED", declaration
     assert len(receiver.requests) == 2
+    VALIDATOR.validate(receiver.requests[1].json)  # valid EPCIS 2.0, not only our field
     [declared] = receiver.requests[1].json["epcisBody"]["eventList"]
     assert declared["errorDeclaration"]["reason"] == "did_not_occur"
     # Once nothing waits for it, the next sweep takes the message.

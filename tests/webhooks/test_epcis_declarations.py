@@ -19,24 +19,15 @@ from core.pallets import corrections
 from core.storage import Storage
 from core.tenancy import gs1_identities
 from core.tenancy.tenants import Operator
-from dockflow.edge.v1 import edge_pb2
 from edge.server import EdgeServer
-from tests.support.camera import reading, stream
+from tests.support.camera import GLN, gs1_reading, stream
 from tests.support.customer_server import Received, Receiver
 from tests.support.documents import post_shipment
 from tests.support.epcis import VALIDATOR, recomputed_event_id
 from tests.support.factories import Tenant
 from tests.support.outbox import StartWorker, all_finished, make_endpoint, wait_until
 
-GLN = "0614141123452"
 SSCCS = ["106141411234567897", "106141412345678908"]
-GTIN = "10614141000415"
-
-
-def gs1_reading(sscc: str) -> edge_pb2.PalletReading:
-    message = reading(None, skus=())
-    message.gs1_labels.append(f"]C100{sscc}02{GTIN}3710\x1d10L1")
-    return message
 
 
 async def accept_capture(request: web.Request, received: Received) -> web.StreamResponse:

@@ -8,14 +8,19 @@ import socket
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+import pytest
 from aiohttp import web
 
+from core.endpoints.deliveries import NO_MESSAGE
+from core.errors import Conflict
+from core.feed import fences
 from core.outbox import requeue
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from tests.support.customer_server import Received, Receiver, answers
 from tests.support.factories import Tenant
+from tests.support.feed_writers import deliveries_alone
 from tests.support.outbox import (
     StartWorker,
     all_finished,
@@ -23,6 +28,7 @@ from tests.support.outbox import (
     deliveries_of,
     make_endpoint,
     message_webhook_id,
+    pallet_messages,
     wait_until,
 )
 
@@ -302,6 +308,22 @@ async def test_resend_delivers_again_with_the_same_webhook_id(
     assert len(await attempts_of(storage, delivery["_id"])) == 2
 
 
+async def test_a_delivery_whose_message_is_past_retention_is_not_resent(
+    services: Services, storage: Storage, tenant: Tenant, receiver: Receiver
+):
+    # Queued again, it would only be DEAD at its claim: the operator hears why at once.
+    await make_endpoint(services, tenant, receiver.base_url)
+    [message_id] = await append_pallets(storage, tenant, 1)
+    await storage.webhook_deliveries.update_many({}, {"$set": {"status": "DEAD"}})
+    await storage.push_messages.delete_one({"_id": message_id})
+    [delivery] = await deliveries_of(storage)
+
+    with pytest.raises(Conflict, match="its push message is past retention"):
+        await requeue.resend_delivery(storage, delivery["_id"])
+
+    assert [d["status"] for d in await deliveries_of(storage)] == ["DEAD"]
+
+
 async def test_recover_requeues_failed_and_dead_deliveries_since_a_time(
     services: Services,
     storage: Storage,
@@ -355,6 +377,31 @@ async def test_a_delivery_without_its_message_is_dead_at_its_first_claim(
     assert dead["last_error"] == "push message not found"
     assert delivered["status"] == "SUCCEEDED"
     assert receiver.ids() == [message_webhook_id("acme", kept)]
+    assert await storage.delivery_attempts.count_documents({"delivery_id": dead["_id"]}) == 0
+
+
+async def test_a_delivery_under_a_fenced_id_is_dead_at_its_first_claim(
+    services: Services,
+    storage: Storage,
+    tenant: Tenant,
+    receiver: Receiver,
+    fast_settings: Callable[..., Settings],
+    start_worker: StartWorker,
+):
+    """A delivery an earlier release stored before its message, whose id a feed reader then
+    fenced: the void under the id is no message, so nothing is sent and the delivery is DEAD."""
+    await make_endpoint(services, tenant, receiver.base_url)
+    written = await deliveries_alone(storage, pallet_messages(tenant, 1))
+    [void] = await fences.fence_ids(storage, written.ids)
+    assert fences.is_void(void)
+    await start_worker(fast_settings())
+
+    await wait_until(lambda: all_finished(storage))
+
+    [dead] = await deliveries_of(storage)
+    assert (dead["status"], dead["attempts"]) == ("DEAD", 0)
+    assert dead["last_error"] == NO_MESSAGE
+    assert receiver.requests == []
     assert await storage.delivery_attempts.count_documents({"delivery_id": dead["_id"]}) == 0
 
 

@@ -63,7 +63,10 @@ INTERNAL_ERROR = 1
 # which are no room either, or a failing disk). SQLite has undone the statement, or the whole
 # transaction, either way: the client can only try again later.
 _NO_ROOM = ("database or disk is full", "disk I/O error")
-_NO_ROOM_MEANS = "the database's files could not be written: no space left, a quota or a limit"
+_NO_ROOM_MEANS = (
+    "the database's files could not be written: no space left, a quota or a limit, "
+    "or the disk failed"
+)
 TRANSIENT = "TransientTransactionError"
 
 _HELLO = frozenset({"hello", "Hello", "isMaster", "ismaster"})

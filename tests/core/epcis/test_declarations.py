@@ -222,13 +222,10 @@ async def test_a_business_looks_for_one_event_at_a_time_and_leaves_the_others_ro
     acme = Principal(subject="c", business=tenant.business)
     globex = Principal(subject="c", business="globex")
     unknown = "ni:///sha-256;" + "0" * 64 + "?ver=CBV2.0"
-    event_lookup.LOOKUPS.take(tenant.business)
-    try:
+    with event_lookup.LOOKUPS.held(tenant.business):
         with pytest.raises(RateLimited):
             await event_lookup.find_event(storage, acme, unknown)
         with pytest.raises(NotFound):
             await event_lookup.find_event(storage, globex, unknown)
-    finally:
-        event_lookup.LOOKUPS.give_back(tenant.business)
     with pytest.raises(NotFound):
         await event_lookup.find_event(storage, acme, unknown)

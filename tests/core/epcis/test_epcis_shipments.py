@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from core.epcis import queries
 from core.pallets.batch import record_pallets
 from core.settings import Settings
@@ -63,3 +65,29 @@ async def test_a_completed_shipment_is_its_readings_then_what_left_on_the_traile
     assert departed["bizTransactionList"] == [{"type": "bol", "bizTransaction": f"{BT}BOL-1"}]
     # a pallet taken off keeps its shipment's (outbound) transactions
     assert found[2]["bizTransactionList"] == departed["bizTransactionList"]
+
+
+async def test_a_shipment_with_more_orders_than_its_event_holds_names_the_first_created(
+    storage: Storage, settings: Settings, tenant: Tenant, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(queries, "MAX_SHIPMENT_ORDERS", 2)
+    await gs1_identities.set_facility(
+        storage, tenant.business, tenant.facility, gln=GLN, extensions={"D1": "1"}
+    )
+    orders = {"PO-1": SSCCS[:1], "PO-2": SSCCS[1:], "PO-3": []}
+    shipment_id = await post_shipment(storage, tenant, orders, direction="INBOUND")
+    # The first order stored again (as a restore may): storage order is no longer creation's.
+    first = await storage.orders.find_one_and_delete({"number": "PO-1"})
+    assert first is not None
+    await storage.orders.insert_one(first)
+    camera = await camera_of(storage, tenant, "D1")
+    await record_pallets(storage, settings, [(camera, pallet(SSCCS[0], direction="UNLOADING"))])
+    await completion.complete_shipment(storage, settings, shipment_id, "operator:ann")
+    shipment = await storage.shipments.find_one({"_id": shipment_id})
+    assert shipment is not None
+
+    event = await queries.shipment_event(storage, shipment)
+
+    assert event is not None
+    named = [t["bizTransaction"] for t in event["bizTransactionList"]]
+    assert named == [f"{BT}PO-1", f"{BT}PO-2"]

@@ -67,3 +67,15 @@ async def test_change_status_acknowledges_without_a_note_and_resolves_with_one(
 
     assert acknowledged["status"] == "ACKNOWLEDGED"
     assert (resolved["status"], resolved["history"][-1]["note"]) == ("RESOLVED", "Repacked.")
+
+
+async def test_a_shipments_order_numbers_come_in_creation_order_and_stop_at_the_limit(
+    storage: Storage,
+) -> None:
+    # Stored out of creation order: the list follows created_seq, not the storage order.
+    for seq in (3, 1, 4, 2, 5):
+        await storage.orders.insert_one(
+            {"_id": f"o{seq}", "shipment_id": 7, "number": f"SO-{seq}", "created_seq": seq}
+        )
+    assert await records.shipment_order_numbers(storage, 7) == [f"SO-{n}" for n in range(1, 6)]
+    assert await records.shipment_order_numbers(storage, 7, limit=2) == ["SO-1", "SO-2"]

@@ -462,3 +462,22 @@ async def test_a_misloaded_pallet_read_again_repeats_its_open_misload_and_one_un
         assert misloads == [record["_id"]]
     assert record["status"] == "RESOLVED"
     assert off.status == "ACCEPTED"
+
+
+async def test_a_repeat_of_an_exception_open_twice_carries_the_oldest(
+    storage: Storage, settings: Settings, tenant: Tenant
+):
+    """Two open records of one repeat (two processes raised it at once, each its own pallet):
+    a later reading is answered with the first raised, whichever the database lists last."""
+    await post_shipment(storage, tenant, {"SO-1": ["LPN-1", "LPN-2"]})
+    await read(storage, settings, tenant, "D1", pallet("LPN-1"))
+    await read(storage, settings, tenant, "D1", pallet("STRAY"))
+    [oldest] = await exceptions_of(storage, code="UNEXPECTED_PALLET")
+    newer = {**oldest, "_id": "exc_newer", "pallet_id": "plt_other", "seq": oldest["seq"] + 1}
+    await storage.exceptions.insert_one(newer)
+
+    [again] = await read(storage, settings, tenant, "D1", pallet("STRAY"))
+
+    assert [e.exception_id for e in again.exceptions if e.code == "UNEXPECTED_PALLET"] == [
+        oldest["_id"]
+    ]

@@ -7,28 +7,18 @@ import logging
 import pytest
 
 from core.feed import fences, publish, stray_deliveries
-from core.feed.publish import NewMessage
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
 from dockflow.runtime import open_services
 from tests.support.factories import Tenant
-from tests.support.feed_writers import commit_messages
-from tests.support.outbox import deliveries_of, make_endpoint, pallet_payload
-
-
-def _pallet_message(tenant: Tenant, n: int) -> NewMessage:
-    return NewMessage(
-        tenant.business, tenant.facility, "PALLET_EVENT", pallet_payload(tenant, n), 1
-    )
+from tests.support.feed_writers import commit_messages, deliveries_alone
+from tests.support.outbox import deliveries_of, make_endpoint, pallet_messages
 
 
 async def _deliveries_alone(storage: Storage, tenant: Tenant, n: int) -> publish.WrittenMessages:
-    """A message's deliveries stored without the message, as an earlier release that wrote
-    them one by one left them when it died (or stalled) between the two."""
-    written = await publish.build_messages(storage, [_pallet_message(tenant, n)])
-    await storage.webhook_deliveries.insert_many(written.deliveries)
-    return written
+    """Pallet event `n`'s deliveries stored without the message."""
+    return await deliveries_alone(storage, pallet_messages(tenant, 1, n))
 
 
 async def test_deliveries_without_their_message_are_settled_once_at_start(
@@ -46,7 +36,7 @@ async def test_deliveries_without_their_message_are_settled_once_at_start(
     await storage.webhook_deliveries.update_many(
         {"message_id": retried.ids[0]}, {"$set": {"status": "FAILED", "attempts": 1}}
     )
-    whole = await publish.build_messages(storage, [_pallet_message(tenant, 4)])
+    whole = await publish.build_messages(storage, pallet_messages(tenant, 1, 4))
     await commit_messages(storage, whole)
     delivered = await _deliveries_alone(storage, tenant, 5)  # its message swept by retention
     await storage.webhook_deliveries.update_many(
@@ -83,7 +73,7 @@ async def test_settling_pages_through_more_deliveries_than_one_batch(
     await make_endpoint(services, tenant, "http://127.0.0.1:9/b")
     monkeypatch.setattr(stray_deliveries, "BATCH", 3)
     strays = [await _deliveries_alone(storage, tenant, n) for n in range(5)]
-    kept = await publish.build_messages(storage, [_pallet_message(tenant, 9)])
+    kept = await publish.build_messages(storage, pallet_messages(tenant, 1, 9))
     await commit_messages(storage, kept)
 
     assert await stray_deliveries.settle_once(storage) == (10, 0)

@@ -3,6 +3,7 @@ duplicates, the exceptions it raised, the endpoints its declaration reaches."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,9 +29,8 @@ async def test_correcting_a_false_take_off_completes_a_shipment_now_all_observed
 ):
     """Expected A and B. A loaded, then a take-off of A the camera saw wrongly (it did not
     happen), then B loaded: A is missing, no completion. The operator declares the take-off
-    wrong: every expected LPN is now observed, but `correct_reading` never runs the facility's
-    all-LPNs completion rule (`completion.check_all_lpns_observed`), so the shipment stays
-    open until some unrelated reading happens to touch it."""
+    wrong: every expected LPN is now observed, and the correction runs the all-LPNs completion
+    rule itself, so the shipment completes then, not at some unrelated later reading."""
     shipment_id = await post_shipment(storage, tenant, {"O-1": ["A", "B"]})
     camera = await camera_of(storage, tenant, "D1")
     await record_pallets(storage, settings, [(camera, pallet("A"))])
@@ -51,14 +51,17 @@ async def test_correcting_a_false_take_off_completes_a_shipment_now_all_observed
 
 
 async def test_a_reading_older_than_the_delivery_retention_is_still_declared_to_its_repository(
-    storage: Storage, settings: Settings, services: Any, tenant: Tenant
+    storage: Storage,
+    settings: Settings,
+    settings_factory: Callable[..., Settings],
+    services: Any,
+    tenant: Tenant,
 ):
     """The EPCIS repository captured the reading (its delivery). The delivery log is swept after
     `retention_deliveries_days` (30 by default); readings, shipments and (here) messages are
-    kept. A correction
-    made after that finds no delivery of the reading's message (`write_declaration` picks its
-    endpoints by `webhook_deliveries`), so the declaration goes to no endpoint and the
-    repository keeps the wrong event for good; the CLI reports 'queued for 0 endpoint(s)'."""
+    kept. A correction made after that still reaches the repository that captured the event:
+    its endpoints are not read from the swept delivery log, so the declaration is queued for
+    it and the repository does not keep the wrong event for good."""
     await make_endpoint(services, tenant, "http://127.0.0.1:9/", kind="EPCIS")
     await gs1_identities.set_facility(
         storage, tenant.business, tenant.facility, gln="0614141123452", extensions={"D1": "1"}
@@ -67,10 +70,10 @@ async def test_a_reading_older_than_the_delivery_retention_is_still_declared_to_
     camera = await camera_of(storage, tenant, "D1")
     [one] = await record_pallets(storage, settings, [(camera, pallet(SSCC, dock="D1"))])
     assert await storage.webhook_deliveries.count_documents({}) == 1
-    await storage.webhook_deliveries.update_many({}, {"$set": {"status": "DELIVERED"}})
+    await storage.webhook_deliveries.update_many({}, {"$set": {"status": "SUCCEEDED"}})
     # the site keeps messages longer than deliveries (a declaration is composed from the
     # reading's message: with the message gone too, none could be sent, and none is queued)
-    kept_longer = settings.model_copy(update={"retention_messages_days": 90})
+    kept_longer = settings_factory(retention_messages_days=90)
     await retention.sweep(storage, kept_longer, datetime.now(UTC) + timedelta(days=31))
     assert await storage.pallets.count_documents({"_id": one.pallet_id}) == 1  # kept
 
@@ -86,9 +89,8 @@ async def test_declaring_a_completed_shipments_reading_wrong_flags_the_shortage(
 ):
     """Expected A and B; both read, so the shipment completes ALL_LPNS_OBSERVED with no SHORT.
     The operator then declares B's reading did_not_occur: B never went onto the trailer. The
-    shipment's progress, the ASN and the proof of load now say B is missing, yet the proof still
-    reads completionReason ALL_LPNS_OBSERVED and no SHORT exception (or any exception) exists:
-    the shortage the correction reveals is flagged nowhere the dock or the customer watches."""
+    shipment's progress says B is missing, and the correction raises SHORT, so the shortage it
+    reveals is flagged where the dock and the customer watch."""
     shipment_id = await post_shipment(storage, tenant, {"O-1": ["A", "B"]})
     camera = await camera_of(storage, tenant, "D1")
     [_, b] = await record_pallets(storage, settings, [(camera, pallet("A")), (camera, pallet("B"))])
@@ -114,9 +116,8 @@ async def test_the_real_load_after_a_phantom_one_declared_wrong_is_no_duplicate(
 ):
     """The camera reported B loaded when it was the next door's pallet; the operator declares
     that reading did_not_occur. When B is really loaded later, DUPLICATE_PALLET's lookup of the
-    pallet's last reading on the shipment (`matching._positions`) still takes the corrected
-    reading as where B is, so the first real load is flagged a duplicate (and marked
-    `repeated`)."""
+    pallet's last reading on the shipment skips the corrected reading, so the first real load
+    is no duplicate."""
     shipment_id = await post_shipment(storage, tenant, {"O-1": ["A", "B", "C"]})
     camera = await camera_of(storage, tenant, "D1")
     [phantom] = await record_pallets(storage, settings, [(camera, pallet("B"))])
@@ -137,9 +138,9 @@ async def test_the_exceptions_a_reading_declared_wrong_raised_do_not_stay_open(
     storage: Storage, settings: Settings, tenant: Tenant
 ):
     """A misread label raised UNEXPECTED_PALLET for a pallet nobody expected. The operator
-    declares the reading incorrect_data; the reading no longer counts anywhere, but the
-    exception it raised stays OPEN on the dock's list and in the customer's feed, about a
-    pallet that was never there, until someone resolves it by hand."""
+    declares the reading incorrect_data; the reading no longer counts anywhere, and the
+    exception it raised does not stay OPEN on the dock's list and in the customer's feed about
+    a pallet that was never there."""
     shipment_id = await post_shipment(storage, tenant, {"O-1": ["A", "B"]})
     camera = await camera_of(storage, tenant, "D1")
     await record_pallets(storage, settings, [(camera, pallet("A"))])

@@ -128,6 +128,22 @@ async def test_a_sweep_keeps_the_messages_waiting_deliveries_need(
     assert await storage.push_messages.count_documents({}) == 0
 
 
+async def test_a_sweep_keeps_a_message_whose_delivery_waits_for_its_endpoint_enabled(
+    storage: Storage, settings: Settings
+):
+    # A late follow-up (a correction's declaration) to an endpoint disabled since: enabling it
+    # queues the delivery again, and the worker would find its message gone (DEAD).
+    [sent] = await messages_sent(storage, OLD, 1)
+    [key] = [d["_id"] async for d in storage.push_messages.find({}, {"_id": 1})]
+    await storage.webhook_deliveries.insert_one(
+        {"_id": "dlv_parked", "message_id": key, "status": "DISABLED", "created_at": RECENT}
+    )
+
+    assert (await retention.sweep(storage, settings, NOW))["push_messages"] == 0
+
+    assert [public_id(d["_id"]) async for d in storage.push_messages.find({}, {"_id": 1})] == [sent]
+
+
 async def test_zero_days_keeps_forever(storage: Storage, settings_factory: Callable[..., Settings]):
     settings = settings_factory(retention_messages_days=0, retention_readings_days=0)
     await messages_sent(storage, OLD, 2)
@@ -312,8 +328,8 @@ def test_deliveries_are_kept_longer_than_their_retries_take(
 def test_messages_are_kept_longer_than_their_deliveries_retries_take(
     settings_factory: Callable[..., Settings],
 ):
-    # A delivery whose message is swept while it waits for a retry is DEAD at its next claim
-    # ("push message not found"): the message must outlive the schedule as its delivery does.
+    # A message a delivery waiting for a retry needs is kept past its retention, behind the
+    # feed's mark: the message must outlive the schedule as its delivery does.
     with pytest.raises(ValidationError, match=r"retention_messages_days \(1\) must outlast"):
         settings_factory(retention_messages_days=1)
     assert settings_factory(retention_messages_days=2).retention_messages_days == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 from core.feed import fences
@@ -69,14 +70,17 @@ async def test_a_completion_without_its_message_id_is_answered_then_finished(
 
 
 async def test_a_completion_message_removed_by_retention_is_not_published_again(
-    storage: Storage, settings: Settings, tenant: Tenant
+    storage: Storage,
+    settings: Settings,
+    settings_factory: Callable[..., Settings],
+    tenant: Tenant,
 ):
     shipment_id = await post_shipment(storage, tenant, {"O-1": ["A", "B"]})
     await completion.complete_shipment(storage, settings, shipment_id, "operator:ann")
     shipment = await storage.shipments.find_one({"_id": shipment_id})
     assert shipment is not None
-    swept = settings.model_copy(update={"retention_messages_days": 1})
-    await sweep(storage, swept, shipment["completed_at"] + timedelta(days=2))
+    swept = settings_factory(retention_messages_days=2)  # the least that outlasts the retries
+    await sweep(storage, swept, shipment["completed_at"] + timedelta(days=3))
     assert await storage.push_messages.count_documents({"shipment_id": shipment_id}) == 0
 
     assert await unfinished.finish_once(storage, settings) == 0
