@@ -14,8 +14,7 @@ LOCK_DEV := requirements-dev.txt
 UV_COMPILE := pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes \
 	--quiet --custom-compile-command "make lock"
 
-.PHONY: run test test-nx test-secantusdb test-nx-half test-nx-rest test-secantusdb-half \
-	test-secantusdb-rest lint proto clean browser lock
+.PHONY: run test test-nx test-secantusdb lint proto clean browser lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,39 +51,26 @@ browser:
 
 # A lane: the whole suite on one embedded engine, which the suite starts on a free loopback port
 # (and so do the dockflow processes the tests start); DOCKFLOW_MONGODB_URL is ignored here.
-# Each part ends with its 25 slowest setups and calls: where the suite's time goes, run by run
-# (docs/benchmarks.md, "The test suite's wall time").
+# A lane spreads its tests over LANE_WORKERS processes (pytest-xdist; a process that runs out of
+# tests takes half of another's queue), each with its own embedded server; both lanes run at
+# once. A test waits on servers, sockets and child processes for about a third of its time, so
+# six processes keep two cores busy. Each lane ends with its 25 slowest setups and calls: where
+# the suite's time goes, run by run (docs/benchmarks.md, "The test suite's wall time").
+# `make test LANE_WORKERS=0 LANE_JOBS=` runs everything in one process per lane, one lane at a time.
+LANE_WORKERS ?= 3
+LANE_JOBS ?= -j2 -O
 PYTEST_ARGS ?= --durations=25
-LANE = env -u DOCKFLOW_MONGODB_URL DOCKFLOW_EMBEDDED_ENGINE=$(1) $(BIN)/pytest $(PYTEST_ARGS)
-
-# The lanes run at once, each in two halves (each part's output shown whole when it ends): most
-# of a lane's time is spent waiting on servers and sockets, so four parts share two cores well.
-# A half is the folders of LANE_HALF; the other part is every test outside them.
-# LANE_JOBS= runs the parts one after the other.
-LANE_JOBS ?= -j4 -O
-LANE_HALF := tests/public_api tests/reliability tests/ops tests/dockflow/embedded
+LANE = env -u DOCKFLOW_MONGODB_URL DOCKFLOW_EMBEDDED_ENGINE=$(1) $(BIN)/pytest \
+	-n $(LANE_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 test: lint browser
-	$(MAKE) --no-print-directory $(LANE_JOBS) test-nx-half test-nx-rest test-secantusdb-half \
-		test-secantusdb-rest
+	$(MAKE) --no-print-directory $(LANE_JOBS) test-nx test-secantusdb
 
 test-nx: $(STAMP)
 	$(call LANE,nx-27017)
 
 test-secantusdb: $(STAMP)
 	$(call LANE,secantusdb)
-
-test-nx-half: $(STAMP)
-	$(call LANE,nx-27017) $(LANE_HALF)
-
-test-nx-rest: $(STAMP)
-	$(call LANE,nx-27017) $(addprefix --ignore=,$(LANE_HALF))
-
-test-secantusdb-half: $(STAMP)
-	$(call LANE,secantusdb) $(LANE_HALF)
-
-test-secantusdb-rest: $(STAMP)
-	$(call LANE,secantusdb) $(addprefix --ignore=,$(LANE_HALF))
 
 proto: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m dockflow.protogen
