@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import logging
@@ -86,5 +87,19 @@ async def password_matches(password: str, stored_hash: str) -> bool:
     return await _work.run(_verify_password, password, stored_hash)
 
 
-# Checked against when an operator does not exist: the same work as for one who does.
-DUMMY_PASSWORD_HASH = _passwords.hash("dockflow-dummy-password")
+@functools.cache
+def _dummy_password_hash() -> str:
+    """What a password is checked against when its account does not exist, made at the first
+    such check: an argon2 hash takes about a third of a second of CPU, which every dockflow
+    process (each `dockflow admin` command too) paid at import."""
+    return _passwords.hash("dockflow-dummy-password")
+
+
+def _verify_against_nothing(password: str) -> None:
+    _verify_password(password, _dummy_password_hash())
+
+
+async def check_password_of_no_account(password: str) -> None:
+    """The work of `password_matches` for an account that does not exist, so that the answer
+    takes as long whether it exists or not."""
+    await _work.run(_verify_against_nothing, password)

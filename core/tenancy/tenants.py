@@ -17,7 +17,7 @@ from pymongo.errors import DuplicateKeyError
 
 from core.auth.access import operator_may_see
 from core.auth.credentials import (
-    DUMMY_PASSWORD_HASH,
+    check_password_of_no_account,
     hash_password,
     hash_secret,
     new_secret,
@@ -506,7 +506,7 @@ async def create_operator(
 async def authenticate_operator(storage: Storage, username: str, password: str) -> Operator | None:
     doc = await storage.operators.find_one({"_id": username})
     if doc is None:
-        await password_matches(password, DUMMY_PASSWORD_HASH)  # same cost whether it exists
+        await check_password_of_no_account(password)  # same cost whether it exists
         return None
     if not await password_matches(password, doc["password_hash"]):
         return None
