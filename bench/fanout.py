@@ -31,7 +31,7 @@ from bench.messages import append_messages
 from bench.subscribers import Subscriber, close_all, graphql_subscriber
 from core.feed.publish import NewMessage
 from core.tenancy import tenants
-from dockflow.runtime import open_services
+from dockflow.database import open_services
 
 SUBSCRIBERS = {"tiny": 40, "small": 400, "full": 2000}
 FACILITIES = {"tiny": 4, "small": 8, "full": 40}

@@ -23,7 +23,7 @@ from bench.commands import LOG_ENV, Command, dump_log
 from core.settings import Settings
 from core.tenancy import tenants
 from core.tenancy.tenants import LabelFieldMapping
-from dockflow.runtime import open_services
+from dockflow.database import open_services
 
 SIZES = ("tiny", "small", "full")
 

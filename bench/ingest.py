@@ -28,8 +28,8 @@ from bench.harness import (
     summarize_ms,
 )
 from core.storage import Storage
+from dockflow.database import open_services
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
-from dockflow.runtime import open_services
 
 STREAMS = 8
 WINDOW = 128  # readings in flight per stream: keeps the pipe full while latency stays meaningful

@@ -35,8 +35,8 @@ from bench.ingest import make_reading
 from bench.ingest_latency import RATE, measure_limit, steady, wait_ready
 from bench.subscribers import close_all, graphql_subscriber
 from core.feed import fences, publish
+from dockflow.database import open_services
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
-from dockflow.runtime import open_services
 
 WINDOW_S = {"tiny": 3.0, "small": 16.0, "full": 30.0}  # each measured window
 STALL_AT_S = 2.0  # into the stall window, when the writer stalls

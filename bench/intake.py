@@ -23,7 +23,7 @@ import aiohttp
 
 from bench.commands import RECORD_ENV, copy_database, count_differences, replay, while_recording
 from bench.harness import final_line, make_tenant, print_table, running_server, summarize_ms
-from dockflow.runtime import open_services
+from dockflow.database import open_services
 
 CLIENTS = 16
 DURATION_S = {"tiny": 2.0, "small": 8.0, "full": 30.0}

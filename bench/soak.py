@@ -285,7 +285,7 @@ async def run(size: str) -> None:
     """8 cameras stream while faults alternate: serve SIGKILLed (and restarted), the embedded
     database SIGKILLed (dockflow restarts it). Then count what was lost or doubled."""
     from bench.harness import drop_databases, fresh_db_name, make_tenant, running_server
-    from dockflow.runtime import open_services
+    from dockflow.database import open_services
 
     cameras_n, per_camera, cycles, interval_s = SIZES_SOAK[size]
     started = time.monotonic()

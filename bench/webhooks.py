@@ -33,7 +33,7 @@ from bench.receiver import Receiver, running_receiver
 from bench.soak import deliveries_settled, wait_until
 from core.feed.publish import NewMessage
 from core.storage import Storage
-from dockflow.runtime import open_services
+from dockflow.database import open_services
 
 TOTAL = {"tiny": 200, "small": 2_000, "full": 10_000}
 CONCURRENCY = 16  # per-endpoint concurrency given to the worker, and used by the direct POSTs

@@ -19,7 +19,7 @@ from core.errors import ConfigError, DockflowError
 from core.services import Services
 from core.settings import Settings, load_settings, unknown_variables
 from core.storage import UNAVAILABLE_ERRORS
-from dockflow import runtime
+from dockflow.database import open_services
 from dockflow.embedded.supervisor import has_database
 
 EXIT_USAGE = 2  # bad input: duplicates, unknown references, invalid values
@@ -134,7 +134,7 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
 
 
 async def _call(handler: Handler, settings: Settings, args: argparse.Namespace) -> Output:
-    async with runtime.open_services(settings, check_feed=False) as services:
+    async with open_services(settings, check_feed=False) as services:
         return await handler(services, args)
 
 

@@ -12,7 +12,7 @@ from typing import Any, get_args
 from core.errors import ConfigError, DatabaseUnavailable
 from core.logs import configure_logging
 from core.settings import EmbeddedEngine, Settings, load_settings, unknown_variables
-from dockflow import __version__, demo, runtime
+from dockflow import __version__, demo
 from dockflow.banner import print_started
 
 log = logging.getLogger("dockflow")
@@ -53,14 +53,29 @@ def _add_server_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-format", choices=["json", "console"], help="DOCKFLOW_LOG_FORMAT")
 
 
-def _run_parts(args: argparse.Namespace, parts: tuple[str, ...]) -> int:
+def _run_parts(args: argparse.Namespace, parts: tuple[str, ...] | None) -> int:
+    """Run the listeners `parts` names (None: every one) until stopped."""
+    # The listeners' code (aiohttp, GraphQL, gRPC, the worker) is loaded by the commands that
+    # run them only: `dockflow admin` and the customer commands start without it.
+    from dockflow import runtime
+
     settings = _settings(args)
     on_started = demo.on_started if getattr(args, "demo", False) else print_started
-    asyncio.run(runtime.serve(settings, parts, on_started=on_started))
+    asyncio.run(runtime.serve(settings, parts or runtime.PARTS, on_started=on_started))
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+SERVE = "serve"
+PART_COMMANDS = {  # one listener each
+    "edge": "run only the gRPC edge for cameras",
+    "api": "run only the HTTP API (REST, GraphQL, dashboard)",
+    "webhooks": "run only the webhook delivery worker",
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; given the `command` a process runs, with the feature commands
+    it needs only (every command's parser when None)."""
     parser = argparse.ArgumentParser(
         prog="dockflow",
         description="Integration service for warehouses with loading docks.",
@@ -68,35 +83,43 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"dockflow {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    serve = commands.add_parser("serve", help="run the gRPC edge, HTTP API and webhook worker")
+    serve = commands.add_parser(SERVE, help="run the gRPC edge, HTTP API and webhook worker")
     _add_server_options(serve)
     serve.add_argument("--demo", action="store_true", help="create a demo tenant and print it")
-    serve.set_defaults(func=lambda a: _run_parts(a, runtime.PARTS))
-    for name, help_text in (
-        ("edge", "run only the gRPC edge for cameras"),
-        ("api", "run only the HTTP API (REST, GraphQL, dashboard)"),
-        ("webhooks", "run only the webhook delivery worker"),
-    ):
+    serve.set_defaults(func=lambda a: _run_parts(a, None))
+    for name, help_text in PART_COMMANDS.items():
         part = commands.add_parser(name, help=help_text)
         _add_server_options(part)
         part.set_defaults(func=lambda a, parts=(name,): _run_parts(a, parts))
 
-    for register in _command_modules():
+    for register in _command_modules(command):
         register(commands)
     return parser
 
 
-def _command_modules() -> list[Callable[[Any], None]]:
-    """Feature commands (admin, simulate, consume, listen, bench, post-document) register here."""
+# The command each feature module registers (its `register`): a process imports the module of
+# its own command only (none for the listeners' commands), every one for `--help`, for an
+# unknown command or for none.
+COMMAND_MODULES = {
+    "admin": "dockflow.admin",
+    "post-document": "dockflow.post_document",
+    "simulate": "dockflow.simulate",
+    "consume": "dockflow.consume",
+    "listen": "dockflow.listen",
+    "bench": "bench.cli",  # absent from an installation without the bench package
+}
+
+
+def _command_modules(command: str | None) -> list[Callable[[Any], None]]:
+    """The `register` functions of the feature commands `command` needs (see COMMAND_MODULES)."""
+    if command in COMMAND_MODULES:
+        names = [COMMAND_MODULES[command]]
+    elif command == SERVE or command in PART_COMMANDS:
+        names = []
+    else:
+        names = list(COMMAND_MODULES.values())
     registers = []
-    for module_name in (
-        "dockflow.admin",
-        "dockflow.post_document",
-        "dockflow.simulate",
-        "dockflow.consume",
-        "dockflow.listen",
-        "bench.cli",
-    ):
+    for module_name in names:
         try:
             module = __import__(module_name, fromlist=["register"])
         except ModuleNotFoundError as exc:
@@ -108,8 +131,9 @@ def _command_modules() -> list[Callable[[Any], None]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(arguments[0] if arguments else None)
+    args = parser.parse_args(arguments)
     try:
         return int(args.func(args) or 0)
     except (ConfigError, DatabaseUnavailable) as exc:

@@ -25,7 +25,7 @@ from bench.soak import (
     verify,
     wait_until,
 )
-from dockflow.runtime import open_services
+from dockflow.database import open_services
 from tests.support import backends
 from tests.support.figures import record
 from tests.support.provision import provision, settings_of

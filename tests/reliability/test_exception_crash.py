@@ -15,7 +15,7 @@ import aiohttp
 from bench.soak import HookReceiver, wait_until
 from core.feed import fences
 from core.storage import Storage
-from dockflow.runtime import open_services
+from dockflow.database import open_services
 from tests.support.provision import ServeTenant, provision, settings_of
 from tests.support.serve_process import ServeProcess
 

@@ -11,7 +11,7 @@ import time
 import grpc
 
 from bench.soak import Camera, HookReceiver, deliveries_settled, make_readings, verify, wait_until
-from dockflow.runtime import open_services
+from dockflow.database import open_services
 from tests.support.figures import record
 from tests.support.provision import provision, settings_of
 from tests.support.serve_process import ServeProcess, wait_for_exit

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from bench.soak import Camera, HookReceiver, deliveries_settled, make_readings, wait_until
-from dockflow.runtime import open_services
+from dockflow.database import open_services
 from tests.support.figures import record
 from tests.support.provision import OPERATOR_PASSWORD, provision, settings_of
 from tests.support.serve_process import ServeProcess

@@ -10,7 +10,7 @@ from core.endpoints.webhook_endpoints import create_endpoint
 from core.settings import Settings
 from core.tenancy import tenants
 from core.tenancy.tenants import LabelFieldMapping
-from dockflow.runtime import open_services
+from dockflow.database import open_services
 from tests.support.serve_process import ServeProcess
 
 OPERATOR_PASSWORD = "op-Pa55word-9f3a1c"

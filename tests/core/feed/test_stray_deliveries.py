@@ -10,7 +10,7 @@ from core.feed import fences, publish, stray_deliveries
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
-from dockflow.runtime import open_services
+from dockflow.database import open_services
 from tests.support.factories import Tenant
 from tests.support.feed_writers import commit_messages, deliveries_alone
 from tests.support.outbox import deliveries_of, make_endpoint, pallet_messages

@@ -15,7 +15,7 @@ import pytest
 from bench.soak import SOAK_ENV, hook_receiver, wait_until
 from core.feed import fences
 from core.storage import Doc, Storage
-from dockflow.runtime import open_services
+from dockflow.database import open_services
 from tests.support.provision import ServeTenant, provision, settings_of
 from tests.support.serve_process import ServeProcess
 

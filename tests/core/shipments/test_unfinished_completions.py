@@ -10,7 +10,7 @@ from core.retention import sweep
 from core.settings import Settings
 from core.shipments import completion, unfinished
 from core.storage import Storage
-from dockflow.runtime import open_services
+from dockflow.database import open_services
 from tests.support.documents import post_shipment
 from tests.support.factories import Tenant
 

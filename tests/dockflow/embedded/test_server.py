@@ -194,7 +194,7 @@ def test_the_secantusdb_lane_imports_no_secantus_module_in_any_dockflow_process(
     script = (
         "import asyncio, sys\n"
         "from core.settings import Settings\n"
-        "from dockflow.runtime import open_services\n"
+        "from dockflow.database import open_services\n"
         "async def main():\n"
         "    async with open_services(Settings()) as services:\n"
         "        assert await services.storage.ping()\n"
