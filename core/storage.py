@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -324,8 +325,11 @@ class Storage:
         *,
         transaction_limit_s: float = TRANSACTION_LIMIT_S,
     ) -> None:
+        # The default bound of a unit of work with its retries (`in_transaction`): a number of
+        # seconds above 0 (pymongo reads 0 as no bound at all).
+        if not 0 < transaction_limit_s < math.inf:
+            raise ValueError(f"transaction_limit_s: seconds above 0, not {transaction_limit_s!r}")
         self.client = client
-        # The default bound of a unit of work with its retries (`in_transaction`).
         self.transaction_limit_s = transaction_limit_s
         self.db: AsyncDatabase[Doc] = client[db_name]
         # What the process keeps beside its connection, shared by its tasks and by no other

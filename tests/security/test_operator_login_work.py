@@ -1,0 +1,77 @@
+"""An operator login does the same password work whether the account exists or not, from the
+first login a process answers: the first unknown username must not cost an extra argon2 hash
+(the dummy hash made at that first check), which tells an attacker the account does not exist.
+
+Run in a fresh interpreter (a real process, as a restarted `dockflow serve` is): any earlier
+login in the test process would have made the dummy hash already and hidden the difference."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import argon2
+
+from core.auth.credentials import NO_ACCOUNT_HASH
+from core.settings import Settings
+
+SCRIPT = """
+import asyncio, json, sys
+import argon2
+from core.storage import Storage
+from core.tenancy import tenants
+
+calls = {"hash": 0, "verify": 0}
+real_hash, real_verify = argon2.PasswordHasher.hash, argon2.PasswordHasher.verify
+
+def counted_hash(self, *args, **kwargs):
+    calls["hash"] += 1
+    return real_hash(self, *args, **kwargs)
+
+def counted_verify(self, *args, **kwargs):
+    calls["verify"] += 1
+    return real_verify(self, *args, **kwargs)
+
+async def work_of(storage, username):
+    before = dict(calls)
+    assert await tenants.authenticate_operator(storage, username, "not-the-password") is None
+    return {k: calls[k] - before[k] for k in calls}
+
+async def main():
+    storage = await Storage.connect(sys.argv[1], sys.argv[2])
+    try:
+        await tenants.create_operator(storage, "lead", "correct-horse-battery", businesses=None)
+        argon2.PasswordHasher.hash = counted_hash
+        argon2.PasswordHasher.verify = counted_verify
+        unknown_first = await work_of(storage, "nobody")
+        known = await work_of(storage, "lead")
+        unknown_later = await work_of(storage, "nobody-else")
+    finally:
+        await storage.close()
+    print(json.dumps({"unknown_first": unknown_first, "known": known,
+                      "unknown_later": unknown_later}))
+
+asyncio.run(main())
+"""
+
+
+def test_the_first_login_of_an_unknown_operator_does_the_work_of_a_known_one(settings: Settings):
+    env = {name: value for name, value in os.environ.items() if name != "DOCKFLOW_MONGODB_URL"}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, settings.mongodb_url or "", settings.mongodb_db],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    work = json.loads(done.stdout.strip().splitlines()[-1])
+    assert work["known"] == {"hash": 0, "verify": 1}
+    assert work["unknown_later"] == work["known"]
+    assert work["unknown_first"] == work["known"], work  # no argon2 hash at the first check
+
+
+def test_the_hash_an_unknown_account_is_checked_against_has_the_hashers_parameters():
+    """Checked against a hash of other parameters, an unknown account would cost a different
+    amount of work from a known one (the hash is written out in core, not made at start)."""
+    assert not argon2.PasswordHasher().check_needs_rehash(NO_ACCOUNT_HASH)
