@@ -52,7 +52,13 @@ async def test_two_workers_deliver_many_messages_each_exactly_once(
 ):
     await make_endpoint(services, tenant, receiver.base_url)
     ids = await append_pallets(storage, tenant, MESSAGES)
-    settings = fast_settings(webhook_endpoint_concurrency=16, webhook_endpoint_rate_per_s=0)
+    # What is proved is the claims: no delivery taken by both workers. A request that times out
+    # is retried and reaches the receiver twice, rightly; with FAST's 2 s timeout a loop stalled
+    # on a loaded machine can time out every request in flight (a CI run saw a run of
+    # consecutive messages each received twice), so the timeout here is one no stall reaches.
+    settings = fast_settings(
+        webhook_endpoint_concurrency=16, webhook_endpoint_rate_per_s=0, webhook_timeout_s=30.0
+    )
 
     started = time.monotonic()
     first = await start_worker(settings, worker_id="worker-a")
