@@ -88,15 +88,16 @@ class DockflowProcess:
         self.base_url = ""  # http://host:port of the API, once started (api, serve)
         self.ops_url = ""  # http://host:port of the ops listener, once started (edge, webhooks)
 
-    async def start(self) -> None:
-        """Start the process and return once it says it is ready (its ports are bound)."""
+    async def start(self, *, within: float = START_LIMIT_S) -> None:
+        """Start the process and return once it says it is ready (its ports are bound), failing
+        if it has not within `within` seconds (more for a start that first settles much data)."""
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "dockflow", self.part, *self.args,
                 env=self.env, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
-        deadline = time.monotonic() + START_LIMIT_S
+        deadline = time.monotonic() + within
         while READY_LINE not in (output := self.log_text(offset)):
             if self.process.returncode is not None or time.monotonic() > deadline:
                 await self.stop()
