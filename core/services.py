@@ -23,6 +23,8 @@ class Services:
 
     def __post_init__(self) -> None:
         configure_password_work(
-            self.settings.password_hash_threads, self.settings.password_hash_queue_max
+            self.settings.password_hash_threads,
+            self.settings.password_hash_queue_max,
+            self.settings.password_hash_profile,
         )
         self.tokens = TokenService(self.storage, self.settings)

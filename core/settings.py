@@ -26,6 +26,8 @@ from core.settings_files import ENV_PREFIX, SettingFilesSource, decode_text, var
 
 # The MongoDB-wire servers dockflow can start itself (dockflow/embedded/supervisor.py).
 EmbeddedEngine = Literal["nx-27017", "secantusdb"]
+# The argon2id costs a new password may be hashed with (core/auth/credentials.py).
+PasswordProfile = Literal["rfc9106-low-memory", "owasp-minimum"]
 
 CONFIG_FILE = f"{ENV_PREFIX}CONFIG_FILE"
 # DOCKFLOW_* variables that are not settings: read by the command line (customer tools, the
@@ -270,6 +272,9 @@ class Settings(BaseSettings):
     password_hash_threads: int = Field(2, ge=1)
     # Password checks waiting for a thread beyond which a login answers 429 at once.
     password_hash_queue_max: int = Field(32, ge=1)
+    # The argon2id cost of a new operator password (core/auth/credentials.py): RFC 9106's
+    # low-memory recommendation, or OWASP's minimum (a fifth of the CPU, for small machines).
+    password_hash_profile: PasswordProfile = Field("rfc9106-low-memory")
     # Idempotency keys one client may hold within the retention window (24 h); 429 beyond.
     idempotency_keys_per_client: int = Field(10_000, ge=1)
     # Dashboard sessions one operator may hold; a new login ends the least recently used beyond.

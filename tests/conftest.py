@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from core.auth.credentials import configure_password_work
 from core.services import Services
 from core.settings import Settings
 from core.storage import Storage
@@ -31,6 +32,11 @@ from tests.support.factories import Tenant, make_tenant
 os.environ["DOCKFLOW_INGEST_MAX_AGE_DAYS"] = "3650"
 # Every dockflow process the tests start (two lanes at once) takes a free ops port.
 os.environ["DOCKFLOW_OPS_PORT"] = "0"
+# Operator passwords are hashed at OWASP's minimum argon2id cost, here and in the processes the
+# suite starts: a fifth of the default's CPU, on thousands of logins. The default profile is
+# tested where its cost is the point (tests/security/test_operator_login_work.py).
+os.environ["DOCKFLOW_PASSWORD_HASH_PROFILE"] = "owasp-minimum"
+configure_password_work(2, 32, "owasp-minimum")  # for tests that hash without `Services`
 
 
 @pytest.fixture(scope="session")

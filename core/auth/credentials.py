@@ -11,15 +11,48 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from argon2 import PasswordHasher
+from argon2 import Parameters, PasswordHasher, Type
 from argon2.exceptions import InvalidHashError, VerificationError
+from argon2.profiles import RFC_9106_LOW_MEMORY
 
 from core.errors import RateLimited
+from core.settings import PasswordProfile
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_passwords = PasswordHasher()
+# The argon2id cost of a new password (setting `password_hash_profile`). The default is RFC 9106's
+# recommendation for machines without gigabytes to spare per login (3 passes over 64 MiB, 4
+# lanes: about a quarter of a second of CPU); OWASP's minimum (2 passes over 19 MiB, 1 lane) costs
+# a fifth of it, for small machines and for the test suite's thousands of logins. A stored hash
+# names its own parameters, so passwords hashed under another profile still verify.
+PASSWORD_PROFILES: dict[PasswordProfile, Parameters] = {
+    "rfc9106-low-memory": RFC_9106_LOW_MEMORY,
+    "owasp-minimum": Parameters(
+        type=Type.ID,
+        version=19,
+        salt_len=16,
+        hash_len=32,
+        time_cost=2,
+        memory_cost=19 * 1024,
+        parallelism=1,
+    ),
+}
+
+# What a password is checked against when its account does not exist: an argon2 hash with the
+# profile's parameters (a test keeps them in step), written out instead of made at import (about
+# a third of a second of CPU that every dockflow process paid to start) or at the first such
+# check (which made that first answer for an unknown account twice as slow as any other).
+NO_ACCOUNT_HASHES: dict[PasswordProfile, str] = {
+    "rfc9106-low-memory": (
+        "$argon2id$v=19$m=65536,t=3,p=4$8C6q9mxE23SuEnhuz0Btiw"
+        "$JQ0mEawd1cM9HCFSOXO6i7bSeghe304dTvnEF42UAV8"
+    ),
+    "owasp-minimum": (
+        "$argon2id$v=19$m=19456,t=2,p=1$Wk14O2wg4yW1kOcAy0iqzw"
+        "$a24vhx9J88VfBnUK1G5bzisc4oVu6lv2uiNTYuxlr50"
+    ),
+}
 
 
 class PasswordWork:
@@ -27,9 +60,17 @@ class PasswordWork:
     loop, so a burst of logins neither stalls every request of the process nor queues without
     end: beyond `queue_max` waiting checks a login is refused with `RateLimited` at once."""
 
-    def __init__(self, threads: int = 2, queue_max: int = 32) -> None:
+    def __init__(
+        self,
+        threads: int = 2,
+        queue_max: int = 32,
+        profile: PasswordProfile = "rfc9106-low-memory",  # the setting's default
+    ) -> None:
         self.threads = threads
         self.queue_max = queue_max
+        self.profile = profile
+        self.hasher = PasswordHasher.from_parameters(PASSWORD_PROFILES[profile])
+        self.no_account_hash = NO_ACCOUNT_HASHES[profile]
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="argon2")
         self._pending = 0
 
@@ -49,11 +90,12 @@ class PasswordWork:
 _work = PasswordWork()
 
 
-def configure_password_work(threads: int, queue_max: int) -> None:
-    """Size the process's password hashing (settings `password_hash_threads`, `..._queue_max`)."""
+def configure_password_work(threads: int, queue_max: int, profile: PasswordProfile) -> None:
+    """Size and cost the process's password hashing (settings `password_hash_threads`,
+    `..._queue_max`, `..._profile`)."""
     global _work
-    if (_work.threads, _work.queue_max) != (threads, queue_max):
-        _work = PasswordWork(threads, queue_max)
+    if (_work.threads, _work.queue_max, _work.profile) != (threads, queue_max, profile):
+        _work = PasswordWork(threads, queue_max, profile)
 
 
 def new_secret(prefix: str = "", nbytes: int = 32) -> str:
@@ -72,31 +114,24 @@ def secret_matches(secret: str, stored_hash: str) -> bool:
 
 
 async def hash_password(password: str) -> str:
-    return await _work.run(_passwords.hash, password)
+    work = _work
+    return await work.run(work.hasher.hash, password)
 
 
-def _verify_password(password: str, stored_hash: str) -> bool:
+def _verify_password(hasher: PasswordHasher, password: str, stored_hash: str) -> bool:
     try:
-        return _passwords.verify(stored_hash, password)
+        return hasher.verify(stored_hash, password)
     except (VerificationError, InvalidHashError):
         return False
 
 
 async def password_matches(password: str, stored_hash: str) -> bool:
-    return await _work.run(_verify_password, password, stored_hash)
-
-
-# What a password is checked against when its account does not exist: an argon2 hash with the
-# hasher's parameters (a test keeps them in step), written out instead of made at import (about
-# a third of a second of CPU that every dockflow process paid to start) or at the first such
-# check (which made that first answer for an unknown account twice as slow as any other).
-NO_ACCOUNT_HASH = (
-    "$argon2id$v=19$m=65536,t=3,p=4$8C6q9mxE23SuEnhuz0Btiw"
-    "$JQ0mEawd1cM9HCFSOXO6i7bSeghe304dTvnEF42UAV8"
-)
+    work = _work
+    return await work.run(_verify_password, work.hasher, password, stored_hash)
 
 
 async def check_password_of_no_account(password: str) -> None:
     """The work of `password_matches` for an account that does not exist, so that the answer
     takes as long whether it exists or not."""
-    await _work.run(_verify_password, password, NO_ACCOUNT_HASH)
+    work = _work
+    await work.run(_verify_password, work.hasher, password, work.no_account_hash)

@@ -1,6 +1,7 @@
 """An operator login does the same password work whether the account exists or not, from the
-first login a process answers: the first unknown username must not cost an extra argon2 hash
-(the dummy hash made at that first check), which tells an attacker the account does not exist.
+first login a process answers, under each argon2 profile: the first unknown username must not
+cost an extra argon2 hash (the dummy hash made at that first check), nor one of other parameters,
+either of which tells an attacker the account does not exist.
 
 Run in a fresh interpreter (a real process, as a restarted `dockflow serve` is): any earlier
 login in the test process would have made the dummy hash already and hidden the difference."""
@@ -11,33 +12,40 @@ import json
 import os
 import subprocess
 import sys
+from typing import get_args
 
 import argon2
+import pytest
 
-from core.auth.credentials import NO_ACCOUNT_HASH
-from core.settings import Settings
+from core.auth.credentials import NO_ACCOUNT_HASHES, PASSWORD_PROFILES
+from core.settings import PasswordProfile, Settings
 
 SCRIPT = """
 import asyncio, json, sys
 import argon2
+from core.auth.credentials import configure_password_work
 from core.storage import Storage
 from core.tenancy import tenants
 
-calls = {"hash": 0, "verify": 0}
+configure_password_work(2, 32, sys.argv[3])
+calls = {"hash": 0, "verify": 0, "costs": set()}
 real_hash, real_verify = argon2.PasswordHasher.hash, argon2.PasswordHasher.verify
 
 def counted_hash(self, *args, **kwargs):
     calls["hash"] += 1
     return real_hash(self, *args, **kwargs)
 
-def counted_verify(self, *args, **kwargs):
+def counted_verify(self, hash, password):
     calls["verify"] += 1
-    return real_verify(self, *args, **kwargs)
+    calls["costs"].add(hash.split("$")[3])  # the parameters checked against: m=..,t=..,p=..
+    return real_verify(self, hash, password)
 
 async def work_of(storage, username):
     before = dict(calls)
+    calls["costs"] = set()
     assert await tenants.authenticate_operator(storage, username, "not-the-password") is None
-    return {k: calls[k] - before[k] for k in calls}
+    return {"hash": calls["hash"] - before["hash"], "verify": calls["verify"] - before["verify"],
+            "costs": sorted(calls["costs"])}
 
 async def main():
     storage = await Storage.connect(sys.argv[1], sys.argv[2])
@@ -57,21 +65,36 @@ asyncio.run(main())
 """
 
 
-def test_the_first_login_of_an_unknown_operator_does_the_work_of_a_known_one(settings: Settings):
+@pytest.mark.parametrize("profile", get_args(PasswordProfile))
+def test_the_first_login_of_an_unknown_operator_does_the_work_of_a_known_one(
+    settings: Settings, profile: PasswordProfile
+):
     env = {name: value for name, value in os.environ.items() if name != "DOCKFLOW_MONGODB_URL"}
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, settings.mongodb_url or "", settings.mongodb_db],
+        [sys.executable, "-c", SCRIPT, settings.mongodb_url or "", settings.mongodb_db, profile],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 
     assert done.returncode == 0, done.stderr
     work = json.loads(done.stdout.strip().splitlines()[-1])
-    assert work["known"] == {"hash": 0, "verify": 1}
+    cost = argon2.extract_parameters(NO_ACCOUNT_HASHES[profile])
+    assert work["known"] == {
+        "hash": 0,
+        "verify": 1,
+        "costs": [f"m={cost.memory_cost},t={cost.time_cost},p={cost.parallelism}"],
+    }
     assert work["unknown_later"] == work["known"]
     assert work["unknown_first"] == work["known"], work  # no argon2 hash at the first check
 
 
 def test_the_hash_an_unknown_account_is_checked_against_has_the_hashers_parameters():
     """Checked against a hash of other parameters, an unknown account would cost a different
-    amount of work from a known one (the hash is written out in core, not made at start)."""
-    assert not argon2.PasswordHasher().check_needs_rehash(NO_ACCOUNT_HASH)
+    amount of work from a known one (the hashes are written out in core, not made at start).
+    Every profile the setting accepts has its parameters and its hash; the default is RFC
+    9106's low-memory recommendation."""
+    assert set(PASSWORD_PROFILES) == set(NO_ACCOUNT_HASHES) == set(get_args(PasswordProfile))
+    for profile, parameters in PASSWORD_PROFILES.items():
+        hasher = argon2.PasswordHasher.from_parameters(parameters)
+        assert not hasher.check_needs_rehash(NO_ACCOUNT_HASHES[profile]), profile
+    default = Settings.model_fields["password_hash_profile"].default  # the suite sets another
+    assert PASSWORD_PROFILES[default] == argon2.profiles.RFC_9106_LOW_MEMORY
