@@ -14,6 +14,7 @@ from core.logs import configure_logging
 from core.settings import EmbeddedEngine, Settings, load_settings, unknown_variables
 from dockflow import __version__, demo
 from dockflow.banner import print_started
+from dockflow.parts import EVERY_LISTENER, LISTENERS
 
 log = logging.getLogger("dockflow")
 
@@ -61,16 +62,11 @@ def _run_parts(args: argparse.Namespace, parts: tuple[str, ...] | None) -> int:
 
     settings = _settings(args)
     on_started = demo.on_started if getattr(args, "demo", False) else print_started
-    asyncio.run(runtime.serve(settings, parts or runtime.PARTS, on_started=on_started))
+    asyncio.run(runtime.serve(settings, parts or EVERY_LISTENER, on_started=on_started))
     return 0
 
 
 SERVE = "serve"
-PART_COMMANDS = {  # one listener each
-    "edge": "run only the gRPC edge for cameras",
-    "api": "run only the HTTP API (REST, GraphQL, dashboard)",
-    "webhooks": "run only the webhook delivery worker",
-}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -87,7 +83,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _add_server_options(serve)
     serve.add_argument("--demo", action="store_true", help="create a demo tenant and print it")
     serve.set_defaults(func=lambda a: _run_parts(a, None))
-    for name, help_text in PART_COMMANDS.items():
+    for name, help_text in LISTENERS.items():
         part = commands.add_parser(name, help=help_text)
         _add_server_options(part)
         part.set_defaults(func=lambda a, parts=(name,): _run_parts(a, parts))
@@ -114,7 +110,7 @@ def _command_modules(command: str | None) -> list[Callable[[Any], None]]:
     """The `register` functions of the feature commands `command` needs (see COMMAND_MODULES)."""
     if command in COMMAND_MODULES:
         names = [COMMAND_MODULES[command]]
-    elif command == SERVE or command in PART_COMMANDS:
+    elif command == SERVE or command in LISTENERS:
         names = []
     else:
         names = list(COMMAND_MODULES.values())

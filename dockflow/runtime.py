@@ -20,14 +20,13 @@ from core.settings import Settings
 from dockflow import server_record
 from dockflow.database import open_services
 from dockflow.heap import HeapFreezer
+from dockflow.parts import EVERY_LISTENER
 from edge.server import EdgeServer
 from public_api.server import HttpServer, OpsServer
 from webhooks.sender import Sender
 from webhooks.worker import WebhookWorker
 
 log = logging.getLogger(__name__)
-
-PARTS = ("api", "edge", "webhooks")
 
 
 class ApiParts(Running):
@@ -56,7 +55,7 @@ class ApiParts(Running):
 
 async def serve(
     settings: Settings,
-    parts: tuple[str, ...] = PARTS,
+    parts: tuple[str, ...] = EVERY_LISTENER,
     *,
     on_started: Callable[[Services, dict[str, str]], Awaitable[None]] | None = None,
     stop_event: asyncio.Event | None = None,
