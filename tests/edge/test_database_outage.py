@@ -21,7 +21,9 @@ from tests.support.camera import reading, stream, stub
 from tests.support.factories import make_tenant
 from tests.support.pallets import assert_pallets_and_messages_pair_up
 
-TOTAL = 1500
+# The database stops at 300 acked, the stream holds at 600 sent until it has: the rest (300) are
+# sent to a stopped database, and every reading resent once it is back.
+TOTAL = 900
 # A unit of work whose commit cannot reach the database retries it this long (30 s by default:
 # a supervised embedded server is back within seconds); here the database stays down until the
 # stream has ended, so each batch in flight would hold the stream and the server's stop that long.

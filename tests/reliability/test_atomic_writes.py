@@ -22,10 +22,11 @@ from tests.support.serve_process import ServeProcess
 
 pytestmark = pytest.mark.timeout(300)  # real processes on a slower, transactional database
 
-ORDERS = 16
-ITEMS = 50
+ORDERS = 16  # one client per order, each overwriting it in a loop until the kill
+ITEMS = 20  # items per document: a transaction of many writes, which a kill could cut midway
 CAMERAS = 8
-PER_CAMERA = 150
+# The kill comes between a quarter and three quarters acked: batches before it and in flight.
+PER_CAMERA = 75
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ def _process(
 
 
 def _document(order: int, tag: str) -> dict[str, Any]:
-    """An OVERWRITE of order O<order> with 50 items, each lpn carrying `tag`."""
+    """An OVERWRITE of order O<order> with `ITEMS` items, each lpn carrying `tag`."""
     return {
         "business": "acme",
         "facility": "dc1",

@@ -35,7 +35,9 @@ from tests.support.outbox import (
 from tests.support.processes import DockflowProcess
 
 DOCKS = ("D1", "D2")
-ROUNDS = 6  # each round: a batch per dock and business through each edge, then the doors close
+# Each round: a batch per dock and business through each edge, then the doors close; three give
+# the workers' claims many commits of both kinds (batches, completions) to race.
+ROUNDS = 3
 PER_BATCH = 8  # readings per stream
 # Workers poll as often as they can: the widest window for a claim racing a commit.
 FAST_WORKER: dict[str, str] = {"DOCKFLOW_WEBHOOK_POLL_INTERVAL_S": "0.01"}

@@ -21,7 +21,9 @@ from tests.support.serve_process import ServeProcess
 
 pytestmark = pytest.mark.timeout(300)  # real processes, restarted, on a shared machine
 
-SHIPMENTS = 96
+# The kill comes at a third answered: with 32 clients in flight, some shipments are still
+# unasked then (completed only when asked again).
+SHIPMENTS = 64
 CLIENTS = 32
 COMPLETE = "mutation($id: Int!) { completeShipment(id: $id) { id status } }"
 
