@@ -10,8 +10,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from core.settings import Settings
 
 LISTENER_PACKAGES = ("aiohttp", "grpc", "strawberry", "public_api", "edge", "webhooks")
@@ -24,9 +22,11 @@ roots = sorted({n.split(".")[0] for n in sys.modules} & set(json.loads(sys.argv[
 print(json.dumps({"code": code, "listeners": roots, "runtime": "dockflow.runtime" in sys.modules}))
 """
 
-# Stands for an installation without bench: Python's own error when a package is missing.
+# Stands for an installation without bench: Python's own error when a package is missing. Each
+# command line of argv[1] (JSON) is answered in turn by the one process, as a start would answer
+# it (its exit code, its output, any traceback), printed as one JSON line each.
 NO_BENCH_SCRIPT = """
-import sys
+import contextlib, io, json, sys, traceback
 class NoBench:
     @staticmethod
     def find_spec(name, path=None, target=None):
@@ -35,8 +35,27 @@ class NoBench:
         return None
 sys.meta_path.insert(0, NoBench)
 from dockflow.cli import main
-sys.exit(main(sys.argv[1:]))
+answers = []
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    answers.append({"code": code, "out": out.getvalue(), "err": err.getvalue()})
+print(json.dumps(answers))
 """
+# Each command line, and the exit code an installation without bench answers it with.
+NO_BENCH_COMMANDS: list[tuple[list[str], int]] = [
+    (["--help"], 0),
+    ([], 2),
+    (["admn"], 2),
+    (["admin", "--help"], 0),
+]
 
 
 def test_an_admin_command_process_loads_no_listener_stack(settings: Settings):
@@ -55,14 +74,17 @@ def test_an_admin_command_process_loads_no_listener_stack(settings: Settings):
     assert result == {"code": 0, "listeners": [], "runtime": False}
 
 
-@pytest.mark.parametrize(
-    ("argv", "code"), [(["--help"], 0), ([], 2), (["admn"], 2), (["admin", "--help"], 0)]
-)
-def test_the_cli_answers_without_the_bench_package(argv: list[str], code: int):
+def test_the_cli_answers_every_command_line_without_the_bench_package():
+    """One interpreter without bench answers each command line (one start for all four)."""
+    argvs = [argv for argv, _ in NO_BENCH_COMMANDS]
     done = subprocess.run(
-        [sys.executable, "-c", NO_BENCH_SCRIPT, *argv], capture_output=True, text=True, timeout=60
-    )
+        [sys.executable, "-c", NO_BENCH_SCRIPT, json.dumps(argvs)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
 
-    assert "Traceback" not in done.stderr, done.stderr
-    assert done.returncode == code
-    assert "bench" not in done.stdout + done.stderr
+    assert done.returncode == 0, done.stderr
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    for (argv, code), answer in zip(NO_BENCH_COMMANDS, answers, strict=True):
+        assert "Traceback" not in answer["err"], (argv, answer["err"])
+        assert answer["code"] == code, (argv, answer)
+        assert "bench" not in answer["out"] + answer["err"], (argv, answer)

@@ -1,7 +1,11 @@
 """A dockflow on other ports than the defaults, and the commands beside it: every address it
 hands out names its port, and `admin`, `post-document`, `consume` and `simulate`, run from the
 same directory without being told, reach it (dockflow/server_record.py). Where no dockflow and
-no database are, `admin` says so instead of making an empty one."""
+no database are, `admin` says so instead of making an empty one.
+
+The servers are real processes; a command is run by the test's own process, in that directory
+and with only a newcomer's DOCKFLOW_* variables (what it finds, not its start, is the point),
+except the consumer that must outlive a server's restart."""
 
 from __future__ import annotations
 
@@ -12,15 +16,16 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from dockflow import server_record
 from dockflow.liveness import start_time
+from tests.support.admin import run_in_process
 from tests.support.processes import (
     COMMAND_LIMIT_S,
     DemoServer,
     free_port,
     newcomer_environment,
-    run_dockflow,
 )
 
 DOCKFLOW = [sys.executable, "-m", "dockflow"]
@@ -35,7 +40,9 @@ def demo_order(directory: Path, order_number: str, *, lpn: str, sku: str) -> Pat
     return document
 
 
-async def test_every_address_follows_the_http_port_and_commands_find_the_server(tmp_path: Path):
+async def test_every_address_follows_the_http_port_and_commands_find_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     http_port, grpc_port = free_port(), free_port()
     async with DemoServer(
         tmp_path, http_port=http_port, grpc_port=grpc_port, ops_port=free_port()
@@ -76,30 +83,32 @@ async def test_every_address_follows_the_http_port_and_commands_find_the_server(
             "DOCKFLOW_CLIENT_SECRET": credentials["client_secret"],
             "DOCKFLOW_CAMERA_TOKEN": credentials["cameras"]["D1"]["token"],
         }
-        code, out, err = await run_dockflow(
-            "admin", "create-client", "demo", "--json", cwd=tmp_path
-        )
+        code, out, err = await run_in_process(
+            monkeypatch, newcomer_environment(), "admin", "create-client", "demo", "--json",
+            cwd=tmp_path,
+        )  # fmt: skip
         assert code == 0, err
         created = json.loads(out)
         assert created["token_url"] == f"{base}/oauth/token"
         assert created["audience"] == f"{base}/public_graphql"
 
         document = demo_order(tmp_path, "SO-PORTS", lpn="LPN-P1", sku="SKU-P")
-        code, out, err = await run_dockflow(
-            "post-document", str(document), cwd=tmp_path, env=customer
+        code, out, err = await run_in_process(
+            monkeypatch, customer, "post-document", str(document), cwd=tmp_path
         )
         assert code == 0, out + err
         assert f"Location: {base}/dashboard/shipments/" in out
 
-        code, out, err = await run_dockflow(
-            "simulate", "--lpns-from", str(document), "--quiet", cwd=tmp_path, env=customer
+        code, out, err = await run_in_process(
+            monkeypatch, customer, "simulate", "--lpns-from", str(document), "--quiet", cwd=tmp_path
         )
         assert code == 0, out + err
         assert "ACCEPTED 1" in out
 
-        code, out, err = await run_dockflow(
-            "consume", "--business", "demo", "--max-messages", "1", cwd=tmp_path, env=customer
-        )
+        code, out, err = await run_in_process(
+            monkeypatch, customer, "consume", "--business", "demo", "--max-messages", "1",
+            cwd=tmp_path,
+        )  # fmt: skip
         assert code == 0, err
         message = json.loads(out.splitlines()[0])
         assert message["messageType"] == "PALLET_EVENT"
@@ -110,11 +119,15 @@ async def test_every_address_follows_the_http_port_and_commands_find_the_server(
     assert not list((tmp_path / "var" / "run").glob("*.json"))
 
 
-async def test_admin_where_there_is_no_dockflow_says_where_it_looked(tmp_path: Path):
+async def test_admin_where_there_is_no_dockflow_says_where_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     for argv in (["list", "businesses"], ["create-business", "acme"]):
-        code, out, err = await run_dockflow("admin", *argv, cwd=elsewhere)
+        code, out, err = await run_in_process(
+            monkeypatch, newcomer_environment(), "admin", *argv, cwd=elsewhere
+        )
 
         assert code == 2, out + err
         [line] = err.splitlines()
@@ -154,7 +167,9 @@ def _customer(credentials_dir: Path, **extra: str) -> dict[str, str]:
     }
 
 
-async def test_client_commands_with_no_server_recorded_say_which_default_they_use(tmp_path: Path):
+async def test_client_commands_with_no_server_recorded_say_which_default_they_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     nobody = f"http://127.0.0.1:{free_port()}"  # nothing listens there
@@ -177,7 +192,7 @@ async def test_client_commands_with_no_server_recorded_say_which_default_they_us
         ),
     }
     for name, (argv, default, option) in commands.items():
-        _, _, err = await run_dockflow(*argv, cwd=elsewhere, env=env)
+        _, _, err = await run_in_process(monkeypatch, env, *argv, cwd=elsewhere)
 
         notice = err.splitlines()[0]
         assert notice.startswith(f"dockflow {name}: no running dockflow recorded in {looked_in}")
@@ -187,7 +202,7 @@ async def test_client_commands_with_no_server_recorded_say_which_default_they_us
 
 
 async def test_admin_create_client_with_no_server_running_says_its_urls_are_defaults(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     server = DemoServer(
         tmp_path, http_port=free_port(), grpc_port=free_port(), ops_port=free_port()
@@ -195,7 +210,10 @@ async def test_admin_create_client_with_no_server_running_says_its_urls_are_defa
     async with server:
         pass  # a database with the demo tenant, and no server now
 
-    code, out, err = await run_dockflow("admin", "create-client", "demo", "--json", cwd=tmp_path)
+    code, out, err = await run_in_process(
+        monkeypatch, newcomer_environment(), "admin", "create-client", "demo", "--json",
+        cwd=tmp_path,
+    )  # fmt: skip
 
     assert code == 0, err
     [notice] = err.splitlines()
@@ -204,7 +222,9 @@ async def test_admin_create_client_with_no_server_running_says_its_urls_are_defa
     assert json.loads(out)["token_url"] in notice.replace(")", "/oauth/token)")
 
 
-async def test_consume_follows_a_server_restarted_on_another_port(tmp_path: Path):
+async def test_consume_follows_a_server_restarted_on_another_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     server = DemoServer(
         tmp_path, http_port=free_port(), grpc_port=free_port(), ops_port=free_port()
     )
@@ -221,10 +241,12 @@ async def test_consume_follows_a_server_restarted_on_another_port(tmp_path: Path
         new_port = free_port()
         await server.start(http=new_port, grpc=free_port())
         document = demo_order(tmp_path, "SO-MOVED", lpn="LPN-M1", sku="SKU-M")
-        code, out, err = await run_dockflow("post-document", str(document), cwd=tmp_path, env=env)
+        code, out, err = await run_in_process(
+            monkeypatch, env, "post-document", str(document), cwd=tmp_path
+        )
         assert code == 0, out + err
-        code, out, err = await run_dockflow(
-            "simulate", "--lpns-from", str(document), "--quiet", cwd=tmp_path, env=env
+        code, out, err = await run_in_process(
+            monkeypatch, env, "simulate", "--lpns-from", str(document), "--quiet", cwd=tmp_path
         )
         assert code == 0, out + err
 
@@ -240,7 +262,9 @@ async def test_consume_follows_a_server_restarted_on_another_port(tmp_path: Path
         await server.stop()
 
 
-async def test_webhook_steps_of_the_demo_banner_work_as_written(tmp_path: Path):
+async def test_webhook_steps_of_the_demo_banner_work_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     """The banner names create-webhook first (it prints the secret `listen` needs), and the
     demo server's loopback allowance is what `admin create-webhook` judges the URL by."""
     server = DemoServer(
@@ -251,16 +275,18 @@ async def test_webhook_steps_of_the_demo_banner_work_as_written(tmp_path: Path):
         assert steps.index("dockflow admin create-webhook demo") < steps.index("dockflow listen")
         assert "--secret" in steps
 
-        code, out, err = await run_dockflow(
-            "admin", "create-webhook", "demo", "--url", "http://127.0.0.1:8090", cwd=tmp_path
-        )
+        code, out, err = await run_in_process(
+            monkeypatch, newcomer_environment(),
+            "admin", "create-webhook", "demo", "--url", "http://127.0.0.1:8090", cwd=tmp_path,
+        )  # fmt: skip
         assert code == 0, err
         assert "signing_secret" in out
         assert err == "", "the demo server delivers to loopback: no warning"
 
-    code, _, err = await run_dockflow(
-        "admin", "create-webhook", "demo", "--url", "http://127.0.0.1:8091", cwd=tmp_path
-    )
+    code, _, err = await run_in_process(
+        monkeypatch, newcomer_environment(),
+        "admin", "create-webhook", "demo", "--url", "http://127.0.0.1:8091", cwd=tmp_path,
+    )  # fmt: skip
     assert code == 0, err
     assert "every delivery to this endpoint will fail" in err
     assert "judged by this command's settings: no running dockflow delivers webhooks" in err
@@ -323,7 +349,9 @@ async def test_a_server_starting_removes_the_records_of_killed_ones(tmp_path: Pa
         await server.stop()
 
 
-async def test_customer_commands_find_the_data_directory_the_config_file_names(tmp_path: Path):
+async def test_customer_commands_find_the_data_directory_the_config_file_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     """`serve` reads data_dir from DOCKFLOW_CONFIG_FILE (and DOCKFLOW_DATA_DIR_FILE): so do the
     commands that look for it, or they look where no server of that environment records."""
     configured = tmp_path / "configured"
@@ -344,6 +372,6 @@ async def test_customer_commands_find_the_data_directory_the_config_file_names(t
         ["post-document", str(document)],
         ["simulate", "--lpns-from", str(document), "--quiet"],
     ):
-        _, _, err = await run_dockflow(*argv, cwd=tmp_path, env=env)
+        _, _, err = await run_in_process(monkeypatch, env, *argv, cwd=tmp_path)
 
         assert f"no running dockflow recorded in {looked_in};" in err.splitlines()[0]

@@ -117,19 +117,22 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
-def test_invalid_setting_stops_startup_with_one_line(tmp_path: Path):
+async def test_invalid_setting_stops_startup_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # Run by this process: the settings are refused before anything starts.
     env = {**os.environ, "DOCKFLOW_HTTP_PORT": "not-a-port", "DOCKFLOW_DATA_DIR": str(tmp_path)}
-    result = subprocess.run(
-        [*DOCKFLOW, "serve"], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
+    result = await run_in_process(monkeypatch, env, "serve")
+    assert result.code == 2
+    assert result.err.strip().splitlines() == [
         "dockflow: invalid setting DOCKFLOW_HTTP_PORT: Input should be a valid integer, "
         "unable to parse string as an integer"
     ]
 
 
-def test_every_invalid_setting_is_a_line_and_lists_take_plain_text(tmp_path: Path):
+async def test_every_invalid_setting_is_a_line_and_lists_take_plain_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     """A list setting written as in an env file is read; the two invalid settings beside it
     are one line each, with no traceback."""
     env = {
@@ -139,12 +142,10 @@ def test_every_invalid_setting_is_a_line_and_lists_take_plain_text(tmp_path: Pat
         "DOCKFLOW_HTTP_PORT": "not-a-port",
         "DOCKFLOW_OPS_PORT": "-1",
     }
-    result = subprocess.run(
-        [*DOCKFLOW, "serve"], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
+    result = await run_in_process(monkeypatch, env, "serve")  # refused before anything starts
+    assert result.code == 2, result.err
+    assert "Traceback" not in result.err
+    lines = result.err.strip().splitlines()
     assert [line.split(":")[1].strip() for line in lines] == [
         "invalid setting DOCKFLOW_HTTP_PORT",
         "invalid setting DOCKFLOW_OPS_PORT",

@@ -21,7 +21,7 @@ from dockflow.embedded.supervisor import EmbeddedMongo, engine_dir, nx_database_
 from tests.support.admin import run_in_process
 from tests.support.backends import ENGINE, only_on_nx_27017
 from tests.support.database_contents import database_contents
-from tests.support.processes import DemoServer, run_dockflow
+from tests.support.processes import DemoServer
 
 SECRET_KEY = "YmFja3VwLXRlc3Qta2V5LTAxMjM0NTY3ODlhYmNkZWY="  # base64 of 32 bytes
 
@@ -50,10 +50,15 @@ def _served(data_dir: Path) -> DemoServer:
 
 
 async def _populate(
-    served: DemoServer, tmp_path: Path, run_id: str, credentials: DemoServer
+    served: DemoServer,
+    tmp_path: Path,
+    run_id: str,
+    credentials: DemoServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A posted document and readings of the demo camera at dock D1, through the CLI clients,
-    with the demo credentials `credentials` printed when it created the tenant."""
+    """A posted document and readings of the demo camera at dock D1, through the CLI clients
+    (run by this process: what they send, not their start, populates the database), with the
+    demo credentials `credentials` printed when it created the tenant."""
     env = _env(served.data_dir)
     document = {
         "business": "demo",
@@ -67,23 +72,23 @@ async def _populate(
     }
     path = tmp_path / f"order-{run_id}.json"
     path.write_text(json.dumps(document))
-    code, out, err = await run_dockflow(
+    code, out, err = await run_in_process(
+        monkeypatch, env,
         "post-document", str(path),
         "--client-id", credentials.find(r"client_id (\S+)"),
         "--client-secret", credentials.find(r"client_secret (\S+)"),
         "--url", served.find(r"HTTP API +(http://\S+:\d+)"),
         "--audience", served.find(r"GraphQL +(\S+)"),
-        env=env,
     )  # fmt: skip
     assert (code, out[:8]) == (0, "HTTP 201"), out + err
-    code, out, err = await run_dockflow(
+    code, out, err = await run_in_process(
+        monkeypatch, env,
         "simulate",
         "--target", served.find(r"gRPC edge +(\S+:\d+)"),
         "--camera-token", credentials.find(r"camera D1 +\S+ +token (\S+)"),
         "--shipment", str(path),
         "--run-id", run_id,
         "--quiet",
-        env=env,
     )  # fmt: skip
     assert code == 0, out + err
 
@@ -97,33 +102,43 @@ async def _contents(data_dir: Path) -> dict[str, list[dict[str, Any]]]:
         await server.stop()
 
 
-async def _index_names(data_dir: Path) -> dict[str, list[str]]:
+async def _contents_and_index_names(
+    data_dir: Path,
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[str]]]:
+    """`_contents` of `data_dir` and the index names of each collection, from one server start."""
     server = EmbeddedMongo(data_dir, engine=ENGINE)
-    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(await server.start())
+    url = await server.start()
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(url)
     try:
         db = client["dockflow"]
-        return {
+        indexes = {
             name: sorted([index["name"] async for index in await db[name].list_indexes()])
             for name in sorted(await db.list_collection_names())
         }
+        return await database_contents(url), indexes
     finally:
         await client.close()
         await server.stop()
 
 
-async def test_a_backup_taken_while_serving_restores_into_a_fresh_data_directory(tmp_path: Path):
+async def test_a_backup_taken_while_serving_restores_into_a_fresh_data_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     source, restored, backup = tmp_path / "a", tmp_path / "b", tmp_path / "backup"
     async with _served(source) as first:
-        await _populate(first, tmp_path, "one", first)
-        code, _, err = await run_dockflow("admin", "backup", str(backup), env=_env(source))
+        await _populate(first, tmp_path, "one", first, monkeypatch)
+        code, _, err = await run_in_process(
+            monkeypatch, _env(source), "admin", "backup", str(backup)
+        )
         assert code == 0, err
-        refused = await run_dockflow("admin", "restore", str(backup), env=_env(source))
-    before = await _contents(source)
-    indexes_before = await _index_names(source)
+        refused = await run_in_process(monkeypatch, _env(source), "admin", "restore", str(backup))
+    before, indexes_before = await _contents_and_index_names(source)
 
-    code, _, err = await run_dockflow("admin", "restore", str(backup), env=_env(restored))
+    code, _, err = await run_in_process(
+        monkeypatch, _env(restored), "admin", "restore", str(backup)
+    )
     assert code == 0, err
-    after = await _contents(restored)
+    after, indexes_after = await _contents_and_index_names(restored)
 
     assert refused[0] == 2
     assert "stop dockflow on this data directory" in refused[2]
@@ -137,13 +152,13 @@ async def test_a_backup_taken_while_serving_restores_into_a_fresh_data_directory
     assert after["api_clients"] == before["api_clients"]  # secrets as stored, whole documents
     assert after["readings"][0] == before["readings"][0]
     assert after["counters"] == before["counters"]
-    assert await _index_names(restored) == indexes_before
+    assert indexes_after == indexes_before
     last_message = max(int(m["_id"]) for m in before["push_messages"])
 
     async with _served(restored) as served:
         assert "Demo tenant already exists" in served.banner
         # The credentials printed before the backup still work: their hashes were restored.
-        await _populate(served, tmp_path, "two", first)
+        await _populate(served, tmp_path, "two", first, monkeypatch)
     later = await _contents(restored)
 
     new_ids = [int(m["_id"]) for m in later["push_messages"] if int(m["_id"]) > last_message]
@@ -171,7 +186,9 @@ async def test_restore_refuses_a_folder_that_is_no_backup_or_of_another_engine(
     assert f"the backup is of the {other} engine" in wrong[2]
 
 
-async def _back_up_orders(data_dir: Path, backup: Path, orders: int) -> None:
+async def _back_up_orders(
+    data_dir: Path, backup: Path, orders: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`orders` documents written into the dockflow database of `data_dir` through its embedded
     server, then `dockflow admin backup` taken into `backup` while that server runs."""
     server = EmbeddedMongo(data_dir, engine=ENGINE)
@@ -180,7 +197,9 @@ async def _back_up_orders(data_dir: Path, backup: Path, orders: int) -> None:
         await client["dockflow"]["orders"].insert_many(
             [{"_id": n, "orderNumber": f"O-{n}"} for n in range(orders)]
         )
-        code, _, err = await run_dockflow("admin", "backup", str(backup), env=_env(data_dir))
+        code, _, err = await run_in_process(
+            monkeypatch, _env(data_dir), "admin", "backup", str(backup)
+        )
         assert code == 0, err
     finally:
         await client.close()
@@ -199,21 +218,23 @@ def _largest_data_file(backup: Path) -> Path:
 
 
 async def test_restore_refuses_a_damaged_backup_and_keeps_the_database_it_replaces(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     data_dir, first, second = tmp_path / "data", tmp_path / "first", tmp_path / "second"
-    await _back_up_orders(tmp_path / "a", first, orders=3)
-    await _back_up_orders(tmp_path / "b", second, orders=5)
-    code, _, err = await run_dockflow("admin", "restore", str(first), env=_env(data_dir))
+    await _back_up_orders(tmp_path / "a", first, orders=3, monkeypatch=monkeypatch)
+    await _back_up_orders(tmp_path / "b", second, orders=5, monkeypatch=monkeypatch)
+    code, _, err = await run_in_process(monkeypatch, _env(data_dir), "admin", "restore", str(first))
     assert code == 0, err
     damaged = tmp_path / "damaged"
     shutil.copytree(second, damaged)
     data_file = _largest_data_file(damaged)
     data_file.write_bytes(data_file.read_bytes()[: data_file.stat().st_size // 2])
 
-    refused = await run_dockflow("admin", "restore", str(damaged), env=_env(data_dir))
+    refused = await run_in_process(monkeypatch, _env(data_dir), "admin", "restore", str(damaged))
     after_refusal = await _contents(data_dir)
-    code, out, err = await run_dockflow("admin", "restore", str(second), env=_env(data_dir))
+    code, out, err = await run_in_process(
+        monkeypatch, _env(data_dir), "admin", "restore", str(second)
+    )
     after_restore = await _contents(data_dir)
 
     assert refused[0] == 2
@@ -229,10 +250,12 @@ async def test_restore_refuses_a_damaged_backup_and_keeps_the_database_it_replac
 
 
 @only_on_nx_27017("a SQLite database file in the backup")
-async def test_restore_refuses_a_sqlite_file_that_fails_its_integrity_check(tmp_path: Path):
+async def test_restore_refuses_a_sqlite_file_that_fails_its_integrity_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     data_dir, good = tmp_path / "data", tmp_path / "good"
-    await _back_up_orders(tmp_path / "a", good, orders=200)
-    code, _, err = await run_dockflow("admin", "restore", str(good), env=_env(data_dir))
+    await _back_up_orders(tmp_path / "a", good, orders=200, monkeypatch=monkeypatch)
+    code, _, err = await run_in_process(monkeypatch, _env(data_dir), "admin", "restore", str(good))
     assert code == 0, err
     database_file = good / "dockflow.db"
     content = database_file.read_bytes()
@@ -252,7 +275,9 @@ async def test_restore_refuses_a_sqlite_file_that_fails_its_integrity_check(tmp_
             "sha256": hashlib.sha256(damaged_content).hexdigest(),
         }
         (damaged / "backup.json").write_text(json.dumps(manifest))
-        refusals[name] = await run_dockflow("admin", "restore", str(damaged), env=_env(data_dir))
+        refusals[name] = await run_in_process(
+            monkeypatch, _env(data_dir), "admin", "restore", str(damaged)
+        )
 
     after = await _contents(data_dir)
 
@@ -291,7 +316,7 @@ async def test_backup_refuses_a_file_a_dangling_link_or_a_folder_inside_the_data
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     data_dir = tmp_path / "data"
-    await _back_up_orders(data_dir, tmp_path / "good", orders=1)
+    await _back_up_orders(data_dir, tmp_path / "good", orders=1, monkeypatch=monkeypatch)
     a_file = tmp_path / "a-file"
     a_file.write_text("kept")
     dangling = tmp_path / "dangling"
@@ -348,12 +373,14 @@ async def test_a_backup_that_fails_while_copying_leaves_no_folder_behind(
     assert not (tmp_path / "new").exists()
 
 
-async def test_a_restore_over_a_database_that_cannot_be_read_answers_in_one_line(tmp_path: Path):
+async def test_a_restore_over_a_database_that_cannot_be_read_answers_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     # SecantusDB's restore reads the database it replaces, to keep it: a database whose files
     # are damaged ended in a driver traceback.
     data_dir, backup = tmp_path / "data", tmp_path / "backup"
-    await _back_up_orders(tmp_path / "a", backup, orders=3)
-    await _back_up_orders(data_dir, tmp_path / "current", orders=2)
+    await _back_up_orders(tmp_path / "a", backup, orders=3, monkeypatch=monkeypatch)
+    await _back_up_orders(data_dir, tmp_path / "current", orders=2, monkeypatch=monkeypatch)
     if ENGINE == "nx-27017":  # the database's own file (the server's other files are whole)
         damaged = [nx_database_file(data_dir, "dockflow")]
     else:
@@ -362,7 +389,9 @@ async def test_a_restore_over_a_database_that_cannot_be_read_answers_in_one_line
         if path.is_file():
             path.write_bytes(os.urandom(max(path.stat().st_size, 4096)))
 
-    code, _, err = await run_dockflow("admin", "restore", str(backup), env=_env(data_dir))
+    code, _, err = await run_in_process(
+        monkeypatch, _env(data_dir), "admin", "restore", str(backup)
+    )
 
     assert "Traceback" not in err, err
     if ENGINE == "nx-27017":  # the file swapped for the backup's, the damaged one kept beside
@@ -376,10 +405,13 @@ async def test_a_restore_over_a_database_that_cannot_be_read_answers_in_one_line
         assert "nothing was restored" in said[0]
 
 
-async def _credentials_then_backup(data_dir: Path, backup: Path) -> dict[str, str]:
+async def _credentials_then_backup(
+    data_dir: Path, backup: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[str, str], dict[str, list[dict[str, Any]]]]:
     """A business with two API clients, a camera, an operator and a signing key, backed up into
     `backup`; then, after the backup, the key revoked (a new one signs), one client disabled,
-    the other and the camera re-keyed, the operator given a new password. Returns the ids."""
+    the other and the camera re-keyed, the operator given a new password. Returns the ids, and
+    the database's contents then (read through the server already running, not a new one)."""
     server = EmbeddedMongo(data_dir, engine=ENGINE)
     url = await server.start()
     env = {**_env(data_dir), "DOCKFLOW_MONGODB_URL": url}
@@ -391,14 +423,18 @@ async def _credentials_then_backup(data_dir: Path, backup: Path) -> dict[str, st
         rekeyed = (await tenants.create_client(storage, "acme", name="two")).entity.client_id
         camera = (await tenants.create_camera(storage, "acme", "dc1", dock="D1")).entity.camera_id
         await tenants.create_operator(storage, "ops", "first-password")
-        code, out, err = await run_dockflow("admin", "rotate-signing-key", "--json", env=env)
+        code, out, err = await run_in_process(
+            monkeypatch, env, "admin", "rotate-signing-key", "--json"
+        )
         assert code == 0, err
         old_key = json.loads(out)["kid"]
-        code, _, err = await run_dockflow("admin", "backup", str(backup), env=_env(data_dir))
+        code, _, err = await run_in_process(
+            monkeypatch, _env(data_dir), "admin", "backup", str(backup)
+        )
         assert code == 0, err
 
-        code, out, err = await run_dockflow(
-            "admin", "rotate-signing-key", "--revoke", "--json", env=env
+        code, out, err = await run_in_process(
+            monkeypatch, env, "admin", "rotate-signing-key", "--revoke", "--json"
         )
         assert code == 0, err
         await tenants.set_client_disabled(storage, disabled)
@@ -407,29 +443,31 @@ async def _credentials_then_backup(data_dir: Path, backup: Path) -> dict[str, st
         )
         await tenants.set_camera_disabled(storage, camera)
         await tenants.update_operator(storage, "ops", businesses=None, password="second-password")
-        return {
+        ids = {
             "old_key": old_key,
             "new_key": json.loads(out)["kid"],
             "disabled": disabled,
             "rekeyed": rekeyed,
             "camera": camera,
         }
+        return ids, await database_contents(url)
     finally:
         await storage.close()
         await server.stop()
 
 
 async def test_a_restore_keeps_what_was_revoked_after_the_backup_unless_told_not_to(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     data_dir, backup = tmp_path / "data", tmp_path / "backup"
-    ids = await _credentials_then_backup(data_dir, backup)
-    current = await _contents(data_dir)
+    ids, current = await _credentials_then_backup(data_dir, backup, monkeypatch)
 
-    code, out, err = await run_dockflow("admin", "restore", str(backup), env=_env(data_dir))
+    code, out, err = await run_in_process(
+        monkeypatch, _env(data_dir), "admin", "restore", str(backup)
+    )
     restored = await _contents(data_dir)
-    as_backed_up = await run_dockflow(
-        "admin", "restore", str(backup), "--no-reapply-revocations", env=_env(data_dir)
+    as_backed_up = await run_in_process(
+        monkeypatch, _env(data_dir), "admin", "restore", str(backup), "--no-reapply-revocations"
     )
     plain = await _contents(data_dir)
 

@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
@@ -54,11 +55,18 @@ def admin_runner(
 
 
 async def run_in_process(
-    monkeypatch: pytest.MonkeyPatch, env: Mapping[str, str], *argv: str, stdin: str = ""
+    monkeypatch: pytest.MonkeyPatch,
+    env: Mapping[str, str],
+    *argv: str,
+    stdin: str = "",
+    cwd: Path | None = None,
 ) -> Run:
     """``dockflow ARGV`` run by this process with the DOCKFLOW_* variables of `env` (and no
-    others): for a command that refuses before it starts anything, where starting an interpreter
-    for it would prove nothing more than the exit code and output this returns."""
+    others), in `cwd` if given (the test's working directory then stays there): for a command
+    whose exit code and output are the point, where starting an interpreter for it would prove
+    nothing more. One at a time: the command's output is caught by swapping sys.stdout."""
+    if cwd is not None:
+        monkeypatch.chdir(cwd)
     for name in [name for name in os.environ if name.startswith("DOCKFLOW_")]:
         monkeypatch.delenv(name)
     for name, value in env.items():
