@@ -174,7 +174,7 @@ async def session_loop() -> asyncio.AbstractEventLoop:
 @pytest.mark.timeout(360)
 @settings(
     # 20 drawn sequences over 4 LPNs (besides the 3 explicit ones) meet every mix of loading,
-    # unloading, unexpected and repeated LPNs; each example is a shipment of its own, which costs
+    # unloading, unexpected and repeated LPNs (each example posts a shipment of its own)
     max_examples=20,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
