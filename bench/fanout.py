@@ -33,10 +33,11 @@ from core.feed.publish import NewMessage
 from core.tenancy import tenants
 from dockflow.database import open_services
 
-SUBSCRIBERS = {"tiny": 40, "small": 400, "full": 2000}
-FACILITIES = {"tiny": 4, "small": 8, "full": 40}
+# tiny (a test-suite smoke run): 4 subscribers on each of 2 facilities, so the filter matters
+SUBSCRIBERS = {"tiny": 8, "small": 400, "full": 2000}
+FACILITIES = {"tiny": 2, "small": 8, "full": 40}
 RATE = 50  # messages per second
-DURATION_S = {"tiny": 2.0, "small": 5.0, "full": 20.0}
+DURATION_S = {"tiny": 0.6, "small": 5.0, "full": 20.0}  # tiny: 30 messages, 15 per facility
 SETTLE_S = 10.0
 
 

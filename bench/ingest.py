@@ -33,7 +33,8 @@ from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 
 STREAMS = 8
 WINDOW = 128  # readings in flight per stream: keeps the pipe full while latency stays meaningful
-TOTAL = {"tiny": 400, "small": 4_000, "full": 20_000}
+# tiny (a test-suite smoke run): 10 readings on each of the 8 streams
+TOTAL = {"tiny": 80, "small": 4_000, "full": 20_000}
 RAW_BATCH = 256
 
 

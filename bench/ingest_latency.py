@@ -29,8 +29,9 @@ from bench.subscribers import Subscriber, bare_subscriber, close_all, graphql_su
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 
 RATE = 100  # readings per second
-DURATION_S = {"tiny": 2.0, "small": 8.0, "full": 30.0}
-SUBSCRIBERS = {"tiny": 5, "small": 20, "full": 50}
+# tiny (a test-suite smoke run): 50 readings, each to two subscribers and the webhook
+DURATION_S = {"tiny": 0.5, "small": 8.0, "full": 30.0}
+SUBSCRIBERS = {"tiny": 2, "small": 20, "full": 50}
 SETTLE_S = 10.0  # longest wait for the last messages after the last reading
 
 

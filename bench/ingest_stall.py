@@ -38,8 +38,9 @@ from core.feed import fences, publish
 from dockflow.database import open_services
 from dockflow.edge.v1 import edge_pb2, edge_pb2_grpc
 
-WINDOW_S = {"tiny": 3.0, "small": 16.0, "full": 30.0}  # each measured window
-STALL_AT_S = 2.0  # into the stall window, when the writer stalls
+# tiny (a test-suite smoke run): 1.2 s windows, 120 readings each, the stall inside the second
+WINDOW_S = {"tiny": 1.2, "small": 16.0, "full": 30.0}  # each measured window
+STALL_AT_S = {"tiny": 0.5, "small": 2.0, "full": 2.0}  # into the stall window, when it stalls
 SETTLE_S = 10.0  # longest wait for the last messages after a window's last reading
 
 
@@ -71,7 +72,8 @@ async def measure(size: str, count: int, stall_s: float) -> dict[str, Any]:
     async with running_server("serve", extra_env=env) as server:
         tenants = await make_tenants(server, slugs)
         async with open_services(server.settings()) as services:
-            return await _drive(server, services.storage, tenants, stalled, duration, stall_s)
+            stall = (STALL_AT_S[size], stall_s)
+            return await _drive(server, services.storage, tenants, stalled, duration, stall)
 
 
 async def _drive(
@@ -80,8 +82,9 @@ async def _drive(
     tenants: list[BenchTenant],
     stalled: str,
     duration: float,
-    stall_s: float,
+    stall: tuple[float, float],
 ) -> dict[str, Any]:
+    """`stall`: how far into the stall window the writer stalls, and for how long."""
     window = Window()
     sent_at: dict[str, tuple[float, str]] = {}  # reading id -> (sent, business)
 
@@ -121,14 +124,16 @@ async def _drive(
         while not window.complete(warm) and time.perf_counter() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.1)  # arrivals come from many sockets
         figures: dict[str, Any] = {}
-        for phase, stall in (("calm", 0.0), ("stall", stall_s)):
+        for phase, stall_s in (("calm", 0.0), ("stall", stall[1])):
             window.business.clear()
             window.sent.clear()
             window.arrived.clear()
             total = int(duration * RATE)
-            holder = asyncio.create_task(_stall(storage, stalled, stall)) if stall else None
+            holder = None
+            if stall_s:
+                holder = asyncio.create_task(_stall(storage, stalled, stall[0], stall_s))
             await steady(total, lambda i, tag=phase: _async(send, i, tag))
-            deadline = time.perf_counter() + SETTLE_S + stall
+            deadline = time.perf_counter() + SETTLE_S + stall_s
             while not window.complete(total) and time.perf_counter() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
             if holder is not None:
@@ -165,19 +170,20 @@ async def _async(send: Any, index: int, tag: str) -> None:
     send(index, tag)
 
 
-async def _stall(storage: Any, business: str, stall_s: float) -> None:
-    """A writer of `business` reserves an id, holds it `stall_s` seconds, then gives up."""
-    await asyncio.sleep(STALL_AT_S)
+async def _stall(storage: Any, business: str, stall_at_s: float, stall_s: float) -> None:
+    """`stall_at_s` into the window, a writer of `business` reserves an id, holds it `stall_s`
+    seconds, then gives up."""
+    await asyncio.sleep(stall_at_s)
     held = await publish.reserve_message_ids(storage, business, 1)
     await asyncio.sleep(stall_s)
     await fences.fence_ids(storage, list(held))
 
 
 async def run(size: str, businesses: int, stall_s: float) -> None:
-    if WINDOW_S[size] < STALL_AT_S + stall_s:
+    if WINDOW_S[size] < STALL_AT_S[size] + stall_s:
         raise SystemExit(
             f"a stall of {stall_s:g} s does not fit in a {WINDOW_S[size]:g} s window at --size "
-            f"{size}: at most {WINDOW_S[size] - STALL_AT_S:g} s"
+            f"{size}: at most {WINDOW_S[size] - STALL_AT_S[size]:g} s"
         )
     result = await measure(size, businesses, stall_s)
     limit = await measure_limit(WINDOW_S[size], businesses)

@@ -35,7 +35,8 @@ from core.feed.publish import NewMessage
 from core.storage import Storage
 from dockflow.database import open_services
 
-TOTAL = {"tiny": 200, "small": 2_000, "full": 10_000}
+# tiny (a test-suite smoke run): 3 deliveries for each of the CONCURRENCY slots
+TOTAL = {"tiny": 48, "small": 2_000, "full": 10_000}
 CONCURRENCY = 16  # per-endpoint concurrency given to the worker, and used by the direct POSTs
 ENQUEUE_BATCH = 500
 

@@ -15,15 +15,18 @@ async def test_sequence_allocator_unique_and_increasing_under_concurrency(storag
     # (a backend may spend an id there).
     first = await storage.next_id("test")
 
-    async def worker() -> list[int]:
-        return [await storage.next_id("test") for _ in range(500)]
+    workers, each = 8, 100  # 8 reservations always in flight at once, 800 in all
 
-    results = await asyncio.gather(*(worker() for _ in range(8)))
+    async def worker() -> list[int]:
+        return [await storage.next_id("test") for _ in range(each)]
+
+    results = await asyncio.gather(*(worker() for _ in range(workers)))
 
     every = [i for ids in results for i in ids]
-    assert len(every) == 4000
-    assert len(set(every)) == 4000
-    assert sorted(every) == list(range(first + 1, first + 4001))
+    total = workers * each
+    assert len(every) == total
+    assert len(set(every)) == total
+    assert sorted(every) == list(range(first + 1, first + total + 1))
     for ids in results:
         assert ids == sorted(ids)
 
@@ -39,7 +42,7 @@ async def test_first_ids_of_new_sequences_reserved_by_two_processes_at_once(
         pairs = await asyncio.gather(
             *(
                 asyncio.gather(storage.next_id(f"race-{n}"), other.next_id(f"race-{n}"))
-                for n in range(200)
+                for n in range(50)  # all 100 first reservations in flight at once
             )
         )
     finally:
