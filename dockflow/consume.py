@@ -128,9 +128,9 @@ class Progress:
 
 
 class Consumer:
-    def __init__(self, options: Options, out: TextIO = sys.stdout) -> None:
+    def __init__(self, options: Options, out: TextIO | None = None) -> None:
         self.options = options
-        self.out = out
+        self.out = out or sys.stdout  # as it is now, not as it was at import
         self.progress = Progress()
         self._token: str | None = None
         self._token_expires = 0.0

@@ -72,8 +72,8 @@ class Listener:
         json_lines: bool = False,
         max_deliveries: int | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        out: TextIO = sys.stdout,
-        err: TextIO = sys.stderr,
+        out: TextIO | None = None,
+        err: TextIO | None = None,
     ) -> None:
         self.secrets = secrets
         self.host = host
@@ -82,8 +82,8 @@ class Listener:
         self.json_lines = json_lines
         self.max_deliveries = max_deliveries
         self.max_body_bytes = max_body_bytes
-        self.out = out
-        self.err = err
+        self.out = out or sys.stdout  # the streams as they are now, not as they were at import
+        self.err = err or sys.stderr
         self.delivered = 0
         self.done = asyncio.Event()
         self._runner: web.AppRunner | None = None
