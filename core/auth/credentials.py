@@ -74,6 +74,10 @@ class PasswordWork:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="argon2")
         self._pending = 0
 
+    def close(self) -> None:
+        """Let its threads end once the checks they run are done."""
+        self._pool.shutdown(wait=False)
+
     async def run(self, function: Callable[..., T], *args: Any) -> T:
         if self._pending >= self.threads + self.queue_max:
             log.warning(
@@ -92,10 +96,11 @@ _work = PasswordWork()
 
 def configure_password_work(threads: int, queue_max: int, profile: PasswordProfile) -> None:
     """Size and cost the process's password hashing (settings `password_hash_threads`,
-    `..._queue_max`, `..._profile`)."""
+    `..._queue_max`, `..._profile`): one for the whole process, the last configured."""
     global _work
     if (_work.threads, _work.queue_max, _work.profile) != (threads, queue_max, profile):
-        _work = PasswordWork(threads, queue_max, profile)
+        replaced, _work = _work, PasswordWork(threads, queue_max, profile)
+        replaced.close()
 
 
 def new_secret(prefix: str = "", nbytes: int = 32) -> str:
@@ -128,6 +133,14 @@ def _verify_password(hasher: PasswordHasher, password: str, stored_hash: str) ->
 async def password_matches(password: str, stored_hash: str) -> bool:
     work = _work
     return await work.run(_verify_password, work.hasher, password, stored_hash)
+
+
+def password_needs_rehash(stored_hash: str) -> bool:
+    """Whether a stored hash was made with other parameters than the current profile's."""
+    try:
+        return _work.hasher.check_needs_rehash(stored_hash)
+    except InvalidHashError:
+        return False
 
 
 async def check_password_of_no_account(password: str) -> None:

@@ -22,6 +22,7 @@ from core.auth.credentials import (
     hash_secret,
     new_secret,
     password_matches,
+    password_needs_rehash,
     secret_matches,
 )
 from core.errors import AlreadyExists, NotFound, ValidationFailed
@@ -510,6 +511,14 @@ async def authenticate_operator(storage: Storage, username: str, password: str) 
         return None
     if not await password_matches(password, doc["password_hash"]):
         return None
+    if password_needs_rehash(doc["password_hash"]):
+        # Hashed under another profile (`password_hash_profile` changed since): hashed again
+        # under the current one, so that checking it costs what checking any other account, or
+        # an unknown name, does. Not a new password: the operator's sessions stay.
+        await storage.operators.update_one(
+            {"_id": username, "password_hash": doc["password_hash"]},
+            {"$set": {"password_hash": await hash_password(password)}},
+        )
     return _operator_from_doc(doc)
 
 

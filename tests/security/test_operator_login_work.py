@@ -12,13 +12,15 @@ import json
 import os
 import subprocess
 import sys
-from typing import get_args
+from typing import Any, get_args
 
 import argon2
 import pytest
 
-from core.auth.credentials import NO_ACCOUNT_HASHES, PASSWORD_PROFILES
+from core.auth.credentials import NO_ACCOUNT_HASHES, PASSWORD_PROFILES, configure_password_work
 from core.settings import PasswordProfile, Settings
+from core.storage import Storage
+from core.tenancy import tenants
 
 SCRIPT = """
 import asyncio, json, sys
@@ -98,3 +100,30 @@ def test_the_hash_an_unknown_account_is_checked_against_has_the_hashers_paramete
         assert not hasher.check_needs_rehash(NO_ACCOUNT_HASHES[profile]), profile
     default = Settings.model_fields["password_hash_profile"].default  # the suite sets another
     assert PASSWORD_PROFILES[default] == argon2.profiles.RFC_9106_LOW_MEMORY
+
+
+async def test_a_password_hashed_under_another_profile_is_hashed_again_at_its_next_login(
+    storage: Storage,
+):
+    """After a change of `password_hash_profile`, an account hashed under the old one would cost
+    the old work at every check, telling it apart from unknown names: its next successful login
+    hashes it under the current profile. A wrong password changes nothing, and the operator's
+    sessions stay (not a new password)."""
+    configure_password_work(2, 32, "rfc9106-low-memory")
+    try:
+        await tenants.create_operator(storage, "lead", "correct-horse-battery", businesses=None)
+    finally:
+        configure_password_work(2, 32, "owasp-minimum")  # the suite's (tests/conftest.py)
+    await storage.operator_sessions.insert_one({"_id": "s1", "username": "lead"})
+
+    def stored_cost(doc: dict[str, Any] | None) -> str:
+        assert doc is not None
+        return str(doc["password_hash"]).split("$")[3]
+
+    assert await tenants.authenticate_operator(storage, "lead", "wrong-password") is None
+    assert stored_cost(await storage.operators.find_one({"_id": "lead"})) == "m=65536,t=3,p=4"
+
+    assert await tenants.authenticate_operator(storage, "lead", "correct-horse-battery")
+    assert stored_cost(await storage.operators.find_one({"_id": "lead"})) == "m=19456,t=2,p=1"
+    assert await tenants.authenticate_operator(storage, "lead", "correct-horse-battery")
+    assert await storage.operator_sessions.count_documents({"username": "lead"}) == 1
