@@ -37,9 +37,9 @@ from tests.support.graphql import (
 )
 
 PRODUCERS = 4
-# 600 messages in all: dozens of interleaved batches per producer, enough for out-of-order
-# commits to reach each tailer (asserted below)
-READINGS_EACH = 150
+# 2,000 messages in all: enough interleaved batches for out-of-order commits to reach each
+# tailer (asserted below) on a loaded machine too; with 150 each, one tailer of a CI run saw none
+READINGS_EACH = 500
 
 
 @pytest.fixture
