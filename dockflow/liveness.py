@@ -14,16 +14,22 @@ import os
 from pathlib import Path
 
 
-def start_time(pid: int) -> int | None:
-    """When `pid` started, in clock ticks after boot (field 22 of /proc/<pid>/stat); None
-    without /proc or when it is gone."""
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name, so that field N of proc(5) is
+    `[N - 3]`; None without /proc or when the process is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    # The command name (field 2) is in parentheses and may hold spaces: count after it.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19])
+    # The command name (field 2) is in parentheses and may hold spaces and ")": count after it.
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def start_time(pid: int) -> int | None:
+    """When `pid` started, in clock ticks after boot (field 22 of /proc/<pid>/stat); None
+    without /proc or when it is gone."""
+    fields = stat_fields(pid)
+    return None if fields is None else int(fields[19])
 
 
 def running(pid: int) -> bool:
@@ -37,11 +43,10 @@ def running(pid: int) -> bool:
         return False
     except PermissionError:
         pass
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+    fields = stat_fields(pid)
+    if fields is None:
         return True  # no /proc: alive as far as signals tell
-    return state != "Z"
+    return fields[0] != "Z"  # field 3, the state
 
 
 def command_names(pid: int, text: str) -> bool:

@@ -17,6 +17,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from core.settings import Settings
+from dockflow.liveness import running, stat_fields
 from tests.support.admin import run_in_process
 from tests.support.processes import DockflowProcess
 
@@ -24,17 +25,13 @@ DOCKFLOW = [sys.executable, "-m", "dockflow"]
 
 
 def _children_of(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if ppid == pid:
-                found.append(int(entry.name))
-    return found
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit()
+        and (fields := stat_fields(int(entry.name))) is not None
+        and int(fields[1]) == pid  # field 4, the parent
+    ]
 
 
 async def _read_until(stream: asyncio.StreamReader, pattern: str, limit_s: float) -> str:
@@ -106,15 +103,7 @@ async def test_serve_answers_ready_and_health_then_stops_cleanly(tmp_path: Path)
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
-    assert not [pid for pid in db_children if _running(pid)], "embedded MongoDB left running"
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    assert not [pid for pid in db_children if running(pid)], "embedded MongoDB left running"
 
 
 async def test_invalid_setting_stops_startup_with_one_line(

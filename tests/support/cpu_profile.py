@@ -24,6 +24,8 @@ from typing import IO, Any
 
 import pytest
 
+from dockflow.liveness import stat_fields
+
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _out: IO[str] | None = None
 
@@ -32,13 +34,8 @@ def tree_cpu_s(root: int | None = None) -> float:
     """CPU seconds of process `root` (this one by default) and of every process under it."""
     usage: dict[int, tuple[int, float]] = {}  # pid -> (parent, CPU s)
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue  # ended meanwhile
-            fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold ")"
-            # utime, stime, cutime, cstime (fields 14-17 of proc(5))
+        if entry.isdigit() and (fields := stat_fields(int(entry))) is not None:
+            # parent (field 4); utime, stime, cutime, cstime (fields 14-17 of proc(5))
             usage[int(entry)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / TICKS)
     children: dict[int, list[int]] = defaultdict(list)
     for pid, (parent, _) in usage.items():

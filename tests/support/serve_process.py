@@ -14,22 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from dockflow.embedded.supervisor import engine_dir
+from dockflow.liveness import running
 from tests.support import backends
 from tests.support.processes import free_port, interrupt
 
 READY_LINE = "Press Ctrl-C"
 START_LIMIT_S = 60.0
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (exited, not yet reaped) is not alive
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 class ServeProcess:
@@ -141,7 +131,7 @@ class ServeProcess:
 
 async def wait_for_exit(pid: int, limit_s: float = 30.0) -> None:
     deadline = time.monotonic() + limit_s
-    while pid_alive(pid):
+    while running(pid):
         if time.monotonic() > deadline:
             raise AssertionError(f"process {pid} did not exit")
         await asyncio.sleep(0.05)
