@@ -9,48 +9,54 @@ import logging
 import secrets
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from argon2 import Parameters, PasswordHasher, Type
 from argon2.exceptions import InvalidHashError, VerificationError
 from argon2.profiles import RFC_9106_LOW_MEMORY
 
 from core.errors import RateLimited
-from core.settings import PasswordProfile
+from core.settings import PasswordProfile, Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# The argon2id cost of a new password (setting `password_hash_profile`). The default is RFC 9106's
-# recommendation for machines without gigabytes to spare per login (3 passes over 64 MiB, 4
-# lanes: about a quarter of a second of CPU); OWASP's minimum (2 passes over 19 MiB, 1 lane) costs
-# a fifth of it, for small machines and for the test suite's thousands of logins. A stored hash
-# names its own parameters, so passwords hashed under another profile still verify.
-PASSWORD_PROFILES: dict[PasswordProfile, Parameters] = {
-    "rfc9106-low-memory": RFC_9106_LOW_MEMORY,
-    "owasp-minimum": Parameters(
-        type=Type.ID,
-        version=19,
-        salt_len=16,
-        hash_len=32,
-        time_cost=2,
-        memory_cost=19 * 1024,
-        parallelism=1,
-    ),
-}
 
-# What a password is checked against when its account does not exist: an argon2 hash with the
-# profile's parameters (a test keeps them in step), written out instead of made at import (about
-# a third of a second of CPU that every dockflow process paid to start) or at the first such
-# check (which made that first answer for an unknown account twice as slow as any other).
-NO_ACCOUNT_HASHES: dict[PasswordProfile, str] = {
-    "rfc9106-low-memory": (
+class PasswordCost(NamedTuple):
+    """One value of setting `password_hash_profile`: the argon2id parameters of a new password,
+    and what a password is checked against when its account does not exist."""
+
+    parameters: Parameters
+    # An argon2 hash with `parameters` (a test keeps them in step), written out instead of made
+    # at import (about a third of a second of CPU that every dockflow process paid to start) or
+    # at the first such check (which made that first answer for an unknown account twice as slow
+    # as any other).
+    no_account_hash: str
+
+
+# The default is RFC 9106's recommendation for machines without gigabytes to spare per login (3
+# passes over 64 MiB, 4 lanes: about a quarter of a second of CPU); OWASP's minimum (2 passes over
+# 19 MiB, 1 lane) costs a fifth of it, for small machines and for the test suite's thousands of
+# logins. A stored hash names its own parameters, so passwords hashed under another profile still
+# verify.
+PASSWORD_PROFILES: dict[PasswordProfile, PasswordCost] = {
+    "rfc9106-low-memory": PasswordCost(
+        RFC_9106_LOW_MEMORY,
         "$argon2id$v=19$m=65536,t=3,p=4$8C6q9mxE23SuEnhuz0Btiw"
-        "$JQ0mEawd1cM9HCFSOXO6i7bSeghe304dTvnEF42UAV8"
+        "$JQ0mEawd1cM9HCFSOXO6i7bSeghe304dTvnEF42UAV8",
     ),
-    "owasp-minimum": (
+    "owasp-minimum": PasswordCost(
+        Parameters(
+            type=Type.ID,
+            version=19,
+            salt_len=16,
+            hash_len=32,
+            time_cost=2,
+            memory_cost=19 * 1024,
+            parallelism=1,
+        ),
         "$argon2id$v=19$m=19456,t=2,p=1$Wk14O2wg4yW1kOcAy0iqzw"
-        "$a24vhx9J88VfBnUK1G5bzisc4oVu6lv2uiNTYuxlr50"
+        "$a24vhx9J88VfBnUK1G5bzisc4oVu6lv2uiNTYuxlr50",
     ),
 }
 
@@ -60,17 +66,12 @@ class PasswordWork:
     loop, so a burst of logins neither stalls every request of the process nor queues without
     end: beyond `queue_max` waiting checks a login is refused with `RateLimited` at once."""
 
-    def __init__(
-        self,
-        threads: int = 2,
-        queue_max: int = 32,
-        profile: PasswordProfile = "rfc9106-low-memory",  # the setting's default
-    ) -> None:
+    def __init__(self, threads: int, queue_max: int, profile: PasswordProfile) -> None:
         self.threads = threads
         self.queue_max = queue_max
         self.profile = profile
-        self.hasher = PasswordHasher.from_parameters(PASSWORD_PROFILES[profile])
-        self.no_account_hash = NO_ACCOUNT_HASHES[profile]
+        self.hasher = PasswordHasher.from_parameters(PASSWORD_PROFILES[profile].parameters)
+        self.no_account_hash = PASSWORD_PROFILES[profile].no_account_hash
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="argon2")
         self._pending = 0
 
@@ -91,7 +92,16 @@ class PasswordWork:
             self._pending -= 1
 
 
-_work = PasswordWork()
+def _settings_default(name: str) -> Any:
+    return Settings.model_fields[name].default
+
+
+# Until a process configures it from its settings, the settings' defaults.
+_work = PasswordWork(
+    _settings_default("password_hash_threads"),
+    _settings_default("password_hash_queue_max"),
+    _settings_default("password_hash_profile"),
+)
 
 
 def configure_password_work(threads: int, queue_max: int, profile: PasswordProfile) -> None:
