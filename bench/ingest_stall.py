@@ -72,8 +72,15 @@ async def measure(size: str, count: int, stall_s: float) -> dict[str, Any]:
     async with running_server("serve", extra_env=env) as server:
         tenants = await make_tenants(server, slugs)
         async with open_services(server.settings()) as services:
-            stall = (STALL_AT_S[size], stall_s)
-            return await _drive(server, services.storage, tenants, stalled, duration, stall)
+            return await _drive(
+                server,
+                services.storage,
+                tenants,
+                stalled,
+                duration,
+                stall_at_s=STALL_AT_S[size],
+                stall_s=stall_s,
+            )
 
 
 async def _drive(
@@ -82,9 +89,11 @@ async def _drive(
     tenants: list[BenchTenant],
     stalled: str,
     duration: float,
-    stall: tuple[float, float],
+    *,
+    stall_at_s: float,
+    stall_s: float,
 ) -> dict[str, Any]:
-    """`stall`: how far into the stall window the writer stalls, and for how long."""
+    """In the stall window, `stall_at_s` into it, a writer of `stalled` stalls for `stall_s`."""
     window = Window()
     sent_at: dict[str, tuple[float, str]] = {}  # reading id -> (sent, business)
 
@@ -124,16 +133,16 @@ async def _drive(
         while not window.complete(warm) and time.perf_counter() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.1)  # arrivals come from many sockets
         figures: dict[str, Any] = {}
-        for phase, stall_s in (("calm", 0.0), ("stall", stall[1])):
+        for phase, held_s in (("calm", 0.0), ("stall", stall_s)):
             window.business.clear()
             window.sent.clear()
             window.arrived.clear()
             total = int(duration * RATE)
             holder = None
-            if stall_s:
-                holder = asyncio.create_task(_stall(storage, stalled, stall[0], stall_s))
+            if held_s:
+                holder = asyncio.create_task(_stall(storage, stalled, stall_at_s, held_s))
             await steady(total, lambda i, tag=phase: _async(send, i, tag))
-            deadline = time.perf_counter() + SETTLE_S + stall_s
+            deadline = time.perf_counter() + SETTLE_S + held_s
             while not window.complete(total) and time.perf_counter() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
             if holder is not None:
