@@ -42,13 +42,12 @@ from datetime import datetime
 from typing import Any
 
 import bson
-from pymongo import ASCENDING
 from pymongo.asynchronous.change_stream import AsyncChangeStream
 from pymongo.errors import OperationFailure
 
 from core import metrics
 from core.errors import DockflowError, FeedStopped
-from core.feed import fences, ids, publish, retained
+from core.feed import fences, ids, publish, reader, retained
 from core.feed.lines import Line
 from core.feed.reader import FeedFilter
 from core.feed.subscribers import BufferBudget, ClientShare, Subscriber
@@ -553,34 +552,16 @@ class FeedHub:
         gate: asyncio.Semaphore | None,
     ) -> AsyncIterator[Doc]:
         feed = await ids.business_feed(self.storage, selector.business)
-        cursor_id = after_id or 0
+        after = after_id or 0
         if after_id is None and since is not None:
-            first = await (
-                self.storage.push_messages.find(
-                    {**selector.query(), "sent_at": {"$gte": since}}, {"_id": 1}
-                )
-                .sort("_id", ASCENDING)
-                .limit(1)
-                .to_list()
-            )
-            cursor_id = ids.public_id(first[0]["_id"]) - 1 if first else up_to
-        for low, high in feed.key_range(cursor_id, up_to):
-            while low < high:
-                query = selector.query()
-                query["_id"] = {"$gt": low, "$lte": high}  # `sent_at` checked below
-                async with gate or contextlib.nullcontext():
-                    page = await (
-                        self.storage.push_messages.find(query)
-                        .sort("_id", ASCENDING)
-                        .limit(REPLAY_PAGE)
-                        .to_list()
-                    )
-                for doc in page:
-                    if since is None or doc["sent_at"] >= since:
-                        yield doc
-                if len(page) < REPLAY_PAGE:
-                    break
-                low = int(page[-1]["_id"])
+            first = await reader.first_sent_since(self.storage, selector, since)
+            after = up_to if first is None else first - 1
+        messages = reader.read_range(
+            self.storage, selector, feed, after, up_to, since, page=REPLAY_PAGE, gate=gate
+        )
+        async with contextlib.aclosing(messages):
+            async for doc in messages:
+                yield doc
 
 
 class UnfaithfulChangeStream(Exception):

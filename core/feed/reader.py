@@ -9,7 +9,9 @@ business's stalled writer holds back no other's pages.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Collection
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -114,34 +116,63 @@ async def read_page(
     feed = await ids.business_feed(storage, business)
     if up_to is None:  # no hub: every id reserved so far
         up_to = (await ids.reserved_through(storage, [business])).get(business, feed.start)
-    query = selector.query()
-    # Find the first id sent at or after `since`, then page by id alone and check `sent_at`
-    # here (ids and send times run nearly in step).
-    start = await (
-        storage.push_messages.find({**query, "sent_at": {"$gte": since}}, {"_id": 1})
+    first = await first_sent_since(storage, selector, since)
+    if first is None:
+        return []
+    after = first - 1
+    if after_id is not None:
+        after = max(after, after_id)
+    found: list[Doc] = []
+    async with contextlib.aclosing(
+        read_range(storage, selector, feed, after, up_to, since, page=page)
+    ) as messages:
+        async for doc in messages:
+            found.append(doc)
+            if len(found) == page:
+                break
+    # A sweep between the check above and these reads may have taken the page's first
+    # messages: the page would start after a hole the reader cannot see.
+    await retained.check_feed_start(storage, business, since=since, after_id=after_id)
+    return found
+
+
+async def first_sent_since(storage: Storage, selector: FeedFilter, since: datetime) -> int | None:
+    """The id of the first message `selector` matches sent at or after `since`; None if none.
+    Reads go by id from there, checking `sent_at` as they go (ids and send times run nearly in
+    step)."""
+    first = await (
+        storage.push_messages.find({**selector.query(), "sent_at": {"$gte": since}}, {"_id": 1})
         .sort("_id", ASCENDING)
         .limit(1)
         .to_list()
     )
-    if not start:
-        return []
-    after = ids.public_id(start[0]["_id"]) - 1
-    if after_id is not None:
-        after = max(after, after_id)
-    found: list[Doc] = []
+    return ids.public_id(first[0]["_id"]) if first else None
+
+
+async def read_range(
+    storage: Storage,
+    selector: FeedFilter,
+    feed: ids.BusinessFeed,
+    after: int,
+    up_to: int,
+    since: datetime | None = None,
+    *,
+    page: int,
+    gate: asyncio.Semaphore | None = None,
+) -> AsyncGenerator[Doc, None]:
+    """The messages `selector` matches with ids after `after` up to `up_to`, by id, those sent
+    before `since` (if given) left out: read `page` at a time from the business's key ranges,
+    each read within `gate` (a client's concurrent reads) when one is given."""
     for low, high in feed.key_range(after, up_to):
-        while len(found) < page:
-            batch = await (
-                storage.push_messages.find({**query, "_id": {"$gt": low, "$lte": high}})
-                .sort("_id", ASCENDING)
-                .limit(page)
-                .to_list()
-            )
-            found += [doc for doc in batch if doc["sent_at"] >= since]
+        while low < high:
+            query = {**selector.query(), "_id": {"$gt": low, "$lte": high}}
+            async with gate or contextlib.nullcontext():
+                batch = await (
+                    storage.push_messages.find(query).sort("_id", ASCENDING).limit(page).to_list()
+                )
+            for doc in batch:
+                if since is None or doc["sent_at"] >= since:
+                    yield doc
             if len(batch) < page:
                 break
             low = int(batch[-1]["_id"])
-    # A sweep between the check above and these reads may have taken the page's first
-    # messages: the page would start after a hole the reader cannot see.
-    await retained.check_feed_start(storage, business, since=since, after_id=after_id)
-    return found[:page]
