@@ -38,6 +38,11 @@ os.environ["DOCKFLOW_OPS_PORT"] = "0"
 os.environ["DOCKFLOW_PASSWORD_HASH_PROFILE"] = "owasp-minimum"
 configure_password_work(2, 32, "owasp-minimum")  # for tests that hash without `Services`
 
+# `CPU_PROFILE_DIR=/tmp/cpu make test`: the CPU of each test, in files in that folder
+# (tests/support/cpu_profile.py).
+if os.environ.get("CPU_PROFILE_DIR"):
+    pytest_plugins = ["tests.support.cpu_profile"]
+
 
 @pytest.fixture(scope="session")
 async def mongo_url(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:

@@ -1,7 +1,7 @@
 """CPU per test, for finding where the suite's time goes (docs/benchmarks.md, "The test suite's
-wall time"). Opt-in, as a pytest plugin:
+wall time"). A pytest plugin, on when CPU_PROFILE_DIR names a folder (tests/conftest.py):
 
-    make test PYTEST_ARGS="-p tests.support.cpu_profile" CPU_PROFILE_DIR=/tmp/cpu
+    CPU_PROFILE_DIR=/tmp/cpu make test
     python -m tests.support.cpu_profile /tmp/cpu        # the tests, costliest first
 
 Before and after each test it reads, from /proc, the CPU time (user + system) of this pytest
