@@ -25,6 +25,7 @@ from tests.support.admin import Admin, admin_runner
 from tests.support.api import create_app
 from tests.support.catalog_check import check_messages
 from tests.support.factories import Tenant, make_tenant
+from tests.support.signing_keys import seed_signing_key
 
 # Fixtures date readings and dock events on fixed days (tests/support/camera.py): this suite, and
 # the dockflow processes it starts, accept camera clocks years old. The production limit is
@@ -96,9 +97,11 @@ def settings(settings_factory: Callable[..., Settings]) -> Settings:
 @pytest.fixture
 async def storage(settings: Settings) -> AsyncIterator[Storage]:
     """A fresh database for this test, dropped afterwards; the push messages the test wrote are
-    checked against their JSON Schemas first (a violation fails the test at teardown)."""
+    checked against their JSON Schemas first (a violation fails the test at teardown). It holds
+    the process's signing key (tests/support/signing_keys.py)."""
     assert settings.mongodb_url is not None
     store = await Storage.connect(settings.mongodb_url, settings.mongodb_db)
+    await seed_signing_key(store, settings)
     yield store
     try:
         await check_messages(store)

@@ -86,7 +86,8 @@ def _key_from_doc(doc: Doc) -> SigningKey:
     )
 
 
-def _new_key_doc(box: SecretBox) -> Doc:
+def new_key_doc(box: SecretBox) -> Doc:
+    """A new signing key's document: a 2048-bit RSA key, its private part sealed with `box`."""
     private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     kid = secrets.token_urlsafe(12)
     public_jwk = json.loads(RSAAlgorithm.to_jwk(private.public_key()))
@@ -215,7 +216,7 @@ class TokenService:
                         return key, private
                 # No usable key (none yet, all retired, or sealed with another secret key):
                 # add one. Two processes may both do so: harmless, the newest one signs.
-                await self.storage.signing_keys.insert_one(_new_key_doc(self.box))
+                await self.storage.signing_keys.insert_one(new_key_doc(self.box))
                 await self._load()
             raise ConfigError("no signing key can be used with this secret key")
 
@@ -223,7 +224,7 @@ class TokenService:
         """Add a new signing key and retire the others. Retired keys verify the tokens they
         signed until those expire; with `revoke` they stop verifying at once (in this process;
         in every other one within `signing_key_cache_s`)."""
-        doc = _new_key_doc(self.box)
+        doc = new_key_doc(self.box)
         await self.storage.signing_keys.insert_one(doc)
         # The new key first, so there is never a moment without one. Two concurrent rotations
         # each retire the other's key; the newest still signs.
