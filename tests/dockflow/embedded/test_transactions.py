@@ -241,7 +241,11 @@ async def test_concurrent_commands_of_a_transaction_waiting_for_the_database_all
 ):
     """A unit of dockflow gathers finds inside its transaction: while another session's
     transaction holds the database, every one of them (the first carries startTransaction)
-    waits for it, then runs in the one transaction, which commits."""
+    waits for it, then runs in the one transaction, which commits.
+
+    The first is sent before the others: on MongoDB (and SecantusDB) a command of the
+    transaction that overtakes the one starting it is refused as NoSuchTransaction, a transient
+    error its unit retries, which a loaded machine made happen here."""
     await db.docks.insert_one({"_id": "d1"})
     theirs = other[db.name]
     async with other.start_session() as holder:
@@ -249,8 +253,10 @@ async def test_concurrent_commands_of_a_transaction_waiting_for_the_database_all
         await theirs.parcels.update_one({"_id": "p1"}, {"$set": {"state": "held"}}, session=holder)
         async with client.start_session() as session:
             await session.start_transaction()
+            first = asyncio.create_task(db.parcels.find_one({"_id": "p1"}, session=session))
+            await asyncio.sleep(0.2)  # let it reach the server (no assertion rests on this)
             gathered = asyncio.gather(
-                db.parcels.find_one({"_id": "p1"}, session=session),
+                first,
                 db.docks.find_one({"_id": "d1"}, session=session),
                 db.parcels.count_documents({}, session=session),
             )
