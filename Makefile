@@ -14,14 +14,14 @@ LOCK_DEV := requirements-dev.txt
 UV_COMPILE := pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes \
 	--quiet --custom-compile-command "make lock"
 
-.PHONY: run test test-nx test-secantusdb lint proto clean browser lock
+.PHONY: run test test-nx test-secantusdb lint proto clean browser lock bytecode
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# uv installs (seconds, where pip took a minute and a half). pip only bootstraps it, at the
-# version and hashes the dev lock holds for it: the awk keeps the lock's `uv==` entry and its
-# `--hash` lines.
+# uv installs (seconds, where pip took a minute and a half) and compiles the dependencies'
+# bytecode, as pip did. pip only bootstraps it, at the version and hashes the dev lock holds for
+# it: the awk keeps the lock's `uv==` entry and its `--hash` lines.
 UV := $(BIN)/uv
 UV_PIP = $(UV) pip $(1) --quiet --python $(BIN)/python
 $(UV): $(BIN)/python $(LOCK_DEV)
@@ -31,7 +31,7 @@ $(UV): $(BIN)/python $(LOCK_DEV)
 	touch $(UV)
 
 $(STAMP): $(UV) pyproject.toml $(LOCK_DEV)
-	$(call UV_PIP,install) --require-hashes --no-deps -r $(LOCK_DEV)
+	$(call UV_PIP,install) --compile-bytecode --require-hashes --no-deps -r $(LOCK_DEV)
 	$(call UV_PIP,install) --no-deps -e .
 	$(call UV_PIP,check)
 	touch $(STAMP)
@@ -42,7 +42,14 @@ lock: $(UV)
 	$(UV) $(UV_COMPILE) --output-file $(LOCK_RUNTIME)
 	$(UV) $(UV_COMPILE) --extra dev --output-file $(LOCK_DEV)
 
-run: $(STAMP)
+# A Python told not to write bytecode (PYTHONDONTWRITEBYTECODE, set on some machines) compiles
+# every module it imports at every start, and the suite starts hundreds of processes (dockflow
+# parts, embedded servers, commands): a start cost 2.1 s of CPU instead of 1.3 s. The install
+# compiles the dependencies; this compiles the checkout, only what changed since the last time.
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q -j 0 core edge public_api webhooks dockflow bench tests
+
+run: $(STAMP) bytecode
 	$(BIN)/dockflow serve --demo
 
 lint: $(STAMP)
@@ -72,7 +79,7 @@ PYTEST_ARGS ?= --durations=25
 LANE = env -u DOCKFLOW_MONGODB_URL DOCKFLOW_EMBEDDED_ENGINE=$(1) $(BIN)/pytest \
 	-n $(LANE_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
-test: lint browser
+test: lint browser bytecode
 	$(MAKE) --no-print-directory $(LANE_JOBS) test-nx test-secantusdb
 
 test-nx: $(STAMP)
