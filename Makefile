@@ -73,10 +73,13 @@ browser:
 # six processes keep two cores busy. Each lane ends with its 25 slowest setups and calls: where
 # the suite's time goes, run by run (docs/benchmarks.md, "The test suite's wall time").
 # `make test LANE_WORKERS=0 LANE_JOBS=` runs everything in one process per lane, one lane at a time.
+# Bytecode may be written during a lane (PYTHONDONTWRITEBYTECODE unset): pytest keeps the test
+# modules it rewrote for its assertions only then, and each of the six processes rewrote all of
+# them again (14 s of CPU a collection instead of 6).
 LANE_WORKERS ?= 3
 LANE_JOBS ?= -j2 -O
 PYTEST_ARGS ?= --durations=25
-LANE = env -u DOCKFLOW_MONGODB_URL DOCKFLOW_EMBEDDED_ENGINE=$(1) $(BIN)/pytest \
+LANE = env -u DOCKFLOW_MONGODB_URL -u PYTHONDONTWRITEBYTECODE DOCKFLOW_EMBEDDED_ENGINE=$(1) $(BIN)/pytest \
 	-n $(LANE_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 test: lint browser bytecode
