@@ -74,8 +74,9 @@ browser:
 # the suite's time goes, run by run (docs/benchmarks.md, "The test suite's wall time").
 # `make test LANE_WORKERS=0 LANE_JOBS=` runs everything in one process per lane, one lane at a time.
 # Bytecode may be written during a lane (PYTHONDONTWRITEBYTECODE unset): pytest keeps the test
-# modules it rewrote for its assertions only then, and each of the six processes rewrote all of
-# them again (14 s of CPU a collection instead of 6).
+# modules it rewrote for its assertions only then. `test` collects the suite once before the
+# lanes, so that their six processes, which start together, find them kept (a collection costs
+# 14 s of CPU without, 6 with); a test module that fails to import stops the run there.
 LANE_WORKERS ?= 3
 LANE_JOBS ?= -j2 -O
 PYTEST_ARGS ?= --durations=25
@@ -83,6 +84,8 @@ LANE = env -u DOCKFLOW_MONGODB_URL -u PYTHONDONTWRITEBYTECODE DOCKFLOW_EMBEDDED_
 	-n $(LANE_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 test: lint browser bytecode
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest --collect-only -q -p no:cacheprovider \
+		> $(VENV)/collected.txt || (cat $(VENV)/collected.txt; exit 1)
 	$(MAKE) --no-print-directory $(LANE_JOBS) test-nx test-secantusdb
 
 test-nx: $(STAMP)
