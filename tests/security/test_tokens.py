@@ -116,6 +116,33 @@ async def test_a_revocation_reaches_other_processes_within_the_key_cache_time(
         await other.verify(tenant.token)
 
 
+async def test_a_database_without_a_key_gets_one_usable_sealed_key_at_its_first_token(
+    services: Services, settings: Settings
+):
+    """The product's own path to its first key (the suite's databases start with one made in
+    advance): a fresh database, two processes issuing their first tokens at once. Each token
+    verifies in a third process; the keys made are sealed; the newest signs afterwards."""
+    await services.storage.signing_keys.delete_many({})
+    await tenants.create_business(services.storage, "acme", "Acme Inc.")
+    client = (await tenants.create_client(services.storage, "acme", name="first")).entity
+    first = TokenService(services.storage, settings)
+    second = TokenService(services.storage, settings)
+
+    issued = await asyncio.gather(first.issue(client), second.issue(client))
+
+    keys = await services.storage.signing_keys.find({}).to_list()
+    assert 1 <= len(keys) <= 2  # each process may add one; neither retires the other's
+    for key in keys:
+        assert key["retired_at"] is None
+        assert SecretBox(settings).open(key["private_sealed"]).startswith("-----BEGIN")
+    third = TokenService(services.storage, settings)
+    for token in issued:
+        assert (await third.verify(token.access_token)).subject == client.client_id
+    later = await third.issue(client)
+    assert (await first.verify(later.access_token)).subject == client.client_id
+    assert await services.storage.signing_keys.count_documents({}) == len(keys)
+
+
 async def test_private_keys_are_encrypted_at_rest(services: Services, tenant: Tenant):
     await services.tokens.rotate()
 
