@@ -48,13 +48,21 @@ def tree_cpu_s(root: int | None = None) -> float:
     return total
 
 
-def _file() -> IO[str]:
+def pytest_configure(config: pytest.Config) -> None:
+    """Open this process's file before any test runs: a folder that cannot hold it is a usage
+    error, not an internal one after the first test."""
     global _out
-    if _out is None:
-        folder = Path(os.environ.get("CPU_PROFILE_DIR", "cpu-profile"))
+    folder = Path(os.environ.get("CPU_PROFILE_DIR") or "cpu-profile")
+    lane = os.environ.get("DOCKFLOW_EMBEDDED_ENGINE", "default")
+    try:
         folder.mkdir(parents=True, exist_ok=True)
-        lane = os.environ.get("DOCKFLOW_EMBEDDED_ENGINE", "default")
         _out = (folder / f"{lane}-{os.getpid()}.jsonl").open("a")
+    except OSError as error:
+        raise pytest.UsageError(f"CPU_PROFILE_DIR={folder}: {error}") from error
+
+
+def _file() -> IO[str]:
+    assert _out is not None, "opened by pytest_configure"
     return _out
 
 
