@@ -217,22 +217,36 @@ class _ServerState:
     pid: int
     started: int | None  # its start time (dockflow/liveness.py); None in older records
     url: str
+    owner: int | None = None  # the dockflow process that started it; None in older records
+    owner_started: int | None = None
 
     def alive(self, folder: Path) -> bool:
         """Whether the recorded server still runs; a record without a start time is believed
         when the process's command names `folder` (every engine's command does)."""
         return liveness.recorded_alive(self.pid, self.started, str(folder))
 
+    def orphaned(self) -> bool:
+        """Whether the dockflow that started the server is gone. Its server was told to stop
+        then (`with_parent`), and may still answer while it stops, or never stop (SecantusDB
+        0.7.0b3 deadlocked in its signal handler once): never to be joined."""
+        if self.owner is None:
+            return False
+        return not liveness.recorded_alive(self.owner, self.owner_started, "dockflow")
+
 
 def _server_state(folder: Path) -> _ServerState | None:
     """`folder`'s server.json, or None when it is missing or unreadable."""
     try:
         state = json.loads((folder / "server.json").read_text())
-        started = state.get("started")
+        started, owner, owner_started = (
+            state.get(k) for k in ("started", "owner", "owner_started")
+        )
         return _ServerState(
             pid=int(state.get("pid", 0)),
             started=None if started is None else int(started),
             url=str(state.get("url", "")),
+            owner=None if owner is None else int(owner),
+            owner_started=None if owner_started is None else int(owner_started),
         )
     except (OSError, ValueError, TypeError, AttributeError):
         return None
@@ -361,6 +375,8 @@ class EmbeddedMongo(Running):
                     "started": liveness.start_time(self.process.pid),
                     "url": self.url,
                     "engine": self.engine,
+                    "owner": os.getpid(),
+                    "owner_started": liveness.start_time(os.getpid()),
                 }
                 write_private_file(self._state_file, json.dumps(state).encode())
                 log.info(
@@ -378,9 +394,9 @@ class EmbeddedMongo(Running):
         )
 
     async def _previous_stopped(self) -> None:
-        """Stop a server of these files that still runs but does not answer: one whose dockflow
-        died (a crash, SIGKILL) and that is stopping on the SIGTERM that death sent it, or did
-        not stop on it. It holds its files while it runs (SecantusDB's lock refused the new
+        """Stop a server of these files that still runs but is not joined (`_attach`): one whose
+        dockflow died (a crash, SIGKILL) and that is stopping on the SIGTERM that death sent it,
+        or did not stop on it. It holds its files while it runs (SecantusDB's lock refused the new
         server). As `stop` does: SIGTERM, STOP_TIMEOUT_S, then SIGKILL; only a process whose
         command names these files (a pid taken again by another program is left alone)."""
         state = _server_state(self.data_dir)
@@ -391,7 +407,8 @@ class EmbeddedMongo(Running):
             return
         pid = state.pid
         log.warning(
-            "stopping the previous embedded MongoDB, which does not answer", extra={"pid": pid}
+            "stopping the previous embedded MongoDB: its dockflow is gone or it does not answer",
+            extra={"pid": pid},
         )
         for sig, wait_s in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, STOP_TIMEOUT_S)):
             with contextlib.suppress(ProcessLookupError):
@@ -405,6 +422,8 @@ class EmbeddedMongo(Running):
         state = _server_state(self.data_dir)
         if state is None or not state.alive(self.data_dir) or not state.url:
             return None
+        if state.orphaned():
+            return None  # stopped by `_previous_stopped`, then started afresh
         if not await _answers_ping(state.url, 1.0):
             return None
         self.url = state.url

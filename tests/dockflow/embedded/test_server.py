@@ -76,6 +76,36 @@ async def test_second_process_attaches_to_running_embedded_server(tmp_path: Path
         await owner.stop()
 
 
+async def test_a_server_whose_dockflow_is_gone_is_stopped_not_joined(tmp_path: Path):
+    """The server of a SIGKILLed dockflow is told to stop (`with_parent`) and may answer
+    meanwhile, or never stop: SecantusDB once deadlocked in its signal handler, a restarted
+    `serve` joined it, and it outlived every dockflow. A start stops it and runs its own. Here
+    its record names a dockflow that has exited."""
+    first = EmbeddedMongo(tmp_path, engine=ENGINE)
+    await first.start()
+    assert first.process is not None
+    gone = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+    await gone.wait()
+    record = first.data_dir / "server.json"
+    state = json.loads(record.read_text())
+    assert state["owner"] == os.getpid()
+    record.write_text(json.dumps({**state, "owner": gone.pid, "owner_started": 1}))
+
+    second = EmbeddedMongo(tmp_path, engine=ENGINE)
+    try:
+        url = await second.start()
+        assert second.process is not None  # started, not joined
+        assert first.process.poll() is not None  # the orphan was stopped
+        store = await Storage.connect(url, "after")
+        assert await store.ping()
+        await store.close()
+    finally:
+        await second.stop()
+        if first.process.poll() is None:
+            first.process.kill()
+        first.process.wait()
+
+
 async def test_a_killed_embedded_server_is_restarted_on_the_same_port_with_its_data(
     tmp_path: Path,
 ):
@@ -102,7 +132,14 @@ async def test_a_killed_embedded_server_is_restarted_on_the_same_port_with_its_d
         assert server.url == url
         state = json.loads((server.data_dir / "server.json").read_text())
         pid = server.process.pid
-        assert state == {"pid": pid, "started": start_time(pid), "url": url, "engine": ENGINE}
+        assert state == {
+            "pid": pid,
+            "started": start_time(pid),
+            "url": url,
+            "engine": ENGINE,
+            "owner": os.getpid(),
+            "owner_started": start_time(os.getpid()),
+        }
     finally:
         await server.stop()
 
